@@ -1,0 +1,197 @@
+//! Typed errors and status codes of the verbs model.
+
+use crate::stag::Stag;
+
+/// Why a tagged access (remote or local) to a memory region was refused.
+///
+/// Produced by [`MrTable`](crate::MrTable), the one access-check table every
+/// device uses. Each variant corresponds to one Terminate error code of
+/// RFC 5040 §4.8 (RDMAP remote protection errors) and RFC 5041 §7.2 (DDP tagged
+/// buffer errors); the `iwarp` crate maps them to wire codes:
+///
+/// | variant | RFC 5040 §4.8 code |
+/// |---|---|
+/// | `UnknownStag`, `KeyMismatch`, `Invalidated` | 0x00 Invalid STag |
+/// | `BoundsViolation` | 0x01 Base or bounds violation |
+/// | `AccessRights` | 0x02 Access rights violation |
+/// | `PdMismatch` | 0x03 STag not associated with RDMAP stream |
+/// | `ToWrap` | 0x04 TO wrap |
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum AccessError {
+    /// No region is registered at the STag's index.
+    #[error("invalid STag {0}: no region at this index")]
+    UnknownStag(Stag),
+    /// A region exists at the index but under another key.
+    #[error("invalid STag {0}: key does not match")]
+    KeyMismatch(Stag),
+    /// The region was invalidated (locally or by a Send With Invalidate).
+    #[error("invalid STag {0}: region was invalidated")]
+    Invalidated(Stag),
+    /// The region belongs to another protection domain than the stream.
+    #[error("STag {0} is not associated with this stream's protection domain")]
+    PdMismatch(Stag),
+    /// The region lacks the access right the operation needs.
+    #[error("access rights violation on STag {0}")]
+    AccessRights(Stag),
+    /// `[to, to + len)` is not inside `[base, base + length)`.
+    #[error("base or bounds violation on STag {stag}: to {to:#x} len {len}")]
+    BoundsViolation {
+        /// The STag addressed.
+        stag: Stag,
+        /// The tagged offset asked for.
+        to: u64,
+        /// The length asked for.
+        len: u64,
+    },
+    /// `to + len` overflows 64 bits.
+    #[error("tagged offset wrap on STag {0}")]
+    ToWrap(Stag),
+}
+
+impl AccessError {
+    /// The STag the refused access named.
+    pub fn stag(&self) -> Stag {
+        match *self {
+            AccessError::UnknownStag(s)
+            | AccessError::KeyMismatch(s)
+            | AccessError::Invalidated(s)
+            | AccessError::PdMismatch(s)
+            | AccessError::AccessRights(s)
+            | AccessError::ToWrap(s) => s,
+            AccessError::BoundsViolation { stag, .. } => stag,
+        }
+    }
+}
+
+/// Why a connection was terminated, in layer-neutral terms.
+///
+/// RFC 5040 §7 and RFC 5041 §7: an error detected on an RDMAP stream is reported
+/// to the peer in a Terminate message and the stream is closed. The `iwarp` crate
+/// maps each cause to the Terminate layer, error type and code (RFC 5040 §4.8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TerminateCause {
+    /// A tagged access failed the region checks (remote protection error).
+    #[error("remote protection error: {0}")]
+    Access(AccessError),
+    /// A Send arrived with no posted receive buffer.
+    /// RFC 5041 §7.2 (untagged buffer error: invalid MSN, no buffer available).
+    #[error("no receive buffer posted for an incoming Send")]
+    NoReceiveBuffer,
+    /// A Send was larger than the receive buffer it consumed.
+    /// RFC 5041 §7.2 (untagged buffer error: message too long for available buffer).
+    #[error("incoming Send larger than the posted receive buffer")]
+    MessageTooLong,
+    /// The STag named by a Send With Invalidate could not be invalidated.
+    /// RFC 5040 §4.8 (remote operation error 0x09, STag cannot be invalidated).
+    #[error("STag named by Send With Invalidate cannot be invalidated: {0}")]
+    CannotInvalidate(AccessError),
+    /// The peer reported another error in its Terminate message.
+    #[error("remote operation error")]
+    RemoteOperation,
+}
+
+/// Status of a work completion.
+///
+/// Mirrors the verbs completion statuses an iWARP consumer sees (RFC 5040 §7.1,
+/// error surfacing; Linux `ib_wc_status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WcStatus {
+    /// The work request completed.
+    Success,
+    /// The queue pair left the ready-to-send state before the request ran; it was
+    /// flushed without being executed (or without its result being known).
+    FlushError,
+    /// A receive buffer was too small for the incoming message.
+    LocalLengthError,
+    /// A local buffer named by the request failed the access checks.
+    LocalProtectionError,
+    /// The peer refused a tagged access (bad STag, bounds, rights, PD, invalidated).
+    RemoteAccessError,
+    /// The peer found no receive buffer, or one too small, for a Send.
+    RemoteInvalidRequest,
+    /// The peer reported another operation error (e.g. its Terminate).
+    RemoteOperationError,
+}
+
+impl WcStatus {
+    /// Whether this is [`WcStatus::Success`].
+    pub fn is_success(self) -> bool {
+        self == WcStatus::Success
+    }
+}
+
+/// Why a registration was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegisterError {
+    /// Every STag index of the table is in use.
+    #[error("memory-region table is full")]
+    TableFull,
+    /// The slot belongs to another table or protection domain.
+    #[error("STag slot does not belong to this protection domain")]
+    ForeignSlot,
+    /// The region's last byte would lie beyond 2^64 - 1 in tagged-offset space.
+    #[error("base tagged offset plus length overflows")]
+    ToOverflow,
+}
+
+/// Why a work request could not be posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostError {
+    /// The queue pair is not in a state that accepts this request.
+    #[error("queue pair is in state {0:?}")]
+    InvalidState(crate::QpState),
+    /// The send or receive queue already holds its maximum of outstanding requests.
+    #[error("work queue is full")]
+    QueueFull,
+    /// The message is larger than the connection's maximum message size.
+    #[error("message of {len} bytes exceeds the maximum of {max}")]
+    TooLong {
+        /// Length of the request.
+        len: u64,
+        /// The negotiated maximum.
+        max: u64,
+    },
+    /// The request names more gather elements than the device accepts.
+    #[error("too many gather elements: {0}")]
+    TooManySges(usize),
+}
+
+/// The completion queue overflowed: completions were lost and the queue is unusable.
+///
+/// Verbs treat a CQ overrun as a fatal error of the queue; it is never silent here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("completion queue overflowed")]
+pub struct CqOverflow;
+
+/// Errors of connection management (listen, connect, accept, reject).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CmError {
+    /// The peer rejected the connection, with its private data.
+    #[error("connection rejected by peer ({} bytes of private data)", private_data.len())]
+    Rejected {
+        /// The private data the peer sent with its reject.
+        private_data: Vec<u8>,
+    },
+    /// Nobody listens at the address.
+    #[error("connection refused: nobody listens at the address")]
+    Refused,
+    /// The address is already in use by another listener.
+    #[error("address already in use")]
+    AddrInUse,
+    /// Private data longer than the transport carries.
+    /// RFC 5044 §7.1: at most 512 bytes of private data.
+    #[error("private data of {0} bytes exceeds the limit of 512")]
+    PrivateDataTooLong(usize),
+    /// The listener was closed.
+    #[error("listener closed")]
+    ListenerClosed,
+    /// The connection failed during set-up (lower layer error or protocol error).
+    #[error("connection set-up failed: {0}")]
+    Setup(String),
+}

@@ -1,0 +1,965 @@
+//! The one access-check table every device uses: protection domains, STag
+//! slots, memory regions and their ownership.
+//!
+//! A buffer registered for remote access is owned by the table until it is
+//! invalidated, and only then handed back to its owner (DESIGN.md, "The software
+//! RDMA device"). Every remote access, and every local access a device makes on
+//! a consumer's behalf, goes through [`MrTable`]'s checks: valid STag (index and
+//! key), protection domain, access right, bounds, not invalidated
+//! (RFC 5040 §2.1, §5 and §7; RFC 5041 §7.2).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::BytesMut;
+
+use crate::error::{AccessError, RegisterError};
+use crate::stag::{Access, PdId, Stag};
+
+static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Counters of how tagged payload reached registered memory.
+///
+/// A device that places payload straight from its source (the socket, or the
+/// peer's memory in the loopback device) into the region counts
+/// `bytes_placed_direct`; a device that first copies into an intermediate
+/// buffer counts `bytes_copied_staging`. Tests read these to prove direct
+/// placement.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlacementStats {
+    /// Bytes written into regions straight from their source.
+    pub bytes_placed_direct: u64,
+    /// Bytes written into regions from a staging buffer.
+    pub bytes_copied_staging: u64,
+    /// Tagged accesses refused by the checks.
+    pub access_errors: u64,
+}
+
+/// Lifecycle state of a memory region, as its owner sees it.
+///
+/// Transitions: `Valid` → `Invalidated` (local invalidation, or remote by a Send
+/// With Invalidate, RFC 5040 §5.3); the owner then takes its buffer back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MrState {
+    /// Remote and device access allowed.
+    Valid,
+    /// Invalidated by the peer; the owner has not taken the buffer back yet.
+    RemotelyInvalidated,
+}
+
+enum SlotState {
+    Free,
+    /// Allocated to a [`StagSlot`], holding no memory.
+    Allocated,
+    Valid {
+        access: Access,
+        base_to: u64,
+        buf: BytesMut,
+    },
+    Invalidated {
+        buf: BytesMut,
+    },
+}
+
+struct Slot {
+    key: u8,
+    pd: PdId,
+    state: SlotState,
+}
+
+struct TableInner {
+    /// Index 0 is never allocated, so `Stag(0)`..`Stag(0xff)` never name a region.
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    max_regions: u32,
+    rng: u64,
+}
+
+/// The access-check table of one device: every STag it owns, with its memory.
+///
+/// Shared (behind an [`Arc`]) by the device and by the consumer's handles
+/// ([`ProtectionDomain`], [`StagSlot`], [`MemoryRegion`]).
+pub struct MrTable {
+    id: u64,
+    next_pd: AtomicU32,
+    inner: Mutex<TableInner>,
+    direct: AtomicU64,
+    staged: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl fmt::Debug for MrTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MrTable")
+            .field("id", &self.id)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// Why a device-internal transfer between two regions failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TransferError {
+    /// The source region refused the access.
+    #[error("source: {0}")]
+    Source(AccessError),
+    /// The sink region refused the access.
+    #[error("sink: {0}")]
+    Sink(AccessError),
+}
+
+/// A region reference to check: which STag, in which domain, where, how much,
+/// and with which right.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaggedAccess {
+    /// Protection domain of the stream (queue pair) making the access.
+    pub pd: PdId,
+    /// The STag named.
+    pub stag: Stag,
+    /// Tagged offset of the first byte.
+    pub to: u64,
+    /// Number of bytes.
+    pub len: u64,
+    /// The right the access needs.
+    pub need: Access,
+}
+
+impl MrTable {
+    /// Default bound on the number of regions of one table.
+    pub const DEFAULT_MAX_REGIONS: u32 = 1 << 16;
+
+    /// A table with the default bound, whose initial STag keys derive from `seed`
+    /// (so simulations replay exactly).
+    pub fn new(seed: u64) -> Arc<Self> {
+        Self::with_max_regions(seed, Self::DEFAULT_MAX_REGIONS)
+    }
+
+    /// A table holding at most `max_regions` regions (capped at 2^24 - 1).
+    pub fn with_max_regions(seed: u64, max_regions: u32) -> Arc<Self> {
+        Arc::new(MrTable {
+            id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
+            next_pd: AtomicU32::new(1),
+            inner: Mutex::new(TableInner {
+                slots: vec![Slot {
+                    key: 0,
+                    pd: PdId(0),
+                    state: SlotState::Free,
+                }],
+                free: Vec::new(),
+                max_regions: max_regions.min(Stag::MAX_INDEX),
+                rng: seed,
+            }),
+            direct: AtomicU64::new(0),
+            staged: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, TableInner> {
+        // Every mutation completes between statements; a poisoned lock still
+        // holds a consistent table.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Creates a new protection domain in this table.
+    pub fn alloc_pd(self: &Arc<Self>) -> ProtectionDomain {
+        ProtectionDomain {
+            id: PdId(self.next_pd.fetch_add(1, Ordering::Relaxed)),
+            table: Arc::clone(self),
+        }
+    }
+
+    /// The placement counters.
+    pub fn stats(&self) -> PlacementStats {
+        PlacementStats {
+            bytes_placed_direct: self.direct.load(Ordering::Relaxed),
+            bytes_copied_staging: self.staged.load(Ordering::Relaxed),
+            access_errors: self.errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Number of regions currently valid (registered and not invalidated).
+    pub fn valid_regions(&self) -> usize {
+        self.lock()
+            .slots
+            .iter()
+            .filter(|s| matches!(s.state, SlotState::Valid { .. }))
+            .count()
+    }
+
+    /// Checks an access without touching memory.
+    pub fn check(&self, a: TaggedAccess) -> Result<(), AccessError> {
+        let g = self.lock();
+        self.count_err(check_slot(&g, a).map(|_| ()))
+    }
+
+    /// Places `a.len` bytes into a region: checks the access and, only if it
+    /// passes, hands the closure the region's bytes `[a.to, a.to + a.len)` to
+    /// fill straight from the source (a socket read, the peer's memory). The
+    /// closure returns how many bytes it wrote; they are counted as direct
+    /// placement. On a refused access no byte is touched.
+    ///
+    /// The table lock is held while the closure runs: it must not block.
+    pub fn place_direct<E>(
+        &self,
+        a: TaggedAccess,
+        f: impl FnOnce(&mut [u8]) -> Result<usize, E>,
+    ) -> Result<Result<usize, E>, AccessError> {
+        let mut g = self.lock();
+        let slice = self.count_err(slice_mut(&mut g, a))?;
+        let out = f(slice);
+        if let Ok(n) = out {
+            self.direct
+                .fetch_add(n.min(a.len as usize) as u64, Ordering::Relaxed);
+        }
+        Ok(out)
+    }
+
+    /// Places `data` into a region by copying it from a staging buffer; counted
+    /// as a staging copy. `a.len` must equal `data.len()`.
+    pub fn place_copy(&self, a: TaggedAccess, data: &[u8]) -> Result<(), AccessError> {
+        let a = TaggedAccess {
+            len: data.len() as u64,
+            ..a
+        };
+        let mut g = self.lock();
+        let slice = self.count_err(slice_mut(&mut g, a))?;
+        slice.copy_from_slice(data);
+        self.staged.fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Reads `[a.to, a.to + a.len)` of a region after checking the access (the
+    /// source of an RDMA Read response, RFC 5040 §5.2).
+    pub fn fetch<R>(&self, a: TaggedAccess, f: impl FnOnce(&[u8]) -> R) -> Result<R, AccessError> {
+        let mut g = self.lock();
+        let slice = self.count_err(slice_mut(&mut g, a))?;
+        Ok(f(slice))
+    }
+
+    /// Copies between two regions, possibly of two tables, without an
+    /// intermediate buffer (the loopback device's RDMA Read). Both accesses are
+    /// checked before a byte moves; the source's `len` is used for both.
+    /// Counted as direct placement into the sink.
+    pub fn transfer(
+        src_table: &MrTable,
+        src: TaggedAccess,
+        dst_table: &MrTable,
+        dst: TaggedAccess,
+    ) -> Result<(), TransferError> {
+        let dst = TaggedAccess {
+            len: src.len,
+            ..dst
+        };
+        let len = src.len;
+        if src_table.id == dst_table.id {
+            let mut g = src_table.lock();
+            let (s_idx, s_start) = src_table
+                .count_err(check_slot(&g, src))
+                .map_err(TransferError::Source)?;
+            let (d_idx, d_start) = dst_table
+                .count_err(check_slot(&g, dst))
+                .map_err(TransferError::Sink)?;
+            copy_within_table(&mut g, s_idx, s_start, d_idx, d_start, len as usize);
+        } else {
+            let (mut gs, mut gd);
+            if src_table.id < dst_table.id {
+                gs = src_table.lock();
+                gd = dst_table.lock();
+            } else {
+                gd = dst_table.lock();
+                gs = src_table.lock();
+            }
+            let s = src_table
+                .count_err(slice_mut(&mut gs, src))
+                .map_err(TransferError::Source)?;
+            let d = dst_table
+                .count_err(slice_mut(&mut gd, dst))
+                .map_err(TransferError::Sink)?;
+            d.copy_from_slice(s);
+        }
+        dst_table.direct.fetch_add(len, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Invalidates a region on the peer's request (Send With Invalidate,
+    /// RFC 5040 §5.3 and §6.7.2): the STag must be valid and of the stream's
+    /// protection domain. Remote access stops at once; the owner takes the
+    /// buffer back through its [`MemoryRegion`] handle.
+    pub fn invalidate_remote(&self, pd: PdId, stag: Stag) -> Result<(), AccessError> {
+        let mut g = self.lock();
+        let a = TaggedAccess {
+            pd,
+            stag,
+            to: 0,
+            len: 0,
+            need: Access::empty(),
+        };
+        let idx = self.count_err(lookup(&g, a))?;
+        let Some(slot) = g.slots.get_mut(idx) else {
+            return Err(AccessError::UnknownStag(stag));
+        };
+        let old = std::mem::replace(&mut slot.state, SlotState::Free);
+        slot.state = match old {
+            SlotState::Valid { buf, .. } => SlotState::Invalidated { buf },
+            other => other,
+        };
+        Ok(())
+    }
+
+    fn count_err<T>(&self, r: Result<T, AccessError>) -> Result<T, AccessError> {
+        if r.is_err() {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn alloc_index(&self, pd: PdId) -> Result<(u32, u8), RegisterError> {
+        let mut g = self.lock();
+        let idx = match g.free.pop() {
+            Some(i) => i,
+            None => {
+                let n = g.slots.len() as u32;
+                if n > g.max_regions {
+                    return Err(RegisterError::TableFull);
+                }
+                g.rng = splitmix64(g.rng);
+                let key = (g.rng >> 56) as u8;
+                g.slots.push(Slot {
+                    key,
+                    pd,
+                    state: SlotState::Free,
+                });
+                n
+            }
+        };
+        let slot = g
+            .slots
+            .get_mut(idx as usize)
+            .ok_or(RegisterError::TableFull)?;
+        slot.pd = pd;
+        slot.state = SlotState::Allocated;
+        Ok((idx, slot.key))
+    }
+
+    fn free_index(&self, idx: u32) {
+        let mut g = self.lock();
+        if let Some(slot) = g.slots.get_mut(idx as usize) {
+            slot.state = SlotState::Free;
+            g.free.push(idx);
+        }
+    }
+
+    /// Puts memory under a slot with a fresh key; returns the new key.
+    fn fill_slot(&self, idx: u32, access: Access, base_to: u64, buf: BytesMut) -> u8 {
+        let mut g = self.lock();
+        match g.slots.get_mut(idx as usize) {
+            Some(slot) => {
+                slot.key = slot.key.wrapping_add(1);
+                slot.state = SlotState::Valid {
+                    access,
+                    base_to,
+                    buf,
+                };
+                slot.key
+            }
+            None => 0,
+        }
+    }
+
+    /// Takes the memory out of a slot, invalidating it; the slot stays allocated.
+    fn empty_slot(&self, idx: u32) -> BytesMut {
+        let mut g = self.lock();
+        match g.slots.get_mut(idx as usize) {
+            Some(slot) => match std::mem::replace(&mut slot.state, SlotState::Allocated) {
+                SlotState::Valid { buf, .. } | SlotState::Invalidated { buf } => buf,
+                other => {
+                    slot.state = other;
+                    BytesMut::new()
+                }
+            },
+            None => BytesMut::new(),
+        }
+    }
+
+    fn region_state(&self, idx: u32) -> Option<MrState> {
+        let g = self.lock();
+        match g.slots.get(idx as usize).map(|s| &s.state) {
+            Some(SlotState::Valid { .. }) => Some(MrState::Valid),
+            Some(SlotState::Invalidated { .. }) => Some(MrState::RemotelyInvalidated),
+            _ => None,
+        }
+    }
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// STag lookup: index, key, protection domain, validity. RFC 5040 §4.8 codes
+/// 0x00 (invalid STag) and 0x03 (not associated with the stream).
+fn lookup(g: &TableInner, a: TaggedAccess) -> Result<usize, AccessError> {
+    let idx = a.stag.index() as usize;
+    let slot = match g.slots.get(idx) {
+        Some(s) if idx != 0 => s,
+        _ => return Err(AccessError::UnknownStag(a.stag)),
+    };
+    match slot.state {
+        SlotState::Free | SlotState::Allocated => return Err(AccessError::UnknownStag(a.stag)),
+        SlotState::Valid { .. } | SlotState::Invalidated { .. } => {}
+    }
+    if slot.key != a.stag.key() {
+        return Err(AccessError::KeyMismatch(a.stag));
+    }
+    if matches!(slot.state, SlotState::Invalidated { .. }) {
+        return Err(AccessError::Invalidated(a.stag));
+    }
+    if slot.pd != a.pd {
+        return Err(AccessError::PdMismatch(a.stag));
+    }
+    Ok(idx)
+}
+
+/// The full check; returns the slot index and the byte offset into its buffer.
+/// RFC 5040 §4.8 codes 0x01 (bounds), 0x02 (rights), 0x04 (TO wrap).
+fn check_slot(g: &TableInner, a: TaggedAccess) -> Result<(usize, usize), AccessError> {
+    let idx = lookup(g, a)?;
+    let Some(Slot {
+        state:
+            SlotState::Valid {
+                access,
+                base_to,
+                buf,
+            },
+        ..
+    }) = g.slots.get(idx)
+    else {
+        return Err(AccessError::UnknownStag(a.stag));
+    };
+    if !access.contains(a.need) {
+        return Err(AccessError::AccessRights(a.stag));
+    }
+    let end = a.to.checked_add(a.len).ok_or(AccessError::ToWrap(a.stag))?;
+    let region_end = base_to.saturating_add(buf.len() as u64);
+    if a.to < *base_to || end > region_end {
+        return Err(AccessError::BoundsViolation {
+            stag: a.stag,
+            to: a.to,
+            len: a.len,
+        });
+    }
+    let start = usize::try_from(a.to - base_to).map_err(|_| AccessError::BoundsViolation {
+        stag: a.stag,
+        to: a.to,
+        len: a.len,
+    })?;
+    Ok((idx, start))
+}
+
+fn slice_mut(g: &mut TableInner, a: TaggedAccess) -> Result<&mut [u8], AccessError> {
+    let (idx, start) = check_slot(g, a)?;
+    let oob = AccessError::BoundsViolation {
+        stag: a.stag,
+        to: a.to,
+        len: a.len,
+    };
+    let len = usize::try_from(a.len).map_err(|_| oob)?;
+    match g.slots.get_mut(idx).map(|s| &mut s.state) {
+        Some(SlotState::Valid { buf, .. }) => {
+            buf.get_mut(start..start.saturating_add(len)).ok_or(oob)
+        }
+        _ => Err(AccessError::UnknownStag(a.stag)),
+    }
+}
+
+fn copy_within_table(
+    g: &mut TableInner,
+    s_idx: usize,
+    s_start: usize,
+    d_idx: usize,
+    d_start: usize,
+    len: usize,
+) {
+    if s_idx == d_idx {
+        if let Some(SlotState::Valid { buf, .. }) = g.slots.get_mut(s_idx).map(|s| &mut s.state) {
+            let fits = |start: usize| start.checked_add(len).is_some_and(|end| end <= buf.len());
+            if fits(s_start) && fits(d_start) {
+                buf.copy_within(s_start..s_start + len, d_start);
+            }
+        }
+        return;
+    }
+    let (lo, hi) = (s_idx.min(d_idx), s_idx.max(d_idx));
+    let (left, right) = g.slots.split_at_mut(hi);
+    let (Some(a), Some(b)) = (left.get_mut(lo), right.first_mut()) else {
+        return;
+    };
+    let (src, dst) = if s_idx < d_idx { (a, b) } else { (b, a) };
+    if let (SlotState::Valid { buf: sb, .. }, SlotState::Valid { buf: db, .. }) =
+        (&src.state, &mut dst.state)
+    {
+        if let (Some(s), Some(d)) = (
+            sb.get(s_start..s_start + len),
+            db.get_mut(d_start..d_start + len),
+        ) {
+            d.copy_from_slice(s);
+        }
+    }
+}
+
+/// A protection domain: the scope within which STags and queue pairs may be
+/// used together (RFC 5040 §2.1).
+#[derive(Clone)]
+pub struct ProtectionDomain {
+    id: PdId,
+    table: Arc<MrTable>,
+}
+
+impl fmt::Debug for ProtectionDomain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProtectionDomain")
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+impl ProtectionDomain {
+    /// The domain's identifier.
+    pub fn id(&self) -> PdId {
+        self.id
+    }
+
+    /// The table the domain's regions live in.
+    pub fn table(&self) -> &Arc<MrTable> {
+        &self.table
+    }
+
+    /// Allocates an STag index with no memory behind it, for later fast
+    /// registration (verbs "allocate MR").
+    pub fn alloc_slot(&self) -> Result<StagSlot, RegisterError> {
+        let (index, key) = self.table.alloc_index(self.id)?;
+        Ok(StagSlot {
+            table: Arc::clone(&self.table),
+            pd: self.id,
+            index,
+            key,
+        })
+    }
+
+    /// Registers `buf` (its `len()` bytes) with `access`, at base tagged offset 0.
+    pub fn register(&self, buf: BytesMut, access: Access) -> Result<MemoryRegion, RegisterError> {
+        self.register_at(buf, access, 0)
+    }
+
+    /// Registers `buf` with `access` at base tagged offset `base_to` (Linux uses
+    /// the buffer's I/O virtual address; any value works if the peer is told).
+    pub fn register_at(
+        &self,
+        buf: BytesMut,
+        access: Access,
+        base_to: u64,
+    ) -> Result<MemoryRegion, RegisterError> {
+        self.alloc_slot()?.fast_register(buf, access, base_to)
+    }
+}
+
+/// An STag index owned by a consumer, with no memory registered under it.
+///
+/// Dropping it frees the index. Its key persists across registrations and is
+/// advanced by each one, so an STag of an earlier registration never matches a
+/// later one (until the 8-bit key wraps).
+pub struct StagSlot {
+    table: Arc<MrTable>,
+    pd: PdId,
+    index: u32,
+    key: u8,
+}
+
+impl fmt::Debug for StagSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StagSlot")
+            .field("pd", &self.pd)
+            .field("index", &self.index)
+            .finish()
+    }
+}
+
+impl StagSlot {
+    /// The STag this slot would carry at its current key (not yet valid).
+    pub fn stag(&self) -> Stag {
+        Stag::new(self.index, self.key)
+    }
+
+    /// Fast registration: puts `buf` under this index with a fresh key
+    /// (RFC 5040 §2.1: the consumer-owned key portion changes per registration).
+    pub fn fast_register(
+        mut self,
+        buf: BytesMut,
+        access: Access,
+        base_to: u64,
+    ) -> Result<MemoryRegion, RegisterError> {
+        let len = buf.len() as u64;
+        if base_to.checked_add(len).is_none() {
+            return Err(RegisterError::ToOverflow);
+        }
+        let key = self.table.fill_slot(self.index, access, base_to, buf);
+        let stag = Stag::new(self.index, key);
+        self.key = key;
+        Ok(MemoryRegion {
+            slot: self,
+            stag,
+            base_to,
+            len,
+            access,
+        })
+    }
+}
+
+impl Drop for StagSlot {
+    fn drop(&mut self) {
+        self.table.free_index(self.index);
+    }
+}
+
+/// A registered memory region: the consumer's handle to a buffer the device
+/// owns until invalidation.
+///
+/// The buffer comes back only through [`invalidate`](Self::invalidate), which
+/// first revokes every access, so no peer can touch memory its owner has taken
+/// back. If the peer already invalidated the region (Send With Invalidate),
+/// `invalidate` simply hands the buffer back. Dropping the handle drops the
+/// buffer and frees the STag.
+pub struct MemoryRegion {
+    slot: StagSlot,
+    stag: Stag,
+    base_to: u64,
+    len: u64,
+    access: Access,
+}
+
+impl fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("stag", &self.stag)
+            .field("base_to", &self.base_to)
+            .field("len", &self.len)
+            .field("access", &self.access)
+            .finish()
+    }
+}
+
+/// What [`MemoryRegion::invalidate`] hands back.
+#[derive(Debug)]
+pub struct Deregistered {
+    /// The buffer, with whatever the device placed in it.
+    pub buf: BytesMut,
+    /// The STag index, ready for another fast registration.
+    pub slot: StagSlot,
+}
+
+impl MemoryRegion {
+    /// The STag to advertise to the peer.
+    pub fn stag(&self) -> Stag {
+        self.stag
+    }
+
+    /// The tagged offset of the region's first byte.
+    pub fn base_to(&self) -> u64 {
+        self.base_to
+    }
+
+    /// Length of the region in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the region is zero bytes long.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The access rights it was registered with.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// The protection domain it belongs to.
+    pub fn pd(&self) -> PdId {
+        self.slot.pd
+    }
+
+    /// Current lifecycle state.
+    pub fn state(&self) -> MrState {
+        self.slot
+            .table
+            .region_state(self.slot.index)
+            .unwrap_or(MrState::RemotelyInvalidated)
+    }
+
+    /// Local invalidation: revokes all access at once and returns the buffer and
+    /// the STag slot (RFC 5040 §2.1, invalidation; the local half of
+    /// RFC 8166 §3.4.3's fencing rule). Also used after a remote invalidation.
+    pub fn invalidate(self) -> Deregistered {
+        let buf = self.slot.table.empty_slot(self.slot.index);
+        Deregistered {
+            buf,
+            slot: self.slot,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::convert::Infallible;
+
+    fn rw() -> Access {
+        Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL_WRITE
+    }
+
+    fn acc(pd: &ProtectionDomain, stag: Stag, to: u64, len: u64, need: Access) -> TaggedAccess {
+        TaggedAccess {
+            pd: pd.id(),
+            stag,
+            to,
+            len,
+            need,
+        }
+    }
+
+    fn write(t: &MrTable, a: TaggedAccess, byte: u8) -> Result<usize, AccessError> {
+        t.place_direct(a, |s| {
+            s.fill(byte);
+            Ok::<_, Infallible>(s.len())
+        })
+        .map(|r| r.unwrap_or_else(|e| match e {}))
+    }
+
+    #[test]
+    fn stag_index_zero_is_never_allocated() {
+        let t = MrTable::new(1);
+        let pd = t.alloc_pd();
+        let mr = pd.register(BytesMut::zeroed(8), rw()).unwrap();
+        assert_ne!(mr.stag().index(), 0);
+        for key in 0..=255u8 {
+            assert_eq!(
+                t.check(acc(&pd, Stag::new(0, key), 0, 1, Access::empty())),
+                Err(AccessError::UnknownStag(Stag::new(0, key)))
+            );
+        }
+    }
+
+    #[test]
+    fn places_inside_bounds_and_returns_buffer_on_invalidate() {
+        let t = MrTable::new(1);
+        let pd = t.alloc_pd();
+        let mr = pd.register_at(BytesMut::zeroed(8), rw(), 0x1000).unwrap();
+        assert_eq!(
+            write(
+                &t,
+                acc(&pd, mr.stag(), 0x1002, 3, Access::REMOTE_WRITE),
+                0x5a
+            ),
+            Ok(3)
+        );
+        assert_eq!(t.stats().bytes_placed_direct, 3);
+        let back = mr.invalidate();
+        assert_eq!(&back.buf[..], &[0, 0, 0x5a, 0x5a, 0x5a, 0, 0, 0]);
+    }
+
+    #[test]
+    fn rejects_wrong_key_without_touching_memory() {
+        let t = MrTable::new(1);
+        let pd = t.alloc_pd();
+        let mr = pd.register(BytesMut::zeroed(4), rw()).unwrap();
+        let bad = Stag::new(mr.stag().index(), mr.stag().key().wrapping_add(1));
+        assert_eq!(
+            write(&t, acc(&pd, bad, 0, 4, Access::REMOTE_WRITE), 1),
+            Err(AccessError::KeyMismatch(bad))
+        );
+        assert_eq!(&mr.invalidate().buf[..], &[0; 4]);
+        assert_eq!(t.stats().access_errors, 1);
+    }
+
+    #[test]
+    fn rejects_out_of_bounds_below_and_above() {
+        let t = MrTable::new(1);
+        let pd = t.alloc_pd();
+        let mr = pd.register_at(BytesMut::zeroed(4), rw(), 100).unwrap();
+        let s = mr.stag();
+        assert!(matches!(
+            t.check(acc(&pd, s, 99, 1, Access::REMOTE_WRITE)),
+            Err(AccessError::BoundsViolation { .. })
+        ));
+        assert!(matches!(
+            t.check(acc(&pd, s, 101, 4, Access::REMOTE_WRITE)),
+            Err(AccessError::BoundsViolation { .. })
+        ));
+        assert_eq!(t.check(acc(&pd, s, 100, 4, Access::REMOTE_WRITE)), Ok(()));
+        assert_eq!(
+            t.check(acc(&pd, s, u64::MAX, 2, Access::REMOTE_WRITE)),
+            Err(AccessError::ToWrap(s))
+        );
+    }
+
+    #[test]
+    fn rejects_missing_right_and_foreign_pd() {
+        let t = MrTable::new(1);
+        let pd = t.alloc_pd();
+        let other = t.alloc_pd();
+        let mr = pd
+            .register(BytesMut::zeroed(4), Access::REMOTE_READ)
+            .unwrap();
+        let s = mr.stag();
+        assert_eq!(
+            t.check(acc(&pd, s, 0, 4, Access::REMOTE_WRITE)),
+            Err(AccessError::AccessRights(s))
+        );
+        assert_eq!(
+            t.check(acc(&other, s, 0, 4, Access::REMOTE_READ)),
+            Err(AccessError::PdMismatch(s))
+        );
+        assert_eq!(
+            t.fetch(acc(&pd, s, 0, 4, Access::REMOTE_READ), |b| b.len()),
+            Ok(4)
+        );
+    }
+
+    #[test]
+    fn remote_invalidation_revokes_access_and_owner_gets_buffer_back() {
+        let t = MrTable::new(1);
+        let pd = t.alloc_pd();
+        let mr = pd.register(BytesMut::from(&b"abcd"[..]), rw()).unwrap();
+        let s = mr.stag();
+        assert_eq!(t.invalidate_remote(pd.id(), s), Ok(()));
+        assert_eq!(mr.state(), MrState::RemotelyInvalidated);
+        assert_eq!(
+            t.check(acc(&pd, s, 0, 1, Access::REMOTE_READ)),
+            Err(AccessError::Invalidated(s))
+        );
+        assert_eq!(
+            t.invalidate_remote(pd.id(), s),
+            Err(AccessError::Invalidated(s))
+        );
+        assert_eq!(&mr.invalidate().buf[..], b"abcd");
+    }
+
+    #[test]
+    fn remote_invalidation_needs_the_streams_pd() {
+        let t = MrTable::new(1);
+        let pd = t.alloc_pd();
+        let other = t.alloc_pd();
+        let mr = pd.register(BytesMut::zeroed(1), rw()).unwrap();
+        assert_eq!(
+            t.invalidate_remote(other.id(), mr.stag()),
+            Err(AccessError::PdMismatch(mr.stag()))
+        );
+        assert_eq!(mr.state(), MrState::Valid);
+    }
+
+    #[test]
+    fn fast_registration_uses_a_fresh_key_and_stale_stag_fails() {
+        let t = MrTable::new(7);
+        let pd = t.alloc_pd();
+        let mr = pd.register(BytesMut::zeroed(4), rw()).unwrap();
+        let old = mr.stag();
+        let Deregistered { slot, .. } = mr.invalidate();
+        let mr2 = slot.fast_register(BytesMut::zeroed(4), rw(), 0).unwrap();
+        assert_eq!(mr2.stag().index(), old.index());
+        assert_ne!(mr2.stag().key(), old.key());
+        assert_eq!(
+            t.check(acc(&pd, old, 0, 1, Access::REMOTE_WRITE)),
+            Err(AccessError::KeyMismatch(old))
+        );
+        assert_eq!(
+            t.check(acc(&pd, mr2.stag(), 0, 1, Access::REMOTE_WRITE)),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn dropping_a_region_frees_its_index() {
+        let t = MrTable::with_max_regions(1, 1);
+        let pd = t.alloc_pd();
+        let mr = pd.register(BytesMut::zeroed(1), rw()).unwrap();
+        assert_eq!(
+            pd.register(BytesMut::zeroed(1), rw()).err(),
+            Some(RegisterError::TableFull)
+        );
+        let s = mr.stag();
+        drop(mr);
+        assert_eq!(
+            t.check(acc(&pd, s, 0, 1, Access::empty())),
+            Err(AccessError::UnknownStag(s))
+        );
+        assert!(pd.register(BytesMut::zeroed(1), rw()).is_ok());
+    }
+
+    #[test]
+    fn rejects_base_plus_length_overflow() {
+        let t = MrTable::new(1);
+        let pd = t.alloc_pd();
+        assert_eq!(
+            pd.register_at(BytesMut::zeroed(2), rw(), u64::MAX).err(),
+            Some(RegisterError::ToOverflow)
+        );
+    }
+
+    #[test]
+    fn transfer_between_tables_checks_both_sides_first() {
+        let a = MrTable::new(1);
+        let b = MrTable::new(2);
+        let pa = a.alloc_pd();
+        let pb = b.alloc_pd();
+        let src = pa
+            .register(BytesMut::from(&b"hello"[..]), Access::REMOTE_READ)
+            .unwrap();
+        let dst = pb
+            .register(BytesMut::zeroed(5), Access::LOCAL_WRITE)
+            .unwrap();
+        let bad = pb
+            .register(BytesMut::zeroed(5), Access::REMOTE_READ)
+            .unwrap();
+        let s = acc(&pa, src.stag(), 0, 5, Access::REMOTE_READ);
+        let r = MrTable::transfer(&a, s, &b, acc(&pb, bad.stag(), 0, 5, Access::LOCAL_WRITE));
+        assert_eq!(
+            r,
+            Err(TransferError::Sink(AccessError::AccessRights(bad.stag())))
+        );
+        MrTable::transfer(&a, s, &b, acc(&pb, dst.stag(), 0, 5, Access::LOCAL_WRITE)).unwrap();
+        assert_eq!(&dst.invalidate().buf[..], b"hello");
+        assert_eq!(b.stats().bytes_placed_direct, 5);
+        assert_eq!(b.stats().bytes_copied_staging, 0);
+    }
+
+    #[test]
+    fn transfer_within_one_table_copies_between_regions() {
+        let t = MrTable::new(1);
+        let pd = t.alloc_pd();
+        let src = pd.register(BytesMut::from(&b"xyz"[..]), rw()).unwrap();
+        let dst = pd.register(BytesMut::zeroed(3), rw()).unwrap();
+        MrTable::transfer(
+            &t,
+            acc(&pd, src.stag(), 0, 3, Access::REMOTE_READ),
+            &t,
+            acc(&pd, dst.stag(), 0, 3, Access::LOCAL_WRITE),
+        )
+        .unwrap();
+        assert_eq!(&dst.invalidate().buf[..], b"xyz");
+    }
+
+    #[test]
+    fn place_copy_counts_staging() {
+        let t = MrTable::new(1);
+        let pd = t.alloc_pd();
+        let mr = pd.register(BytesMut::zeroed(3), rw()).unwrap();
+        t.place_copy(acc(&pd, mr.stag(), 0, 3, Access::REMOTE_WRITE), b"abc")
+            .unwrap();
+        assert_eq!(t.stats().bytes_copied_staging, 3);
+        assert_eq!(t.stats().bytes_placed_direct, 0);
+    }
+}
