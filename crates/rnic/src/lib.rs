@@ -19,14 +19,18 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod conformance;
 mod cq;
+mod device;
 mod error;
+pub mod loopback;
 mod mr;
 mod qp;
 mod stag;
 mod wr;
 
 pub use cq::{CompletionQueue, Next};
+pub use device::{CloseReason, ConnectRequest, Connected, Device, Listener, QueuePair};
 pub use error::{
     AccessError, CmError, CqOverflow, PostError, RegisterError, TerminateCause, WcStatus,
 };

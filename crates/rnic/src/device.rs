@@ -1,0 +1,185 @@
+//! The `Device` trait: what an RDMA device offers its consumers.
+//!
+//! Every upper layer (RPC-over-RDMA in particular) is written generic over
+//! [`Device`], so that the in-memory [`loopback`](crate::loopback) device and the
+//! TCP-based `softrnic` device are interchangeable. Both share
+//! [`MrTable`](crate::MrTable) for every access check.
+//!
+//! # Contract
+//!
+//! - Memory: registration is not a device method; it goes through
+//!   [`ProtectionDomain`] (from [`Device::alloc_pd`]) on the device's own table.
+//! - Connection management (RFC 5044 §7, RFC 6581): [`Device::listen`] gives a
+//!   [`Listener`]; each [`Listener::accept_request`] yields a [`ConnectRequest`]
+//!   whose [`private_data`](ConnectRequest::private_data) can be read *before*
+//!   [`accept`](ConnectRequest::accept) or [`reject`](ConnectRequest::reject),
+//!   each with private data of its own. [`Device::connect`] returns the queue
+//!   pair with the acceptor's private data, or [`CmError::Rejected`] with the
+//!   rejecter's.
+//! - Receive buffers given in [`QpConfig::initial_recvs`] are posted before the
+//!   queue pair reaches RTS, so the peer's first Send always finds them.
+//! - Posting never blocks. Send-queue work runs in order; every request
+//!   produces exactly one [`WorkCompletion`](crate::WorkCompletion) on its queue's
+//!   completion queue, flushed ([`WcStatus::FlushError`](crate::WcStatus)) if the
+//!   connection ends first.
+//! - RNIC behaviour (RFC 5040 §5, §7): a tagged access that fails the
+//!   [`MrTable`](crate::MrTable) checks touches no memory, completes the
+//!   initiator's request with `RemoteAccessError`, terminates the connection,
+//!   and flushes everything else; a Send that finds no receive buffer, or one
+//!   too small, terminates the connection (`RemoteInvalidRequest` at the
+//!   sender; `LocalLengthError` on the too-small buffer); a Send With
+//!   Invalidate invalidates the named STag of the receiver before the receive
+//!   completes and reports it in [`WorkCompletion::invalidated`](crate::WorkCompletion).
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::cq::CompletionQueue;
+use crate::error::{CmError, PostError, TerminateCause};
+use crate::mr::{MrTable, ProtectionDomain};
+use crate::qp::{QpAttrs, QpConfig, QpState};
+use crate::stag::{PdId, QpNum};
+use crate::wr::{ReadWr, RecvWr, SendWr, WriteWr};
+
+/// An RDMA device: a memory-region table, connection management, queue pairs.
+pub trait Device: Send + Sync + 'static {
+    /// How peers are addressed (`SocketAddr` for TCP, a name for loopback).
+    type Addr: Clone + Debug + Send + Sync + 'static;
+    /// The device's queue pairs.
+    type Qp: QueuePair;
+    /// The device's listeners.
+    type Listener: Listener<Addr = Self::Addr, Qp = Self::Qp>;
+
+    /// The device's access-check table.
+    fn mr_table(&self) -> &Arc<MrTable>;
+
+    /// Creates a protection domain on this device.
+    fn alloc_pd(&self) -> ProtectionDomain {
+        self.mr_table().alloc_pd()
+    }
+
+    /// Listens for connection requests at `addr`.
+    fn listen(
+        &self,
+        addr: &Self::Addr,
+    ) -> impl Future<Output = Result<Self::Listener, CmError>> + Send;
+
+    /// Connects to a listener at `addr`, offering `config.private_data`.
+    /// Returns the queue pair (in RTS) and the acceptor's private data.
+    fn connect(
+        &self,
+        pd: &ProtectionDomain,
+        addr: &Self::Addr,
+        config: QpConfig,
+    ) -> impl Future<Output = Result<Connected<Self::Qp>, CmError>> + Send;
+}
+
+/// The result of a successful [`Device::connect`].
+#[derive(Debug)]
+pub struct Connected<Q> {
+    /// The connected queue pair, in RTS.
+    pub qp: Q,
+    /// The private data the acceptor sent with its accept.
+    pub private_data: Vec<u8>,
+}
+
+/// A passive endpoint receiving connection requests.
+pub trait Listener: Send + 'static {
+    /// Address type of the device.
+    type Addr: Clone + Debug + Send + Sync + 'static;
+    /// Queue pairs produced by accepting.
+    type Qp: QueuePair;
+    /// A pending connection request.
+    type Request: ConnectRequest<Qp = Self::Qp>;
+
+    /// The address connectors should use (with the port chosen, for TCP).
+    fn local_addr(&self) -> Self::Addr;
+
+    /// Waits for the next connection request.
+    fn accept_request(&mut self) -> impl Future<Output = Result<Self::Request, CmError>> + Send;
+}
+
+/// A connection request awaiting the consumer's decision.
+///
+/// Dropping it without a decision rejects it with no private data.
+pub trait ConnectRequest: Send + 'static {
+    /// Queue pairs produced by accepting.
+    type Qp: QueuePair;
+
+    /// The connector's private data (RFC 5044 §7.1, at most 512 bytes).
+    fn private_data(&self) -> &[u8];
+
+    /// The connector's offered inbound and outbound RDMA Read depths
+    /// `(ird, ord)` (RFC 6581 §4).
+    fn peer_ird_ord(&self) -> (u32, u32);
+
+    /// Accepts, sending `config.private_data`; returns the queue pair in RTS.
+    fn accept(
+        self,
+        pd: &ProtectionDomain,
+        config: QpConfig,
+    ) -> impl Future<Output = Result<Self::Qp, CmError>> + Send;
+
+    /// Rejects, sending `private_data` (at most 512 bytes) to the connector.
+    fn reject(self, private_data: &[u8]) -> impl Future<Output = Result<(), CmError>> + Send;
+}
+
+/// Why a queue pair left RTS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CloseReason {
+    /// This side called [`QueuePair::disconnect`].
+    LocalDisconnect,
+    /// The peer disconnected gracefully.
+    PeerDisconnect,
+    /// This side detected an error and sent a Terminate (RFC 5040 §7.2).
+    TerminateSent(TerminateCause),
+    /// The peer sent a Terminate (RFC 5040 §7.1).
+    TerminateReceived(TerminateCause),
+    /// The lower-layer connection failed (reset, dropped, injected fault).
+    ConnectionLost,
+}
+
+/// A reliable-connected queue pair.
+///
+/// All methods take `&self`: a queue pair can be shared between the task that
+/// posts and the task that reaps completions.
+pub trait QueuePair: Send + Sync + 'static {
+    /// The queue pair's number, carried by its completions.
+    fn qp_num(&self) -> QpNum;
+
+    /// The protection domain it was created in.
+    fn pd(&self) -> PdId;
+
+    /// Current state.
+    fn state(&self) -> QpState;
+
+    /// Why it left RTS, once it has.
+    fn close_reason(&self) -> Option<CloseReason>;
+
+    /// Attributes negotiated at connection set-up (IRD, ORD, sizes).
+    fn attrs(&self) -> QpAttrs;
+
+    /// Posts a Send (or Send With Invalidate / Solicited Event).
+    fn post_send(&self, wr: SendWr) -> Result<(), PostError>;
+
+    /// Posts an RDMA Write.
+    fn post_write(&self, wr: WriteWr) -> Result<(), PostError>;
+
+    /// Posts an RDMA Read.
+    fn post_read(&self, wr: ReadWr) -> Result<(), PostError>;
+
+    /// Posts a receive buffer.
+    fn post_recv(&self, wr: RecvWr) -> Result<(), PostError>;
+
+    /// The completion queue of the send queue.
+    fn send_cq(&self) -> &CompletionQueue;
+
+    /// The completion queue of the receive queue.
+    fn recv_cq(&self) -> &CompletionQueue;
+
+    /// Closes the connection gracefully; every outstanding work request on both
+    /// sides completes with `FlushError`.
+    fn disconnect(&self);
+}
