@@ -6,6 +6,7 @@
 //!   Terminate bodies.
 #![forbid(unsafe_code)]
 
+pub mod deframe;
 pub mod negotiation;
 pub mod wire;
 
