@@ -1,6 +1,38 @@
 //! ONC RPC (RFC 5531): messages, authentication flavors, record marking,
 //! sans-IO client and server cores, and a TCP transport.
+//!
+//! - [`msg`]: call and reply headers (RFC 5531 §9), AUTH_NONE / AUTH_SYS
+//!   (§10, Appendix A), status codes as open newtypes.
+//! - [`record`]: record marking (§11) as a sans-IO deframer with a record
+//!   size bound, and a framer that writes gather buffers without flattening.
+//! - [`server`]: the sans-IO server core ([`Server`], [`RpcService`]):
+//!   dispatch by program/version/procedure and the RFC 5531 error replies.
+//! - [`drc`]: the duplicate-request cache.
+//! - [`client`]: the sans-IO client core ([`ClientCore`]) and the
+//!   [`ClientTransport`] trait shared by TCP and RPC-over-RDMA.
+//! - [`echo`]: a test program (0x20004E52) with NULL and ECHO.
+//! - `tcp` (feature `tokio`, on by default): [`tcp::TcpServer`] and
+//!   [`tcp::TcpClient`].
+//!
+//! # Fuzzing
+//!
+//! Targets `oncrpc_record` (the deframer fed arbitrary chunks) and
+//! `oncrpc_msg` (call and reply decoding) live in `fuzz/` at the workspace
+//! root:
+//!
+//! ```text
+//! RUSTC_BOOTSTRAP=1 cargo fuzz run oncrpc_msg -- -max_total_time=30
+//! ```
 #![forbid(unsafe_code)]
 
+pub mod client;
+pub mod drc;
+pub mod echo;
 pub mod msg;
 pub mod record;
+pub mod server;
+#[cfg(feature = "tokio")]
+pub mod tcp;
+
+pub use client::{ClientCore, ClientTransport, ReplyHint, RpcCall, RpcError};
+pub use server::{CallContext, PeerInfo, RpcService, Server, ServiceError, TransportKind};

@@ -1,0 +1,398 @@
+//! The sans-IO server core: program registry, call dispatch, error replies
+//! (RFC 5531 §9) and the duplicate-request cache.
+//!
+//! A transport shell (TCP here, RPC-over-RDMA in `rpcrdma`) hands each
+//! received call message to [`Server::handle_call`] and sends back the
+//! [`XdrBuf`] it returns. The core performs no IO.
+
+use core::future::Future;
+use core::net::SocketAddr;
+use core::ops::RangeInclusive;
+use core::pin::Pin;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use xdr::{Decoder, Encode, XdrBuf};
+
+use crate::drc::{ClientId, DrcConfig, DrcKey, DuplicateRequestCache, Lookup};
+use crate::msg::{
+    AcceptStat, Accepted, AuthFlavor, AuthStat, CallHeader, CallHeaderError, Credential,
+    OpaqueAuth, Rejected, ReplyHeader, RPC_VERSION,
+};
+
+/// The transport a call arrived on.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransportKind {
+    /// RPC over TCP with record marking (RFC 5531 §11).
+    Tcp,
+    /// RPC-over-RDMA (RFC 8166).
+    Rdma,
+    /// Anything else (in-process tests).
+    Other,
+}
+
+/// Who sent a call: a connection id unique within the process, the peer's
+/// address when known, and the transport kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerInfo {
+    /// Connection id assigned by the transport shell.
+    pub conn_id: u64,
+    /// Peer address (the DRC uses only its IP part).
+    pub addr: Option<SocketAddr>,
+    /// Transport kind.
+    pub transport: TransportKind,
+}
+
+impl PeerInfo {
+    /// The client identity used by the duplicate-request cache: the IP
+    /// address without the port, or the connection id.
+    pub fn client_id(&self) -> ClientId {
+        match self.addr {
+            Some(a) => ClientId::Addr(a.ip()),
+            None => ClientId::Connection(self.conn_id),
+        }
+    }
+}
+
+/// Everything a service learns about a call besides its arguments.
+#[derive(Debug, Clone)]
+pub struct CallContext {
+    /// Transaction id.
+    pub xid: u32,
+    /// Program number.
+    pub prog: u32,
+    /// Program version.
+    pub vers: u32,
+    /// Procedure number.
+    pub proc_: u32,
+    /// The raw credential.
+    pub cred: OpaqueAuth,
+    /// The credential decoded (AUTH_NONE or AUTH_SYS).
+    pub credential: Credential,
+    /// Where the call came from.
+    pub peer: PeerInfo,
+}
+
+/// How a service call failed; each maps to an RPC reply (RFC 5531 §9).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ServiceError {
+    /// The arguments did not decode: MSG_ACCEPTED / GARBAGE_ARGS.
+    #[error("cannot decode arguments: {0}")]
+    GarbageArgs(xdr::Error),
+    /// Unknown procedure: MSG_ACCEPTED / PROC_UNAVAIL.
+    #[error("procedure unavailable")]
+    ProcUnavail,
+    /// The service failed: MSG_ACCEPTED / SYSTEM_ERR.
+    #[error("system error: {0}")]
+    SystemErr(&'static str),
+    /// Authentication refused: MSG_DENIED / AUTH_ERROR with this status.
+    #[error("authentication error {0}")]
+    Auth(AuthStat),
+    /// Send no reply at all (the client will retransmit).
+    #[error("reply dropped")]
+    Drop,
+}
+
+impl From<xdr::Error> for ServiceError {
+    fn from(e: xdr::Error) -> Self {
+        Self::GarbageArgs(e)
+    }
+}
+
+/// An RPC program implementation.
+///
+/// `call` receives the procedure arguments as [`Bytes`]: the call message
+/// after the RPC header, zero-copy from the transport. An RPC-over-RDMA
+/// shell reassembles DDP-eligible argument data at its XDR position before
+/// calling. The result is the procedure results as an [`XdrBuf`] whose
+/// DDP-eligible items an RDMA transport may return by Write chunk.
+pub trait RpcService: Send + Sync + 'static {
+    /// Program number.
+    fn program(&self) -> u32;
+
+    /// Versions implemented; others get PROG_MISMATCH.
+    fn versions(&self) -> RangeInclusive<u32>;
+
+    /// Executes procedure `ctx.proc_`.
+    fn call(
+        &self,
+        ctx: CallContext,
+        args: Bytes,
+    ) -> impl Future<Output = Result<XdrBuf, ServiceError>> + Send;
+
+    /// Whether replies to this procedure go in the duplicate-request cache
+    /// (non-idempotent procedures). Default: none.
+    fn is_cached(&self, _vers: u32, _proc: u32) -> bool {
+        false
+    }
+}
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Object-safe form of [`RpcService`].
+trait DynService: Send + Sync {
+    fn versions(&self) -> RangeInclusive<u32>;
+    fn call_boxed(
+        &self,
+        ctx: CallContext,
+        args: Bytes,
+    ) -> BoxFuture<'_, Result<XdrBuf, ServiceError>>;
+    fn is_cached(&self, vers: u32, proc_: u32) -> bool;
+}
+
+impl<S: RpcService> DynService for S {
+    fn versions(&self) -> RangeInclusive<u32> {
+        RpcService::versions(self)
+    }
+    fn call_boxed(
+        &self,
+        ctx: CallContext,
+        args: Bytes,
+    ) -> BoxFuture<'_, Result<XdrBuf, ServiceError>> {
+        Box::pin(self.call(ctx, args))
+    }
+    fn is_cached(&self, vers: u32, proc_: u32) -> bool {
+        RpcService::is_cached(self, vers, proc_)
+    }
+}
+
+/// The server core: a registry of services by program number, and an
+/// optional duplicate-request cache.
+#[derive(Default)]
+pub struct Server {
+    programs: HashMap<u32, Vec<Arc<dyn DynService>>>,
+    drc: Option<DuplicateRequestCache>,
+}
+
+impl core::fmt::Debug for Server {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Server")
+            .field("programs", &self.programs.keys().collect::<Vec<_>>())
+            .field("drc", &self.drc)
+            .finish()
+    }
+}
+
+/// Outcome of header processing, before the service runs.
+enum Prepared {
+    Reply(XdrBuf),
+    Drop,
+    Run {
+        svc: Arc<dyn DynService>,
+        ctx: CallContext,
+        args: Bytes,
+    },
+}
+
+fn reply_only(h: ReplyHeader) -> XdrBuf {
+    xdr::to_xdr_buf(&h)
+}
+
+/// Removes an in-progress DRC entry if the call future is dropped before
+/// completing (e.g. the connection closed), so a retransmission executes.
+struct DrcGuard<'a> {
+    drc: &'a DuplicateRequestCache,
+    key: Option<DrcKey>,
+}
+
+impl Drop for DrcGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(k) = self.key.take() {
+            self.drc.abandon(k);
+        }
+    }
+}
+
+impl Server {
+    /// A server with no programs and no duplicate-request cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Enables the duplicate-request cache.
+    pub fn with_drc(mut self, config: DrcConfig) -> Self {
+        self.drc = Some(DuplicateRequestCache::new(config));
+        self
+    }
+
+    /// The duplicate-request cache, if enabled.
+    pub fn drc(&self) -> Option<&DuplicateRequestCache> {
+        self.drc.as_ref()
+    }
+
+    /// Registers a service. Several services may share a program number
+    /// with disjoint version ranges.
+    pub fn register<S: RpcService>(&mut self, service: S) -> &mut Self {
+        self.register_arc(Arc::new(service))
+    }
+
+    /// Registers a shared service.
+    pub fn register_arc<S: RpcService>(&mut self, service: Arc<S>) -> &mut Self {
+        let prog = service.program();
+        self.programs.entry(prog).or_default().push(service);
+        self
+    }
+
+    /// Handles one call message (a whole RPC record) and returns the reply
+    /// message, or `None` when no reply is sent (not a call, no xid to
+    /// answer, a retransmission of a call in progress, or a service that
+    /// chose to drop).
+    ///
+    /// Error replies follow RFC 5531 §9 and Linux knfsd: `rpcvers` ≠ 2 →
+    /// MSG_DENIED / RPC_MISMATCH 2..2; a credential that is malformed,
+    /// over 400 bytes (§8.2) or of an unsupported flavor → MSG_DENIED /
+    /// AUTH_ERROR / AUTH_BADCRED; a bad verifier → AUTH_BADVERF; a header
+    /// truncated after `rpcvers` → MSG_ACCEPTED / GARBAGE_ARGS; unknown
+    /// program → PROG_UNAVAIL; unknown version → PROG_MISMATCH with the
+    /// registered range; the rest comes from the service.
+    pub async fn handle_call(&self, record: Bytes, peer: &PeerInfo) -> Option<XdrBuf> {
+        match self.prepare(&record, peer) {
+            Prepared::Reply(r) => Some(r),
+            Prepared::Drop => None,
+            Prepared::Run { svc, ctx, args } => self.run(svc, ctx, args).await,
+        }
+    }
+
+    fn prepare(&self, record: &Bytes, peer: &PeerInfo) -> Prepared {
+        let mut dec = Decoder::from_bytes(record);
+        let hdr = match CallHeader::decode(&mut dec) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::debug!(error = %e, "rejecting call header");
+                return match e {
+                    CallHeaderError::NoPrefix(_) | CallHeaderError::NotACall { .. } => {
+                        Prepared::Drop
+                    }
+                    CallHeaderError::RpcVersion { xid, .. } => {
+                        Prepared::Reply(reply_only(ReplyHeader::denied(
+                            xid,
+                            Rejected::RpcMismatch {
+                                low: RPC_VERSION,
+                                high: RPC_VERSION,
+                            },
+                        )))
+                    }
+                    CallHeaderError::BadCred { xid, .. } => Prepared::Reply(reply_only(
+                        ReplyHeader::denied(xid, Rejected::AuthError(AuthStat::AUTH_BADCRED)),
+                    )),
+                    CallHeaderError::BadVerf { xid, .. } => Prepared::Reply(reply_only(
+                        ReplyHeader::denied(xid, Rejected::AuthError(AuthStat::AUTH_BADVERF)),
+                    )),
+                    CallHeaderError::Truncated { xid, .. } => Prepared::Reply(reply_only(
+                        ReplyHeader::accepted(xid, Accepted::Other(AcceptStat::GARBAGE_ARGS)),
+                    )),
+                };
+            }
+        };
+        let xid = hdr.xid;
+        let deny =
+            |s| Prepared::Reply(reply_only(ReplyHeader::denied(xid, Rejected::AuthError(s))));
+        let credential = match Credential::from_opaque(&hdr.cred) {
+            Ok(Credential::Other(_)) | Err(_) => return deny(AuthStat::AUTH_BADCRED),
+            Ok(Credential::None) if !hdr.cred.body.is_empty() => {
+                return deny(AuthStat::AUTH_BADCRED)
+            }
+            Ok(c) => c,
+        };
+        // RFC 5531 §10.1-10.2: AUTH_NONE and AUTH_SYS calls carry an
+        // AUTH_NONE verifier.
+        if hdr.verf.flavor != AuthFlavor::AUTH_NONE || !hdr.verf.body.is_empty() {
+            return deny(AuthStat::AUTH_BADVERF);
+        }
+        let accepted = |stat| Prepared::Reply(reply_only(ReplyHeader::accepted(xid, stat)));
+        let Some(svcs) = self.programs.get(&hdr.prog) else {
+            return accepted(Accepted::Other(AcceptStat::PROG_UNAVAIL));
+        };
+        let Some(svc) = svcs.iter().find(|s| s.versions().contains(&hdr.vers)) else {
+            let low = svcs
+                .iter()
+                .map(|s| *s.versions().start())
+                .min()
+                .unwrap_or(0);
+            let high = svcs.iter().map(|s| *s.versions().end()).max().unwrap_or(0);
+            return accepted(Accepted::ProgMismatch { low, high });
+        };
+        let args = dec.rest_bytes();
+        Prepared::Run {
+            svc: Arc::clone(svc),
+            ctx: CallContext {
+                xid,
+                prog: hdr.prog,
+                vers: hdr.vers,
+                proc_: hdr.proc_,
+                cred: hdr.cred,
+                credential,
+                peer: *peer,
+            },
+            args,
+        }
+    }
+
+    async fn run(&self, svc: Arc<dyn DynService>, ctx: CallContext, args: Bytes) -> Option<XdrBuf> {
+        let xid = ctx.xid;
+        let mut guard = None;
+        if let Some(drc) = &self.drc {
+            if svc.is_cached(ctx.vers, ctx.proc_) {
+                let key = DrcKey::new(
+                    xid,
+                    ctx.peer.client_id(),
+                    ctx.prog,
+                    ctx.vers,
+                    ctx.proc_,
+                    &args,
+                );
+                match drc.begin(key) {
+                    Lookup::New => {
+                        guard = Some(DrcGuard {
+                            drc,
+                            key: Some(key),
+                        })
+                    }
+                    Lookup::InProgress => {
+                        tracing::debug!(xid, "dropping retransmission of a call in progress");
+                        return None;
+                    }
+                    Lookup::Replay(r) => {
+                        tracing::debug!(xid, "replaying cached reply");
+                        return Some(r);
+                    }
+                }
+            }
+        }
+        let result = svc.call_boxed(ctx, args).await;
+        let reply = match result {
+            Ok(body) => {
+                let mut r = XdrBuf::with_capacity(24);
+                ReplyHeader::accepted(xid, Accepted::Success).encode(&mut r);
+                r.append(body);
+                Some(r)
+            }
+            Err(e) => {
+                tracing::debug!(xid, error = %e, "service error");
+                let h = match e {
+                    ServiceError::GarbageArgs(_) => {
+                        ReplyHeader::accepted(xid, Accepted::Other(AcceptStat::GARBAGE_ARGS))
+                    }
+                    ServiceError::ProcUnavail => {
+                        ReplyHeader::accepted(xid, Accepted::Other(AcceptStat::PROC_UNAVAIL))
+                    }
+                    ServiceError::SystemErr(_) => {
+                        ReplyHeader::accepted(xid, Accepted::Other(AcceptStat::SYSTEM_ERR))
+                    }
+                    ServiceError::Auth(s) => ReplyHeader::denied(xid, Rejected::AuthError(s)),
+                    ServiceError::Drop => return None,
+                };
+                Some(reply_only(h))
+            }
+        };
+        if let (Some(g), Some(r)) = (guard.as_mut(), reply.as_ref()) {
+            if let Some(k) = g.key.take() {
+                g.drc.complete(k, r);
+            }
+        }
+        reply
+    }
+}

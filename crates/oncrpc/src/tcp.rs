@@ -1,0 +1,354 @@
+//! The TCP shell (feature `tokio`): RPC over TCP with record marking
+//! (RFC 5531 §11), driving the sans-IO [`Server`] and [`ClientCore`].
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::task::JoinHandle;
+use xdr::XdrBuf;
+
+use crate::client::{ClientConfig, ClientCore, ClientTransport, RpcCall, RpcError};
+use crate::record::{fragment_headers, framed_slices, RecordDecoder, MAX_FRAGMENT_LEN};
+use crate::server::{PeerInfo, Server, TransportKind};
+
+/// Settings of the TCP shells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpConfig {
+    /// Largest record accepted; a peer exceeding it is disconnected.
+    pub max_record: usize,
+    /// Calls executed concurrently per connection (server side).
+    pub max_concurrent_per_conn: usize,
+    /// Bytes reserved for each socket read.
+    pub read_chunk: usize,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        Self {
+            max_record: 4 * 1024 * 1024 + 64 * 1024,
+            max_concurrent_per_conn: 128,
+            read_chunk: 64 * 1024,
+        }
+    }
+}
+
+static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Writes one record: fragment headers and the message's slices, using
+/// vectored writes so bulk payloads are not copied.
+async fn write_record<W: AsyncWrite + Unpin>(w: &mut W, msg: &XdrBuf) -> io::Result<()> {
+    let headers = fragment_headers(msg.len(), MAX_FRAGMENT_LEN);
+    let mut slices = framed_slices(msg, &headers, MAX_FRAGMENT_LEN);
+    let mut first = 0usize;
+    while first < slices.len() {
+        let io: Vec<io::IoSlice<'_>> = slices
+            .get(first..)
+            .unwrap_or(&[])
+            .iter()
+            .take(64)
+            .map(|s| io::IoSlice::new(s))
+            .collect();
+        let mut n = w.write_vectored(&io).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 {
+            let Some(s) = slices.get_mut(first) else {
+                break;
+            };
+            if n >= s.len() {
+                n -= s.len();
+                first += 1;
+            } else {
+                *s = s.get(n..).unwrap_or(&[]);
+                n = 0;
+            }
+        }
+        while slices.get(first).is_some_and(|s| s.is_empty()) {
+            first += 1;
+        }
+    }
+    Ok(())
+}
+
+async fn writer_task(mut w: OwnedWriteHalf, mut rx: mpsc::Receiver<XdrBuf>) {
+    while let Some(msg) = rx.recv().await {
+        if let Err(e) = write_record(&mut w, &msg).await {
+            tracing::debug!(error = %e, "write failed");
+            return;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+/// An RPC server over TCP serving a [`Server`]'s programs.
+#[derive(Debug)]
+pub struct TcpServer {
+    listener: TcpListener,
+    server: Arc<Server>,
+    config: TcpConfig,
+}
+
+impl TcpServer {
+    /// Binds `addr`.
+    pub async fn bind(
+        addr: impl ToSocketAddrs,
+        server: Arc<Server>,
+        config: TcpConfig,
+    ) -> io::Result<Self> {
+        Ok(Self {
+            listener: TcpListener::bind(addr).await?,
+            server,
+            config,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accepts connections forever, each served by its own task.
+    pub async fn serve(self) -> io::Result<()> {
+        loop {
+            let (stream, addr) = self.listener.accept().await?;
+            let server = Arc::clone(&self.server);
+            let config = self.config;
+            tokio::spawn(async move {
+                serve_connection(stream, Some(addr), server, config).await;
+            });
+        }
+    }
+
+    /// Runs [`Self::serve`] on a new task.
+    pub fn spawn(self) -> JoinHandle<io::Result<()>> {
+        tokio::spawn(self.serve())
+    }
+}
+
+/// Serves one connection: reads records within the bound, executes up to
+/// `max_concurrent_per_conn` calls at once and writes replies in
+/// completion order. A record over the bound closes the connection.
+pub async fn serve_connection(
+    stream: TcpStream,
+    addr: Option<SocketAddr>,
+    server: Arc<Server>,
+    config: TcpConfig,
+) {
+    let _ = stream.set_nodelay(true);
+    let peer = PeerInfo {
+        conn_id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
+        addr,
+        transport: TransportKind::Tcp,
+    };
+    let (mut r, w) = stream.into_split();
+    let (tx, rx) = mpsc::channel::<XdrBuf>(config.max_concurrent_per_conn.max(1));
+    let writer = tokio::spawn(writer_task(w, rx));
+    let permits = Arc::new(Semaphore::new(config.max_concurrent_per_conn.max(1)));
+    let mut deframer = RecordDecoder::new(config.max_record);
+    'conn: loop {
+        loop {
+            match deframer.next_record() {
+                Ok(Some(record)) => {
+                    let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+                        break 'conn;
+                    };
+                    let server = Arc::clone(&server);
+                    let tx = tx.clone();
+                    tokio::spawn(async move {
+                        if let Some(reply) = server.handle_call(record, &peer).await {
+                            let _ = tx.send(reply).await;
+                        }
+                        drop(permit);
+                    });
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::info!(conn = peer.conn_id, error = %e, "closing connection");
+                    writer.abort();
+                    return;
+                }
+            }
+        }
+        deframer.read_buf().reserve(config.read_chunk);
+        match r.read_buf(deframer.read_buf()).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    drop(tx);
+    let _ = writer.await;
+}
+
+type Pending = oneshot::Sender<Result<Bytes, RpcError>>;
+
+struct ClientShared {
+    core: Mutex<ClientCore<Pending>>,
+    tx: mpsc::Sender<XdrBuf>,
+    slots: Semaphore,
+    call_timeout: Option<Duration>,
+}
+
+impl ClientShared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ClientCore<Pending>> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// An RPC client over one TCP connection with many calls in flight: a
+/// writer task sends calls, a reader task matches replies by XID.
+///
+/// Dropping the client closes the connection once queued calls are sent.
+/// No reconnection is attempted: when the connection fails every pending
+/// call ends with [`RpcError::ConnectionClosed`].
+#[derive(Clone)]
+pub struct TcpClient {
+    shared: Arc<ClientShared>,
+    reader: Arc<JoinHandle<()>>,
+}
+
+impl core::fmt::Debug for TcpClient {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TcpClient").finish_non_exhaustive()
+    }
+}
+
+impl Drop for TcpClient {
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.reader) == 1 {
+            self.reader.abort();
+        }
+    }
+}
+
+impl TcpClient {
+    /// Connects to `addr`. `xid_seed` is the first XID (inject a random
+    /// value in production). `config.retransmit.timeout`, if set, bounds how
+    /// long a call waits for its reply.
+    pub async fn connect(
+        addr: impl ToSocketAddrs,
+        xid_seed: u32,
+        config: ClientConfig,
+        tcp: TcpConfig,
+    ) -> io::Result<Self> {
+        let stream = TcpStream::connect(addr).await?;
+        let _ = stream.set_nodelay(true);
+        let (mut r, w) = stream.into_split();
+        let (tx, rx) = mpsc::channel::<XdrBuf>(config.max_in_flight.max(1));
+        tokio::spawn(writer_task(w, rx));
+        let shared = Arc::new(ClientShared {
+            core: Mutex::new(ClientCore::new(xid_seed, config)),
+            tx,
+            slots: Semaphore::new(config.max_in_flight.max(1)),
+            call_timeout: config.retransmit.timeout,
+        });
+        let weak = Arc::downgrade(&shared);
+        let max_record = tcp.max_record;
+        let read_chunk = tcp.read_chunk;
+        let reader = tokio::spawn(async move {
+            let mut deframer = RecordDecoder::new(max_record);
+            'conn: loop {
+                deframer.read_buf().reserve(read_chunk);
+                match r.read_buf(deframer.read_buf()).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                loop {
+                    match deframer.next_record() {
+                        Ok(Some(rec)) => {
+                            let Some(shared) = weak.upgrade() else {
+                                break 'conn;
+                            };
+                            let done = shared.lock().handle_reply(&rec);
+                            match done {
+                                Some((_, tx, result)) => {
+                                    let _ = tx.send(result);
+                                }
+                                None => tracing::debug!("reply with unknown xid dropped"),
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::info!(error = %e, "server sent an oversized record");
+                            break 'conn;
+                        }
+                    }
+                }
+            }
+            if let Some(shared) = weak.upgrade() {
+                let failed = shared.lock().fail_all(RpcError::ConnectionClosed);
+                for (tx, e) in failed {
+                    let _ = tx.send(Err(e));
+                }
+            }
+        });
+        Ok(Self {
+            shared,
+            reader: Arc::new(reader),
+        })
+    }
+
+    /// Calls in flight.
+    pub fn in_flight(&self) -> usize {
+        self.shared.lock().in_flight()
+    }
+
+    async fn do_call(&self, call: RpcCall) -> Result<Bytes, RpcError> {
+        let _slot = self
+            .shared
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| RpcError::ConnectionClosed)?;
+        if self.reader.is_finished() {
+            return Err(RpcError::ConnectionClosed);
+        }
+        let (tx, rx) = oneshot::channel();
+        let (xid, msg) = self
+            .shared
+            .lock()
+            .start_call(&call, tx, Instant::now())
+            .map_err(|(_, e)| e)?;
+        if self.shared.tx.send(msg).await.is_err() {
+            self.shared.lock().cancel(xid);
+            return Err(RpcError::ConnectionClosed);
+        }
+        let wait = async { rx.await.unwrap_or(Err(RpcError::ConnectionClosed)) };
+        match self.shared.call_timeout {
+            Some(t) => match tokio::time::timeout(t, wait).await {
+                Ok(r) => r,
+                Err(_) => {
+                    self.shared.lock().cancel(xid);
+                    Err(RpcError::TimedOut)
+                }
+            },
+            None => wait.await,
+        }
+    }
+}
+
+impl ClientTransport for TcpClient {
+    fn call(
+        &self,
+        call: RpcCall,
+    ) -> impl core::future::Future<Output = Result<Bytes, RpcError>> + Send {
+        self.do_call(call)
+    }
+}
+
+impl ClientTransport for Arc<TcpClient> {
+    fn call(
+        &self,
+        call: RpcCall,
+    ) -> impl core::future::Future<Output = Result<Bytes, RpcError>> + Send {
+        self.as_ref().do_call(call)
+    }
+}
