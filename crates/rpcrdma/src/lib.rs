@@ -1,4 +1,21 @@
-//! RPC-over-RDMA versions 1 (RFC 8166, RFC 8167, RFC 8797) and 2: transport headers, chunks, credits and transports over any rnic device.
+//! RPC-over-RDMA versions 1 (RFC 8166, RFC 8167, RFC 8797) and 2
+//! (draft-cel-nfsv4-rpcrdma-version-two): transport headers, chunks,
+//! credits and chunk planning, sans-IO.
 //!
-//! This layer is not built yet: the crate is a placeholder in the workspace
-//! layout of DESIGN.md and exports nothing.
+//! - [`wire`]: header codecs. [`wire::v1::Header`], [`wire::v2::Header`],
+//!   the shared [`wire::Prefix`] peek (answer an unknown version with
+//!   ERR_VERS even when the body is garbage) and [`wire::cm`], the RFC 8797
+//!   connection private data.
+//! - [`credits`]: requester and responder credit accounting
+//!   (RFC 8166 §3.3).
+//! - [`plan`]: inline thresholds and the conveyance decision for calls and
+//!   replies (RFC 8166 §3.5), and the receiver's reassembly of the full
+//!   XDR stream from inline bytes and chunk data.
+//! - [`ulb`]: the [`ulb::UpperLayerBinding`] trait an RPC program
+//!   implements so a requester can size reply resources (RFC 8166 §6).
+//!
+//! Nothing here does IO or reads a clock.
+#![forbid(unsafe_code)]
+
+pub mod credits;
+pub mod wire;
