@@ -8,6 +8,7 @@
 
 pub mod deframe;
 pub mod negotiation;
+pub mod segment;
 pub mod wire;
 
 #[cfg(test)]
