@@ -591,7 +591,7 @@ pub async fn private_data_and_ird_ord_are_exchanged<H: Harness>(h: &H) {
     ccfg.ord = 4;
     ccfg.ird = 2;
     let mut scfg = QpConfig::new(CompletionQueue::new(8));
-    scfg.private_data = vec![0xab; 512];
+    scfg.private_data = vec![0xab; crate::MAX_PRIVATE_DATA];
     scfg.ird = 3;
     scfg.ord = 8;
     let (c, s) = join(client.connect(&cpd, &addr, ccfg), async {
@@ -603,7 +603,7 @@ pub async fn private_data_and_ird_ord_are_exchanged<H: Harness>(h: &H) {
     .await;
     let c = c.expect("connect");
     let sqp = s.expect("accept");
-    assert_eq!(c.private_data, vec![0xab; 512]);
+    assert_eq!(c.private_data, vec![0xab; crate::MAX_PRIVATE_DATA]);
     let (ca, sa) = (c.qp.attrs(), sqp.attrs());
     assert_eq!((ca.ord, sa.ird), (3, 3), "client ORD limited by server IRD");
     assert_eq!((sa.ord, ca.ird), (2, 2), "server ORD limited by client IRD");
@@ -617,10 +617,10 @@ pub async fn reject_carries_private_data<H: Harness>(h: &H) {
     let mut listener = server.listen(&h.listen_addr()).await.expect("listen");
     let addr = listener.local_addr();
     let mut big = QpConfig::new(CompletionQueue::new(8));
-    big.private_data = vec![0; 513];
+    big.private_data = vec![0; crate::MAX_PRIVATE_DATA + 1];
     assert_eq!(
         client.connect(&cpd, &addr, big).await.err(),
-        Some(CmError::PrivateDataTooLong(513))
+        Some(CmError::PrivateDataTooLong(crate::MAX_PRIVATE_DATA + 1))
     );
     let mut ccfg = QpConfig::new(CompletionQueue::new(8));
     ccfg.private_data = b"may I".to_vec();

@@ -107,7 +107,7 @@ pub trait ConnectRequest: Send + 'static {
     /// Queue pairs produced by accepting.
     type Qp: QueuePair;
 
-    /// The connector's private data (RFC 5044 §7.1, at most 512 bytes).
+    /// The connector's private data (RFC 5044 §7.1).
     fn private_data(&self) -> &[u8];
 
     /// The connector's offered inbound and outbound RDMA Read depths
@@ -121,7 +121,7 @@ pub trait ConnectRequest: Send + 'static {
         config: QpConfig,
     ) -> impl Future<Output = Result<Self::Qp, CmError>> + Send;
 
-    /// Rejects, sending `private_data` (at most 512 bytes) to the connector.
+    /// Rejects, sending `private_data` (at most [`MAX_PRIVATE_DATA`](crate::MAX_PRIVATE_DATA) bytes) to the connector.
     fn reject(self, private_data: &[u8]) -> impl Future<Output = Result<(), CmError>> + Send;
 }
 

@@ -184,9 +184,9 @@ pub enum CmError {
     /// The address is already in use by another listener.
     #[error("address already in use")]
     AddrInUse,
-    /// Private data longer than the transport carries.
-    /// RFC 5044 §7.1: at most 512 bytes of private data.
-    #[error("private data of {0} bytes exceeds the limit of 512")]
+    /// Private data longer than the transport carries
+    /// ([`MAX_PRIVATE_DATA`](crate::MAX_PRIVATE_DATA), RFC 5044 §7.1).
+    #[error("private data of {0} bytes exceeds the limit of 504")]
     PrivateDataTooLong(usize),
     /// The listener was closed.
     #[error("listener closed")]

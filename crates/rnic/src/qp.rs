@@ -141,7 +141,7 @@ pub struct QpConfig {
     /// peer's first Send finds one (RFC 8166 §3.3.1 asks receivers to post
     /// before the peer may send).
     pub initial_recvs: Vec<RecvWr>,
-    /// Private data for the peer: at most 512 bytes (RFC 5044 §7.1).
+    /// Private data for the peer: at most [`MAX_PRIVATE_DATA`] bytes (RFC 5044 §7.1).
     pub private_data: Vec<u8>,
 }
 
@@ -163,9 +163,10 @@ impl QpConfig {
     }
 }
 
-/// The longest private data a connection request, reply or reject carries.
-/// RFC 5044 §7.1: "Private Data Length ... MUST NOT be larger than 512".
-pub const MAX_PRIVATE_DATA: usize = 512;
+/// The longest upper-layer private data a connection request, reply or reject
+/// carries: RFC 5044 §7.1 allows 512 bytes of MPA private data, of which the
+/// RFC 6581 enhanced connection set-up takes 8 for the IRD/ORD words.
+pub const MAX_PRIVATE_DATA: usize = 504;
 
 #[cfg(test)]
 mod tests {
