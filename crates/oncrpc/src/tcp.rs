@@ -3,13 +3,13 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
@@ -190,25 +190,50 @@ pub async fn serve_connection(
 
 type Pending = oneshot::Sender<Result<Bytes, RpcError>>;
 
+/// Client reconnection: after the connection fails, up to `max_attempts`
+/// reconnects are tried `delay` apart, and every call in flight is sent
+/// again with its original XID so the server's duplicate-request cache can
+/// recognise it (RFC 5531 §8: the XID identifies the transaction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReconnectPolicy {
+    /// Reconnection attempts after a failure (0: never reconnect).
+    pub max_attempts: u32,
+    /// Pause before each attempt.
+    pub delay: Duration,
+}
+
 struct ClientShared {
     core: Mutex<ClientCore<Pending>>,
-    tx: mpsc::Sender<XdrBuf>,
+    tx: Mutex<Option<mpsc::Sender<XdrBuf>>>,
     slots: Semaphore,
     call_timeout: Option<Duration>,
+    /// Set (before pending calls are failed) when the client gave up on
+    /// the connection for good.
+    closed: AtomicBool,
 }
 
 impl ClientShared {
     fn lock(&self) -> std::sync::MutexGuard<'_, ClientCore<Pending>> {
         self.core.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    fn sender(&self) -> Option<mpsc::Sender<XdrBuf>> {
+        self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set_sender(&self, tx: Option<mpsc::Sender<XdrBuf>>) {
+        *self.tx.lock().unwrap_or_else(|p| p.into_inner()) = tx;
+    }
 }
 
-/// An RPC client over one TCP connection with many calls in flight: a
+/// An RPC client over TCP with many calls in flight on one connection: a
 /// writer task sends calls, a reader task matches replies by XID.
 ///
-/// Dropping the client closes the connection once queued calls are sent.
-/// No reconnection is attempted: when the connection fails every pending
-/// call ends with [`RpcError::ConnectionClosed`].
+/// When the connection fails, the [`ReconnectPolicy`] decides whether to
+/// reconnect and resend the calls in flight with their XIDs; otherwise (or
+/// once attempts are exhausted) every pending call ends with
+/// [`RpcError::ConnectionClosed`]. Dropping the last clone closes the
+/// connection.
 #[derive(Clone)]
 pub struct TcpClient {
     shared: Arc<ClientShared>,
@@ -229,65 +254,122 @@ impl Drop for TcpClient {
     }
 }
 
+/// Reads replies until the connection ends; false if the client is gone.
+async fn read_replies(
+    r: &mut OwnedReadHalf,
+    weak: &Weak<ClientShared>,
+    max_record: usize,
+    read_chunk: usize,
+) -> bool {
+    let mut deframer = RecordDecoder::new(max_record);
+    loop {
+        deframer.read_buf().reserve(read_chunk);
+        match r.read_buf(deframer.read_buf()).await {
+            Ok(0) | Err(_) => return true,
+            Ok(_) => {}
+        }
+        loop {
+            match deframer.next_record() {
+                Ok(Some(rec)) => {
+                    let Some(shared) = weak.upgrade() else {
+                        return false;
+                    };
+                    let done = shared.lock().handle_reply(&rec);
+                    match done {
+                        Some((_, tx, result)) => {
+                            let _ = tx.send(result);
+                        }
+                        None => tracing::debug!("reply with unknown xid dropped"),
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::info!(error = %e, "server sent an oversized record");
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+fn open_writer(w: OwnedWriteHalf, depth: usize) -> (mpsc::Sender<XdrBuf>, JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel::<XdrBuf>(depth.max(1));
+    (tx, tokio::spawn(writer_task(w, rx)))
+}
+
 impl TcpClient {
     /// Connects to `addr`. `xid_seed` is the first XID (inject a random
     /// value in production). `config.retransmit.timeout`, if set, bounds how
     /// long a call waits for its reply.
     pub async fn connect(
-        addr: impl ToSocketAddrs,
+        addr: SocketAddr,
         xid_seed: u32,
         config: ClientConfig,
         tcp: TcpConfig,
     ) -> io::Result<Self> {
+        Self::connect_with(addr, xid_seed, config, tcp, ReconnectPolicy::default()).await
+    }
+
+    /// Like [`Self::connect`], with a reconnection policy.
+    pub async fn connect_with(
+        addr: SocketAddr,
+        xid_seed: u32,
+        config: ClientConfig,
+        tcp: TcpConfig,
+        reconnect: ReconnectPolicy,
+    ) -> io::Result<Self> {
         let stream = TcpStream::connect(addr).await?;
         let _ = stream.set_nodelay(true);
         let (mut r, w) = stream.into_split();
-        let (tx, rx) = mpsc::channel::<XdrBuf>(config.max_in_flight.max(1));
-        tokio::spawn(writer_task(w, rx));
+        let depth = config.max_in_flight;
+        let (tx, mut writer) = open_writer(w, depth);
         let shared = Arc::new(ClientShared {
             core: Mutex::new(ClientCore::new(xid_seed, config)),
-            tx,
+            tx: Mutex::new(Some(tx)),
             slots: Semaphore::new(config.max_in_flight.max(1)),
             call_timeout: config.retransmit.timeout,
+            closed: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&shared);
-        let max_record = tcp.max_record;
-        let read_chunk = tcp.read_chunk;
         let reader = tokio::spawn(async move {
-            let mut deframer = RecordDecoder::new(max_record);
+            let mut attempts = 0u32;
             'conn: loop {
-                deframer.read_buf().reserve(read_chunk);
-                match r.read_buf(deframer.read_buf()).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
+                if !read_replies(&mut r, &weak, tcp.max_record, tcp.read_chunk).await {
+                    writer.abort();
+                    return;
                 }
-                loop {
-                    match deframer.next_record() {
-                        Ok(Some(rec)) => {
-                            let Some(shared) = weak.upgrade() else {
-                                break 'conn;
-                            };
-                            let done = shared.lock().handle_reply(&rec);
-                            match done {
-                                Some((_, tx, result)) => {
-                                    let _ = tx.send(result);
-                                }
-                                None => tracing::debug!("reply with unknown xid dropped"),
-                            }
-                        }
-                        Ok(None) => break,
-                        Err(e) => {
-                            tracing::info!(error = %e, "server sent an oversized record");
-                            break 'conn;
+                writer.abort();
+                let Some(shared) = weak.upgrade() else {
+                    return;
+                };
+                shared.set_sender(None);
+                while attempts < reconnect.max_attempts {
+                    attempts += 1;
+                    tokio::time::sleep(reconnect.delay).await;
+                    let Ok(stream) = TcpStream::connect(addr).await else {
+                        continue;
+                    };
+                    tracing::info!(%addr, attempts, "reconnected; resending calls in flight");
+                    let _ = stream.set_nodelay(true);
+                    let (nr, nw) = stream.into_split();
+                    let (tx, nwriter) = open_writer(nw, depth);
+                    r = nr;
+                    writer = nwriter;
+                    let resend = shared.lock().retransmit_all(Instant::now());
+                    shared.set_sender(Some(tx.clone()));
+                    for (_, msg) in resend {
+                        if tx.send(msg).await.is_err() {
+                            break;
                         }
                     }
+                    continue 'conn;
                 }
-            }
-            if let Some(shared) = weak.upgrade() {
+                shared.closed.store(true, Ordering::SeqCst);
                 let failed = shared.lock().fail_all(RpcError::ConnectionClosed);
                 for (tx, e) in failed {
                     let _ = tx.send(Err(e));
                 }
+                return;
             }
         });
         Ok(Self {
@@ -308,18 +390,22 @@ impl TcpClient {
             .acquire()
             .await
             .map_err(|_| RpcError::ConnectionClosed)?;
-        if self.reader.is_finished() {
-            return Err(RpcError::ConnectionClosed);
-        }
         let (tx, rx) = oneshot::channel();
         let (xid, msg) = self
             .shared
             .lock()
             .start_call(&call, tx, Instant::now())
             .map_err(|(_, e)| e)?;
-        if self.shared.tx.send(msg).await.is_err() {
+        if self.shared.closed.load(Ordering::SeqCst) {
             self.shared.lock().cancel(xid);
             return Err(RpcError::ConnectionClosed);
+        }
+        // While reconnecting there is no sender: the call stays in the
+        // table and is sent by the reconnection's resend.
+        if let Some(sender) = self.shared.sender() {
+            if sender.send(msg).await.is_err() {
+                tracing::debug!(xid, "connection lost while sending; awaiting resend");
+            }
         }
         let wait = async { rx.await.unwrap_or(Err(RpcError::ConnectionClosed)) };
         match self.shared.call_timeout {

@@ -365,3 +365,68 @@ async fn replays_cached_reply_for_retransmission_from_another_port() {
     }
     assert_eq!(calls.load(Ordering::SeqCst), 4);
 }
+
+#[tokio::test]
+async fn reconnects_and_resends_with_the_same_xid() {
+    use oncrpc::tcp::ReconnectPolicy;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let fake = tokio::spawn(async move {
+        // First connection: read the call, then drop the connection.
+        let (s, _) = listener.accept().await.unwrap();
+        let mut first = Raw {
+            s,
+            d: RecordDecoder::new(1 << 20),
+        };
+        let call1 = first.recv().await.unwrap();
+        drop(first);
+        // Second connection: the same call arrives again; answer it.
+        let (s, _) = listener.accept().await.unwrap();
+        let mut second = Raw {
+            s,
+            d: RecordDecoder::new(1 << 20),
+        };
+        let call2 = second.recv().await.unwrap();
+        assert_eq!(call1, call2, "retransmitted byte for byte, same XID");
+        let h = CallHeader::decode(&mut Decoder::new(&call2)).unwrap();
+        let mut reply = Vec::new();
+        ReplyHeader::accepted(h.xid, Accepted::Success).encode(&mut reply);
+        second.send(&reply).await;
+        // Keep the connection open until the client has read the reply.
+        let _ = second.recv().await;
+        h.xid
+    });
+    let t = TcpClient::connect_with(
+        addr,
+        0xabc0,
+        ClientConfig::default(),
+        TcpConfig::default(),
+        ReconnectPolicy {
+            max_attempts: 3,
+            delay: Duration::from_millis(20),
+        },
+    )
+    .await
+    .unwrap();
+    let c = EchoClient::new(t);
+    c.null().await.unwrap();
+    drop(c);
+    assert_eq!(fake.await.unwrap(), 0xabc0);
+}
+
+#[tokio::test]
+async fn fails_pending_calls_when_connection_closes_without_reconnect() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap();
+        let mut raw = Raw {
+            s,
+            d: RecordDecoder::new(1 << 20),
+        };
+        let _ = raw.recv().await;
+    });
+    let c = client(addr).await;
+    assert_eq!(c.null().await, Err(RpcError::ConnectionClosed));
+    assert_eq!(c.null().await, Err(RpcError::ConnectionClosed));
+}
