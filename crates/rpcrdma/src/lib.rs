@@ -18,4 +18,6 @@
 #![forbid(unsafe_code)]
 
 pub mod credits;
+pub mod plan;
+pub mod ulb;
 pub mod wire;
