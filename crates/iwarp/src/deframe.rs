@@ -91,6 +91,7 @@ pub struct Deframer {
     phase: Phase,
     head: [u8; MAX_HEADER],
     head_len: usize,
+    last_len: usize,
     ulpdu_len: usize,
     payload_left: usize,
     trailer: [u8; 7],
@@ -109,6 +110,7 @@ impl Deframer {
             phase: Phase::Header,
             head: [0; MAX_HEADER],
             head_len: 0,
+            last_len: 0,
             ulpdu_len: 0,
             payload_left: 0,
             trailer: [0; 7],
@@ -136,7 +138,11 @@ impl Deframer {
     /// The raw ULPDU_Length field and DDP header of the current (or last)
     /// segment, as a Terminate copies them (RFC 5040 §4.8).
     pub fn raw_header(&self) -> &[u8] {
-        &self.head[..self.head_len]
+        if self.head_len > 0 {
+            &self.head[..self.head_len]
+        } else {
+            &self.head[..self.last_len]
+        }
     }
 
     /// Consumes bytes from `input` up to the next event. Returns the bytes
@@ -268,6 +274,7 @@ impl Deframer {
             }
         }
         self.phase = Phase::Header;
+        self.last_len = self.head_len;
         self.head_len = 0;
         Ok((n, Some(RxEvent::End)))
     }
