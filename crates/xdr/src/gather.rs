@@ -254,6 +254,71 @@ impl Encoder for XdrBuf {
     }
 }
 
+/// Why [`XdrBuf::from_reduced`] refused its input.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ReassemblyError {
+    /// Positions must be increasing, 4-byte aligned and, once the earlier
+    /// items are accounted for, inside the reduced stream.
+    #[error("bulk item position {position} is not valid in a stream of {len} bytes")]
+    BadPosition {
+        /// The offending position (in the full stream).
+        position: usize,
+        /// Length of the full stream up to that point.
+        len: usize,
+    },
+}
+
+impl XdrBuf {
+    /// Rebuilds a full stream from a reduced one and the DDP-eligible items
+    /// that were conveyed apart from it (the receiver side of
+    /// RFC 8166 §3.4.5-§3.4.6: each item is inserted at its position and
+    /// its XDR roundup reinserted). `items` are `(position, data)` with
+    /// positions in the full stream, in increasing order, as
+    /// [`XdrBuf::ddp_items`] reports them. Nothing is copied.
+    pub fn from_reduced(
+        reduced: Bytes,
+        items: impl IntoIterator<Item = (usize, Bytes)>,
+    ) -> Result<Self, ReassemblyError> {
+        let mut out = XdrBuf::new();
+        let mut consumed = 0usize; // bytes of `reduced` already placed
+        for (position, data) in items {
+            // Full-stream offset of the next reduced byte is out.len().
+            let bad = ReassemblyError::BadPosition {
+                position,
+                len: out.len() + (reduced.len() - consumed),
+            };
+            if position < out.len() || position % 4 != 0 {
+                return Err(bad);
+            }
+            let take = position - out.len();
+            if take > reduced.len() - consumed {
+                return Err(bad);
+            }
+            if take > 0 {
+                out.seal_tail();
+                out.segs
+                    .push(Seg::Inline(reduced.slice(consumed..consumed + take)));
+                out.len += take;
+                consumed += take;
+            }
+            out.seal_tail();
+            let item = BulkItem {
+                position,
+                data,
+                ddp_eligible: true,
+            };
+            out.len += item.padded_len();
+            out.segs.push(Seg::Bulk(item));
+        }
+        if consumed < reduced.len() {
+            out.segs.push(Seg::Inline(reduced.slice(consumed..)));
+            out.len += reduced.len() - consumed;
+        }
+        Ok(out)
+    }
+}
+
 impl From<Bytes> for XdrBuf {
     fn from(b: Bytes) -> Self {
         Self::from_bytes(b)
@@ -378,6 +443,30 @@ mod tests {
         assert_eq!(b.len(), 64);
         assert_eq!(b.to_bytes().as_ptr(), wire.as_ptr());
         assert!(XdrBuf::new().to_bytes().is_empty());
+    }
+
+    #[test]
+    fn from_reduced_inverts_reduced_bytes_without_copy() {
+        let hello = Bytes::from_static(b"hello");
+        let b = sample(&hello, &Bytes::from_static(b"ab"));
+        let items: Vec<(usize, Bytes)> = b.ddp_items().map(|(p, d)| (p, d.clone())).collect();
+        let back = XdrBuf::from_reduced(b.reduced_bytes(), items).unwrap();
+        assert_eq!(back.len(), FULL.len());
+        assert_eq!(back.to_bytes().as_ref(), &FULL);
+        let (pos, data) = back.ddp_items().next().unwrap();
+        assert_eq!(pos, 8);
+        assert_eq!(data.as_ptr(), hello.as_ptr());
+    }
+
+    #[test]
+    fn from_reduced_rejects_bad_positions() {
+        let reduced = Bytes::from_static(&[0u8; 8]);
+        let d = Bytes::from_static(b"x");
+        assert!(XdrBuf::from_reduced(reduced.clone(), [(2, d.clone())]).is_err());
+        assert!(XdrBuf::from_reduced(reduced.clone(), [(12, d.clone())]).is_err());
+        assert!(XdrBuf::from_reduced(reduced.clone(), [(4, d.clone()), (4, d.clone())]).is_err());
+        let ok = XdrBuf::from_reduced(reduced, [(8, d.clone()), (12, d)]).unwrap();
+        assert_eq!(ok.len(), 16);
     }
 
     #[test]

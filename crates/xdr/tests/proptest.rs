@@ -105,6 +105,10 @@ proptest! {
         let reduced = gather.reduced_bytes();
         let bulk_span = xdr::padded_len(m.bulk.0.len());
         prop_assert_eq!(reduced.len(), flat.len() - bulk_span);
+        let items: Vec<(usize, Bytes)> =
+            gather.ddp_items().map(|(p, d)| (p, d.clone())).collect();
+        let rebuilt = XdrBuf::from_reduced(reduced, items).unwrap().to_bytes();
+        prop_assert_eq!(rebuilt.as_ref(), flat.as_slice());
     }
 
     #[test]
