@@ -171,6 +171,18 @@ pub struct TimeoutActions<T> {
     pub failed: Vec<(T, RpcError)>,
 }
 
+/// What to do about one call whose reply is late
+/// ([`ClientCore::call_timed_out`]).
+#[derive(Debug)]
+pub enum CallTimeout<T> {
+    /// Send this message again (same XID).
+    Retransmit(XdrBuf),
+    /// Retransmissions are exhausted: the call is removed; fail it.
+    Failed(T),
+    /// The call is no longer in flight (its reply just arrived).
+    NotInFlight,
+}
+
 /// Decodes a reply message into its xid and either the procedure results
 /// or the error the reply carries (RFC 5531 §9). Fails only when not even
 /// the xid can be read.
@@ -322,6 +334,24 @@ impl<T> ClientCore<T> {
             }
         }
         out
+    }
+
+    /// Applies the retransmission policy to one call whose timer fired:
+    /// retransmit with the same XID while the policy allows, then fail.
+    pub fn call_timed_out(&mut self, xid: u32, now: Instant) -> CallTimeout<T> {
+        let policy = self.config.retransmit;
+        let Some(c) = self.calls.get_mut(&xid) else {
+            return CallTimeout::NotInFlight;
+        };
+        if c.retransmits < policy.max_retransmits {
+            c.retransmits += 1;
+            c.deadline = policy.timeout.map(|t| now + t);
+            return CallTimeout::Retransmit(c.message.clone());
+        }
+        match self.calls.remove(&xid) {
+            Some(c) => CallTimeout::Failed(c.token),
+            None => CallTimeout::NotInFlight,
+        }
     }
 
     /// Every call in flight with its original XID, for resending after a
@@ -479,5 +509,33 @@ mod tests {
         assert_eq!(b.failed.len(), 1);
         assert_eq!(b.failed[0].1, RpcError::TimedOut);
         assert_eq!(core.in_flight(), 0);
+    }
+
+    #[test]
+    fn per_call_timeout_retransmits_then_fails() {
+        let t0 = Instant::now();
+        let cfg = ClientConfig {
+            max_in_flight: 4,
+            retransmit: RetransmitPolicy {
+                timeout: Some(Duration::from_secs(1)),
+                max_retransmits: 2,
+            },
+        };
+        let mut core = ClientCore::new(10, cfg);
+        let (xid, msg) = core.start_call(&call(), 'x', t0).unwrap();
+        for _ in 0..2 {
+            match core.call_timed_out(xid, t0) {
+                CallTimeout::Retransmit(m) => assert_eq!(m.to_bytes(), msg.to_bytes()),
+                other => panic!("expected retransmit, got {other:?}"),
+            }
+        }
+        assert!(matches!(
+            core.call_timed_out(xid, t0),
+            CallTimeout::Failed('x')
+        ));
+        assert!(matches!(
+            core.call_timed_out(xid, t0),
+            CallTimeout::NotInFlight
+        ));
     }
 }

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
 use xdr::XdrBuf;
 
-use crate::client::{ClientConfig, ClientCore, ClientTransport, RpcCall, RpcError};
+use crate::client::{CallTimeout, ClientConfig, ClientCore, ClientTransport, RpcCall, RpcError};
 use crate::record::{fragment_headers, framed_slices, RecordDecoder, MAX_FRAGMENT_LEN};
 use crate::server::{PeerInfo, Server, TransportKind};
 
@@ -299,8 +299,9 @@ fn open_writer(w: OwnedWriteHalf, depth: usize) -> (mpsc::Sender<XdrBuf>, JoinHa
 
 impl TcpClient {
     /// Connects to `addr`. `xid_seed` is the first XID (inject a random
-    /// value in production). `config.retransmit.timeout`, if set, bounds how
-    /// long a call waits for its reply.
+    /// value in production). If `config.retransmit.timeout` is set, a call
+    /// without a reply by then is sent again with the same XID, up to
+    /// `max_retransmits` times, and then fails with [`RpcError::TimedOut`].
     pub async fn connect(
         addr: SocketAddr,
         xid_seed: u32,
@@ -407,16 +408,28 @@ impl TcpClient {
                 tracing::debug!(xid, "connection lost while sending; awaiting resend");
             }
         }
-        let wait = async { rx.await.unwrap_or(Err(RpcError::ConnectionClosed)) };
-        match self.shared.call_timeout {
-            Some(t) => match tokio::time::timeout(t, wait).await {
-                Ok(r) => r,
+        let Some(timeout) = self.shared.call_timeout else {
+            return rx.await.unwrap_or(Err(RpcError::ConnectionClosed));
+        };
+        let mut rx = rx;
+        loop {
+            match tokio::time::timeout(timeout, &mut rx).await {
+                Ok(r) => return r.unwrap_or(Err(RpcError::ConnectionClosed)),
                 Err(_) => {
-                    self.shared.lock().cancel(xid);
-                    Err(RpcError::TimedOut)
+                    let action = self.shared.lock().call_timed_out(xid, Instant::now());
+                    match action {
+                        CallTimeout::Retransmit(msg) => {
+                            tracing::debug!(xid, "retransmitting with the same XID");
+                            if let Some(sender) = self.shared.sender() {
+                                let _ = sender.send(msg).await;
+                            }
+                        }
+                        CallTimeout::Failed(_) => return Err(RpcError::TimedOut),
+                        // The reply is being delivered right now.
+                        CallTimeout::NotInFlight => {}
+                    }
                 }
-            },
-            None => wait.await,
+            }
         }
     }
 }

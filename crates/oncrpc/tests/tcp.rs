@@ -430,3 +430,48 @@ async fn fails_pending_calls_when_connection_closes_without_reconnect() {
     assert_eq!(c.null().await, Err(RpcError::ConnectionClosed));
     assert_eq!(c.null().await, Err(RpcError::ConnectionClosed));
 }
+
+#[tokio::test]
+async fn retransmits_late_call_with_the_same_xid_on_timeout() {
+    use oncrpc::client::RetransmitPolicy;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let fake = tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap();
+        let mut raw = Raw {
+            s,
+            d: RecordDecoder::new(1 << 20),
+        };
+        let first = raw.recv().await.unwrap(); // ignored
+        let second = raw.recv().await.unwrap();
+        assert_eq!(first, second);
+        let h = CallHeader::decode(&mut Decoder::new(&second)).unwrap();
+        let mut reply = Vec::new();
+        ReplyHeader::accepted(h.xid, Accepted::Success).encode(&mut reply);
+        raw.send(&reply).await;
+        // A third copy must not come: the next record is the next call.
+        let third = raw.recv().await.unwrap();
+        let h3 = CallHeader::decode(&mut Decoder::new(&third)).unwrap();
+        assert_ne!(h3.xid, h.xid);
+        // Its retransmission, then nothing until the client goes away.
+        assert_eq!(raw.recv().await.unwrap(), third);
+        assert!(raw.recv().await.is_none());
+    });
+    let cfg = ClientConfig {
+        max_in_flight: 8,
+        retransmit: RetransmitPolicy {
+            timeout: Some(Duration::from_millis(100)),
+            max_retransmits: 1,
+        },
+    };
+    let t = TcpClient::connect(addr, 5, cfg, TcpConfig::default())
+        .await
+        .unwrap();
+    let c = EchoClient::new(t);
+    c.null().await.unwrap();
+    // The fake server never answers this one: one retransmission, then
+    // the call times out.
+    assert_eq!(c.null().await, Err(RpcError::TimedOut));
+    drop(c);
+    fake.await.unwrap();
+}
