@@ -77,7 +77,7 @@ impl From<xdr::Error> for RpcError {
 }
 
 /// A DDP-eligible item expected in the reply: where an RPC-over-RDMA
-/// requester provisions a Write chunk (RFC 8166 §3.4.6, RFC 8267 §2).
+/// requester provisions a Write chunk (RFC 8166 §3.4.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DdpReplyHint {
     /// Offset of the item's data in the procedure results (after the RPC
@@ -88,7 +88,8 @@ pub struct DdpReplyHint {
 }
 
 /// What the caller expects back, so a transport can provision receive
-/// resources (RFC 8166 §3.4, reply size estimation in RFC 8267 §3). TCP
+/// resources (RFC 8166 §3.4; reply size estimation in
+/// draft-ietf-nfsv4-nfs-ulb-v2 §3.1). TCP
 /// ignores it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ReplyHint {

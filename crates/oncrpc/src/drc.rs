@@ -3,7 +3,7 @@
 //! Keyed on XID, client identity (the address *without* the source port),
 //! program, version, procedure and a hash of the arguments. The source port
 //! is never part of the key: an RDMA client cannot choose it when it
-//! reconnects (draft-ietf-nfsv4-nfs-ulb-v2 §3.3.2, RFC 8267 §3.3). The cache
+//! reconnects (draft-ietf-nfsv4-nfs-ulb-v2 §3.3.2). The cache
 //! is bounded in entries and in reply size.
 
 use core::hash::{Hash, Hasher};

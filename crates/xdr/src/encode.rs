@@ -134,7 +134,7 @@ impl<B: BufMut> Encoder for BufEncoder<'_, B> {
 ///
 /// It also counts the bytes of DDP-eligible bulk items (data plus padding)
 /// separately, which is what an RPC-over-RDMA sender needs to size the
-/// reduced Payload stream (RFC 8166 §3.4.6).
+/// reduced Payload stream (RFC 8166 §3.4.1).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct LenCounter {
     total: usize,

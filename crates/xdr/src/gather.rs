@@ -19,12 +19,12 @@ const ZEROS: [u8; 4] = [0; 4];
 pub struct BulkItem {
     /// Offset of the first data byte in the full XDR stream (after the
     /// length word). This is the position an RPC-over-RDMA Read chunk
-    /// names (RFC 8166 §3.5.3).
+    /// names (RFC 8166 §3.4.5).
     pub position: usize,
     /// The data, shared, not copied.
     pub data: Bytes,
-    /// Whether the item is a "DDP-eligible data item" (RFC 8166 §3.4,
-    /// RFC 8267 §2) that an RDMA transport may move by chunk.
+    /// Whether the item is a "DDP-eligible data item" (RFC 8166 §3.4) that
+    /// an RDMA transport may move by chunk.
     pub ddp_eligible: bool,
 }
 
@@ -66,7 +66,7 @@ pub enum Segment<'a> {
 /// A TCP sender writes the full stream ([`XdrBuf::chunks`],
 /// [`XdrBuf::write_to`], [`XdrBuf::to_bytes`]); an RPC-over-RDMA sender
 /// moves [`XdrBuf::ddp_items`] by chunk and sends the reduced stream
-/// ([`XdrBuf::reduced_bytes`], RFC 8166 §3.4.6).
+/// ([`XdrBuf::reduced_bytes`], RFC 8166 §3.4.1).
 #[derive(Debug, Clone, Default)]
 pub struct XdrBuf {
     segs: Vec<Seg>,
@@ -195,7 +195,7 @@ impl XdrBuf {
 
     /// The reduced stream: the full stream minus the data and padding of
     /// every DDP-eligible item, which an RPC-over-RDMA sender conveys in
-    /// chunks (RFC 8166 §3.4.6). Length words stay inline.
+    /// chunks (RFC 8166 §3.4.1). Length words stay inline.
     pub fn reduced_bytes(&self) -> Bytes {
         self.reduced_bytes_with(|i| i.ddp_eligible)
     }

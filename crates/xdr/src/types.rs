@@ -256,7 +256,7 @@ impl<'a, const N: usize> Decode<'a> for FixedOpaque<N> {
 
 /// A DDP-eligible variable-length opaque item `opaque data<MAX>`
 /// (RFC 8166 §3.4, RFC 4506 §4.10), such as NFS WRITE arguments or READ
-/// results (RFC 8267 §3).
+/// results (draft-ietf-nfsv4-nfs-ulb-v2 §3 lists those of NFSv3).
 ///
 /// Encoding records the data by reference as a DDP-eligible bulk item of
 /// an [`XdrBuf`](crate::XdrBuf); decoding is zero-copy with
