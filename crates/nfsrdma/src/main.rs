@@ -1,17 +1,54 @@
 //! `nfsrdma`: the command-line front end of the workspace.
+//!
+//! Logging goes to standard error through `tracing`; set `RUST_LOG`
+//! (for example `RUST_LOG=debug` or `RUST_LOG=oncrpc=trace`) to choose
+//! what is shown.
+#![forbid(unsafe_code)]
 
-use clap::Parser;
+mod cmd;
 
-/// NFS over RDMA in Rust.
+use clap::{Parser, Subcommand};
+
+/// NFS over RDMA in Rust: servers, clients and tools for ONC RPC over TCP
+/// and RPC-over-RDMA.
+///
+/// Logging: set RUST_LOG (error, warn, info, debug, trace, or per crate such
+/// as RUST_LOG=oncrpc=debug); messages go to standard error.
 #[derive(Parser, Debug)]
-#[command(version, about, long_about = None)]
-struct Cli {}
+#[command(version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve the RPC echo test program (0x20004E52, NULL and ECHO) over TCP.
+    ///
+    /// A peer for testing ONC RPC stacks: NULL returns nothing, ECHO
+    /// returns its opaque argument unchanged. Runs until interrupted.
+    EchoServer(cmd::echo::ServerArgs),
+    /// Call the echo test program: NULL round trips and ECHO payloads,
+    /// checked byte for byte, with latency and throughput.
+    RpcPing(cmd::echo::PingArgs),
+}
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
         .with_writer(std::io::stderr)
         .init();
-    let _cli = Cli::parse();
-    Ok(())
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        match cli.command {
+            Command::EchoServer(a) => cmd::echo::serve(a).await,
+            Command::RpcPing(a) => cmd::echo::ping(a).await,
+        }
+    })
 }
