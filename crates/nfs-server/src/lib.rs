@@ -1,4 +1,226 @@
-//! NFS server: NFSv3 and MOUNT dispatch, the NFSv4.1/4.2 COMPOUND engine, and a local-directory storage back end.
+//! NFS server: NFSv3 (RFC 1813), MOUNT v3 (RFC 1813 Appendix I) and a
+//! minimal rpcbind (RFC 1833) over TCP, on a local directory.
 //!
-//! This layer is not built yet: the crate is a placeholder in the workspace
-//! layout of DESIGN.md and exports nothing.
+//! - [`Storage`]: the async file-tree interface with typed
+//!   [`nfs::v3::Nfsstat3`] errors; [`LocalFs`] implements it on a local
+//!   directory (handles stable across restarts, never leaving the export).
+//! - [`nfs3::Nfs3Service`], [`mount::MountService`],
+//!   [`rpcbind::RpcbindService`]: the programs as [`oncrpc::RpcService`]s.
+//! - [`ServerConfig`] and [`start`]: bind the listeners and serve; this is
+//!   what `nfsrdma serve DIR` calls. [`rpc_server`] builds the same
+//!   program table for another transport (RPC-over-RDMA).
+//!
+//! ```no_run
+//! # async fn run() -> std::io::Result<()> {
+//! let mut cfg = nfs_server::ServerConfig::new("/srv/export");
+//! cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
+//! cfg.mount_addr = Some("127.0.0.1:0".parse().unwrap());
+//! let server = nfs_server::start(cfg).await?;
+//! println!("NFS on {}, MOUNT on {:?}", server.nfs_addr(), server.mount_addr());
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+
+mod fh;
+pub mod localfs;
+pub mod mount;
+pub mod nfs3;
+pub mod rpcbind;
+pub mod storage;
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use nfs::mount::{MOUNT_PROGRAM, MOUNT_V3};
+use nfs::v3::{NfsFh3, NFS_PROGRAM, NFS_V3};
+use oncrpc::drc::DrcConfig;
+use oncrpc::tcp::{TcpConfig, TcpServer};
+use tokio::task::JoinHandle;
+
+pub use localfs::LocalFs;
+pub use storage::{DirEntry, FsStat, Storage, StorageResult};
+
+use crate::mount::MountService;
+use crate::nfs3::Nfs3Service;
+use crate::rpcbind::{Registration, Registry, RpcbindService, RPCBIND_PROGRAM};
+
+/// Default NFS port (RFC 1813 §3 / IANA `nfs`).
+pub const NFS_PORT: u16 = 2049;
+/// Default MOUNT port (Linux `rpc.mountd`'s customary 20048).
+pub const MOUNT_PORT: u16 = 20048;
+/// The rpcbind port (RFC 1833).
+pub const RPCBIND_PORT: u16 = 111;
+
+/// What to serve and where.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The directory to export.
+    pub export: PathBuf,
+    /// Refuse every change with NFS3ERR_ROFS.
+    pub read_only: bool,
+    /// NFS listener (every program is also served here). Default
+    /// `0.0.0.0:2049`; port 0 picks an ephemeral port.
+    pub nfs_addr: SocketAddr,
+    /// A separate MOUNT listener, or `None` to serve MOUNT only on the NFS
+    /// port. Default `0.0.0.0:20048`.
+    pub mount_addr: Option<SocketAddr>,
+    /// An rpcbind listener, or `None` (the default: port 111 needs
+    /// privileges and usually belongs to the system's rpcbind).
+    pub rpcbind_addr: Option<SocketAddr>,
+    /// Extra MNT paths that name the export besides its canonical path
+    /// (e.g. `/export`).
+    pub aliases: Vec<String>,
+}
+
+impl ServerConfig {
+    /// Defaults for exporting `export`.
+    pub fn new(export: impl Into<PathBuf>) -> Self {
+        Self {
+            export: export.into(),
+            read_only: false,
+            nfs_addr: SocketAddr::from(([0, 0, 0, 0], NFS_PORT)),
+            mount_addr: Some(SocketAddr::from(([0, 0, 0, 0], MOUNT_PORT))),
+            rpcbind_addr: None,
+            aliases: Vec::new(),
+        }
+    }
+}
+
+/// The program table (NFSv3, MOUNT v3, rpcbind) with a duplicate-request
+/// cache, ready for any transport shell. The DRC keys on the client's IP
+/// address and never the source port (ULB v2 draft §3.3.2, via
+/// `oncrpc::PeerInfo::client_id`).
+pub fn rpc_server(
+    fs: Arc<LocalFs>,
+    mount_paths: Vec<Bytes>,
+    registry: Registry,
+    advertise: IpAddr,
+) -> oncrpc::Server {
+    let mut server = oncrpc::Server::new().with_drc(DrcConfig::default());
+    server.register(MountService::new(fs.root(), mount_paths));
+    server.register(RpcbindService::new(registry, advertise));
+    server.register_arc(Arc::new(Nfs3Service::new(fs)));
+    server
+}
+
+/// A running server: its bound addresses and listener tasks.
+#[derive(Debug)]
+pub struct RunningServer {
+    fs: Arc<LocalFs>,
+    nfs_addr: SocketAddr,
+    mount_addr: Option<SocketAddr>,
+    rpcbind_addr: Option<SocketAddr>,
+    tasks: Vec<JoinHandle<io::Result<()>>>,
+}
+
+impl RunningServer {
+    /// Where NFS (and every other program) is served.
+    pub fn nfs_addr(&self) -> SocketAddr {
+        self.nfs_addr
+    }
+
+    /// The separate MOUNT listener, if any.
+    pub fn mount_addr(&self) -> Option<SocketAddr> {
+        self.mount_addr
+    }
+
+    /// The rpcbind listener, if any.
+    pub fn rpcbind_addr(&self) -> Option<SocketAddr> {
+        self.rpcbind_addr
+    }
+
+    /// The export's root handle.
+    pub fn root_handle(&self) -> NfsFh3 {
+        self.fs.root()
+    }
+
+    /// This instance's write verifier.
+    pub fn write_verifier(&self) -> [u8; 8] {
+        self.fs.write_verifier()
+    }
+
+    /// The storage back end.
+    pub fn storage(&self) -> &Arc<LocalFs> {
+        &self.fs
+    }
+
+    /// Stops accepting connections. Connections already open are served
+    /// until their peers close them.
+    pub fn stop(self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+
+    /// Waits until a listener fails (they run until [`Self::stop`]).
+    pub async fn wait(mut self) -> io::Result<()> {
+        match self.tasks.pop() {
+            Some(t) => t.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Binds the listeners and starts serving `config.export`.
+pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
+    let fs = Arc::new(LocalFs::new(&config.export, config.read_only)?);
+    let mut paths = vec![Bytes::copy_from_slice(fs.path().as_os_str().as_bytes())];
+    paths.extend(config.aliases.iter().map(|a| Bytes::from(a.clone())));
+    let registry: Registry = Arc::new(Mutex::new(Vec::new()));
+    let server = Arc::new(rpc_server(
+        Arc::clone(&fs),
+        paths,
+        Arc::clone(&registry),
+        config.nfs_addr.ip(),
+    ));
+    let tcp = TcpConfig::default();
+    let nfs = TcpServer::bind(config.nfs_addr, Arc::clone(&server), tcp).await?;
+    let nfs_addr = nfs.local_addr()?;
+    let mut listeners = vec![nfs];
+    let mut mount_addr = None;
+    if let Some(a) = config.mount_addr {
+        let l = TcpServer::bind(a, Arc::clone(&server), tcp).await?;
+        mount_addr = Some(l.local_addr()?);
+        listeners.push(l);
+    }
+    let mut rpcbind_addr = None;
+    if let Some(a) = config.rpcbind_addr {
+        let l = TcpServer::bind(a, Arc::clone(&server), tcp).await?;
+        rpcbind_addr = Some(l.local_addr()?);
+        listeners.push(l);
+    }
+    if let Ok(mut r) = registry.lock() {
+        let mport = mount_addr.unwrap_or(nfs_addr).port();
+        r.push(Registration {
+            prog: NFS_PROGRAM,
+            vers: NFS_V3,
+            port: nfs_addr.port(),
+        });
+        r.push(Registration {
+            prog: MOUNT_PROGRAM,
+            vers: MOUNT_V3,
+            port: mport,
+        });
+        if let Some(a) = rpcbind_addr {
+            for vers in 2..=4 {
+                r.push(Registration {
+                    prog: RPCBIND_PROGRAM,
+                    vers,
+                    port: a.port(),
+                });
+            }
+        }
+    }
+    tracing::info!(export = %fs.path().display(), %nfs_addr, ?mount_addr, ?rpcbind_addr, "NFS server started");
+    Ok(RunningServer {
+        fs,
+        nfs_addr,
+        mount_addr,
+        rpcbind_addr,
+        tasks: listeners.into_iter().map(TcpServer::spawn).collect(),
+    })
+}

@@ -1,0 +1,741 @@
+//! [`LocalFs`]: a [`Storage`] back end serving one local directory.
+//!
+//! Resolving a handle: handles carry the inode number ([`crate::fh`]); an
+//! in-memory map from inode to export-relative path is filled by every
+//! LOOKUP, READDIR and create, and checked on use (the path must still
+//! name that inode on the export's device). On a miss, after a restart or
+//! a rename, the export is walked breadth-first (never following symbolic
+//! links, never leaving the export's device) to find the inode; a handle
+//! whose inode is not found is NFS3ERR_STALE.
+//!
+//! Staying inside the export: paths are only ever built from the export
+//! root and single checked components; `..` at the root stays at the root
+//! (as Linux's nfsd does at an export root); symbolic links are never
+//! followed by the server (files are opened with `O_NOFOLLOW`, attributes
+//! are read with `lstat`, times set with `AT_SYMLINK_NOFOLLOW`). A client
+//! racing renames of directories against symlinks could still steer an
+//! in-flight operation (no `openat2(RESOLVE_BENEATH)` here yet).
+//!
+//! Operations run with the server process's credentials; the caller's
+//! AUTH_SYS identity only shapes the ACCESS answer. IO is blocking, done
+//! on the calling task.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsStr;
+use std::fs::{self, File, Metadata, OpenOptions};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, DirEntryExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use nfs::v3::{
+    Createhow3, Fattr3, Filename3, Ftype3, Mknoddata3, NfsFh3, Nfsstat3, Nfstime3, Sattr3, SetTime,
+    Specdata3, StableHow,
+};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps, CWD};
+use rustix::io::Errno;
+
+use crate::fh::{fnv1a, Handle};
+use crate::storage::{DirEntry, FsStat, Storage, StorageResult};
+
+/// Largest READ served; FSINFO advertises it as `rtmax`.
+pub const MAX_READ: u32 = 1 << 20;
+/// Largest WRITE accepted; FSINFO advertises it as `wtmax`.
+pub const MAX_WRITE: u32 = 1 << 20;
+
+/// Maps an IO error to the NFSv3 status Linux's nfsd gives for the errno
+/// (`nfserrno`); unknown errors are NFS3ERR_IO.
+pub fn io_status(e: &io::Error) -> Nfsstat3 {
+    let Some(errno) = Errno::from_io_error(e) else {
+        return Nfsstat3::NFS3ERR_IO;
+    };
+    match errno {
+        Errno::PERM => Nfsstat3::NFS3ERR_PERM,
+        Errno::NOENT => Nfsstat3::NFS3ERR_NOENT,
+        Errno::NXIO => Nfsstat3::NFS3ERR_NXIO,
+        Errno::ACCESS => Nfsstat3::NFS3ERR_ACCES,
+        Errno::EXIST => Nfsstat3::NFS3ERR_EXIST,
+        Errno::XDEV => Nfsstat3::NFS3ERR_XDEV,
+        Errno::NODEV => Nfsstat3::NFS3ERR_NODEV,
+        Errno::NOTDIR => Nfsstat3::NFS3ERR_NOTDIR,
+        Errno::ISDIR => Nfsstat3::NFS3ERR_ISDIR,
+        Errno::INVAL | Errno::LOOP => Nfsstat3::NFS3ERR_INVAL,
+        Errno::FBIG => Nfsstat3::NFS3ERR_FBIG,
+        Errno::NOSPC => Nfsstat3::NFS3ERR_NOSPC,
+        Errno::ROFS => Nfsstat3::NFS3ERR_ROFS,
+        Errno::MLINK => Nfsstat3::NFS3ERR_MLINK,
+        Errno::NAMETOOLONG => Nfsstat3::NFS3ERR_NAMETOOLONG,
+        Errno::NOTEMPTY => Nfsstat3::NFS3ERR_NOTEMPTY,
+        Errno::DQUOT => Nfsstat3::NFS3ERR_DQUOT,
+        Errno::STALE => Nfsstat3::NFS3ERR_STALE,
+        Errno::OPNOTSUPP => Nfsstat3::NFS3ERR_NOTSUPP,
+        _ => Nfsstat3::NFS3ERR_IO,
+    }
+}
+
+fn st<T>(r: io::Result<T>) -> StorageResult<T> {
+    r.map_err(|e| io_status(&e))
+}
+
+fn time3(secs: i64, nsecs: i64) -> Nfstime3 {
+    Nfstime3 {
+        seconds: u32::try_from(secs.max(0)).unwrap_or(u32::MAX),
+        nseconds: u32::try_from(nsecs.clamp(0, 999_999_999)).unwrap_or(0),
+    }
+}
+
+/// `fattr3` from `lstat` data (RFC 1813 §2.5).
+pub fn fattr_from(meta: &Metadata, fsid: u64) -> Fattr3 {
+    let ft = FileType::from_raw_mode(meta.mode());
+    let ftype = match ft {
+        FileType::Directory => Ftype3::NF3DIR,
+        FileType::Symlink => Ftype3::NF3LNK,
+        FileType::BlockDevice => Ftype3::NF3BLK,
+        FileType::CharacterDevice => Ftype3::NF3CHR,
+        FileType::Socket => Ftype3::NF3SOCK,
+        FileType::Fifo => Ftype3::NF3FIFO,
+        _ => Ftype3::NF3REG,
+    };
+    let rdev = meta.rdev();
+    Fattr3 {
+        ftype,
+        mode: meta.mode() & 0o7777,
+        nlink: u32::try_from(meta.nlink()).unwrap_or(u32::MAX),
+        uid: meta.uid(),
+        gid: meta.gid(),
+        size: meta.size(),
+        used: meta.blocks().saturating_mul(512),
+        rdev: Specdata3 {
+            specdata1: rustix::fs::major(rdev),
+            specdata2: rustix::fs::minor(rdev),
+        },
+        fsid,
+        fileid: meta.ino(),
+        atime: time3(meta.atime(), meta.atime_nsec()),
+        mtime: time3(meta.mtime(), meta.mtime_nsec()),
+        ctime: time3(meta.ctime(), meta.ctime_nsec()),
+    }
+}
+
+/// A directory on the local file system exported over NFSv3.
+#[derive(Debug)]
+pub struct LocalFs {
+    root: PathBuf,
+    export_id: u64,
+    dev: u64,
+    root_ino: u64,
+    read_only: bool,
+    verifier: [u8; 8],
+    /// Inode number to export-relative path.
+    paths: Mutex<HashMap<u64, PathBuf>>,
+}
+
+/// A resolved handle: the inode's path and its `lstat` data.
+struct Node {
+    rel: PathBuf,
+    abs: PathBuf,
+    meta: Metadata,
+}
+
+impl LocalFs {
+    /// Exports `dir`. The export id, and so every handle, depends on the
+    /// canonical path and the device number, which survive a restart.
+    /// The write verifier is new for each instance.
+    pub fn new(dir: impl AsRef<Path>, read_only: bool) -> io::Result<Self> {
+        let root = fs::canonicalize(dir.as_ref())?;
+        let meta = fs::symlink_metadata(&root)?;
+        if !meta.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "export is not a directory",
+            ));
+        }
+        let export_id = fnv1a(&[root.as_os_str().as_bytes(), &meta.dev().to_be_bytes()]);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let verifier = fnv1a(&[
+            &now.as_nanos().to_be_bytes(),
+            &std::process::id().to_be_bytes(),
+            &export_id.to_be_bytes(),
+        ])
+        .to_be_bytes();
+        let mut paths = HashMap::new();
+        paths.insert(meta.ino(), PathBuf::new());
+        Ok(Self {
+            root,
+            export_id,
+            dev: meta.dev(),
+            root_ino: meta.ino(),
+            read_only,
+            verifier,
+            paths: Mutex::new(paths),
+        })
+    }
+
+    /// The canonical path of the export.
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// The export id carried by every handle.
+    pub fn export_id(&self) -> u64 {
+        self.export_id
+    }
+
+    /// The `fsid` reported in attributes: the export id, so two exports on
+    /// one device still look like different file systems.
+    fn fsid(&self) -> u64 {
+        self.export_id
+    }
+
+    fn handle_of(&self, ino: u64) -> NfsFh3 {
+        Handle {
+            export_id: self.export_id,
+            ino,
+        }
+        .to_fh()
+    }
+
+    fn remember(&self, ino: u64, rel: PathBuf) {
+        if let Ok(mut m) = self.paths.lock() {
+            m.insert(ino, rel);
+        }
+    }
+
+    fn cached(&self, ino: u64) -> Option<PathBuf> {
+        self.paths.lock().ok()?.get(&ino).cloned()
+    }
+
+    fn check(&self, rel: &Path, ino: u64) -> Option<Node> {
+        let abs = self.root.join(rel);
+        let meta = fs::symlink_metadata(&abs).ok()?;
+        (meta.ino() == ino && meta.dev() == self.dev).then(|| Node {
+            rel: rel.to_path_buf(),
+            abs,
+            meta,
+        })
+    }
+
+    /// Walks the export breadth-first for `ino`, caching what it sees.
+    fn walk_for(&self, ino: u64) -> Option<Node> {
+        let mut queue = VecDeque::from([PathBuf::new()]);
+        while let Some(rel) = queue.pop_front() {
+            let Ok(rd) = fs::read_dir(self.root.join(&rel)) else {
+                continue;
+            };
+            for ent in rd.flatten() {
+                let child = rel.join(ent.file_name());
+                let Ok(ft) = ent.file_type() else { continue };
+                self.remember(ent.ino(), child.clone());
+                if ent.ino() == ino {
+                    if let Some(n) = self.check(&child, ino) {
+                        return Some(n);
+                    }
+                }
+                if ft.is_dir() {
+                    if let Ok(m) = ent.metadata() {
+                        if m.dev() == self.dev {
+                            queue.push_back(child);
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn resolve(&self, fh: &NfsFh3) -> StorageResult<Node> {
+        let h = Handle::parse(fh, self.export_id)?;
+        if let Some(rel) = self.cached(h.ino) {
+            if let Some(n) = self.check(&rel, h.ino) {
+                return Ok(n);
+            }
+        }
+        self.walk_for(h.ino).ok_or(Nfsstat3::NFS3ERR_STALE)
+    }
+
+    fn resolve_dir(&self, fh: &NfsFh3) -> StorageResult<Node> {
+        let n = self.resolve(fh)?;
+        if n.meta.is_dir() {
+            Ok(n)
+        } else {
+            Err(Nfsstat3::NFS3ERR_NOTDIR)
+        }
+    }
+
+    fn writable(&self) -> StorageResult<()> {
+        if self.read_only {
+            Err(Nfsstat3::NFS3ERR_ROFS)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The path of a new entry `name` in `dir`; `.` and `..` cannot be
+    /// created (Linux: NFS3ERR_EXIST).
+    fn new_child(&self, dir: &NfsFh3, name: &Filename3) -> StorageResult<(PathBuf, PathBuf)> {
+        self.writable()?;
+        let d = self.resolve_dir(dir)?;
+        if is_dot(name) {
+            return Err(Nfsstat3::NFS3ERR_EXIST);
+        }
+        let os = OsStr::from_bytes(&name.0);
+        Ok((d.rel.join(os), d.abs.join(os)))
+    }
+
+    /// An existing entry to remove or rename; `.` and `..` are refused
+    /// with `dot_err`.
+    fn old_child(
+        &self,
+        dir: &NfsFh3,
+        name: &Filename3,
+        dot_err: Nfsstat3,
+    ) -> StorageResult<(PathBuf, PathBuf)> {
+        self.writable()?;
+        let d = self.resolve_dir(dir)?;
+        if is_dot(name) {
+            return Err(dot_err);
+        }
+        let os = OsStr::from_bytes(&name.0);
+        Ok((d.rel.join(os), d.abs.join(os)))
+    }
+
+    fn finish_create(&self, rel: PathBuf, abs: &Path) -> StorageResult<NfsFh3> {
+        let meta = st(fs::symlink_metadata(abs))?;
+        self.remember(meta.ino(), rel);
+        Ok(self.handle_of(meta.ino()))
+    }
+
+    fn open_nofollow(abs: &Path, write: bool) -> StorageResult<File> {
+        st(OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .custom_flags(OFlags::NOFOLLOW.bits() as i32)
+            .open(abs))
+    }
+
+    fn apply_sattr(&self, abs: &Path, meta: &Metadata, attrs: &Sattr3) -> StorageResult<()> {
+        let is_link = meta.file_type().is_symlink();
+        if let Some(size) = attrs.size {
+            if meta.is_dir() {
+                return Err(Nfsstat3::NFS3ERR_ISDIR);
+            }
+            if !meta.is_file() {
+                return Err(Nfsstat3::NFS3ERR_INVAL);
+            }
+            st(Self::open_nofollow(abs, true)?.set_len(size))?;
+        }
+        // Linux's nfsd drops a mode change on a symbolic link.
+        if let (Some(mode), false) = (attrs.mode, is_link) {
+            st(fs::set_permissions(
+                abs,
+                std::os::unix::fs::PermissionsExt::from_mode(mode & 0o7777),
+            ))?;
+        }
+        if attrs.uid.is_some() || attrs.gid.is_some() {
+            st(std::os::unix::fs::lchown(abs, attrs.uid, attrs.gid))?;
+        }
+        let ts = |t: SetTime| match t {
+            SetTime::DontChange => Timespec {
+                tv_sec: 0,
+                tv_nsec: rustix::fs::UTIME_OMIT,
+            },
+            SetTime::ServerTime => Timespec {
+                tv_sec: 0,
+                tv_nsec: rustix::fs::UTIME_NOW,
+            },
+            SetTime::ClientTime(t) => Timespec {
+                tv_sec: i64::from(t.seconds),
+                tv_nsec: i64::from(t.nseconds.min(999_999_999)) as _,
+            },
+        };
+        if attrs.atime != SetTime::DontChange || attrs.mtime != SetTime::DontChange {
+            let times = Timestamps {
+                last_access: ts(attrs.atime),
+                last_modification: ts(attrs.mtime),
+            };
+            rustix::fs::utimensat(CWD, abs, &times, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(|e| io_status(&e.into()))?;
+        }
+        Ok(())
+    }
+}
+
+fn is_dot(name: &Filename3) -> bool {
+    name.0[..] == b"."[..] || name.0[..] == b".."[..]
+}
+
+/// The READDIR cookie of a name: "." is 1, ".." is 2, any other name a
+/// 63-bit hash of it (at least 3). Cookies so made stay valid while
+/// entries come and go and across restarts, so the cookie verifier never
+/// has to change.
+pub fn name_cookie(name: &[u8]) -> u64 {
+    match name {
+        b"." => 1,
+        b".." => 2,
+        _ => (fnv1a(&[name]) >> 1).max(3),
+    }
+}
+
+impl Storage for LocalFs {
+    fn root(&self) -> NfsFh3 {
+        self.handle_of(self.root_ino)
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn write_verifier(&self) -> [u8; 8] {
+        self.verifier
+    }
+
+    async fn getattr(&self, fh: &NfsFh3) -> StorageResult<Fattr3> {
+        let n = self.resolve(fh)?;
+        Ok(fattr_from(&n.meta, self.fsid()))
+    }
+
+    async fn setattr(
+        &self,
+        fh: &NfsFh3,
+        attrs: &Sattr3,
+        guard: Option<Nfstime3>,
+    ) -> StorageResult<()> {
+        self.writable()?;
+        let n = self.resolve(fh)?;
+        if let Some(g) = guard {
+            if fattr_from(&n.meta, self.fsid()).ctime != g {
+                return Err(Nfsstat3::NFS3ERR_NOT_SYNC);
+            }
+        }
+        self.apply_sattr(&n.abs, &n.meta, attrs)
+    }
+
+    async fn lookup(&self, dir: &NfsFh3, name: &Filename3) -> StorageResult<NfsFh3> {
+        let d = self.resolve_dir(dir)?;
+        let rel = match &name.0[..] {
+            b"." => d.rel,
+            b".." => d.rel.parent().map(Path::to_path_buf).unwrap_or_default(),
+            other => d.rel.join(OsStr::from_bytes(other)),
+        };
+        let meta = st(fs::symlink_metadata(self.root.join(&rel)))?;
+        if meta.dev() != self.dev {
+            // A mount point inside the export: not crossed.
+            return Err(Nfsstat3::NFS3ERR_ACCES);
+        }
+        self.remember(meta.ino(), rel);
+        Ok(self.handle_of(meta.ino()))
+    }
+
+    async fn readlink(&self, fh: &NfsFh3) -> StorageResult<Bytes> {
+        let n = self.resolve(fh)?;
+        if !n.meta.file_type().is_symlink() {
+            return Err(Nfsstat3::NFS3ERR_INVAL);
+        }
+        let t = st(fs::read_link(&n.abs))?;
+        Ok(Bytes::copy_from_slice(t.as_os_str().as_bytes()))
+    }
+
+    async fn read(&self, fh: &NfsFh3, offset: u64, count: u32) -> StorageResult<(Bytes, bool)> {
+        let n = self.resolve(fh)?;
+        if n.meta.is_dir() {
+            return Err(Nfsstat3::NFS3ERR_ISDIR);
+        }
+        if !n.meta.is_file() {
+            return Err(Nfsstat3::NFS3ERR_INVAL);
+        }
+        let f = Self::open_nofollow(&n.abs, false)?;
+        let size = st(f.metadata())?.len();
+        let want = u64::from(count.min(MAX_READ)).min(size.saturating_sub(offset));
+        let mut buf = vec![0u8; usize::try_from(want).unwrap_or(0)];
+        let mut got = 0usize;
+        while got < buf.len() {
+            let slot = buf.get_mut(got..).unwrap_or(&mut []);
+            match f.read_at(slot, offset + got as u64) {
+                Ok(0) => break,
+                Ok(k) => got += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_status(&e)),
+            }
+        }
+        buf.truncate(got);
+        let eof = offset.saturating_add(got as u64) >= size;
+        Ok((Bytes::from(buf), eof))
+    }
+
+    async fn write(
+        &self,
+        fh: &NfsFh3,
+        offset: u64,
+        data: &[u8],
+        stable: StableHow,
+    ) -> StorageResult<StableHow> {
+        self.writable()?;
+        let n = self.resolve(fh)?;
+        if n.meta.is_dir() {
+            return Err(Nfsstat3::NFS3ERR_ISDIR);
+        }
+        if !n.meta.is_file() {
+            return Err(Nfsstat3::NFS3ERR_INVAL);
+        }
+        if offset
+            .checked_add(data.len() as u64)
+            .is_none_or(|e| e > i64::MAX as u64)
+        {
+            return Err(Nfsstat3::NFS3ERR_FBIG);
+        }
+        let f = Self::open_nofollow(&n.abs, true)?;
+        st(f.write_all_at(data, offset))?;
+        if stable == StableHow::UNSTABLE {
+            Ok(StableHow::UNSTABLE)
+        } else {
+            st(f.sync_all())?;
+            Ok(StableHow::FILE_SYNC)
+        }
+    }
+
+    async fn create(
+        &self,
+        dir: &NfsFh3,
+        name: &Filename3,
+        how: &Createhow3,
+    ) -> StorageResult<NfsFh3> {
+        let (rel, abs) = self.new_child(dir, name)?;
+        let mut opts = OpenOptions::new();
+        opts.write(true)
+            .custom_flags(OFlags::NOFOLLOW.bits() as i32);
+        match how {
+            Createhow3::Unchecked(a) | Createhow3::Guarded(a) => {
+                opts.mode(a.mode.unwrap_or(0o644) & 0o7777);
+                if matches!(how, Createhow3::Guarded(_)) {
+                    opts.create_new(true);
+                } else {
+                    opts.create(true);
+                }
+                st(opts.open(&abs))?;
+                let meta = st(fs::symlink_metadata(&abs))?;
+                let rest = Sattr3 {
+                    mode: None,
+                    ..a.clone()
+                };
+                self.apply_sattr(&abs, &meta, &rest)?;
+            }
+            Createhow3::Exclusive(verf) => {
+                // RFC 1813 §3.3.8: the verifier is kept in the file's
+                // times, as Linux's nfsd does (mtime, atime seconds).
+                let [a, b, c, d, e, f, g, h] = verf.0;
+                let times = Timestamps {
+                    last_modification: Timespec {
+                        tv_sec: i64::from(u32::from_be_bytes([a, b, c, d])),
+                        tv_nsec: 0,
+                    },
+                    last_access: Timespec {
+                        tv_sec: i64::from(u32::from_be_bytes([e, f, g, h])),
+                        tv_nsec: 0,
+                    },
+                };
+                opts.mode(0o600).create_new(true);
+                match opts.open(&abs) {
+                    Ok(_) => {
+                        rustix::fs::utimensat(CWD, &abs, &times, AtFlags::SYMLINK_NOFOLLOW)
+                            .map_err(|e| io_status(&e.into()))?;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                        let m = st(fs::symlink_metadata(&abs))?;
+                        let same = m.is_file()
+                            && m.mtime() == times.last_modification.tv_sec
+                            && m.atime() == times.last_access.tv_sec;
+                        if !same {
+                            return Err(Nfsstat3::NFS3ERR_EXIST);
+                        }
+                    }
+                    Err(e) => return Err(io_status(&e)),
+                }
+            }
+        }
+        self.finish_create(rel, &abs)
+    }
+
+    async fn mkdir(&self, dir: &NfsFh3, name: &Filename3, attrs: &Sattr3) -> StorageResult<NfsFh3> {
+        let (rel, abs) = self.new_child(dir, name)?;
+        st(fs::DirBuilder::new()
+            .mode(attrs.mode.unwrap_or(0o755) & 0o7777)
+            .create(&abs))?;
+        let meta = st(fs::symlink_metadata(&abs))?;
+        self.apply_sattr(
+            &abs,
+            &meta,
+            &Sattr3 {
+                mode: None,
+                ..attrs.clone()
+            },
+        )?;
+        self.finish_create(rel, &abs)
+    }
+
+    async fn symlink(
+        &self,
+        dir: &NfsFh3,
+        name: &Filename3,
+        target: &[u8],
+        _attrs: &Sattr3,
+    ) -> StorageResult<NfsFh3> {
+        let (rel, abs) = self.new_child(dir, name)?;
+        if target.is_empty() || target.contains(&0) {
+            return Err(Nfsstat3::NFS3ERR_INVAL);
+        }
+        st(std::os::unix::fs::symlink(OsStr::from_bytes(target), &abs))?;
+        self.finish_create(rel, &abs)
+    }
+
+    async fn mknod(
+        &self,
+        dir: &NfsFh3,
+        name: &Filename3,
+        what: &Mknoddata3,
+    ) -> StorageResult<NfsFh3> {
+        let (ft, attrs, dev) = match what {
+            Mknoddata3::Device {
+                ftype,
+                attributes,
+                spec,
+            } => {
+                let ft = if *ftype == Ftype3::NF3CHR {
+                    FileType::CharacterDevice
+                } else {
+                    FileType::BlockDevice
+                };
+                (
+                    ft,
+                    attributes,
+                    rustix::fs::makedev(spec.specdata1, spec.specdata2),
+                )
+            }
+            Mknoddata3::Special { ftype, attributes } => {
+                let ft = if *ftype == Ftype3::NF3FIFO {
+                    FileType::Fifo
+                } else {
+                    FileType::Socket
+                };
+                (ft, attributes, 0)
+            }
+            Mknoddata3::Other(_) => {
+                self.writable()?;
+                return Err(Nfsstat3::NFS3ERR_BADTYPE);
+            }
+        };
+        let (rel, abs) = self.new_child(dir, name)?;
+        let mode = Mode::from_raw_mode(attrs.mode.unwrap_or(0o644) & 0o7777);
+        rustix::fs::mknodat(CWD, &abs, ft, mode, dev).map_err(|e| io_status(&e.into()))?;
+        self.finish_create(rel, &abs)
+    }
+
+    async fn remove(&self, dir: &NfsFh3, name: &Filename3) -> StorageResult<()> {
+        let (_, abs) = self.old_child(dir, name, Nfsstat3::NFS3ERR_ACCES)?;
+        st(fs::remove_file(abs))
+    }
+
+    async fn rmdir(&self, dir: &NfsFh3, name: &Filename3) -> StorageResult<()> {
+        let (_, abs) = match &name.0[..] {
+            // Linux: "." is NFS3ERR_INVAL, ".." NFS3ERR_NOTEMPTY (rmdir(2)).
+            b"." => return self.writable().and(Err(Nfsstat3::NFS3ERR_INVAL)),
+            b".." => return self.writable().and(Err(Nfsstat3::NFS3ERR_NOTEMPTY)),
+            _ => self.old_child(dir, name, Nfsstat3::NFS3ERR_ACCES)?,
+        };
+        st(fs::remove_dir(abs))
+    }
+
+    async fn rename(
+        &self,
+        from_dir: &NfsFh3,
+        from: &Filename3,
+        to_dir: &NfsFh3,
+        to: &Filename3,
+    ) -> StorageResult<()> {
+        let (_, src) = self.old_child(from_dir, from, Nfsstat3::NFS3ERR_INVAL)?;
+        let (to_rel, dst) = self.old_child(to_dir, to, Nfsstat3::NFS3ERR_INVAL)?;
+        st(fs::rename(&src, &dst))?;
+        if let Ok(m) = fs::symlink_metadata(&dst) {
+            self.remember(m.ino(), to_rel);
+        }
+        Ok(())
+    }
+
+    async fn link(&self, fh: &NfsFh3, dir: &NfsFh3, name: &Filename3) -> StorageResult<()> {
+        let (rel, abs) = self.new_child(dir, name)?;
+        let n = self.resolve(fh)?;
+        if n.meta.is_dir() {
+            return Err(Nfsstat3::NFS3ERR_ISDIR);
+        }
+        st(fs::hard_link(&n.abs, &abs))?;
+        self.remember(n.meta.ino(), rel);
+        Ok(())
+    }
+
+    async fn readdir(&self, dir: &NfsFh3, cookie: u64) -> StorageResult<(Vec<DirEntry>, [u8; 8])> {
+        let d = self.resolve_dir(dir)?;
+        let parent_ino = match d.rel.parent() {
+            Some(p) => fs::symlink_metadata(self.root.join(p))
+                .map(|m| m.ino())
+                .unwrap_or(self.root_ino),
+            None => self.root_ino,
+        };
+        let mut out = vec![
+            DirEntry {
+                fileid: d.meta.ino(),
+                name: Filename3::from_static("."),
+                cookie: 1,
+            },
+            DirEntry {
+                fileid: parent_ino,
+                name: Filename3::from_static(".."),
+                cookie: 2,
+            },
+        ];
+        for ent in st(fs::read_dir(&d.abs))? {
+            let ent = st(ent)?;
+            let name = ent.file_name();
+            let bytes = name.as_bytes();
+            self.remember(ent.ino(), d.rel.join(&name));
+            out.push(DirEntry {
+                fileid: ent.ino(),
+                name: Filename3(Bytes::copy_from_slice(bytes)),
+                cookie: name_cookie(bytes),
+            });
+        }
+        out.sort_by_key(|e| e.cookie);
+        out.retain(|e| e.cookie > cookie);
+        Ok((out, self.export_id.to_be_bytes()))
+    }
+
+    async fn fsstat(&self, fh: &NfsFh3) -> StorageResult<FsStat> {
+        let n = self.resolve(fh)?;
+        let s = rustix::fs::statvfs(&n.abs).map_err(|e| io_status(&e.into()))?;
+        let fr = s.f_frsize.max(1);
+        Ok(FsStat {
+            tbytes: s.f_blocks.saturating_mul(fr),
+            fbytes: s.f_bfree.saturating_mul(fr),
+            abytes: s.f_bavail.saturating_mul(fr),
+            tfiles: s.f_files,
+            ffiles: s.f_ffree,
+            afiles: s.f_favail,
+        })
+    }
+
+    async fn commit(&self, fh: &NfsFh3) -> StorageResult<()> {
+        self.writable()?;
+        let n = self.resolve(fh)?;
+        if !n.meta.is_file() && !n.meta.is_dir() {
+            return Err(Nfsstat3::NFS3ERR_INVAL);
+        }
+        let f = if n.meta.is_dir() {
+            st(File::open(&n.abs))?
+        } else {
+            Self::open_nofollow(&n.abs, false)?
+        };
+        st(f.sync_all())
+    }
+}

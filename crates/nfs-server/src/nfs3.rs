@@ -1,0 +1,502 @@
+//! The NFSv3 program (RFC 1813 §3.3) as an [`oncrpc::RpcService`] over
+//! any [`Storage`].
+
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use nfs::v3::*;
+use oncrpc::msg::Credential;
+use oncrpc::{CallContext, RpcService, ServiceError};
+use xdr::{Decoder, Encode, FixedOpaque, XdrBuf};
+
+use crate::localfs::{MAX_READ, MAX_WRITE};
+use crate::storage::Storage;
+
+/// The uid/gid AUTH_NONE callers are mapped to (Linux's `nobody`).
+const NOBODY: u32 = 65534;
+
+/// Serves NFS program 100003 version 3 from a [`Storage`].
+#[derive(Debug)]
+pub struct Nfs3Service<S> {
+    fs: Arc<S>,
+}
+
+impl<S> Nfs3Service<S> {
+    /// A service over `fs`.
+    pub fn new(fs: Arc<S>) -> Self {
+        Self { fs }
+    }
+}
+
+fn wcc_attr(a: &Fattr3) -> WccAttr {
+    WccAttr {
+        size: a.size,
+        mtime: a.mtime,
+        ctime: a.ctime,
+    }
+}
+
+/// ACCESS (RFC 1813 §3.3.4) from mode bits: the caller's class (owner,
+/// group, other; uid 0 passes read/write checks and execute when any
+/// execute bit is set), with the modifying bits removed on a read-only
+/// export.
+fn access_bits(a: &Fattr3, cred: &Credential, want: u32, read_only: bool) -> u32 {
+    let (uid, gid, gids): (u32, u32, &[u32]) = match cred {
+        Credential::Sys(s) => (s.uid, s.gid, &s.gids),
+        _ => (NOBODY, NOBODY, &[]),
+    };
+    let perm = if uid == 0 {
+        let x = if a.mode & 0o111 != 0 || a.ftype == Ftype3::NF3DIR {
+            1
+        } else {
+            0
+        };
+        0o6 | x
+    } else if uid == a.uid {
+        (a.mode >> 6) & 7
+    } else if gid == a.gid || gids.contains(&a.gid) {
+        (a.mode >> 3) & 7
+    } else {
+        a.mode & 7
+    };
+    let (r, w, x) = (perm & 4 != 0, perm & 2 != 0, perm & 1 != 0);
+    let mut out = 0;
+    if r {
+        out |= ACCESS3_READ;
+    }
+    if a.ftype == Ftype3::NF3DIR {
+        if x {
+            out |= ACCESS3_LOOKUP;
+        }
+        if w {
+            out |= ACCESS3_MODIFY | ACCESS3_EXTEND | ACCESS3_DELETE;
+        }
+    } else {
+        if w {
+            out |= ACCESS3_MODIFY | ACCESS3_EXTEND;
+        }
+        if x {
+            out |= ACCESS3_EXECUTE;
+        }
+    }
+    if read_only {
+        out &= !(ACCESS3_MODIFY | ACCESS3_EXTEND | ACCESS3_DELETE);
+    }
+    out & want
+}
+
+/// Fixed part of a READDIR/READDIRPLUS reply: status, the largest
+/// `post_op_attr`, the verifier, the list terminator and `eof`
+/// (RFC 1813 §3.3.16).
+const DIR_REPLY_OVERHEAD: usize = 4 + 4 + FATTR3_LEN + 8 + 4 + 4;
+
+/// What one READDIRPLUS entry counts against `dircount`: fileid, name and
+/// cookie (RFC 1813 §3.3.17).
+fn dircount_of(name: &Filename3) -> usize {
+    8 + 4 + xdr::padded_len(name.0.len()) + 8
+}
+
+impl<S: Storage> Nfs3Service<S> {
+    async fn post(&self, fh: &NfsFh3) -> PostOpAttr {
+        self.fs.getattr(fh).await.ok()
+    }
+
+    async fn pre(&self, fh: &NfsFh3) -> PreOpAttr {
+        self.fs.getattr(fh).await.ok().as_ref().map(wcc_attr)
+    }
+
+    async fn wcc(&self, before: PreOpAttr, fh: &NfsFh3) -> WccData {
+        WccData {
+            before,
+            after: self.post(fh).await,
+        }
+    }
+
+    async fn created(
+        &self,
+        before: PreOpAttr,
+        dir: &NfsFh3,
+        r: Result<NfsFh3, Nfsstat3>,
+    ) -> Create3Res {
+        let dir_wcc = self.wcc(before, dir).await;
+        match r {
+            Ok(fh) => Res3::Ok(Create3ResOk {
+                obj_attributes: self.post(&fh).await,
+                obj: Some(fh),
+                dir_wcc,
+            }),
+            Err(s) => Res3::Fail(s, dir_wcc),
+        }
+    }
+
+    async fn removed(
+        &self,
+        before: PreOpAttr,
+        dir: &NfsFh3,
+        r: Result<(), Nfsstat3>,
+    ) -> Remove3Res {
+        let w = self.wcc(before, dir).await;
+        match r {
+            Ok(()) => Res3::Ok(w),
+            Err(s) => Res3::Fail(s, w),
+        }
+    }
+
+    async fn readdir(&self, a: Readdir3Args) -> Readdir3Res {
+        let (entries, verf) = match self.fs.readdir(&a.dir, a.cookie).await {
+            Ok(v) => v,
+            Err(s) => return Res3::Fail(s, self.post(&a.dir).await),
+        };
+        if a.cookie != 0 && a.cookieverf.0 != [0; 8] && a.cookieverf.0 != verf {
+            return Res3::Fail(Nfsstat3::NFS3ERR_BAD_COOKIE, self.post(&a.dir).await);
+        }
+        let total = entries.len();
+        let mut used = DIR_REPLY_OVERHEAD;
+        let mut out = Vec::new();
+        for e in entries {
+            let item = Entry3 {
+                fileid: e.fileid,
+                name: e.name,
+                cookie: e.cookie,
+            };
+            let len = 4 + item.encoded_len();
+            if used + len > a.count as usize {
+                break;
+            }
+            used += len;
+            out.push(item);
+        }
+        if out.is_empty() && total > 0 {
+            return Res3::Fail(Nfsstat3::NFS3ERR_TOOSMALL, self.post(&a.dir).await);
+        }
+        Res3::Ok(Readdir3ResOk {
+            dir_attributes: self.post(&a.dir).await,
+            cookieverf: FixedOpaque(verf),
+            eof: out.len() == total,
+            entries: out,
+        })
+    }
+
+    async fn readdirplus(&self, a: Readdirplus3Args) -> Readdirplus3Res {
+        let (entries, verf) = match self.fs.readdir(&a.dir, a.cookie).await {
+            Ok(v) => v,
+            Err(s) => return Res3::Fail(s, self.post(&a.dir).await),
+        };
+        if a.cookie != 0 && a.cookieverf.0 != [0; 8] && a.cookieverf.0 != verf {
+            return Res3::Fail(Nfsstat3::NFS3ERR_BAD_COOKIE, self.post(&a.dir).await);
+        }
+        let total = entries.len();
+        let mut used = DIR_REPLY_OVERHEAD;
+        let mut dir_used = 0usize;
+        let mut out = Vec::new();
+        for e in entries {
+            let fh = self.fs.lookup(&a.dir, &e.name).await.ok();
+            let attrs = match &fh {
+                Some(fh) => self.post(fh).await,
+                None => None,
+            };
+            let d = dircount_of(&e.name);
+            let item = Entryplus3 {
+                fileid: e.fileid,
+                name: e.name,
+                cookie: e.cookie,
+                name_attributes: attrs,
+                name_handle: fh,
+            };
+            let len = 4 + item.encoded_len();
+            if used + len > a.maxcount as usize || dir_used + d > a.dircount.max(512) as usize {
+                break;
+            }
+            used += len;
+            dir_used += d;
+            out.push(item);
+        }
+        if out.is_empty() && total > 0 {
+            return Res3::Fail(Nfsstat3::NFS3ERR_TOOSMALL, self.post(&a.dir).await);
+        }
+        Res3::Ok(Readdirplus3ResOk {
+            dir_attributes: self.post(&a.dir).await,
+            cookieverf: FixedOpaque(verf),
+            eof: out.len() == total,
+            entries: out,
+        })
+    }
+
+    /// Executes one decoded call and encodes its result.
+    pub async fn execute(&self, args: Args3, cred: &Credential) -> Result<XdrBuf, ServiceError> {
+        let fs = &*self.fs;
+        let verf = FixedOpaque(fs.write_verifier());
+        let mut out = XdrBuf::new();
+        match args {
+            Args3::Null => {}
+            Args3::Getattr(a) => {
+                let r: Getattr3Res = match fs.getattr(&a.object).await {
+                    Ok(obj_attributes) => Res3::Ok(Getattr3ResOk { obj_attributes }),
+                    Err(s) => Res3::Fail(s, ()),
+                };
+                r.encode(&mut out);
+            }
+            Args3::Setattr(a) => {
+                let before = self.pre(&a.object).await;
+                let r = fs.setattr(&a.object, &a.new_attributes, a.guard).await;
+                let w = self.wcc(before, &a.object).await;
+                let r: Setattr3Res = match r {
+                    Ok(()) => Res3::Ok(w),
+                    Err(s) => Res3::Fail(s, w),
+                };
+                r.encode(&mut out);
+            }
+            Args3::Lookup(a) => {
+                let r: Lookup3Res = match fs.lookup(&a.what.dir, &a.what.name).await {
+                    Ok(object) => Res3::Ok(Lookup3ResOk {
+                        obj_attributes: self.post(&object).await,
+                        dir_attributes: self.post(&a.what.dir).await,
+                        object,
+                    }),
+                    Err(s) => Res3::Fail(s, self.post(&a.what.dir).await),
+                };
+                r.encode(&mut out);
+            }
+            Args3::Access(a) => {
+                let r: Access3Res = match fs.getattr(&a.object).await {
+                    Ok(attrs) => Res3::Ok(Access3ResOk {
+                        access: access_bits(&attrs, cred, a.access, fs.read_only()),
+                        obj_attributes: Some(attrs),
+                    }),
+                    Err(s) => Res3::Fail(s, None),
+                };
+                r.encode(&mut out);
+            }
+            Args3::Readlink(a) => {
+                let r: Readlink3Res = match fs.readlink(&a.symlink).await {
+                    Ok(data) => Res3::Ok(Readlink3ResOk {
+                        symlink_attributes: self.post(&a.symlink).await,
+                        data: Nfspath3(data),
+                    }),
+                    Err(s) => Res3::Fail(s, self.post(&a.symlink).await),
+                };
+                r.encode(&mut out);
+            }
+            Args3::Read(a) => {
+                let r: Read3Res = match fs.read(&a.file, a.offset, a.count.min(MAX_READ)).await {
+                    Ok((data, eof)) => Res3::Ok(Read3ResOk {
+                        file_attributes: self.post(&a.file).await,
+                        count: u32::try_from(data.len()).unwrap_or(0),
+                        eof,
+                        data: xdr::DdpOpaque(data),
+                    }),
+                    Err(s) => Res3::Fail(s, self.post(&a.file).await),
+                };
+                r.encode(&mut out);
+            }
+            Args3::Write(a) => {
+                // Linux's nfsd: a count that disagrees with the data
+                // length is GARBAGE_ARGS (nfs3svc_decode_writeargs).
+                if a.count as usize != a.data.0.len() {
+                    return Err(ServiceError::GarbageArgs(xdr::Error::new(
+                        xdr::ErrorKind::LengthExceeded {
+                            len: a.count.into(),
+                            max: a.data.0.len() as u64,
+                        },
+                        0,
+                        "WRITE3args count",
+                    )));
+                }
+                let data = a.data.0.slice(..a.data.0.len().min(MAX_WRITE as usize));
+                let before = self.pre(&a.file).await;
+                let r = fs.write(&a.file, a.offset, &data, a.stable).await;
+                let file_wcc = self.wcc(before, &a.file).await;
+                let r: Write3Res = match r {
+                    Ok(committed) => Res3::Ok(Write3ResOk {
+                        file_wcc,
+                        count: u32::try_from(data.len()).unwrap_or(0),
+                        committed,
+                        verf,
+                    }),
+                    Err(s) => Res3::Fail(s, file_wcc),
+                };
+                r.encode(&mut out);
+            }
+            Args3::Create(a) => {
+                let before = self.pre(&a.dir.dir).await;
+                let r = fs.create(&a.dir.dir, &a.dir.name, &a.how).await;
+                self.created(before, &a.dir.dir, r).await.encode(&mut out);
+            }
+            Args3::Mkdir(a) => {
+                let before = self.pre(&a.dir.dir).await;
+                let r = fs.mkdir(&a.dir.dir, &a.dir.name, &a.attributes).await;
+                self.created(before, &a.dir.dir, r).await.encode(&mut out);
+            }
+            Args3::Symlink(a) => {
+                let before = self.pre(&a.dir.dir).await;
+                let r = fs
+                    .symlink(
+                        &a.dir.dir,
+                        &a.dir.name,
+                        &a.symlink_data.0,
+                        &a.symlink_attributes,
+                    )
+                    .await;
+                self.created(before, &a.dir.dir, r).await.encode(&mut out);
+            }
+            Args3::Mknod(a) => {
+                let before = self.pre(&a.dir.dir).await;
+                let r = fs.mknod(&a.dir.dir, &a.dir.name, &a.what).await;
+                self.created(before, &a.dir.dir, r).await.encode(&mut out);
+            }
+            Args3::Remove(a) => {
+                let before = self.pre(&a.object.dir).await;
+                let r = fs.remove(&a.object.dir, &a.object.name).await;
+                self.removed(before, &a.object.dir, r)
+                    .await
+                    .encode(&mut out);
+            }
+            Args3::Rmdir(a) => {
+                let before = self.pre(&a.object.dir).await;
+                let r = fs.rmdir(&a.object.dir, &a.object.name).await;
+                self.removed(before, &a.object.dir, r)
+                    .await
+                    .encode(&mut out);
+            }
+            Args3::Rename(a) => {
+                let fb = self.pre(&a.from.dir).await;
+                let tb = self.pre(&a.to.dir).await;
+                let r = fs
+                    .rename(&a.from.dir, &a.from.name, &a.to.dir, &a.to.name)
+                    .await;
+                let w = Rename3Wcc {
+                    fromdir_wcc: self.wcc(fb, &a.from.dir).await,
+                    todir_wcc: self.wcc(tb, &a.to.dir).await,
+                };
+                let r: Rename3Res = match r {
+                    Ok(()) => Res3::Ok(w),
+                    Err(s) => Res3::Fail(s, w),
+                };
+                r.encode(&mut out);
+            }
+            Args3::Link(a) => {
+                let before = self.pre(&a.link.dir).await;
+                let r = fs.link(&a.file, &a.link.dir, &a.link.name).await;
+                let w = Link3Wcc {
+                    file_attributes: self.post(&a.file).await,
+                    linkdir_wcc: self.wcc(before, &a.link.dir).await,
+                };
+                let r: Link3Res = match r {
+                    Ok(()) => Res3::Ok(w),
+                    Err(s) => Res3::Fail(s, w),
+                };
+                r.encode(&mut out);
+            }
+            Args3::Readdir(a) => self.readdir(a).await.encode(&mut out),
+            Args3::Readdirplus(a) => self.readdirplus(a).await.encode(&mut out),
+            Args3::Fsstat(a) => {
+                let r: Fsstat3Res = match fs.fsstat(&a.object).await {
+                    Ok(s) => Res3::Ok(Fsstat3ResOk {
+                        obj_attributes: self.post(&a.object).await,
+                        tbytes: s.tbytes,
+                        fbytes: s.fbytes,
+                        abytes: s.abytes,
+                        tfiles: s.tfiles,
+                        ffiles: s.ffiles,
+                        afiles: s.afiles,
+                        invarsec: 0,
+                    }),
+                    Err(e) => Res3::Fail(e, self.post(&a.object).await),
+                };
+                r.encode(&mut out);
+            }
+            Args3::Fsinfo(a) => {
+                let r: Fsinfo3Res = match fs.getattr(&a.object).await {
+                    Ok(attrs) => Res3::Ok(Fsinfo3ResOk {
+                        obj_attributes: Some(attrs),
+                        rtmax: MAX_READ,
+                        rtpref: MAX_READ,
+                        rtmult: 4096,
+                        wtmax: MAX_WRITE,
+                        wtpref: MAX_WRITE,
+                        wtmult: 4096,
+                        dtpref: 64 * 1024,
+                        maxfilesize: i64::MAX as u64,
+                        time_delta: Nfstime3 {
+                            seconds: 0,
+                            nseconds: 1,
+                        },
+                        properties: FSF3_LINK | FSF3_SYMLINK | FSF3_HOMOGENEOUS | FSF3_CANSETTIME,
+                    }),
+                    Err(s) => Res3::Fail(s, None),
+                };
+                r.encode(&mut out);
+            }
+            Args3::Pathconf(a) => {
+                let r: Pathconf3Res = match fs.getattr(&a.object).await {
+                    Ok(attrs) => Res3::Ok(Pathconf3ResOk {
+                        obj_attributes: Some(attrs),
+                        linkmax: 255,
+                        name_max: NFS3_MAXNAMLEN as u32,
+                        no_trunc: true,
+                        chown_restricted: true,
+                        case_insensitive: false,
+                        case_preserving: true,
+                    }),
+                    Err(s) => Res3::Fail(s, None),
+                };
+                r.encode(&mut out);
+            }
+            Args3::Commit(a) => {
+                let before = self.pre(&a.file).await;
+                let r = fs.commit(&a.file).await;
+                let file_wcc = self.wcc(before, &a.file).await;
+                let r: Commit3Res = match r {
+                    Ok(()) => Res3::Ok(Commit3ResOk { file_wcc, verf }),
+                    Err(s) => Res3::Fail(s, file_wcc),
+                };
+                r.encode(&mut out);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// RFC 1813 §3.3: the NFS program, version 3 only.
+impl<S: Storage> RpcService for Nfs3Service<S> {
+    fn program(&self) -> u32 {
+        NFS_PROGRAM
+    }
+
+    fn versions(&self) -> RangeInclusive<u32> {
+        NFS_V3..=NFS_V3
+    }
+
+    /// Decodes the arguments (zero-copy for WRITE data) and executes them.
+    /// Malformed or truncated arguments are GARBAGE_ARGS; bytes after the
+    /// arguments are ignored, as Linux's nfsd does.
+    async fn call(&self, ctx: CallContext, args: Bytes) -> Result<XdrBuf, ServiceError> {
+        let mut dec = Decoder::from_bytes(&args);
+        let a = Args3::decode_from(Nfsproc3(ctx.proc_), &mut dec).map_err(|e| match e {
+            ArgsError::UnknownProcedure(_) => ServiceError::ProcUnavail,
+            ArgsError::Garbage { source, .. } => ServiceError::GarbageArgs(source),
+        })?;
+        tracing::trace!(xid = ctx.xid, proc_ = %a.procedure(), "nfs3 call");
+        self.execute(a, &ctx.credential).await
+    }
+
+    /// Non-idempotent procedures go in the duplicate-request cache, as in
+    /// Linux's nfsd (RC_REPLBUFF).
+    fn is_cached(&self, vers: u32, proc_: u32) -> bool {
+        vers == NFS_V3
+            && matches!(
+                Nfsproc3(proc_),
+                Nfsproc3::SETATTR
+                    | Nfsproc3::WRITE
+                    | Nfsproc3::CREATE
+                    | Nfsproc3::MKDIR
+                    | Nfsproc3::SYMLINK
+                    | Nfsproc3::MKNOD
+                    | Nfsproc3::REMOVE
+                    | Nfsproc3::RMDIR
+                    | Nfsproc3::RENAME
+                    | Nfsproc3::LINK
+            )
+    }
+}

@@ -1,0 +1,182 @@
+//! The storage interface the NFSv3 service runs on.
+//!
+//! Every method works on NFS file handles and returns a typed
+//! [`Nfsstat3`] on failure, so a back end decides the error a client sees.
+//! Weak cache consistency data is assembled by the service from
+//! [`Storage::getattr`] before and after a change (RFC 1813 §2.6 allows
+//! attributes that are not atomic with the operation as long as
+//! `pre_op_attr` is then omitted; the service omits nothing but takes the
+//! figures as close to the change as it can).
+
+use core::future::Future;
+
+use bytes::Bytes;
+use nfs::v3::{
+    Createhow3, Fattr3, Filename3, Mknoddata3, NfsFh3, Nfsstat3, Nfstime3, Sattr3, StableHow,
+};
+
+/// Result of a storage call.
+pub type StorageResult<T> = Result<T, Nfsstat3>;
+
+/// One directory entry as READDIR/READDIRPLUS return it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// File id (inode number).
+    pub fileid: u64,
+    /// Name.
+    pub name: Filename3,
+    /// Cookie that resumes after this entry.
+    pub cookie: u64,
+}
+
+/// File system figures for FSSTAT (RFC 1813 §3.3.18).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FsStat {
+    /// Total bytes.
+    pub tbytes: u64,
+    /// Free bytes.
+    pub fbytes: u64,
+    /// Bytes available to unprivileged users.
+    pub abytes: u64,
+    /// Total inodes.
+    pub tfiles: u64,
+    /// Free inodes.
+    pub ffiles: u64,
+    /// Inodes available to unprivileged users.
+    pub afiles: u64,
+}
+
+/// A file tree served over NFSv3.
+///
+/// Names given to the methods are single components already checked by
+/// the XDR layer (not empty, no `/`, no NUL); `.` and `..` may still
+/// occur and are the back end's to handle.
+pub trait Storage: Send + Sync + 'static {
+    /// The export root's handle.
+    fn root(&self) -> NfsFh3;
+
+    /// Whether every change is refused with NFS3ERR_ROFS.
+    fn read_only(&self) -> bool;
+
+    /// The server instance's write verifier (RFC 1813 §3.3.7): it changes
+    /// when the server restarts, telling clients to resend unstable data.
+    fn write_verifier(&self) -> [u8; 8];
+
+    /// Attributes of `fh`.
+    fn getattr(&self, fh: &NfsFh3) -> impl Future<Output = StorageResult<Fattr3>> + Send;
+
+    /// Applies `attrs`; with `guard`, first checks the ctime equals it
+    /// (NFS3ERR_NOT_SYNC otherwise).
+    fn setattr(
+        &self,
+        fh: &NfsFh3,
+        attrs: &Sattr3,
+        guard: Option<Nfstime3>,
+    ) -> impl Future<Output = StorageResult<()>> + Send;
+
+    /// Looks `name` up in `dir`.
+    fn lookup(
+        &self,
+        dir: &NfsFh3,
+        name: &Filename3,
+    ) -> impl Future<Output = StorageResult<NfsFh3>> + Send;
+
+    /// The target of symbolic link `fh`.
+    fn readlink(&self, fh: &NfsFh3) -> impl Future<Output = StorageResult<Bytes>> + Send;
+
+    /// Up to `count` bytes at `offset`, and whether they reach the end.
+    fn read(
+        &self,
+        fh: &NfsFh3,
+        offset: u64,
+        count: u32,
+    ) -> impl Future<Output = StorageResult<(Bytes, bool)>> + Send;
+
+    /// Writes `data` at `offset`; returns how stable it now is.
+    fn write(
+        &self,
+        fh: &NfsFh3,
+        offset: u64,
+        data: &[u8],
+        stable: StableHow,
+    ) -> impl Future<Output = StorageResult<StableHow>> + Send;
+
+    /// Creates a regular file (RFC 1813 §3.3.8 semantics per mode).
+    fn create(
+        &self,
+        dir: &NfsFh3,
+        name: &Filename3,
+        how: &Createhow3,
+    ) -> impl Future<Output = StorageResult<NfsFh3>> + Send;
+
+    /// Creates a directory.
+    fn mkdir(
+        &self,
+        dir: &NfsFh3,
+        name: &Filename3,
+        attrs: &Sattr3,
+    ) -> impl Future<Output = StorageResult<NfsFh3>> + Send;
+
+    /// Creates a symbolic link holding `target` (never followed by the
+    /// server).
+    fn symlink(
+        &self,
+        dir: &NfsFh3,
+        name: &Filename3,
+        target: &[u8],
+        attrs: &Sattr3,
+    ) -> impl Future<Output = StorageResult<NfsFh3>> + Send;
+
+    /// Creates a special file.
+    fn mknod(
+        &self,
+        dir: &NfsFh3,
+        name: &Filename3,
+        what: &Mknoddata3,
+    ) -> impl Future<Output = StorageResult<NfsFh3>> + Send;
+
+    /// Removes a non-directory.
+    fn remove(
+        &self,
+        dir: &NfsFh3,
+        name: &Filename3,
+    ) -> impl Future<Output = StorageResult<()>> + Send;
+
+    /// Removes an empty directory.
+    fn rmdir(
+        &self,
+        dir: &NfsFh3,
+        name: &Filename3,
+    ) -> impl Future<Output = StorageResult<()>> + Send;
+
+    /// Renames `from_dir/from` to `to_dir/to`.
+    fn rename(
+        &self,
+        from_dir: &NfsFh3,
+        from: &Filename3,
+        to_dir: &NfsFh3,
+        to: &Filename3,
+    ) -> impl Future<Output = StorageResult<()>> + Send;
+
+    /// Makes `dir/name` a hard link to `fh`.
+    fn link(
+        &self,
+        fh: &NfsFh3,
+        dir: &NfsFh3,
+        name: &Filename3,
+    ) -> impl Future<Output = StorageResult<()>> + Send;
+
+    /// The entries of `dir` after `cookie` (0: from the start), in cookie
+    /// order, and the verifier those cookies are valid under.
+    fn readdir(
+        &self,
+        dir: &NfsFh3,
+        cookie: u64,
+    ) -> impl Future<Output = StorageResult<(Vec<DirEntry>, [u8; 8])>> + Send;
+
+    /// File system figures.
+    fn fsstat(&self, fh: &NfsFh3) -> impl Future<Output = StorageResult<FsStat>> + Send;
+
+    /// Flushes the file's data and metadata to stable storage.
+    fn commit(&self, fh: &NfsFh3) -> impl Future<Output = StorageResult<()>> + Send;
+}
