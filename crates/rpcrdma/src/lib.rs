@@ -14,10 +14,15 @@
 //! - [`ulb`]: the [`ulb::UpperLayerBinding`] trait an RPC program
 //!   implements so a requester can size reply resources (RFC 8166 §6).
 //!
-//! Nothing here does IO or reads a clock.
+//! - `transport` (feature `transport`, default): version 1 client and
+//!   server endpoints over any `rnic::Device`, driving `oncrpc`.
+//!
+//! Outside `transport`, nothing here does IO or reads a clock.
 #![forbid(unsafe_code)]
 
 pub mod credits;
 pub mod plan;
+#[cfg(feature = "transport")]
+pub mod transport;
 pub mod ulb;
 pub mod wire;

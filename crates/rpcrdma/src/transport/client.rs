@@ -1,0 +1,459 @@
+//! The requester: [`RdmaClient`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use oncrpc::client::{decode_reply, ClientConfig, ClientCore, RetransmitPolicy};
+use oncrpc::{ClientTransport, RpcCall, RpcError};
+use rnic::{
+    Access, CmError, Device, MemoryRegion, ProtectionDomain, QpConfig, QueuePair, RecvWr, SendWr,
+    WcOpcode, WcStatus, WorkCompletion,
+};
+use tokio::sync::{oneshot, Notify};
+
+use crate::credits::RequesterCredits;
+use crate::plan::{chunk_contents, plan_call, reassemble, InlineThresholds, Version};
+use crate::ulb::ReplyHint;
+use crate::wire::v1::{Body, Header, Proc};
+use crate::wire::{Limits, RdmaSegment, WriteChunk};
+
+/// Client settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RdmaClientConfig {
+    /// Credits requested, and receive buffers posted for replies
+    /// (Linux asks 128, kpeer README).
+    pub max_requests: u32,
+    /// Inline send and receive size advertised in the private data.
+    pub inline_size: u32,
+    /// Whether the server may reply with Send With Invalidate.
+    pub send_with_invalidate_ok: bool,
+    /// First XID.
+    pub xid_seed: u32,
+}
+
+impl Default for RdmaClientConfig {
+    fn default() -> Self {
+        Self {
+            max_requests: 128,
+            inline_size: 4096,
+            send_with_invalidate_ok: true,
+            xid_seed: 0x1000,
+        }
+    }
+}
+
+/// How the calls and replies of one client travelled (RFC 8166 §3.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClientStats {
+    /// Calls sent entirely inline.
+    pub inline_calls: u64,
+    /// Calls with DDP-eligible data in read chunks.
+    pub read_chunk_calls: u64,
+    /// Long calls in a Position-Zero Read chunk.
+    pub position_zero_calls: u64,
+    /// Replies with data in a write chunk.
+    pub write_chunk_replies: u64,
+    /// Replies conveyed in the reply chunk (RDMA_NOMSG).
+    pub reply_chunk_replies: u64,
+    /// RDMA_ERROR replies.
+    pub error_replies: u64,
+}
+
+/// Registered memory of one call, fenced when its reply arrives.
+struct Resources {
+    reads: Vec<MemoryRegion>,
+    write: Option<MemoryRegion>,
+    reply: Option<MemoryRegion>,
+    ddp_position: Option<usize>,
+}
+
+struct State {
+    core: ClientCore<oneshot::Sender<Result<Bytes, RpcError>>>,
+    credits: RequesterCredits,
+    resources: HashMap<u32, Resources>,
+    stats: ClientStats,
+    closed: bool,
+}
+
+struct Inner<Q> {
+    qp: Q,
+    pd: ProtectionDomain,
+    thresholds: InlineThresholds,
+    inline_size: u32,
+    state: Mutex<State>,
+    credit_wait: Notify,
+    next_wr: AtomicU64,
+}
+
+impl<Q> Inner<Q> {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// An RPC-over-RDMA version 1 requester over one queue pair.
+///
+/// [`RdmaClient::connect`] sends the RFC 8797 private data, posts a receive
+/// buffer per requested credit and starts a task reaping completions.
+/// Each call is planned by [`plan_call`], its chunks registered, and the
+/// regions invalidated when the reply arrives.
+pub struct RdmaClient<D: Device> {
+    inner: Arc<Inner<D::Qp>>,
+}
+
+impl<D: Device> Clone for RdmaClient<D> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<D: Device> std::fmt::Debug for RdmaClient<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaClient")
+            .field("thresholds", &self.inner.thresholds)
+            .finish()
+    }
+}
+
+fn recv_wr(id: u64, size: u32) -> RecvWr {
+    RecvWr {
+        wr_id: id,
+        buf: BytesMut::with_capacity(size as usize),
+    }
+}
+
+impl<D: Device> RdmaClient<D> {
+    /// Connects to an RPC-over-RDMA listener at `addr`. Needs a tokio
+    /// runtime (for the completion task).
+    pub async fn connect(
+        device: &D,
+        addr: &D::Addr,
+        config: RdmaClientConfig,
+    ) -> Result<Self, CmError> {
+        let pd = device.alloc_pd();
+        let local = super::private_data(config.inline_size, config.send_with_invalidate_ok);
+        let cq = rnic::CompletionQueue::new(4 * config.max_requests as usize + 64);
+        let mut qp_cfg = QpConfig::new(cq);
+        qp_cfg.max_recv_wr = config.max_requests;
+        qp_cfg.max_send_wr = 2 * config.max_requests;
+        qp_cfg.initial_recvs = (0..config.max_requests)
+            .map(|i| recv_wr(u64::from(i), config.inline_size))
+            .collect();
+        qp_cfg.private_data = local.to_bytes().to_vec();
+        let connected = device.connect(&pd, addr, qp_cfg).await?;
+        let thresholds = super::thresholds(&local, &connected.private_data);
+        let core_cfg = ClientConfig {
+            max_in_flight: config.max_requests as usize,
+            retransmit: RetransmitPolicy::default(),
+        };
+        let inner = Arc::new(Inner {
+            qp: connected.qp,
+            pd,
+            thresholds,
+            inline_size: config.inline_size,
+            state: Mutex::new(State {
+                core: ClientCore::new(config.xid_seed, core_cfg),
+                credits: RequesterCredits::new(config.max_requests),
+                resources: HashMap::new(),
+                stats: ClientStats::default(),
+                closed: false,
+            }),
+            credit_wait: Notify::new(),
+            next_wr: AtomicU64::new(u64::from(config.max_requests)),
+        });
+        tokio::spawn(reap(Arc::clone(&inner)));
+        Ok(Self { inner })
+    }
+
+    /// The negotiated inline thresholds.
+    pub fn thresholds(&self) -> InlineThresholds {
+        self.inner.thresholds
+    }
+
+    /// Conveyance counters.
+    pub fn stats(&self) -> ClientStats {
+        self.inner.lock().stats
+    }
+
+    /// Credits granted by the server and calls outstanding.
+    pub fn credits(&self) -> (u32, u32) {
+        let st = self.inner.lock();
+        (st.credits.granted(), st.credits.outstanding())
+    }
+
+    /// Disconnects; calls in flight fail with `ConnectionClosed`.
+    pub fn close(&self) {
+        self.inner.qp.disconnect();
+    }
+
+    async fn call_inner(&self, call: RpcCall) -> Result<Bytes, RpcError> {
+        let inner = &self.inner;
+        // RFC 8166 §3.3.1: never more calls outstanding than granted.
+        loop {
+            let notified = inner.credit_wait.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = inner.lock();
+                if st.closed {
+                    return Err(RpcError::ConnectionClosed);
+                }
+                if st.credits.try_send().is_ok() {
+                    break;
+                }
+            }
+            notified.await;
+        }
+        let rx = match self.send_call(&call) {
+            Ok(rx) => rx,
+            Err(e) => {
+                inner.lock().credits.on_abandon();
+                inner.credit_wait.notify_waiters();
+                return Err(e);
+            }
+        };
+        rx.await.unwrap_or(Err(RpcError::ConnectionClosed))
+    }
+
+    fn send_call(
+        &self,
+        call: &RpcCall,
+    ) -> Result<oneshot::Receiver<Result<Bytes, RpcError>>, RpcError> {
+        let inner = &self.inner;
+        let (tx, rx) = oneshot::channel();
+        let mut st = inner.lock();
+        let (xid, msg) = st
+            .core
+            .start_call(call, tx, Instant::now())
+            .map_err(|(_, e)| e)?;
+        let ddp = call.reply_hint.ddp;
+        let hint = ReplyHint {
+            max_inline: call
+                .reply_hint
+                .max_reply_len
+                .saturating_sub(ddp.map_or(0, |d| xdr::padded_len(d.max_len))),
+            ddp_max: ddp.map(|d| d.max_len),
+        };
+        let fail = |st: &mut State, e: RpcError| {
+            st.core.cancel(xid);
+            e
+        };
+        let plan = match plan_call(&msg, inner.thresholds, hint, Version::V1) {
+            Ok(p) => p,
+            Err(_) => {
+                return Err(fail(
+                    &mut st,
+                    RpcError::Transport("call cannot be conveyed"),
+                ))
+            }
+        };
+        let register = |data: BytesMut, access| -> Result<(MemoryRegion, RdmaSegment), RpcError> {
+            let len = data.len() as u32;
+            let mr = inner
+                .pd
+                .register(data, access)
+                .map_err(|_| RpcError::Transport("memory registration failed"))?;
+            let seg = RdmaSegment {
+                handle: mr.stag().0,
+                length: len,
+                offset: mr.base_to(),
+            };
+            Ok((mr, seg))
+        };
+        let mut res = Resources {
+            reads: Vec::new(),
+            write: None,
+            reply: None,
+            ddp_position: ddp.map(|d| d.position),
+        };
+        let mut read_segs = Vec::new();
+        let mut write_segs = Vec::new();
+        let mut reply_seg = None;
+        let registered = (|| {
+            for c in &plan.read_chunks {
+                let (mr, seg) = register(BytesMut::from(&c.data[..]), Access::REMOTE_READ)?;
+                res.reads.push(mr);
+                read_segs.push(seg);
+            }
+            for &n in &plan.write_chunk_lens {
+                let (mr, seg) = register(BytesMut::zeroed(n as usize), Access::REMOTE_WRITE)?;
+                res.write = Some(mr);
+                write_segs.push(seg);
+            }
+            if let Some(n) = plan.reply_chunk_len {
+                let (mr, seg) = register(BytesMut::zeroed(n as usize), Access::REMOTE_WRITE)?;
+                res.reply = Some(mr);
+                reply_seg = Some(seg);
+            }
+            Ok::<(), RpcError>(())
+        })();
+        if let Err(e) = registered {
+            return Err(fail(&mut st, e));
+        }
+        let lists = plan
+            .chunk_lists(&read_segs, &write_segs, reply_seg)
+            .map_err(|_| RpcError::Transport("plan mismatch"))?;
+        let body = if plan.proc_ == Proc::RDMA_NOMSG {
+            st.stats.position_zero_calls += 1;
+            Body::NoMsg(lists)
+        } else {
+            if plan.read_chunks.is_empty() {
+                st.stats.inline_calls += 1;
+            } else {
+                st.stats.read_chunk_calls += 1;
+            }
+            Body::Msg(lists)
+        };
+        let header = Header {
+            xid,
+            credits: st.credits.requested(),
+            body,
+        };
+        st.resources.insert(xid, res);
+        let wr = SendWr {
+            wr_id: inner.next_wr.fetch_add(1, Ordering::Relaxed),
+            data: vec![xdr::to_bytes(&header), plan.inline],
+            solicited: false,
+            invalidate: None,
+        };
+        if inner.qp.post_send(wr).is_err() {
+            st.resources.remove(&xid);
+            return Err(fail(&mut st, RpcError::ConnectionClosed));
+        }
+        Ok(rx)
+    }
+}
+
+impl<D: Device> ClientTransport for RdmaClient<D> {
+    fn call(
+        &self,
+        call: RpcCall,
+    ) -> impl std::future::Future<Output = Result<Bytes, RpcError>> + Send {
+        self.call_inner(call)
+    }
+}
+
+/// The completion task: replies, flushes and errors.
+async fn reap<Q: QueuePair>(inner: Arc<Inner<Q>>) {
+    loop {
+        let wc = match inner.qp.recv_cq().next().await {
+            Ok(wc) => wc,
+            Err(_) => break,
+        };
+        match (wc.opcode, wc.status) {
+            (WcOpcode::Recv, WcStatus::Success) => on_reply(&inner, wc),
+            (_, WcStatus::Success) => {}
+            _ => break,
+        }
+    }
+    let mut st = inner.lock();
+    st.closed = true;
+    for (tx, e) in st.core.fail_all(RpcError::ConnectionClosed) {
+        let _ = tx.send(Err(e));
+    }
+    st.resources.clear();
+    drop(st);
+    inner.credit_wait.notify_waiters();
+}
+
+/// Bytes of a fenced region named by an echoed segment.
+fn region_bytes(buf: &Bytes, base_to: u64, seg: &RdmaSegment) -> Option<Bytes> {
+    let start = usize::try_from(seg.offset.checked_sub(base_to)?).ok()?;
+    buf.get(start..).map(|_| buf.slice(start..))
+}
+
+/// Local invalidation of a region whose contents are not needed.
+fn fence(mr: Option<MemoryRegion>) {
+    if let Some(mr) = mr {
+        drop(mr.invalidate());
+    }
+}
+
+fn chunk_bytes(echo: &WriteChunk, mr: Option<MemoryRegion>) -> Option<Bytes> {
+    let mr = mr?;
+    let base = mr.base_to();
+    let buf = mr.invalidate().buf.freeze();
+    chunk_contents(echo, |s| region_bytes(&buf, base, s))
+}
+
+fn on_reply<Q: QueuePair>(inner: &Inner<Q>, wc: WorkCompletion) {
+    let mut buf = wc.buf.unwrap_or_default();
+    buf.truncate(wc.byte_len as usize);
+    let msg = buf.freeze();
+    let id = inner.next_wr.fetch_add(1, Ordering::Relaxed);
+    let _ = inner.qp.post_recv(recv_wr(id, inner.inline_size));
+    let Ok((hdr, hlen)) = Header::parse(&msg, &Limits::default()) else {
+        return;
+    };
+    let mut st = inner.lock();
+    let Some(res) = st.resources.remove(&hdr.xid) else {
+        return;
+    };
+    st.credits.on_reply(hdr.credits);
+    inner.credit_wait.notify_waiters();
+    // Fence: every region goes back to its owner before the call completes
+    // (RFC 8166 §3.4.3).
+    for mr in res.reads {
+        drop(mr.invalidate());
+    }
+    let result = match &hdr.body {
+        Body::Msg(chunks) | Body::NoMsg(chunks) => {
+            let nomsg = matches!(hdr.body, Body::NoMsg(_));
+            let base = if nomsg {
+                chunks
+                    .reply
+                    .as_ref()
+                    .and_then(|echo| chunk_bytes(echo, res.reply))
+            } else {
+                fence(res.reply);
+                msg.get(hlen..).map(|_| msg.slice(hlen..))
+            };
+            let data = match chunks.writes.first() {
+                Some(echo) => chunk_bytes(echo, res.write),
+                None => {
+                    fence(res.write);
+                    None
+                }
+            };
+            if nomsg {
+                st.stats.reply_chunk_replies += 1;
+            }
+            match base {
+                Some(base) => {
+                    let mut inserts = Vec::new();
+                    if let (Some(d), Some(off)) = (data.filter(|d| !d.is_empty()), res.ddp_position)
+                    {
+                        st.stats.write_chunk_replies += 1;
+                        if let Ok((_, Ok(results))) = decode_reply(&base) {
+                            let pos = base.len() - results.len() + off;
+                            inserts.push((pos as u32, d));
+                        }
+                    }
+                    reassemble(base, &inserts).map(|full| full.to_bytes()).ok()
+                }
+                None => None,
+            }
+        }
+        _ => {
+            st.stats.error_replies += 1;
+            fence(res.write);
+            fence(res.reply);
+            None
+        }
+    };
+    match result.and_then(|full| st.core.handle_reply(&full)) {
+        Some((_, tx, r)) => {
+            let _ = tx.send(r);
+        }
+        None => {
+            if let Some(tx) = st.core.cancel(hdr.xid) {
+                let _ = tx.send(Err(RpcError::Transport("RPC-over-RDMA error reply")));
+            }
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! RPC-over-RDMA version 1 endpoints over any [`rnic::Device`]: a client
+//! implementing [`oncrpc::ClientTransport`] ([`RdmaClient`]) and a server
+//! driving an [`oncrpc::Server`] ([`RdmaListener`]).
+//!
+//! They are thin shells around the sans-IO core: [`crate::plan`] decides
+//! the conveyance of every message, [`crate::credits`] bounds what is in
+//! flight, [`crate::wire::v1`] encodes the headers and [`crate::wire::cm`]
+//! the connection private data. Chunk memory is registered per call and
+//! fenced (invalidated) before the call completes (RFC 8166 §3.4.3): the
+//! buffers come back from the device only then.
+
+mod client;
+mod server;
+
+pub use client::{ClientStats, RdmaClient, RdmaClientConfig};
+pub use server::{RdmaListener, RdmaServerConfig};
+
+use crate::plan::InlineThresholds;
+use crate::wire::cm::{CmFlags, CmPrivateData};
+
+/// Receive buffers and inline size advertised by an endpoint.
+fn private_data(inline: u32, send_with_invalidate_ok: bool) -> CmPrivateData {
+    let flags = if send_with_invalidate_ok {
+        CmFlags::SEND_WITH_INVALIDATE_OK
+    } else {
+        CmFlags::default()
+    };
+    CmPrivateData::new(flags, inline, inline)
+}
+
+/// Thresholds from our private data and the peer's (RFC 8797 §4).
+fn thresholds(local: &CmPrivateData, peer: &[u8]) -> InlineThresholds {
+    InlineThresholds::negotiate(local, Some(peer))
+}
