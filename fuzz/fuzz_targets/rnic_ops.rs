@@ -67,6 +67,17 @@ fn connect(client: &LoopbackDevice, server: &LoopbackDevice, cpd: &ProtectionDom
     })
 }
 
+/// The access-check rules restated independently of `MrTable`.
+fn model_allows(regions: &[Region], stag: Stag, to: u64, len: usize, need: Access) -> bool {
+    regions.iter().any(|r| {
+        r.mr.stag() == stag
+            && r.mr.state() == MrState::Valid
+            && r.mr.access().contains(need)
+            && to >= r.mr.base_to()
+            && to.checked_add(len as u64).is_some_and(|end| end <= r.mr.base_to() + r.mr.len())
+    })
+}
+
 fn check(r: Region) {
     let back = r.mr.invalidate();
     assert_eq!(&back.buf[..], &r.shadow[..], "region changed outside a successful access");
@@ -131,6 +142,8 @@ fuzz_target!(|data: &[u8]| {
                 let Some(len) = input.byte() else { break };
                 let to = idx.map_or(u64::from(off), |i| regions[i].mr.base_to().wrapping_add(u64::from(off % 128)));
                 let len = usize::from(len % 80);
+                let need = if op % 8 == 2 { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
+                let expect = model_allows(&regions, stag, to, len, need);
                 if op % 8 == 2 {
                     let payload = vec![fill; len];
                     let wr = WriteWr { wr_id, data: vec![Bytes::from(payload)], remote_stag: stag, remote_to: to };
@@ -138,7 +151,11 @@ fuzz_target!(|data: &[u8]| {
                         continue;
                     }
                     let wc = w.cqp.send_cq().poll().expect("cq").expect("write completion");
-                    if wc.status == WcStatus::Success {
+                    // A Write completes once transmitted; a refusal at the
+                    // sink terminates the connection (at once, on loopback).
+                    let placed = wc.status == WcStatus::Success && w.cqp.state() == QpState::Rts;
+                    assert_eq!(placed, expect, "write verdict differs from the model");
+                    if placed {
                         let r = regions.iter_mut().find(|r| r.mr.stag() == stag).expect("success names a live region");
                         let start = usize::try_from(to - r.mr.base_to()).expect("offset");
                         r.shadow[start..start + len].fill(fill);
@@ -150,6 +167,8 @@ fuzz_target!(|data: &[u8]| {
                         continue;
                     }
                     let wc = w.cqp.send_cq().poll().expect("cq").expect("read completion");
+                    let sink_fits = sink_to + len as u64 <= 64;
+                    assert_eq!(wc.status == WcStatus::Success, expect && sink_fits, "read verdict differs from the model");
                     if wc.status == WcStatus::Success {
                         let r = regions.iter().find(|r| r.mr.stag() == stag).expect("success names a live region");
                         let start = usize::try_from(to - r.mr.base_to()).expect("offset");

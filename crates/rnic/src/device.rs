@@ -22,14 +22,20 @@
 //!   produces exactly one [`WorkCompletion`](crate::WorkCompletion) on its queue's
 //!   completion queue, flushed ([`WcStatus::FlushError`](crate::WcStatus)) if the
 //!   connection ends first.
+//! - Completion timing (RFC 5040 §5): iWARP has no acknowledgements, so a
+//!   Send or RDMA Write completes successfully once handed to the transport;
+//!   an RDMA Read completes when its response has been placed.
 //! - RNIC behaviour (RFC 5040 §5, §7): a tagged access that fails the
-//!   [`MrTable`](crate::MrTable) checks touches no memory, completes the
-//!   initiator's request with `RemoteAccessError`, terminates the connection,
-//!   and flushes everything else; a Send that finds no receive buffer, or one
-//!   too small, terminates the connection (`RemoteInvalidRequest` at the
-//!   sender; `LocalLengthError` on the too-small buffer); a Send With
-//!   Invalidate invalidates the named STag of the receiver before the receive
-//!   completes and reports it in [`WorkCompletion::invalidated`](crate::WorkCompletion).
+//!   [`MrTable`](crate::MrTable) checks touches no memory; the side that found
+//!   it sends a Terminate and closes with
+//!   [`CloseReason::TerminateSent`], the other side closes with
+//!   [`CloseReason::TerminateReceived`], and every outstanding request on both
+//!   sides is flushed. A refused RDMA Read completes with `RemoteAccessError`.
+//!   A Send that finds no receive buffer, or one too small, terminates the
+//!   connection the same way (the too-small buffer completes with
+//!   `LocalLengthError`). A Send With Invalidate invalidates the named STag of
+//!   the receiver before the receive completes and reports it in
+//!   [`WorkCompletion::invalidated`](crate::WorkCompletion).
 
 use std::fmt::Debug;
 use std::future::Future;

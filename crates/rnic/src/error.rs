@@ -108,11 +108,10 @@ pub enum WcStatus {
     LocalLengthError,
     /// A local buffer named by the request failed the access checks.
     LocalProtectionError,
-    /// The peer refused a tagged access (bad STag, bounds, rights, PD, invalidated).
+    /// An RDMA Read was refused by the peer's access checks (bad STag, bounds,
+    /// rights, PD, invalidated): the peer's Terminate named it.
     RemoteAccessError,
-    /// The peer found no receive buffer, or one too small, for a Send.
-    RemoteInvalidRequest,
-    /// The peer reported another operation error (e.g. its Terminate).
+    /// An RDMA Read ended by a Terminate for another reason than its access.
     RemoteOperationError,
 }
 

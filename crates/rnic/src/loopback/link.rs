@@ -75,18 +75,6 @@ fn complete(cq: &CompletionQueue, wc: WorkCompletion) {
     let _ = cq.push(wc);
 }
 
-fn status_for_initiator(cause: TerminateCause) -> WcStatus {
-    match cause {
-        TerminateCause::Access(_) => WcStatus::RemoteAccessError,
-        TerminateCause::NoReceiveBuffer | TerminateCause::MessageTooLong => {
-            WcStatus::RemoteInvalidRequest
-        }
-        TerminateCause::CannotInvalidate(_) | TerminateCause::RemoteOperation => {
-            WcStatus::RemoteOperationError
-        }
-    }
-}
-
 fn byte_len(len: u64) -> u32 {
     u32::try_from(len).unwrap_or(u32::MAX)
 }
@@ -211,13 +199,15 @@ impl Link {
         let invalidated = match verdict {
             Ok(inv) => inv,
             Err(cause) => {
+                // iWARP has no acknowledgements: the Send completed when it
+                // was transmitted; the peer's verdict arrives as a Terminate.
                 let m = &self.sides[me];
                 let wc = WorkCompletion::send_side(
                     m.qpn,
                     wr.wr_id,
                     WcOpcode::Send,
-                    status_for_initiator(cause),
-                    0,
+                    WcStatus::Success,
+                    byte_len(len),
                 );
                 complete(&m.send_cq, wc);
                 self.terminate(peer_idx, cause);
@@ -284,28 +274,18 @@ impl Link {
             }
             Ok::<_, Infallible>(off)
         });
-        match placed {
-            Ok(_) => {
-                let wc = WorkCompletion::send_side(
-                    m.qpn,
-                    wr.wr_id,
-                    WcOpcode::RdmaWrite,
-                    WcStatus::Success,
-                    byte_len(len),
-                );
-                complete(&m.send_cq, wc);
-            }
-            Err(e) => {
-                let wc = WorkCompletion::send_side(
-                    m.qpn,
-                    wr.wr_id,
-                    WcOpcode::RdmaWrite,
-                    WcStatus::RemoteAccessError,
-                    0,
-                );
-                complete(&m.send_cq, wc);
-                self.terminate(1 - me, TerminateCause::Access(e));
-            }
+        // iWARP has no acknowledgements: the Write completes once transmitted;
+        // a refusal at the sink arrives as a Terminate (RFC 5040 §7.1).
+        let wc = WorkCompletion::send_side(
+            m.qpn,
+            wr.wr_id,
+            WcOpcode::RdmaWrite,
+            WcStatus::Success,
+            byte_len(len),
+        );
+        complete(&m.send_cq, wc);
+        if let Err(e) = placed {
+            self.terminate(1 - me, TerminateCause::Access(e));
         }
         Ok(())
     }
