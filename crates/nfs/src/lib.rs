@@ -8,9 +8,12 @@
 //!   procedure number.
 //! - [`mount`]: the MOUNT v3 program (NULL, MNT, DUMP, UMNT, UMNTALL,
 //!   EXPORT).
-//! - [`ulb`]: which items are DDP-eligible (RFC 8267 §3.1, §4) and how
+//! - [`ulb`]: which items are DDP-eligible (ULB v2 draft §3) and how
 //!   large a reply can be, for an RPC-over-RDMA transport that must
 //!   provision reply and write chunks before sending a call.
+//!
+//! "ULB v2 draft" in citations is draft-ietf-nfsv4-nfs-ulb-v2-06, whose
+//! NFSv3 binding (§3) matches RFC 8267's for version 1.
 //!
 //! Bulk data (READ results, WRITE arguments, the SYMLINK and READLINK
 //! paths) is [`bytes::Bytes`]: decoding with [`xdr::Decoder::from_bytes`]

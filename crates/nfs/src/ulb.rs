@@ -1,20 +1,20 @@
-//! The NFSv3 upper-layer binding for RPC-over-RDMA (RFC 8267 §3 for
-//! version 1; draft-ietf-nfsv4-nfs-ulb-v2-06 §3 for version 2).
+//! The NFSv3 upper-layer binding for RPC-over-RDMA (RFC 8267 for
+//! version 1; draft-ietf-nfsv4-nfs-ulb-v2-06, "ULB v2 draft", §3 for version 2).
 //!
 //! An RPC-over-RDMA transport asks the binding, per call:
 //! - which argument item it may move by a Read chunk and which result item
 //!   by a Write chunk ([`UpperLayerBinding::ddp_eligible_arg`],
 //!   [`UpperLayerBinding::ddp_eligible_result`]): for NFSv3 only WRITE
 //!   data, the SYMLINK path, READ data and the READLINK path
-//!   (RFC 8267 §3.1, ULB v2 draft §3);
+//!   (ULB v2 draft §3);
 //! - how large the reply can be, so it provisions a Write chunk for the
 //!   DDP-eligible result and a Reply chunk when the rest could exceed the
 //!   inline threshold ([`UpperLayerBinding::reply_size_estimate`],
-//!   RFC 8267 §3.2, ULB v2 draft §3.1);
+//!   ULB v2 draft §3.1);
 //! - whether replay detection may key on the connection's source port: it
 //!   may not (ULB v2 draft §3.3.2).
 //!
-//! MOUNT, NLM and NSM run over TCP only (RFC 8267 §6, ULB v2 draft §4.1):
+//! MOUNT, NLM and NSM run over TCP only (ULB v2 draft §4.1):
 //! [`NfsV3Binding`] covers program 100003 version 3 alone.
 
 use xdr::Decoder;
@@ -23,7 +23,7 @@ use crate::v3::{
     Args3, Nfsproc3, FATTR3_LEN, NFS3_FHSIZE, NFS3_MAXDATA, NFS3_MAXPATHLEN, NFS_PROGRAM, NFS_V3,
 };
 
-/// A DDP-eligible XDR item of NFSv3 (RFC 8267 §3.1).
+/// A DDP-eligible XDR item of NFSv3 (ULB v2 draft §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DdpItem {
     /// WRITE3args `data` (an argument).
@@ -37,7 +37,7 @@ pub enum DdpItem {
 }
 
 /// The largest possible reply to one call, split the way an RPC-over-RDMA
-/// requester provisions it (RFC 8267 §3.2).
+/// requester provisions it (ULB v2 draft §3.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplySize {
     /// Largest result body in bytes excluding the DDP-eligible item's
@@ -78,7 +78,7 @@ pub enum UlbError {
 }
 
 /// What an RPC-over-RDMA transport needs to know about an RPC program
-/// (RFC 8166 §6, RFC 8267 §2).
+/// (RFC 8166 §6).
 pub trait UpperLayerBinding {
     /// Whether this binding covers `prog` version `vers`.
     fn covers(&self, prog: u32, vers: u32) -> bool;
@@ -107,7 +107,7 @@ pub trait UpperLayerBinding {
     }
 }
 
-/// The NFSv3 binding (RFC 8267 §3).
+/// The NFSv3 binding (ULB v2 draft §3).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NfsV3Binding;
 
@@ -158,7 +158,7 @@ impl UpperLayerBinding for NfsV3Binding {
         prog == NFS_PROGRAM && vers == NFS_V3
     }
 
-    /// RFC 8267 §3.1: WRITE data and the SYMLINK path.
+    /// ULB v2 draft §3: WRITE data and the SYMLINK path.
     fn ddp_eligible_arg(&self, proc: u32) -> Option<DdpItem> {
         match Nfsproc3(proc) {
             Nfsproc3::WRITE => Some(DdpItem::WriteData),
@@ -167,7 +167,7 @@ impl UpperLayerBinding for NfsV3Binding {
         }
     }
 
-    /// RFC 8267 §3.1: READ data and the READLINK path.
+    /// ULB v2 draft §3: READ data and the READLINK path.
     fn ddp_eligible_result(&self, proc: u32) -> Option<DdpItem> {
         match Nfsproc3(proc) {
             Nfsproc3::READ => Some(DdpItem::ReadData),
@@ -176,7 +176,7 @@ impl UpperLayerBinding for NfsV3Binding {
         }
     }
 
-    /// RFC 8267 §3.2 / ULB v2 draft §3.1. READ: the data is at most the
+    /// ULB v2 draft §3.1. READ: the data is at most the
     /// requested `count`. READDIR: `count` bounds the whole READDIR3resok
     /// (RFC 1813 §3.3.16); READDIRPLUS: `maxcount` bounds READDIRPLUS3resok
     /// (§3.3.17). READLINK: the path is at most `NFS3_MAXPATHLEN`.

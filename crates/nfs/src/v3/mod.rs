@@ -256,7 +256,7 @@ impl<'a> Decode<'a> for Filename3 {
 }
 
 /// `nfspath3` (RFC 1813 §2.5) as carried by SYMLINK arguments and READLINK
-/// results: a DDP-eligible item (RFC 8267 §3.1), at most
+/// results: a DDP-eligible item (ULB v2 draft §3), at most
 /// [`NFS3_MAXPATHLEN`] bytes.
 #[derive(Clone, PartialEq, Eq, Hash, Default)]
 pub struct Nfspath3(pub Bytes);
@@ -267,7 +267,7 @@ impl core::fmt::Debug for Nfspath3 {
     }
 }
 
-/// RFC 8267 §3.1: the SYMLINK path and READLINK result are DDP-eligible.
+/// ULB v2 draft §3: the SYMLINK path and READLINK result are DDP-eligible.
 impl Encode for Nfspath3 {
     fn encode<E: Encoder + ?Sized>(&self, enc: &mut E) {
         enc.put_bulk(self.0.clone(), true);
@@ -281,7 +281,7 @@ impl<'a> Decode<'a> for Nfspath3 {
 }
 
 /// READ result and WRITE argument data (RFC 1813 §3.3.6, §3.3.7): a
-/// DDP-eligible item (RFC 8267 §3.1), at most [`NFS3_MAXDATA`] bytes when
+/// DDP-eligible item (ULB v2 draft §3), at most [`NFS3_MAXDATA`] bytes when
 /// decoded, taken without a copy from a [`Decoder::from_bytes`] stream.
 pub type Data3 = xdr::DdpOpaque<NFS3_MAXDATA>;
 

@@ -92,7 +92,7 @@ xdr_struct! {
 }
 xdr_struct! {
     /// READLINK3resok (RFC 1813 §3.3.5); `data` is DDP-eligible
-    /// (RFC 8267 §3.1).
+    /// (ULB v2 draft §3).
     pub struct Readlink3ResOk {
         /// The link's attributes.
         pub symlink_attributes: PostOpAttr,
@@ -116,7 +116,7 @@ xdr_struct! {
 }
 xdr_struct! {
     /// READ3resok (RFC 1813 §3.3.6); `data` is DDP-eligible
-    /// (RFC 8267 §3.1).
+    /// (ULB v2 draft §3).
     pub struct Read3ResOk {
         /// The file's attributes.
         pub file_attributes: PostOpAttr,
@@ -133,7 +133,7 @@ pub type Read3Res = Res3<Read3ResOk, PostOpAttr>;
 
 xdr_struct! {
     /// WRITE3args (RFC 1813 §3.3.7); `data` is DDP-eligible
-    /// (RFC 8267 §3.1).
+    /// (ULB v2 draft §3).
     pub struct Write3Args {
         /// The file.
         pub file: NfsFh3,
@@ -241,7 +241,7 @@ xdr_struct! {
 
 xdr_struct! {
     /// SYMLINK3args (RFC 1813 §3.3.10) with `symlinkdata3` inlined; the
-    /// path is DDP-eligible (RFC 8267 §3.1).
+    /// path is DDP-eligible (ULB v2 draft §3).
     pub struct Symlink3Args {
         /// Directory and name.
         pub dir: Diropargs3,
