@@ -739,3 +739,130 @@ impl Storage for LocalFs {
         st(f.sync_all())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Tmp(PathBuf);
+    impl Tmp {
+        fn new(tag: &str) -> Self {
+            let p = std::env::temp_dir().join(format!("localfs-{tag}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&p);
+            fs::create_dir_all(&p).unwrap();
+            Self(p)
+        }
+    }
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn block<F: core::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn cookies_are_stable_distinct_and_above_dot_entries() {
+        assert_eq!(name_cookie(b"."), 1);
+        assert_eq!(name_cookie(b".."), 2);
+        let a = name_cookie(b"alpha");
+        assert_eq!(a, name_cookie(b"alpha"));
+        assert_ne!(a, name_cookie(b"beta"));
+        assert!(a >= 3 && a < 1 << 63);
+    }
+
+    #[test]
+    fn errno_maps_like_linux_nfsd() {
+        let e = |n: Errno| io::Error::from_raw_os_error(n.raw_os_error());
+        assert_eq!(io_status(&e(Errno::NOENT)), Nfsstat3::NFS3ERR_NOENT);
+        assert_eq!(io_status(&e(Errno::NOTEMPTY)), Nfsstat3::NFS3ERR_NOTEMPTY);
+        assert_eq!(io_status(&e(Errno::LOOP)), Nfsstat3::NFS3ERR_INVAL);
+        assert_eq!(io_status(&e(Errno::BADF)), Nfsstat3::NFS3ERR_IO);
+        assert_eq!(
+            io_status(&io::Error::other("no errno")),
+            Nfsstat3::NFS3ERR_IO
+        );
+    }
+
+    #[test]
+    fn handle_resolves_after_restart_and_rename_by_walking() {
+        let t = Tmp::new("walk");
+        fs::create_dir_all(t.0.join("a/b/c")).unwrap();
+        fs::write(t.0.join("a/b/c/f"), b"x").unwrap();
+        let fs1 = LocalFs::new(&t.0, false).unwrap();
+        let ino = fs::metadata(t.0.join("a/b/c/f")).unwrap().ino();
+        let fh = fs1.handle_of(ino);
+        // A fresh instance knows only the root: it walks.
+        let fs2 = LocalFs::new(&t.0, false).unwrap();
+        assert_eq!(fs2.export_id(), fs1.export_id());
+        assert_ne!(fs2.write_verifier(), fs1.write_verifier());
+        assert_eq!(block(fs2.getattr(&fh)).unwrap().fileid, ino);
+        // Renamed behind the server's back: the cached path is checked and
+        // the walk finds the new one.
+        fs::rename(t.0.join("a/b/c/f"), t.0.join("a/g")).unwrap();
+        assert_eq!(block(fs2.getattr(&fh)).unwrap().fileid, ino);
+        fs::remove_file(t.0.join("a/g")).unwrap();
+        assert_eq!(block(fs2.getattr(&fh)), Err(Nfsstat3::NFS3ERR_STALE));
+    }
+
+    #[test]
+    fn dotdot_at_root_is_root_and_dot_names_cannot_be_created() {
+        let t = Tmp::new("dots");
+        let lfs = LocalFs::new(&t.0, false).unwrap();
+        let root = lfs.root();
+        let dd = Filename3::from_static("..");
+        assert_eq!(block(lfs.lookup(&root, &dd)), Ok(root.clone()));
+        let how = Createhow3::Unchecked(Sattr3::default());
+        assert_eq!(
+            block(lfs.create(&root, &dd, &how)),
+            Err(Nfsstat3::NFS3ERR_EXIST)
+        );
+        assert_eq!(
+            block(lfs.rmdir(&root, &Filename3::from_static("."))),
+            Err(Nfsstat3::NFS3ERR_INVAL)
+        );
+        assert_eq!(fs::read_dir(&t.0).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn read_only_export_refuses_changes_before_touching_disk() {
+        let t = Tmp::new("ro");
+        fs::write(t.0.join("f"), b"data").unwrap();
+        let lfs = LocalFs::new(&t.0, true).unwrap();
+        let root = lfs.root();
+        let f = block(lfs.lookup(&root, &Filename3::from_static("f"))).unwrap();
+        assert_eq!(
+            block(lfs.write(&f, 0, b"XX", StableHow::FILE_SYNC)),
+            Err(Nfsstat3::NFS3ERR_ROFS)
+        );
+        assert_eq!(
+            block(lfs.mkdir(&root, &Filename3::from_static("d"), &Sattr3::default())),
+            Err(Nfsstat3::NFS3ERR_ROFS)
+        );
+        assert_eq!(block(lfs.commit(&f)), Err(Nfsstat3::NFS3ERR_ROFS));
+        assert_eq!(fs::read(t.0.join("f")).unwrap(), b"data");
+    }
+
+    #[test]
+    fn readdir_resumes_after_a_deleted_cookie() {
+        let t = Tmp::new("rd");
+        for n in ["a", "b", "c", "d"] {
+            fs::write(t.0.join(n), b"").unwrap();
+        }
+        let lfs = LocalFs::new(&t.0, false).unwrap();
+        let root = lfs.root();
+        let (all, verf) = block(lfs.readdir(&root, 0)).unwrap();
+        assert_eq!(verf, lfs.export_id().to_be_bytes());
+        assert_eq!(all.len(), 6);
+        let third = &all[3];
+        let after: Vec<_> = all[4..].iter().map(|e| e.name.clone()).collect();
+        fs::remove_file(t.0.join(std::str::from_utf8(&third.name.0).unwrap())).unwrap();
+        let (rest, _) = block(lfs.readdir(&root, third.cookie)).unwrap();
+        assert_eq!(rest.into_iter().map(|e| e.name).collect::<Vec<_>>(), after);
+    }
+}

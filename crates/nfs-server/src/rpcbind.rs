@@ -74,7 +74,7 @@ impl<'a> Decode<'a> for Rpcb {
 }
 
 /// The universal address of an IPv4/IPv6 address and port (RFC 5665
-/// §5.2.3.3, §5.2.3.4): the address, then the port's two bytes in
+/// §4.2.3.3, §4.2.3.4): the address, then the port's two bytes in
 /// decimal.
 pub fn universal_addr(ip: IpAddr, port: u16) -> String {
     format!("{}.{}.{}", ip, port >> 8, port & 0xff)
