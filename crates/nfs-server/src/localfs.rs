@@ -773,7 +773,7 @@ mod tests {
         let a = name_cookie(b"alpha");
         assert_eq!(a, name_cookie(b"alpha"));
         assert_ne!(a, name_cookie(b"beta"));
-        assert!(a >= 3 && a < 1 << 63);
+        assert!((3..1 << 63).contains(&a));
     }
 
     #[test]
