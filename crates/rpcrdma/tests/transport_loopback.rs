@@ -175,3 +175,96 @@ async fn concurrent_calls_respect_small_credit_grant() {
     assert_eq!(granted, 4);
     assert_eq!(outstanding, 0);
 }
+
+/// A raw queue pair speaking to the server, to check its answers to
+/// malformed headers (RFC 8166 §4.4, §4.5).
+#[tokio::test]
+async fn server_answers_bad_headers_with_rdma_error() {
+    use rnic::{CompletionQueue, Device, QpConfig, QueuePair, RecvWr, SendWr, WcOpcode};
+    use rpcrdma::wire::v1::{Body, ErrorBody, Header};
+    use rpcrdma::wire::Limits;
+
+    let net = LoopbackNetwork::new(6);
+    let sdev = net.device();
+    let cdev = net.device();
+    let mut server = Server::new();
+    server.register(EchoService::default());
+    let listener = RdmaListener::bind(
+        &sdev,
+        &String::new(),
+        Arc::new(server),
+        RdmaServerConfig::default(),
+    )
+    .await
+    .unwrap();
+    let addr = listener.local_addr();
+    listener.spawn();
+    let pd = cdev.alloc_pd();
+    let cq = CompletionQueue::new(64);
+    let mut cfg = QpConfig::new(cq);
+    cfg.initial_recvs = (0..8)
+        .map(|i| RecvWr {
+            wr_id: i,
+            buf: bytes::BytesMut::with_capacity(1024),
+        })
+        .collect();
+    let conn = cdev.connect(&pd, &addr, cfg).await.unwrap();
+    assert_eq!(
+        &conn.private_data[..],
+        &[0xf6, 0xab, 0x0e, 0x18, 1, 0, 3, 3],
+        "knfsd-like private data"
+    );
+    let qp = conn.qp;
+    let mut next = 100;
+    let mut exchange = |bytes: Vec<u8>| {
+        next += 1;
+        qp.post_send(SendWr {
+            wr_id: next,
+            data: vec![Bytes::from(bytes)],
+            solicited: false,
+            invalidate: None,
+        })
+        .unwrap();
+    };
+    let cases: [(Vec<u8>, ErrorBody); 3] = [
+        // Version 7 with a garbage body: ERR_VERS 1..1.
+        (
+            [
+                &[
+                    0, 0, 0, 0x11, 0, 0, 0, 7, 0, 0, 0, 8, 0xff, 0xff, 0xff, 0xff,
+                ][..],
+                &[0xee; 9][..],
+            ]
+            .concat(),
+            ErrorBody::Vers { low: 1, high: 1 },
+        ),
+        // RDMA_MSG whose read list is truncated: ERR_CHUNK.
+        (
+            vec![
+                0, 0, 0, 0x12, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0,
+            ],
+            ErrorBody::Chunk,
+        ),
+        // RDMA_DONE is no longer part of the protocol: ERR_CHUNK.
+        (
+            vec![0, 0, 0, 0x13, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 3],
+            ErrorBody::Chunk,
+        ),
+    ];
+    for (i, (bytes, want)) in cases.into_iter().enumerate() {
+        exchange(bytes);
+        let reply = loop {
+            let wc = qp.recv_cq().next().await.unwrap();
+            if wc.opcode == WcOpcode::Recv {
+                let mut b = wc.buf.unwrap();
+                b.truncate(wc.byte_len as usize);
+                break b;
+            }
+        };
+        let (h, len) = Header::parse(&reply, &Limits::default()).unwrap();
+        assert_eq!(len, reply.len());
+        assert_eq!(h.xid, 0x11 + i as u32);
+        assert_eq!(h.body, Body::Error(want), "case {i}");
+        assert!(h.credits >= 1);
+    }
+}

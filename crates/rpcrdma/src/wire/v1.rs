@@ -443,4 +443,127 @@ mod tests {
         let bytes = xdr::to_bytes(&h);
         assert_eq!(Header::parse(&bytes, &Limits::default()).unwrap().0, h);
     }
+
+    fn unhex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    fn quartet(bytes: &[u8], want: &Header) {
+        let (h, len) = Header::parse(bytes, &Limits::default()).unwrap();
+        assert_eq!(len, bytes.len());
+        assert_eq!(&h, want);
+        let mut buf = vec![0xa5u8; bytes.len() + 4];
+        assert_eq!(want.emit(&mut buf), Ok(bytes.len()));
+        assert_eq!(&buf[..bytes.len()], bytes);
+        assert_eq!(&buf[bytes.len()..], &[0xa5; 4]);
+    }
+
+    #[test]
+    fn round_trips_kpeer_inline_null_call() {
+        // nfsrdma-v3.pcap frame 32.
+        let bytes = unhex("9da52432 00000001 00000080 00000000 00000000 00000000 00000000");
+        quartet(
+            &bytes,
+            &Header {
+                xid: 0x9da5_2432,
+                credits: 128,
+                body: Body::Msg(ChunkLists::default()),
+            },
+        );
+    }
+
+    #[test]
+    fn round_trips_kpeer_read_call_with_write_list() {
+        // nfsrdma-v3.pcap frame 99: NFSv3 READ of 102400 bytes.
+        let bytes = unhex(
+            "b0a52432 00000001 00000080 00000000 00000000 00000001 00000001
+             bef33202 00019000 b0a52432 7fd0a000 00000000 00000000",
+        );
+        quartet(
+            &bytes,
+            &Header {
+                xid: 0xb0a5_2432,
+                credits: 128,
+                body: Body::Msg(ChunkLists {
+                    reads: vec![],
+                    writes: vec![WriteChunk {
+                        segments: vec![RdmaSegment {
+                            handle: 0xbef3_3202,
+                            length: 102_400,
+                            offset: 0xb0a5_2432_7fd0_a000,
+                        }],
+                    }],
+                    reply: None,
+                }),
+            },
+        );
+    }
+
+    fn readdirplus_segments(lengths: [u32; 3]) -> WriteChunk {
+        let raw = [
+            (0xc222_af01, 0xa7a5_2432_426f_1000),
+            (0x2031_5a01, 0xa7a5_2432_4237_2000),
+            (0xb1cb_7801, 0xa7a5_2432_426f_107c),
+        ];
+        WriteChunk {
+            segments: raw
+                .iter()
+                .zip(lengths)
+                .map(|(&(handle, offset), length)| RdmaSegment {
+                    handle,
+                    length,
+                    offset,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn round_trips_kpeer_readdirplus_call_with_reply_chunk() {
+        // nfsrdma-v3.pcap frame 56.
+        let bytes = unhex(
+            "a7a52432 00000001 00000080 00000000 00000000 00000000 00000001 00000003
+             c222af01 0000007c a7a52432 426f1000 20315a01 00010000 a7a52432 42372000
+             b1cb7801 00000004 a7a52432 426f107c",
+        );
+        quartet(
+            &bytes,
+            &Header {
+                xid: 0xa7a5_2432,
+                credits: 128,
+                body: Body::Msg(ChunkLists {
+                    reads: vec![],
+                    writes: vec![],
+                    reply: Some(readdirplus_segments([0x7c, 0x1_0000, 4])),
+                }),
+            },
+        );
+    }
+
+    #[test]
+    fn round_trips_kpeer_nomsg_reply() {
+        // nfsrdma-v3.pcap frame 61: the READDIRPLUS reply, written whole
+        // into the reply chunk.
+        let bytes = unhex(
+            "a7a52432 00000001 00000040 00000001 00000000 00000000 00000001 00000003
+             c222af01 0000007c a7a52432 426f1000 20315a01 000001dc a7a52432 42372000
+             b1cb7801 00000000 a7a52432 426f107c",
+        );
+        quartet(
+            &bytes,
+            &Header {
+                xid: 0xa7a5_2432,
+                credits: 64,
+                body: Body::NoMsg(ChunkLists {
+                    reads: vec![],
+                    writes: vec![],
+                    reply: Some(readdirplus_segments([0x7c, 0x1dc, 0])),
+                }),
+            },
+        );
+    }
 }
