@@ -42,7 +42,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::cq::CompletionQueue;
-use crate::error::{CmError, PostError, TerminateCause};
+use crate::error::{AccessError, CmError, PostError, TerminateCause};
 use crate::mr::{MrTable, ProtectionDomain};
 use crate::qp::{QpAttrs, QpConfig, QpState};
 use crate::stag::{PdId, QpNum};
@@ -145,6 +145,10 @@ pub enum CloseReason {
     TerminateReceived(TerminateCause),
     /// The lower-layer connection failed (reset, dropped, injected fault).
     ConnectionLost,
+    /// A work request named local memory that failed the access checks (an
+    /// RDMA Read sink): it completed with `LocalProtectionError`, the queue
+    /// pair moved to Error and the connection was closed.
+    LocalAccessError(AccessError),
 }
 
 /// A reliable-connected queue pair.

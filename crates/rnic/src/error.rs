@@ -87,9 +87,18 @@ pub enum TerminateCause {
     /// RFC 5040 §4.8 (remote operation error 0x09, STag cannot be invalidated).
     #[error("STag named by Send With Invalidate cannot be invalidated: {0}")]
     CannotInvalidate(AccessError),
-    /// The peer reported another error in its Terminate message.
-    #[error("remote operation error")]
-    RemoteOperation,
+    /// Any other Terminate, by its RFC 5040 §4.8 layer, error type and code
+    /// (e.g. a CRC error, an invalid MSN, or a protection error reported by the
+    /// peer whose details only the peer knows).
+    #[error("terminate: layer {layer} type {etype} code {code:#04x}")]
+    Other {
+        /// Layer: 0 RDMAP, 1 DDP, 2 LLP (MPA).
+        layer: u8,
+        /// Error type within the layer.
+        etype: u8,
+        /// Error code within the type.
+        code: u8,
+    },
 }
 
 /// Status of a work completion.

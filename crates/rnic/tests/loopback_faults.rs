@@ -5,9 +5,8 @@ use bytes::{Bytes, BytesMut};
 use rnic::conformance::{connect_pair, join, Harness};
 use rnic::loopback::{FaultConfig, LoopbackConfig, LoopbackDevice, LoopbackNetwork};
 use rnic::{
-    Access, CloseReason, CmError, CompletionQueue, ConnectRequest, CqOverflow, Device, Listener,
-    PostError, QpConfig, QpState, QueuePair, ReadWr, RecvWr, SendWr, TerminateCause, WcStatus,
-    WriteWr,
+    Access, AccessError, CloseReason, CmError, CompletionQueue, ConnectRequest, CqOverflow, Device,
+    Listener, PostError, QpConfig, QpState, QueuePair, ReadWr, RecvWr, SendWr, WcStatus, WriteWr,
 };
 
 struct Net(LoopbackNetwork);
@@ -203,10 +202,13 @@ async fn read_into_sink_without_local_write_is_a_local_protection_error() {
         p.cqp.send_cq().poll().unwrap().map(|w| w.status),
         Some(WcStatus::LocalProtectionError)
     );
-    assert!(matches!(
+    assert_eq!(
         p.cqp.close_reason(),
-        Some(CloseReason::TerminateSent(TerminateCause::Access(_)))
-    ));
+        Some(CloseReason::LocalAccessError(AccessError::AccessRights(
+            sink.stag()
+        )))
+    );
+    assert_eq!(p.sqp.close_reason(), Some(CloseReason::PeerDisconnect));
     assert_eq!(
         p.sqp.recv_cq().poll().unwrap().map(|w| w.status),
         Some(WcStatus::FlushError)

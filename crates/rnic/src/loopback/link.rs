@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::cq::CompletionQueue;
 use crate::device::{CloseReason, QueuePair};
-use crate::error::{PostError, TerminateCause, WcStatus};
+use crate::error::{AccessError, PostError, TerminateCause, WcStatus};
 use crate::mr::{MrTable, TaggedAccess, TransferError};
 use crate::qp::{QpAttrs, QpEvent, QpState};
 use crate::stag::{Access, PdId, QpNum};
@@ -311,37 +311,45 @@ impl Link {
             len,
             need: Access::REMOTE_READ,
         };
-        let (status, detector, cause) = match m.table.check(sink) {
-            Err(e) => (
-                WcStatus::LocalProtectionError,
-                me,
-                Some(TerminateCause::Access(e)),
-            ),
+        enum Outcome {
+            Done,
+            Local(AccessError),
+            Remote(AccessError),
+        }
+        let outcome = match m.table.check(sink) {
+            Err(e) => Outcome::Local(e),
             Ok(()) => match MrTable::transfer(&p.table, src, &m.table, sink) {
-                Ok(()) => (WcStatus::Success, me, None),
-                Err(TransferError::Source(e)) => (
-                    WcStatus::RemoteAccessError,
-                    1 - me,
-                    Some(TerminateCause::Access(e)),
-                ),
-                Err(TransferError::Sink(e)) => (
-                    WcStatus::LocalProtectionError,
-                    me,
-                    Some(TerminateCause::Access(e)),
-                ),
+                Ok(()) => Outcome::Done,
+                Err(TransferError::Source(e)) => Outcome::Remote(e),
+                Err(TransferError::Sink(e)) => Outcome::Local(e),
             },
         };
-        let n = if status.is_success() {
-            byte_len(len)
-        } else {
-            0
+        let (status, n) = match outcome {
+            Outcome::Done => (WcStatus::Success, byte_len(len)),
+            Outcome::Local(_) => (WcStatus::LocalProtectionError, 0),
+            Outcome::Remote(_) => (WcStatus::RemoteAccessError, 0),
         };
         complete(
             &m.send_cq,
             WorkCompletion::send_side(m.qpn, wr.wr_id, WcOpcode::RdmaRead, status, n),
         );
-        if let Some(cause) = cause {
-            self.terminate(detector, cause);
+        match outcome {
+            Outcome::Done => {}
+            // The responder refuses the Read Request with a Terminate.
+            Outcome::Remote(e) => self.terminate(1 - me, TerminateCause::Access(e)),
+            // A local protection error moves the queue pair to Error and
+            // closes the connection; the peer sees a close.
+            Outcome::Local(e) => {
+                let (m, p) = self.split(me);
+                m.apply(
+                    &[QpEvent::LocalClose, QpEvent::CloseComplete],
+                    CloseReason::LocalAccessError(e),
+                );
+                p.apply(
+                    &[QpEvent::PeerClose, QpEvent::CloseComplete],
+                    CloseReason::PeerDisconnect,
+                );
+            }
         }
         Ok(())
     }
