@@ -101,7 +101,7 @@ pub fn rpc_server(
     advertise: IpAddr,
 ) -> oncrpc::Server {
     let mut server = oncrpc::Server::new().with_drc(DrcConfig::default());
-    server.register(MountService::new(fs.root(), mount_paths));
+    server.register(MountService::new(Arc::clone(&fs), mount_paths));
     server.register(RpcbindService::new(registry, advertise));
     server.register_arc(Arc::new(Nfs3Service::new(fs)));
     server

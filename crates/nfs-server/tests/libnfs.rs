@@ -78,6 +78,16 @@ async fn libnfs_lists_copies_100mib_in_and_out_and_cats_byte_exact() {
     let local = TempDir::new("libnfs-local");
     std::fs::write(export.path().join("hello.txt"), b"hello from nfsrdma\n").unwrap();
     std::fs::create_dir(export.path().join("subdir")).unwrap();
+    // Enough entries that listing takes several READDIRPLUS calls.
+    for i in 0..500 {
+        std::fs::write(
+            export
+                .path()
+                .join(format!("subdir/entry-with-a-long-name-{i:04}")),
+            b"",
+        )
+        .unwrap();
+    }
     let srv = start(export.path(), false).await;
     let (np, mp) = (srv.nfs_addr().port(), srv.mount_addr().unwrap().port());
 
@@ -86,7 +96,17 @@ async fn libnfs_lists_copies_100mib_in_and_out_and_cats_byte_exact() {
     let listing = String::from_utf8_lossy(&ls.stdout).to_string();
     assert!(listing.contains("hello.txt"), "listing: {listing}");
     assert!(listing.contains("subdir"), "listing: {listing}");
-    eprintln!("nfs-ls: {:?}", t.elapsed());
+    let sub = run(vec!["nfs-ls".into(), url(export.path(), "/subdir", np, mp)]).await;
+    let sub = String::from_utf8_lossy(&sub.stdout).to_string();
+    let mut names: Vec<&str> = sub
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .filter(|n| n.starts_with("entry-"))
+        .collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 500, "nfs-ls of 500 entries: {sub}");
+    eprintln!("nfs-ls (2 listings, 502 entries): {:?}", t.elapsed());
 
     let t = Instant::now();
     let cat = run(vec![
