@@ -18,6 +18,20 @@ pub struct ReplyHint {
     pub ddp_max: Option<usize>,
 }
 
+#[cfg(feature = "transport")]
+impl From<oncrpc::ReplyHint> for ReplyHint {
+    /// oncrpc's hint counts the DDP item (padded) in `max_reply_len`; this
+    /// one keeps it apart.
+    fn from(h: oncrpc::ReplyHint) -> Self {
+        Self {
+            max_inline: h
+                .max_reply_len
+                .saturating_sub(h.ddp.map_or(0, |d| xdr::padded_len(d.max_len))),
+            ddp_max: h.ddp.map(|d| d.max_len),
+        }
+    }
+}
+
 /// An RPC program's binding to RPC-over-RDMA, as the transport uses it.
 pub trait UpperLayerBinding {
     /// Reply resources for a call to `prog`/`vers`/`proc_` whose argument
@@ -70,5 +84,24 @@ mod tests {
         assert_eq!(h.max_inline, 9000);
         assert_eq!(h.ddp_max, None);
         assert_eq!(b.reply_ddp_position(1, 1, 1, &[0; 8]), None);
+    }
+
+    #[cfg(feature = "transport")]
+    #[test]
+    fn converts_oncrpc_hint_keeping_ddp_item_apart() {
+        let h = oncrpc::ReplyHint {
+            max_reply_len: 64 + 1004,
+            ddp: Some(oncrpc::client::DdpReplyHint {
+                position: 4,
+                max_len: 1001,
+            }),
+        };
+        assert_eq!(
+            ReplyHint::from(h),
+            ReplyHint {
+                max_inline: 64,
+                ddp_max: Some(1001)
+            }
+        );
     }
 }

@@ -226,7 +226,7 @@ async fn server_answers_bad_headers_with_rdma_error() {
         })
         .unwrap();
     };
-    let cases: [(Vec<u8>, ErrorBody); 3] = [
+    let cases: [(Vec<u8>, ErrorBody); 4] = [
         // Version 7 with a garbage body: ERR_VERS 1..1.
         (
             [
@@ -248,6 +248,16 @@ async fn server_answers_bad_headers_with_rdma_error() {
         // RDMA_DONE is no longer part of the protocol: ERR_CHUNK.
         (
             vec![0, 0, 0, 0x13, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 3],
+            ErrorBody::Chunk,
+        ),
+        // A read chunk of 4 GiB - 1: refused before any allocation.
+        (
+            vec![
+                0, 0, 0, 0x14, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, // prefix
+                0, 0, 0, 1, 0, 0, 0, 0, // read entry at position 0
+                0, 0, 1, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, // segment
+                0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, // list ends
+            ],
             ErrorBody::Chunk,
         ),
     ];

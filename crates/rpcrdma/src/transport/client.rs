@@ -232,13 +232,7 @@ impl<D: Device> RdmaClient<D> {
             .start_call(call, tx, Instant::now())
             .map_err(|(_, e)| e)?;
         let ddp = call.reply_hint.ddp;
-        let hint = ReplyHint {
-            max_inline: call
-                .reply_hint
-                .max_reply_len
-                .saturating_sub(ddp.map_or(0, |d| xdr::padded_len(d.max_len))),
-            ddp_max: ddp.map(|d| d.max_len),
-        };
+        let hint = ReplyHint::from(call.reply_hint);
         let fail = |st: &mut State, e: RpcError| {
             st.core.cancel(xid);
             e

@@ -31,6 +31,10 @@ pub struct RdmaServerConfig {
     pub send_with_invalidate: bool,
     /// Decode limits for incoming headers.
     pub limits: Limits,
+    /// Most bytes one call may ask the server to pull by RDMA Read (the
+    /// sum of its read segment lengths); more is answered with ERR_CHUNK
+    /// before anything is allocated.
+    pub max_read_bytes: u64,
 }
 
 impl Default for RdmaServerConfig {
@@ -40,6 +44,7 @@ impl Default for RdmaServerConfig {
             inline_size: 4096,
             send_with_invalidate: true,
             limits: Limits::default(),
+            max_read_bytes: 17 * 1024 * 1024,
         }
     }
 }
@@ -305,6 +310,14 @@ impl<Q: QueuePair> Conn<Q> {
     /// position concatenated). `None` when a segment cannot be pulled
     /// (ERR_CHUNK).
     async fn pull(&mut self, chunks: &ChunkLists) -> Result<Option<Vec<(u32, Bytes)>>, ConnError> {
+        let total: u64 = chunks
+            .reads
+            .iter()
+            .map(|r| u64::from(r.target.length))
+            .sum();
+        if total > self.config.max_read_bytes {
+            return Ok(None);
+        }
         let mut sinks = Vec::with_capacity(chunks.reads.len());
         let mut pending = Vec::new();
         for r in &chunks.reads {
