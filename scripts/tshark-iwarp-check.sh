@@ -1,5 +1,11 @@
 #!/bin/bash
 # tshark-iwarp-check.sh PCAP [tshark options...]
+# tshark-iwarp-check.sh --capture [example args...]
+#
+# --capture: builds and runs crates/iwarp's loopback_session example (two
+# iwarp engines over a real 127.0.0.1 TCP connection) under tcpdump on lo,
+# then checks that capture as below. Needs root for tcpdump. Example args:
+# --crc, --terminate.
 #
 # Checks a capture of iWARP traffic (MPA/DDP/RDMAP over TCP) with Wireshark's
 # dissectors. iwarp_mpa is a TCP heuristic dissector that locks onto a
@@ -16,7 +22,31 @@
 #   - tshark reports an MPA CRC error or a bad MPA length.
 # Exit 2 when tshark cannot read the file.
 set -uo pipefail
-PCAP=${1:?usage: tshark-iwarp-check.sh PCAP [tshark options...]}
+if [ "${1:-}" = "--capture" ]; then
+  shift
+  command -v tcpdump >/dev/null || { echo "tcpdump not installed" >&2; exit 2; }
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  (cd "$root" && cargo build -q -p iwarp --example loopback_session) || exit 2
+  port=$((40000 + $$ % 20000))
+  pcap=$(mktemp --suffix=.pcap)
+  tcpdump -i lo -U -s 0 -w "$pcap" "tcp port $port" 2>/dev/null &
+  tpid=$!
+  sleep 1
+  "$root/target/debug/examples/loopback_session" --port "$port" "$@" >/dev/null
+  rc=$?
+  sleep 1
+  kill "$tpid"
+  wait "$tpid" 2>/dev/null
+  if [ "$rc" -ne 0 ]; then
+    echo "FAIL: loopback_session exited $rc" >&2
+    exit 1
+  fi
+  "$0" "$pcap"
+  rc=$?
+  rm -f "$pcap"
+  exit "$rc"
+fi
+PCAP=${1:?usage: tshark-iwarp-check.sh PCAP [tshark options...] | --capture [--crc] [--terminate]}
 shift
 [ -r "$PCAP" ] || { echo "cannot read $PCAP" >&2; exit 2; }
 command -v tshark >/dev/null || { echo "tshark not installed (apt-get install tshark)" >&2; exit 2; }
