@@ -17,8 +17,8 @@
 //! in-flight operation (no `openat2(RESOLVE_BENEATH)` here yet).
 //!
 //! Operations run with the server process's credentials; the caller's
-//! AUTH_SYS identity only shapes the ACCESS answer. IO is blocking, done
-//! on the calling task.
+//! AUTH_SYS identity only shapes the ACCESS answer. IO is blocking; on a
+//! multi-threaded tokio runtime it runs under `block_in_place`.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
@@ -364,6 +364,18 @@ impl LocalFs {
     }
 }
 
+/// Runs blocking file-system work: on a multi-threaded tokio runtime the
+/// worker hands its other tasks to another thread first
+/// (`block_in_place`); elsewhere it simply runs.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
 fn is_dot(name: &Filename3) -> bool {
     name.0[..] == b"."[..] || name.0[..] == b".."[..]
 }
@@ -394,8 +406,10 @@ impl Storage for LocalFs {
     }
 
     async fn getattr(&self, fh: &NfsFh3) -> StorageResult<Fattr3> {
-        let n = self.resolve(fh)?;
-        Ok(fattr_from(&n.meta, self.fsid()))
+        blocking(|| {
+            let n = self.resolve(fh)?;
+            Ok(fattr_from(&n.meta, self.fsid()))
+        })
     }
 
     async fn setattr(
@@ -404,66 +418,74 @@ impl Storage for LocalFs {
         attrs: &Sattr3,
         guard: Option<Nfstime3>,
     ) -> StorageResult<()> {
-        self.writable()?;
-        let n = self.resolve(fh)?;
-        if let Some(g) = guard {
-            if fattr_from(&n.meta, self.fsid()).ctime != g {
-                return Err(Nfsstat3::NFS3ERR_NOT_SYNC);
+        blocking(|| {
+            self.writable()?;
+            let n = self.resolve(fh)?;
+            if let Some(g) = guard {
+                if fattr_from(&n.meta, self.fsid()).ctime != g {
+                    return Err(Nfsstat3::NFS3ERR_NOT_SYNC);
+                }
             }
-        }
-        self.apply_sattr(&n.abs, &n.meta, attrs)
+            self.apply_sattr(&n.abs, &n.meta, attrs)
+        })
     }
 
     async fn lookup(&self, dir: &NfsFh3, name: &Filename3) -> StorageResult<NfsFh3> {
-        let d = self.resolve_dir(dir)?;
-        let rel = match &name.0[..] {
-            b"." => d.rel,
-            b".." => d.rel.parent().map(Path::to_path_buf).unwrap_or_default(),
-            other => d.rel.join(OsStr::from_bytes(other)),
-        };
-        let meta = st(fs::symlink_metadata(self.root.join(&rel)))?;
-        if meta.dev() != self.dev {
-            // A mount point inside the export: not crossed.
-            return Err(Nfsstat3::NFS3ERR_ACCES);
-        }
-        self.remember(meta.ino(), rel);
-        Ok(self.handle_of(meta.ino()))
+        blocking(|| {
+            let d = self.resolve_dir(dir)?;
+            let rel = match &name.0[..] {
+                b"." => d.rel,
+                b".." => d.rel.parent().map(Path::to_path_buf).unwrap_or_default(),
+                other => d.rel.join(OsStr::from_bytes(other)),
+            };
+            let meta = st(fs::symlink_metadata(self.root.join(&rel)))?;
+            if meta.dev() != self.dev {
+                // A mount point inside the export: not crossed.
+                return Err(Nfsstat3::NFS3ERR_ACCES);
+            }
+            self.remember(meta.ino(), rel);
+            Ok(self.handle_of(meta.ino()))
+        })
     }
 
     async fn readlink(&self, fh: &NfsFh3) -> StorageResult<Bytes> {
-        let n = self.resolve(fh)?;
-        if !n.meta.file_type().is_symlink() {
-            return Err(Nfsstat3::NFS3ERR_INVAL);
-        }
-        let t = st(fs::read_link(&n.abs))?;
-        Ok(Bytes::copy_from_slice(t.as_os_str().as_bytes()))
+        blocking(|| {
+            let n = self.resolve(fh)?;
+            if !n.meta.file_type().is_symlink() {
+                return Err(Nfsstat3::NFS3ERR_INVAL);
+            }
+            let t = st(fs::read_link(&n.abs))?;
+            Ok(Bytes::copy_from_slice(t.as_os_str().as_bytes()))
+        })
     }
 
     async fn read(&self, fh: &NfsFh3, offset: u64, count: u32) -> StorageResult<(Bytes, bool)> {
-        let n = self.resolve(fh)?;
-        if n.meta.is_dir() {
-            return Err(Nfsstat3::NFS3ERR_ISDIR);
-        }
-        if !n.meta.is_file() {
-            return Err(Nfsstat3::NFS3ERR_INVAL);
-        }
-        let f = Self::open_nofollow(&n.abs, false)?;
-        let size = st(f.metadata())?.len();
-        let want = u64::from(count.min(MAX_READ)).min(size.saturating_sub(offset));
-        let mut buf = vec![0u8; usize::try_from(want).unwrap_or(0)];
-        let mut got = 0usize;
-        while got < buf.len() {
-            let slot = buf.get_mut(got..).unwrap_or(&mut []);
-            match f.read_at(slot, offset + got as u64) {
-                Ok(0) => break,
-                Ok(k) => got += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_status(&e)),
+        blocking(|| {
+            let n = self.resolve(fh)?;
+            if n.meta.is_dir() {
+                return Err(Nfsstat3::NFS3ERR_ISDIR);
             }
-        }
-        buf.truncate(got);
-        let eof = offset.saturating_add(got as u64) >= size;
-        Ok((Bytes::from(buf), eof))
+            if !n.meta.is_file() {
+                return Err(Nfsstat3::NFS3ERR_INVAL);
+            }
+            let f = Self::open_nofollow(&n.abs, false)?;
+            let size = st(f.metadata())?.len();
+            let want = u64::from(count.min(MAX_READ)).min(size.saturating_sub(offset));
+            let mut buf = vec![0u8; usize::try_from(want).unwrap_or(0)];
+            let mut got = 0usize;
+            while got < buf.len() {
+                let slot = buf.get_mut(got..).unwrap_or(&mut []);
+                match f.read_at(slot, offset + got as u64) {
+                    Ok(0) => break,
+                    Ok(k) => got += k,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(io_status(&e)),
+                }
+            }
+            buf.truncate(got);
+            let eof = offset.saturating_add(got as u64) >= size;
+            Ok((Bytes::from(buf), eof))
+        })
     }
 
     async fn write(
@@ -473,28 +495,30 @@ impl Storage for LocalFs {
         data: &[u8],
         stable: StableHow,
     ) -> StorageResult<StableHow> {
-        self.writable()?;
-        let n = self.resolve(fh)?;
-        if n.meta.is_dir() {
-            return Err(Nfsstat3::NFS3ERR_ISDIR);
-        }
-        if !n.meta.is_file() {
-            return Err(Nfsstat3::NFS3ERR_INVAL);
-        }
-        if offset
-            .checked_add(data.len() as u64)
-            .is_none_or(|e| e > i64::MAX as u64)
-        {
-            return Err(Nfsstat3::NFS3ERR_FBIG);
-        }
-        let f = Self::open_nofollow(&n.abs, true)?;
-        st(f.write_all_at(data, offset))?;
-        if stable == StableHow::UNSTABLE {
-            Ok(StableHow::UNSTABLE)
-        } else {
-            st(f.sync_all())?;
-            Ok(StableHow::FILE_SYNC)
-        }
+        blocking(|| {
+            self.writable()?;
+            let n = self.resolve(fh)?;
+            if n.meta.is_dir() {
+                return Err(Nfsstat3::NFS3ERR_ISDIR);
+            }
+            if !n.meta.is_file() {
+                return Err(Nfsstat3::NFS3ERR_INVAL);
+            }
+            if offset
+                .checked_add(data.len() as u64)
+                .is_none_or(|e| e > i64::MAX as u64)
+            {
+                return Err(Nfsstat3::NFS3ERR_FBIG);
+            }
+            let f = Self::open_nofollow(&n.abs, true)?;
+            st(f.write_all_at(data, offset))?;
+            if stable == StableHow::UNSTABLE {
+                Ok(StableHow::UNSTABLE)
+            } else {
+                st(f.sync_all())?;
+                Ok(StableHow::FILE_SYNC)
+            }
+        })
     }
 
     async fn create(
@@ -503,77 +527,81 @@ impl Storage for LocalFs {
         name: &Filename3,
         how: &Createhow3,
     ) -> StorageResult<NfsFh3> {
-        let (rel, abs) = self.new_child(dir, name)?;
-        let mut opts = OpenOptions::new();
-        opts.write(true)
-            .custom_flags(OFlags::NOFOLLOW.bits() as i32);
-        match how {
-            Createhow3::Unchecked(a) | Createhow3::Guarded(a) => {
-                opts.mode(a.mode.unwrap_or(0o644) & 0o7777);
-                if matches!(how, Createhow3::Guarded(_)) {
-                    opts.create_new(true);
-                } else {
-                    opts.create(true);
-                }
-                st(opts.open(&abs))?;
-                let meta = st(fs::symlink_metadata(&abs))?;
-                let rest = Sattr3 {
-                    mode: None,
-                    ..a.clone()
-                };
-                self.apply_sattr(&abs, &meta, &rest)?;
-            }
-            Createhow3::Exclusive(verf) => {
-                // RFC 1813 §3.3.8: the verifier is kept in the file's
-                // times, as Linux's nfsd does (mtime, atime seconds).
-                let [a, b, c, d, e, f, g, h] = verf.0;
-                let times = Timestamps {
-                    last_modification: Timespec {
-                        tv_sec: i64::from(u32::from_be_bytes([a, b, c, d])),
-                        tv_nsec: 0,
-                    },
-                    last_access: Timespec {
-                        tv_sec: i64::from(u32::from_be_bytes([e, f, g, h])),
-                        tv_nsec: 0,
-                    },
-                };
-                opts.mode(0o600).create_new(true);
-                match opts.open(&abs) {
-                    Ok(_) => {
-                        rustix::fs::utimensat(CWD, &abs, &times, AtFlags::SYMLINK_NOFOLLOW)
-                            .map_err(|e| io_status(&e.into()))?;
+        blocking(|| {
+            let (rel, abs) = self.new_child(dir, name)?;
+            let mut opts = OpenOptions::new();
+            opts.write(true)
+                .custom_flags(OFlags::NOFOLLOW.bits() as i32);
+            match how {
+                Createhow3::Unchecked(a) | Createhow3::Guarded(a) => {
+                    opts.mode(a.mode.unwrap_or(0o644) & 0o7777);
+                    if matches!(how, Createhow3::Guarded(_)) {
+                        opts.create_new(true);
+                    } else {
+                        opts.create(true);
                     }
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                        let m = st(fs::symlink_metadata(&abs))?;
-                        let same = m.is_file()
-                            && m.mtime() == times.last_modification.tv_sec
-                            && m.atime() == times.last_access.tv_sec;
-                        if !same {
-                            return Err(Nfsstat3::NFS3ERR_EXIST);
+                    st(opts.open(&abs))?;
+                    let meta = st(fs::symlink_metadata(&abs))?;
+                    let rest = Sattr3 {
+                        mode: None,
+                        ..a.clone()
+                    };
+                    self.apply_sattr(&abs, &meta, &rest)?;
+                }
+                Createhow3::Exclusive(verf) => {
+                    // RFC 1813 §3.3.8: the verifier is kept in the file's
+                    // times, as Linux's nfsd does (mtime, atime seconds).
+                    let [a, b, c, d, e, f, g, h] = verf.0;
+                    let times = Timestamps {
+                        last_modification: Timespec {
+                            tv_sec: i64::from(u32::from_be_bytes([a, b, c, d])),
+                            tv_nsec: 0,
+                        },
+                        last_access: Timespec {
+                            tv_sec: i64::from(u32::from_be_bytes([e, f, g, h])),
+                            tv_nsec: 0,
+                        },
+                    };
+                    opts.mode(0o600).create_new(true);
+                    match opts.open(&abs) {
+                        Ok(_) => {
+                            rustix::fs::utimensat(CWD, &abs, &times, AtFlags::SYMLINK_NOFOLLOW)
+                                .map_err(|e| io_status(&e.into()))?;
                         }
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                            let m = st(fs::symlink_metadata(&abs))?;
+                            let same = m.is_file()
+                                && m.mtime() == times.last_modification.tv_sec
+                                && m.atime() == times.last_access.tv_sec;
+                            if !same {
+                                return Err(Nfsstat3::NFS3ERR_EXIST);
+                            }
+                        }
+                        Err(e) => return Err(io_status(&e)),
                     }
-                    Err(e) => return Err(io_status(&e)),
                 }
             }
-        }
-        self.finish_create(rel, &abs)
+            self.finish_create(rel, &abs)
+        })
     }
 
     async fn mkdir(&self, dir: &NfsFh3, name: &Filename3, attrs: &Sattr3) -> StorageResult<NfsFh3> {
-        let (rel, abs) = self.new_child(dir, name)?;
-        st(fs::DirBuilder::new()
-            .mode(attrs.mode.unwrap_or(0o755) & 0o7777)
-            .create(&abs))?;
-        let meta = st(fs::symlink_metadata(&abs))?;
-        self.apply_sattr(
-            &abs,
-            &meta,
-            &Sattr3 {
-                mode: None,
-                ..attrs.clone()
-            },
-        )?;
-        self.finish_create(rel, &abs)
+        blocking(|| {
+            let (rel, abs) = self.new_child(dir, name)?;
+            st(fs::DirBuilder::new()
+                .mode(attrs.mode.unwrap_or(0o755) & 0o7777)
+                .create(&abs))?;
+            let meta = st(fs::symlink_metadata(&abs))?;
+            self.apply_sattr(
+                &abs,
+                &meta,
+                &Sattr3 {
+                    mode: None,
+                    ..attrs.clone()
+                },
+            )?;
+            self.finish_create(rel, &abs)
+        })
     }
 
     async fn symlink(
@@ -583,12 +611,14 @@ impl Storage for LocalFs {
         target: &[u8],
         _attrs: &Sattr3,
     ) -> StorageResult<NfsFh3> {
-        let (rel, abs) = self.new_child(dir, name)?;
-        if target.is_empty() || target.contains(&0) {
-            return Err(Nfsstat3::NFS3ERR_INVAL);
-        }
-        st(std::os::unix::fs::symlink(OsStr::from_bytes(target), &abs))?;
-        self.finish_create(rel, &abs)
+        blocking(|| {
+            let (rel, abs) = self.new_child(dir, name)?;
+            if target.is_empty() || target.contains(&0) {
+                return Err(Nfsstat3::NFS3ERR_INVAL);
+            }
+            st(std::os::unix::fs::symlink(OsStr::from_bytes(target), &abs))?;
+            self.finish_create(rel, &abs)
+        })
     }
 
     async fn mknod(
@@ -597,55 +627,61 @@ impl Storage for LocalFs {
         name: &Filename3,
         what: &Mknoddata3,
     ) -> StorageResult<NfsFh3> {
-        let (ft, attrs, dev) = match what {
-            Mknoddata3::Device {
-                ftype,
-                attributes,
-                spec,
-            } => {
-                let ft = if *ftype == Ftype3::NF3CHR {
-                    FileType::CharacterDevice
-                } else {
-                    FileType::BlockDevice
-                };
-                (
-                    ft,
+        blocking(|| {
+            let (ft, attrs, dev) = match what {
+                Mknoddata3::Device {
+                    ftype,
                     attributes,
-                    rustix::fs::makedev(spec.specdata1, spec.specdata2),
-                )
-            }
-            Mknoddata3::Special { ftype, attributes } => {
-                let ft = if *ftype == Ftype3::NF3FIFO {
-                    FileType::Fifo
-                } else {
-                    FileType::Socket
-                };
-                (ft, attributes, 0)
-            }
-            Mknoddata3::Other(_) => {
-                self.writable()?;
-                return Err(Nfsstat3::NFS3ERR_BADTYPE);
-            }
-        };
-        let (rel, abs) = self.new_child(dir, name)?;
-        let mode = Mode::from_raw_mode(attrs.mode.unwrap_or(0o644) & 0o7777);
-        rustix::fs::mknodat(CWD, &abs, ft, mode, dev).map_err(|e| io_status(&e.into()))?;
-        self.finish_create(rel, &abs)
+                    spec,
+                } => {
+                    let ft = if *ftype == Ftype3::NF3CHR {
+                        FileType::CharacterDevice
+                    } else {
+                        FileType::BlockDevice
+                    };
+                    (
+                        ft,
+                        attributes,
+                        rustix::fs::makedev(spec.specdata1, spec.specdata2),
+                    )
+                }
+                Mknoddata3::Special { ftype, attributes } => {
+                    let ft = if *ftype == Ftype3::NF3FIFO {
+                        FileType::Fifo
+                    } else {
+                        FileType::Socket
+                    };
+                    (ft, attributes, 0)
+                }
+                Mknoddata3::Other(_) => {
+                    self.writable()?;
+                    return Err(Nfsstat3::NFS3ERR_BADTYPE);
+                }
+            };
+            let (rel, abs) = self.new_child(dir, name)?;
+            let mode = Mode::from_raw_mode(attrs.mode.unwrap_or(0o644) & 0o7777);
+            rustix::fs::mknodat(CWD, &abs, ft, mode, dev).map_err(|e| io_status(&e.into()))?;
+            self.finish_create(rel, &abs)
+        })
     }
 
     async fn remove(&self, dir: &NfsFh3, name: &Filename3) -> StorageResult<()> {
-        let (_, abs) = self.old_child(dir, name, Nfsstat3::NFS3ERR_ACCES)?;
-        st(fs::remove_file(abs))
+        blocking(|| {
+            let (_, abs) = self.old_child(dir, name, Nfsstat3::NFS3ERR_ACCES)?;
+            st(fs::remove_file(abs))
+        })
     }
 
     async fn rmdir(&self, dir: &NfsFh3, name: &Filename3) -> StorageResult<()> {
-        let (_, abs) = match &name.0[..] {
-            // Linux: "." is NFS3ERR_INVAL, ".." NFS3ERR_NOTEMPTY (rmdir(2)).
-            b"." => return self.writable().and(Err(Nfsstat3::NFS3ERR_INVAL)),
-            b".." => return self.writable().and(Err(Nfsstat3::NFS3ERR_NOTEMPTY)),
-            _ => self.old_child(dir, name, Nfsstat3::NFS3ERR_ACCES)?,
-        };
-        st(fs::remove_dir(abs))
+        blocking(|| {
+            let (_, abs) = match &name.0[..] {
+                // Linux: "." is NFS3ERR_INVAL, ".." NFS3ERR_NOTEMPTY (rmdir(2)).
+                b"." => return self.writable().and(Err(Nfsstat3::NFS3ERR_INVAL)),
+                b".." => return self.writable().and(Err(Nfsstat3::NFS3ERR_NOTEMPTY)),
+                _ => self.old_child(dir, name, Nfsstat3::NFS3ERR_ACCES)?,
+            };
+            st(fs::remove_dir(abs))
+        })
     }
 
     async fn rename(
@@ -655,88 +691,98 @@ impl Storage for LocalFs {
         to_dir: &NfsFh3,
         to: &Filename3,
     ) -> StorageResult<()> {
-        let (_, src) = self.old_child(from_dir, from, Nfsstat3::NFS3ERR_INVAL)?;
-        let (to_rel, dst) = self.old_child(to_dir, to, Nfsstat3::NFS3ERR_INVAL)?;
-        st(fs::rename(&src, &dst))?;
-        if let Ok(m) = fs::symlink_metadata(&dst) {
-            self.remember(m.ino(), to_rel);
-        }
-        Ok(())
+        blocking(|| {
+            let (_, src) = self.old_child(from_dir, from, Nfsstat3::NFS3ERR_INVAL)?;
+            let (to_rel, dst) = self.old_child(to_dir, to, Nfsstat3::NFS3ERR_INVAL)?;
+            st(fs::rename(&src, &dst))?;
+            if let Ok(m) = fs::symlink_metadata(&dst) {
+                self.remember(m.ino(), to_rel);
+            }
+            Ok(())
+        })
     }
 
     async fn link(&self, fh: &NfsFh3, dir: &NfsFh3, name: &Filename3) -> StorageResult<()> {
-        let (rel, abs) = self.new_child(dir, name)?;
-        let n = self.resolve(fh)?;
-        if n.meta.is_dir() {
-            return Err(Nfsstat3::NFS3ERR_ISDIR);
-        }
-        st(fs::hard_link(&n.abs, &abs))?;
-        self.remember(n.meta.ino(), rel);
-        Ok(())
+        blocking(|| {
+            let (rel, abs) = self.new_child(dir, name)?;
+            let n = self.resolve(fh)?;
+            if n.meta.is_dir() {
+                return Err(Nfsstat3::NFS3ERR_ISDIR);
+            }
+            st(fs::hard_link(&n.abs, &abs))?;
+            self.remember(n.meta.ino(), rel);
+            Ok(())
+        })
     }
 
     async fn readdir(&self, dir: &NfsFh3, cookie: u64) -> StorageResult<(Vec<DirEntry>, [u8; 8])> {
-        let d = self.resolve_dir(dir)?;
-        let parent_ino = match d.rel.parent() {
-            Some(p) => fs::symlink_metadata(self.root.join(p))
-                .map(|m| m.ino())
-                .unwrap_or(self.root_ino),
-            None => self.root_ino,
-        };
-        let mut out = vec![
-            DirEntry {
-                fileid: d.meta.ino(),
-                name: Filename3::from_static("."),
-                cookie: 1,
-            },
-            DirEntry {
-                fileid: parent_ino,
-                name: Filename3::from_static(".."),
-                cookie: 2,
-            },
-        ];
-        for ent in st(fs::read_dir(&d.abs))? {
-            let ent = st(ent)?;
-            let name = ent.file_name();
-            let bytes = name.as_bytes();
-            self.remember(ent.ino(), d.rel.join(&name));
-            out.push(DirEntry {
-                fileid: ent.ino(),
-                name: Filename3(Bytes::copy_from_slice(bytes)),
-                cookie: name_cookie(bytes),
-            });
-        }
-        out.sort_by_key(|e| e.cookie);
-        out.retain(|e| e.cookie > cookie);
-        Ok((out, self.export_id.to_be_bytes()))
+        blocking(|| {
+            let d = self.resolve_dir(dir)?;
+            let parent_ino = match d.rel.parent() {
+                Some(p) => fs::symlink_metadata(self.root.join(p))
+                    .map(|m| m.ino())
+                    .unwrap_or(self.root_ino),
+                None => self.root_ino,
+            };
+            let mut out = vec![
+                DirEntry {
+                    fileid: d.meta.ino(),
+                    name: Filename3::from_static("."),
+                    cookie: 1,
+                },
+                DirEntry {
+                    fileid: parent_ino,
+                    name: Filename3::from_static(".."),
+                    cookie: 2,
+                },
+            ];
+            for ent in st(fs::read_dir(&d.abs))? {
+                let ent = st(ent)?;
+                let name = ent.file_name();
+                let bytes = name.as_bytes();
+                self.remember(ent.ino(), d.rel.join(&name));
+                out.push(DirEntry {
+                    fileid: ent.ino(),
+                    name: Filename3(Bytes::copy_from_slice(bytes)),
+                    cookie: name_cookie(bytes),
+                });
+            }
+            out.sort_by_key(|e| e.cookie);
+            out.retain(|e| e.cookie > cookie);
+            Ok((out, self.export_id.to_be_bytes()))
+        })
     }
 
     async fn fsstat(&self, fh: &NfsFh3) -> StorageResult<FsStat> {
-        let n = self.resolve(fh)?;
-        let s = rustix::fs::statvfs(&n.abs).map_err(|e| io_status(&e.into()))?;
-        let fr = s.f_frsize.max(1);
-        Ok(FsStat {
-            tbytes: s.f_blocks.saturating_mul(fr),
-            fbytes: s.f_bfree.saturating_mul(fr),
-            abytes: s.f_bavail.saturating_mul(fr),
-            tfiles: s.f_files,
-            ffiles: s.f_ffree,
-            afiles: s.f_favail,
+        blocking(|| {
+            let n = self.resolve(fh)?;
+            let s = rustix::fs::statvfs(&n.abs).map_err(|e| io_status(&e.into()))?;
+            let fr = s.f_frsize.max(1);
+            Ok(FsStat {
+                tbytes: s.f_blocks.saturating_mul(fr),
+                fbytes: s.f_bfree.saturating_mul(fr),
+                abytes: s.f_bavail.saturating_mul(fr),
+                tfiles: s.f_files,
+                ffiles: s.f_ffree,
+                afiles: s.f_favail,
+            })
         })
     }
 
     async fn commit(&self, fh: &NfsFh3) -> StorageResult<()> {
-        self.writable()?;
-        let n = self.resolve(fh)?;
-        if !n.meta.is_file() && !n.meta.is_dir() {
-            return Err(Nfsstat3::NFS3ERR_INVAL);
-        }
-        let f = if n.meta.is_dir() {
-            st(File::open(&n.abs))?
-        } else {
-            Self::open_nofollow(&n.abs, false)?
-        };
-        st(f.sync_all())
+        blocking(|| {
+            self.writable()?;
+            let n = self.resolve(fh)?;
+            if !n.meta.is_file() && !n.meta.is_dir() {
+                return Err(Nfsstat3::NFS3ERR_INVAL);
+            }
+            let f = if n.meta.is_dir() {
+                st(File::open(&n.abs))?
+            } else {
+                Self::open_nofollow(&n.abs, false)?
+            };
+            st(f.sync_all())
+        })
     }
 }
 
