@@ -15,6 +15,14 @@ use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerC
 use xdr::{Decoder, Encoder, XdrBuf};
 
 async fn setup(seed: u64, server_cfg: RdmaServerConfig) -> RdmaClient<LoopbackDevice> {
+    setup_with(seed, server_cfg, RdmaClientConfig::default()).await
+}
+
+async fn setup_with(
+    seed: u64,
+    server_cfg: RdmaServerConfig,
+    client_cfg: RdmaClientConfig,
+) -> RdmaClient<LoopbackDevice> {
     let net = LoopbackNetwork::new(seed);
     let sdev = net.device();
     let cdev = net.device();
@@ -25,9 +33,7 @@ async fn setup(seed: u64, server_cfg: RdmaServerConfig) -> RdmaClient<LoopbackDe
         .unwrap();
     let addr = listener.local_addr();
     listener.spawn();
-    RdmaClient::connect(&cdev, &addr, RdmaClientConfig::default())
-        .await
-        .unwrap()
+    RdmaClient::connect(&cdev, &addr, client_cfg).await.unwrap()
 }
 
 fn pattern(n: usize, seed: u8) -> Bytes {
@@ -276,5 +282,77 @@ async fn server_answers_bad_headers_with_rdma_error() {
         assert_eq!(h.xid, 0x11 + i as u32);
         assert_eq!(h.body, Body::Error(want), "case {i}");
         assert!(h.credits >= 1);
+    }
+}
+
+/// Like svcrdma (kpeer README), the server replies with Send With
+/// Invalidate to calls that carried chunks, only when the client's private
+/// data allows it (RFC 8797 §4).
+#[tokio::test]
+async fn send_with_invalidate_only_when_client_allows() {
+    for allow in [true, false] {
+        let cfg = RdmaClientConfig {
+            send_with_invalidate_ok: allow,
+            ..RdmaClientConfig::default()
+        };
+        let client = setup_with(7, RdmaServerConfig::default(), cfg).await;
+        let echo = EchoClient::new(client.clone());
+        echo.null().await.unwrap();
+        for n in [10_000usize, 200_000] {
+            let data = pattern(n, 1);
+            assert_eq!(echo.echo(data.clone()).await.unwrap(), data);
+        }
+        let s = client.stats();
+        assert_eq!(s.remote_invalidations, if allow { 2 } else { 0 }, "{s:?}");
+        assert_eq!(s.foreign_invalidations, 0);
+    }
+}
+
+/// With the connection dropped after every possible number of operations,
+/// each call either returns exactly its data or fails; none hangs and
+/// none returns wrong bytes.
+#[tokio::test]
+async fn calls_fail_cleanly_when_the_connection_drops() {
+    use rnic::loopback::{FaultConfig, LoopbackConfig};
+    for drop_after in 0..16u64 {
+        let faults = FaultConfig {
+            drop_after_ops: Some(drop_after),
+            drop_one_in: None,
+        };
+        let net = LoopbackNetwork::with_faults(drop_after, faults, LoopbackConfig::default());
+        let sdev = net.device();
+        let cdev = net.device();
+        let mut server = Server::new();
+        server.register(EchoService::default());
+        let listener = RdmaListener::bind(
+            &sdev,
+            &String::new(),
+            Arc::new(server),
+            RdmaServerConfig::default(),
+        )
+        .await
+        .unwrap();
+        let addr = listener.local_addr();
+        listener.spawn();
+        let client = RdmaClient::connect(&cdev, &addr, RdmaClientConfig::default())
+            .await
+            .unwrap();
+        let echo = EchoClient::new(client);
+        let mut failed = false;
+        for (i, n) in [10usize, 6000, 100_000, 5, 50_000].into_iter().enumerate() {
+            let data = pattern(n, i as u8);
+            let r =
+                tokio::time::timeout(std::time::Duration::from_secs(10), echo.echo(data.clone()))
+                    .await
+                    .expect("call must not hang");
+            match r {
+                Ok(got) => {
+                    assert!(!failed, "a call succeeded after the connection dropped");
+                    assert_eq!(got, data);
+                }
+                Err(_) => failed = true,
+            }
+        }
+        assert!(failed, "drop after {drop_after} ops never hit");
     }
 }

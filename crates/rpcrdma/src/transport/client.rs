@@ -60,6 +60,12 @@ pub struct ClientStats {
     pub reply_chunk_replies: u64,
     /// RDMA_ERROR replies.
     pub error_replies: u64,
+    /// Replies that arrived by Send With Invalidate naming one of the
+    /// call's STags (draft-cel-nfsv4-reminv-design §4).
+    pub remote_invalidations: u64,
+    /// Replies whose Send With Invalidate named an STag not belonging to
+    /// the call; the reply is not trusted and the call fails.
+    pub foreign_invalidations: u64,
 }
 
 /// Registered memory of one call, fenced when its reply arrives.
@@ -227,6 +233,9 @@ impl<D: Device> RdmaClient<D> {
         let inner = &self.inner;
         let (tx, rx) = oneshot::channel();
         let mut st = inner.lock();
+        if st.closed {
+            return Err(RpcError::ConnectionClosed);
+        }
         let (xid, msg) = st
             .core
             .start_call(call, tx, Instant::now())
@@ -376,6 +385,7 @@ fn chunk_bytes(echo: &WriteChunk, mr: Option<MemoryRegion>) -> Option<Bytes> {
 }
 
 fn on_reply<Q: QueuePair>(inner: &Inner<Q>, wc: WorkCompletion) {
+    let invalidated = wc.invalidated;
     let mut buf = wc.buf.unwrap_or_default();
     buf.truncate(wc.byte_len as usize);
     let msg = buf.freeze();
@@ -390,6 +400,25 @@ fn on_reply<Q: QueuePair>(inner: &Inner<Q>, wc: WorkCompletion) {
     };
     st.credits.on_reply(hdr.credits);
     inner.credit_wait.notify_waiters();
+    // Remote invalidation (draft-cel-nfsv4-reminv-design §4.2): the STag
+    // must be one of this call's; every region is still invalidated
+    // locally below, which for the remotely invalidated one only hands
+    // the buffer back.
+    let mut foreign = false;
+    if let Some(stag) = invalidated {
+        let ours = res
+            .reads
+            .iter()
+            .chain(res.write.iter())
+            .chain(res.reply.iter())
+            .any(|mr| mr.stag() == stag);
+        if ours {
+            st.stats.remote_invalidations += 1;
+        } else {
+            st.stats.foreign_invalidations += 1;
+            foreign = true;
+        }
+    }
     // Fence: every region goes back to its owner before the call completes
     // (RFC 8166 §3.4.3).
     for mr in res.reads {
@@ -440,6 +469,7 @@ fn on_reply<Q: QueuePair>(inner: &Inner<Q>, wc: WorkCompletion) {
             None
         }
     };
+    let result = result.filter(|_| !foreign);
     match result.and_then(|full| st.core.handle_reply(&full)) {
         Some((_, tx, r)) => {
             let _ = tx.send(r);
