@@ -18,6 +18,30 @@
 //!   server endpoints over any `rnic::Device`, driving `oncrpc`.
 //!
 //! Outside `transport`, nothing here does IO or reads a clock.
+//!
+//! # Example: planning a call
+//!
+//! ```
+//! use bytes::Bytes;
+//! use rpcrdma::plan::{plan_call, InlineThresholds, Version};
+//! use rpcrdma::ulb::ReplyHint;
+//! use rpcrdma::wire::v1::Proc;
+//! use xdr::{Encoder, XdrBuf};
+//!
+//! // An RPC call whose 100 KiB payload is DDP-eligible (an NFS WRITE).
+//! let mut call = XdrBuf::new();
+//! for w in 0..28u32 {
+//!     call.put_u32(w);
+//! }
+//! call.put_bulk(Bytes::from(vec![7u8; 102_400]), true);
+//! let t = InlineThresholds { send: 4096, recv: 4096 };
+//! let plan = plan_call(&call, t, ReplyHint { max_inline: 200, ddp_max: None }, Version::V1)
+//!     .unwrap();
+//! assert_eq!(plan.proc_, Proc::RDMA_MSG);
+//! assert_eq!(plan.read_chunks[0].position, 116); // after the length word
+//! assert_eq!(plan.read_chunks[0].data.len(), 102_400); // no XDR pad
+//! assert!(plan.header_len + plan.inline.len() <= 4096);
+//! ```
 #![forbid(unsafe_code)]
 
 pub mod credits;

@@ -457,6 +457,46 @@ impl fmt::Display for ChunkLists {
     }
 }
 
+/// A header of either version, for receivers that accept both (and for
+/// printing captures).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum AnyHeader {
+    /// Version 1 (RFC 8166).
+    V1(v1::Header),
+    /// Version 2 (v2 draft).
+    V2(v2::Header),
+}
+
+impl AnyHeader {
+    /// Peeks the version (RFC 8166 §4.1: the version word sits at the same
+    /// place in every version) and decodes with the matching codec.
+    /// Versions other than 1 and 2 are [`HeaderError::UnsupportedVersion`].
+    pub fn parse(buf: &[u8], limits: &Limits) -> Result<(Self, usize), HeaderError> {
+        match Prefix::peek(buf)?.vers {
+            v1::VERSION => v1::Header::parse(buf, limits).map(|(h, n)| (Self::V1(h), n)),
+            v2::VERSION => v2::Header::parse(buf, limits).map(|(h, n)| (Self::V2(h), n)),
+            other => Err(HeaderError::UnsupportedVersion(other)),
+        }
+    }
+
+    /// rdma_xid.
+    pub fn xid(&self) -> u32 {
+        match self {
+            Self::V1(h) => h.xid,
+            Self::V2(h) => h.xid,
+        }
+    }
+}
+
+impl fmt::Display for AnyHeader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::V1(h) => h.fmt(f),
+            Self::V2(h) => h.fmt(f),
+        }
+    }
+}
+
 /// Returned by the slice `emit` functions when the buffer is shorter than
 /// the encoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -590,6 +630,23 @@ mod tests {
         assert_eq!(
             ChunkLists::decode(&mut dec, &limits),
             Err(HeaderError::TooManyReadSegments { max: 1 })
+        );
+    }
+
+    #[test]
+    fn any_header_dispatches_on_version() {
+        let v1 = v1::Header::error_reply(9, 1, v1::ErrorBody::Chunk);
+        let v2 = v2::Header::error_reply(10, 1, v2::ErrorBody::System);
+        let (a, _) = AnyHeader::parse(&xdr::to_bytes(&v1), &Limits::default()).unwrap();
+        let (b, _) = AnyHeader::parse(&xdr::to_bytes(&v2), &Limits::default()).unwrap();
+        assert_eq!((a.xid(), b.xid()), (9, 10));
+        assert_eq!(a, AnyHeader::V1(v1));
+        assert!(b.to_string().starts_with("rpcrdma2 RDMA2_ERROR"));
+        let mut three = PREFIX.to_vec();
+        three[7] = 3;
+        assert_eq!(
+            AnyHeader::parse(&three, &Limits::default()),
+            Err(HeaderError::UnsupportedVersion(3))
         );
     }
 
