@@ -1,5 +1,5 @@
 //! Emit side: cutting an RDMAP message into DDP segments that fit the MULPDU
-//! (RFC 5041 §5: tagged segments advance the TO, untagged ones the MO, L is
+//! (RFC 5041 §5.2: tagged segments advance the TO, untagged ones the MO, L is
 //! set on the last), and the gather form of one outgoing FPDU.
 
 use core::ops::Range;

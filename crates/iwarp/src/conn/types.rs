@@ -13,12 +13,12 @@ use crate::wire::terminate::TermError;
 pub const DEFAULT_MULPDU: usize = 16384;
 
 /// Remote access validation, implemented by the IO shell over the device's
-/// access-check table (RFC 5040 §6.4: STag, protection domain, rights,
+/// access-check table (RFC 5041 §7.1, RFC 5040 §7: STag, protection domain, rights,
 /// bounds).
 pub trait RemoteAccess {
     /// Checks an access of `len` bytes at (`stag`, `to`) needing `need`.
     fn check(&self, stag: Stag, to: u64, len: u64, need: Access) -> Result<(), AccessError>;
-    /// Invalidates `stag` for a Send with Invalidate (RFC 5040 §5.3.1).
+    /// Invalidates `stag` for a Send with Invalidate (RFC 5040 §5.3).
     fn invalidate(&mut self, stag: Stag) -> Result<(), AccessError>;
 }
 

@@ -258,7 +258,7 @@ pub struct Repr {
 
 impl Repr {
     /// Parses a checked header: DDP and RDMAP version 1, a defined opcode,
-    /// and the T bit matching the opcode (RFC 5040 §4.3). Reserved bits are
+    /// and the T bit matching the opcode (RFC 5040 §4.2). Reserved bits are
     /// ignored as RFC 5041 §4.2 asks of a receiver.
     pub fn parse<T: AsRef<[u8]> + ?Sized>(p: &Packet<&T>) -> Result<Self, DdpError> {
         p.check_len()?;
