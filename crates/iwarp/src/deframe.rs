@@ -130,6 +130,28 @@ impl Deframer {
         }
     }
 
+    /// Stream bytes the deframer can take before its next event: the rest of
+    /// the header (3 bytes, then the rest of the DDP header), the payload,
+    /// or the rest of the trailer. A shell that reads exactly this many bytes
+    /// never reads payload into a staging buffer.
+    pub fn bytes_wanted(&self) -> usize {
+        match self.phase {
+            Phase::Header if self.head_len < fpdu::LEN_FIELD + 1 => {
+                fpdu::LEN_FIELD + 1 - self.head_len
+            }
+            Phase::Header => {
+                let hlen = if self.head[fpdu::LEN_FIELD] & 0x80 != 0 {
+                    ddp::TAGGED_HEADER_LEN
+                } else {
+                    ddp::UNTAGGED_HEADER_LEN
+                };
+                (fpdu::LEN_FIELD + hlen).saturating_sub(self.head_len)
+            }
+            Phase::Payload => self.payload_left,
+            Phase::Trailer => self.trailer_need - self.trailer_len,
+        }
+    }
+
     /// Whether the deframer sits between FPDUs (no partial FPDU buffered).
     pub fn at_boundary(&self) -> bool {
         self.phase == Phase::Header && self.head_len == 0
@@ -359,6 +381,24 @@ mod test {
         );
         let (n, e) = d.advance(&b[72..]).unwrap();
         assert_eq!((n, e), (4, Some(RxEvent::End)));
+    }
+
+    #[test]
+    fn tells_the_shell_how_much_to_read() {
+        let b = hex(REPLY);
+        let mut d = Deframer::new(true, 4096);
+        let mut pos = 0;
+        let mut wants = vec![];
+        while pos < b.len() {
+            let w = d.bytes_wanted();
+            wants.push(w);
+            let (n, _) = d.advance(&b[pos..pos + w]).unwrap();
+            assert_eq!(n, w);
+            pos += n;
+        }
+        // length + first DDP octet, rest of the untagged header, payload, CRC
+        assert_eq!(wants, vec![3, 17, 52, 4]);
+        assert!(d.at_boundary());
     }
 
     #[test]

@@ -533,3 +533,37 @@ fn rejects_overplacement() {
         Err(ConnError::Overplaced { got: 9, allowed: 8 })
     );
 }
+
+#[test]
+fn lets_the_shell_read_payload_straight_into_memory() {
+    // The shell reads exactly `bytes_wanted()` bytes at a time, so payload
+    // bytes go from the "socket" into the region without a staging buffer.
+    let mut a = Side::new(cfg(true, 4, 4, 100));
+    let mut b = Side::new(cfg(true, 4, 4, 100));
+    b.mem.region(0x42, 0, 256, Access::REMOTE_WRITE);
+    let data: Vec<u8> = (0..200u32).map(|i| i as u8).collect();
+    a.mem.sends.insert(1, data.clone());
+    a.conn.post_write(1, Stag(0x42), 0, 200).unwrap();
+    let wire = a.drain_wire();
+    let mut socket = &wire[..];
+    let mut staged = 0usize;
+    while !socket.is_empty() {
+        let want = b.conn.bytes_wanted();
+        if let Some(p) = b.conn.poll_placement() {
+            assert_eq!(want, p.len);
+            let (chunk, rest) = socket.split_at(want);
+            b.mem.place(p.target, chunk);
+            b.conn.placed(chunk).unwrap();
+            socket = rest;
+        } else {
+            let (chunk, rest) = socket.split_at(want);
+            staged += chunk.len();
+            assert_eq!(b.conn.handle_bytes(chunk, &mut b.mem).unwrap(), want);
+            socket = rest;
+        }
+    }
+    assert_eq!(&b.mem.regions[&0x42].data[..200], &data[..]);
+    // Only framing was staged: 3 segments of 2 + 14 + pad + 4 bytes (ULPDUs
+    // of 100, 100 and 42 bytes: pads 2, 2, 0).
+    assert_eq!(staged, 22 + 22 + 20);
+}

@@ -406,6 +406,13 @@ impl Connection {
         self.events.pop_front()
     }
 
+    /// Stream bytes to read next so that payload is never read into a staging
+    /// buffer: the rest of a header or trailer, or, while a placement is
+    /// pending, its length (read those straight into the target).
+    pub fn bytes_wanted(&self) -> usize {
+        self.deframer.bytes_wanted()
+    }
+
     /// Payload the shell must place before `handle_bytes` continues.
     pub fn poll_placement(&self) -> Option<Placement> {
         match self.rx {
