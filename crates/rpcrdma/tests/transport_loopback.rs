@@ -356,3 +356,82 @@ async fn calls_fail_cleanly_when_the_connection_drops() {
         assert!(failed, "drop after {drop_after} ops never hit");
     }
 }
+
+/// A service whose procedure 1 waits until procedure 2 runs: only a server
+/// that executes calls of one connection concurrently (and replies out of
+/// order) completes both.
+struct Gate(Arc<tokio::sync::Notify>);
+
+impl oncrpc::RpcService for Gate {
+    fn program(&self) -> u32 {
+        0x2000_0100
+    }
+
+    fn versions(&self) -> std::ops::RangeInclusive<u32> {
+        1..=1
+    }
+
+    async fn call(
+        &self,
+        ctx: oncrpc::CallContext,
+        _args: Bytes,
+    ) -> Result<XdrBuf, oncrpc::ServiceError> {
+        match ctx.proc_ {
+            1 => self.0.notified().await,
+            2 => self.0.notify_one(),
+            _ => return Err(oncrpc::ServiceError::ProcUnavail),
+        }
+        let mut out = XdrBuf::new();
+        out.put_u32(ctx.proc_);
+        Ok(out)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_runs_calls_of_one_connection_concurrently() {
+    let net = LoopbackNetwork::new(8);
+    let sdev = net.device();
+    let cdev = net.device();
+    let mut server = Server::new();
+    server.register(Gate(Arc::new(tokio::sync::Notify::new())));
+    let listener = RdmaListener::bind(
+        &sdev,
+        &String::new(),
+        Arc::new(server),
+        RdmaServerConfig::default(),
+    )
+    .await
+    .unwrap();
+    let addr = listener.local_addr();
+    listener.spawn();
+    let client = RdmaClient::connect(&cdev, &addr, RdmaClientConfig::default())
+        .await
+        .unwrap();
+    // The first call only borrows one credit; wait for the grant of 64.
+    EchoClient::new(client.clone()).null().await.ok();
+    let call = |proc_| RpcCall {
+        prog: 0x2000_0100,
+        vers: 1,
+        proc_,
+        cred: OpaqueAuth::NONE,
+        args: XdrBuf::new(),
+        reply_hint: ReplyHint {
+            max_reply_len: 64,
+            ddp: None,
+        },
+    };
+    let c = client.clone();
+    let waiter = tokio::spawn(async move { c.call(call(1)).await });
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let release = tokio::time::timeout(std::time::Duration::from_secs(10), client.call(call(2)))
+        .await
+        .expect("second call answered while the first waits")
+        .unwrap();
+    assert_eq!(&release[..], &[0, 0, 0, 2]);
+    let first = tokio::time::timeout(std::time::Duration::from_secs(10), waiter)
+        .await
+        .expect("first call released")
+        .unwrap()
+        .unwrap();
+    assert_eq!(&first[..], &[0, 0, 0, 1]);
+}

@@ -1,8 +1,8 @@
 //! The responder: [`RdmaListener`].
 
-use std::collections::VecDeque;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{Bytes, BytesMut};
 use oncrpc::server::{PeerInfo, Server, TransportKind};
@@ -10,6 +10,7 @@ use rnic::{
     Access, CmError, ConnectRequest, Device, Listener, ProtectionDomain, QpConfig, QueuePair,
     ReadWr, RecvWr, SendWr, Stag, WcOpcode, WcStatus, WorkCompletion, WriteWr,
 };
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::credits::ResponderCredits;
@@ -49,13 +50,17 @@ impl Default for RdmaServerConfig {
     }
 }
 
-/// Why a connection ended.
+/// The connection ended (or a work request could not be posted).
 #[derive(Debug)]
-enum ConnError {
-    Closed,
-}
+struct Closed;
 
 /// An RPC-over-RDMA version 1 listener serving an [`oncrpc::Server`].
+///
+/// Each connection posts `credits` receive buffers and grants at most that
+/// many credits. One task reaps the connection's completions; every call
+/// runs on its own task (RDMA Reads of its read chunks, the service, RDMA
+/// Writes of its write/reply chunks, the reply Send), so replies may leave
+/// out of order.
 pub struct RdmaListener<D: Device> {
     listener: D::Listener,
     pd: ProtectionDomain,
@@ -139,25 +144,28 @@ async fn accept<R: ConnectRequest>(
         .collect();
     qp_cfg.private_data = local.to_bytes().to_vec();
     let qp = req.accept(&pd, qp_cfg).await?;
-    let mut conn = Conn {
+    let mut credits = ResponderCredits::new(config.credits);
+    credits.on_receives_posted(config.credits);
+    let conn = Arc::new(Conn {
         qp,
         pd,
         server,
         config,
         thresholds,
         send_inv: config.send_with_invalidate && peer.flags.send_with_invalidate_ok(),
-        credits: ResponderCredits::new(config.credits),
-        backlog: VecDeque::new(),
-        next_wr: u64::from(config.credits),
+        credits: Mutex::new(credits),
+        reads: Mutex::new(HashMap::new()),
+        next_wr: AtomicU64::new(u64::from(config.credits)),
         peer: PeerInfo {
             conn_id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
             addr: None,
             transport: TransportKind::Rdma,
         },
-    };
-    conn.credits.on_receives_posted(config.credits);
-    let _ = conn.run().await;
+    });
+    let _ = reap(&conn).await;
     conn.qp.disconnect();
+    // Calls waiting for RDMA Reads see their senders dropped and stop.
+    conn.lock_reads().clear();
     Ok(())
 }
 
@@ -168,73 +176,85 @@ struct Conn<Q> {
     config: RdmaServerConfig,
     thresholds: InlineThresholds,
     send_inv: bool,
-    credits: ResponderCredits,
-    backlog: VecDeque<WorkCompletion>,
-    next_wr: u64,
+    credits: Mutex<ResponderCredits>,
+    /// RDMA Reads in flight: completion status to the call that posted it.
+    reads: Mutex<HashMap<u64, oneshot::Sender<WcStatus>>>,
+    next_wr: AtomicU64,
     peer: PeerInfo,
 }
 
-impl<Q: QueuePair> Conn<Q> {
-    fn wr_id(&mut self) -> u64 {
-        self.next_wr += 1;
-        self.next_wr
-    }
-
-    async fn next_wc(&mut self) -> Result<WorkCompletion, ConnError> {
-        self.qp
-            .recv_cq()
-            .next()
-            .await
-            .map_err(|_| ConnError::Closed)
-    }
-
-    async fn run(&mut self) -> Result<(), ConnError> {
-        loop {
-            let wc = match self.backlog.pop_front() {
-                Some(wc) => wc,
-                None => self.next_wc().await?,
-            };
-            match (wc.opcode, wc.status) {
-                (WcOpcode::Recv, WcStatus::Success) => self.on_call(wc).await?,
-                (_, WcStatus::Success) => {}
-                _ => return Err(ConnError::Closed),
+/// The completion loop of one connection.
+async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
+    loop {
+        let wc = conn.qp.recv_cq().next().await.map_err(|_| Closed)?;
+        match (wc.opcode, wc.status) {
+            (WcOpcode::Recv, WcStatus::Success) => {
+                let msg = conn.on_receive(wc)?;
+                let c = Arc::clone(conn);
+                tokio::spawn(async move {
+                    let _ = c.on_call(msg).await;
+                });
             }
+            (WcOpcode::RdmaRead, status) => {
+                if let Some(tx) = conn.lock_reads().remove(&wc.wr_id) {
+                    let _ = tx.send(status);
+                }
+                if status != WcStatus::Success {
+                    return Err(Closed);
+                }
+            }
+            (_, WcStatus::Success) => {}
+            _ => return Err(Closed),
         }
     }
+}
 
-    fn send(
-        &mut self,
-        header: &Header,
-        inline: Bytes,
-        invalidate: Option<Stag>,
-    ) -> Result<(), ConnError> {
+impl<Q: QueuePair> Conn<Q> {
+    fn wr_id(&self) -> u64 {
+        self.next_wr.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn lock_reads(&self) -> MutexGuard<'_, HashMap<u64, oneshot::Sender<WcStatus>>> {
+        self.reads.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn grant(&self, requested: u32) -> u32 {
+        self.credits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .grant(requested)
+    }
+
+    /// A call arrived: take its bytes and repost a receive at once, so the
+    /// grant in every reply is backed by posted receives (RFC 8166 §3.3.1).
+    fn on_receive(&self, wc: WorkCompletion) -> Result<Bytes, Closed> {
+        let mut buf = wc.buf.unwrap_or_default();
+        buf.truncate(wc.byte_len as usize);
+        let mut credits = self.credits.lock().unwrap_or_else(|e| e.into_inner());
+        credits.on_receive();
+        self.qp
+            .post_recv(recv_wr(self.wr_id(), self.config.inline_size))
+            .map_err(|_| Closed)?;
+        credits.on_receives_posted(1);
+        Ok(buf.freeze())
+    }
+
+    fn send(&self, header: &Header, inline: Bytes, invalidate: Option<Stag>) -> Result<(), Closed> {
         let wr = SendWr {
             wr_id: self.wr_id(),
             data: vec![xdr::to_bytes(header), inline],
             solicited: false,
             invalidate,
         };
-        self.qp.post_send(wr).map_err(|_| ConnError::Closed)
+        self.qp.post_send(wr).map_err(|_| Closed)
     }
 
-    fn send_error(&mut self, xid: u32, requested: u32, body: ErrorBody) -> Result<(), ConnError> {
-        let h = Header::error_reply(xid, self.credits.grant(requested), body);
+    fn send_error(&self, xid: u32, requested: u32, body: ErrorBody) -> Result<(), Closed> {
+        let h = Header::error_reply(xid, self.grant(requested), body);
         self.send(&h, Bytes::new(), None)
     }
 
-    async fn on_call(&mut self, wc: WorkCompletion) -> Result<(), ConnError> {
-        self.credits.on_receive();
-        let mut buf = wc.buf.unwrap_or_default();
-        buf.truncate(wc.byte_len as usize);
-        let msg = buf.freeze();
-        // Repost before replying, so the grant in the reply is backed by a
-        // posted receive (RFC 8166 §3.3.1).
-        let id = self.wr_id();
-        self.qp
-            .post_recv(recv_wr(id, self.config.inline_size))
-            .map_err(|_| ConnError::Closed)?;
-        self.credits.on_receives_posted(1);
-
+    async fn on_call(&self, msg: Bytes) -> Result<(), Closed> {
         let (hdr, hlen) = match Header::parse(&msg, &self.config.limits) {
             Ok(x) => x,
             Err(e) => {
@@ -277,8 +297,10 @@ impl<Q: QueuePair> Conn<Q> {
                 remote_stag: Stag(w.target.handle),
                 remote_to: w.target.offset,
             };
-            self.qp.post_write(wr).map_err(|_| ConnError::Closed)?;
+            self.qp.post_write(wr).map_err(|_| Closed)?;
         }
+        // Send With Invalidate of one of the call's STags when the client
+        // allows it (RFC 8797 §4; draft-cel-nfsv4-reminv-design §4.2).
         let invalidate = if self.send_inv {
             chunks
                 .reply
@@ -299,7 +321,7 @@ impl<Q: QueuePair> Conn<Q> {
         };
         let header = Header {
             xid: hdr.xid,
-            credits: self.credits.grant(hdr.credits),
+            credits: self.grant(hdr.credits),
             body,
         };
         self.send(&header, plan.inline, invalidate)
@@ -307,9 +329,9 @@ impl<Q: QueuePair> Conn<Q> {
 
     /// Pulls every read segment by RDMA Read into local sink regions and
     /// returns `(position, data)` per read chunk (segments with one
-    /// position concatenated). `None` when a segment cannot be pulled
+    /// position concatenated). `None` when the chunks cannot be pulled
     /// (ERR_CHUNK).
-    async fn pull(&mut self, chunks: &ChunkLists) -> Result<Option<Vec<(u32, Bytes)>>, ConnError> {
+    async fn pull(&self, chunks: &ChunkLists) -> Result<Option<Vec<(u32, Bytes)>>, Closed> {
         let total: u64 = chunks
             .reads
             .iter()
@@ -319,7 +341,7 @@ impl<Q: QueuePair> Conn<Q> {
             return Ok(None);
         }
         let mut sinks = Vec::with_capacity(chunks.reads.len());
-        let mut pending = Vec::new();
+        let mut waits = Vec::with_capacity(chunks.reads.len());
         for r in &chunks.reads {
             let Ok(mr) = self.pd.register(
                 BytesMut::zeroed(r.target.length as usize),
@@ -328,6 +350,8 @@ impl<Q: QueuePair> Conn<Q> {
                 return Ok(None);
             };
             let id = self.wr_id();
+            let (tx, rx) = oneshot::channel();
+            self.lock_reads().insert(id, tx);
             let wr = ReadWr {
                 wr_id: id,
                 local_stag: mr.stag(),
@@ -336,17 +360,17 @@ impl<Q: QueuePair> Conn<Q> {
                 remote_stag: Stag(r.target.handle),
                 remote_to: r.target.offset,
             };
-            self.qp.post_read(wr).map_err(|_| ConnError::Closed)?;
-            pending.push(id);
+            if self.qp.post_read(wr).is_err() {
+                self.lock_reads().remove(&id);
+                return Err(Closed);
+            }
+            waits.push(rx);
             sinks.push((r.position, mr));
         }
-        while !pending.is_empty() {
-            let wc = self.next_wc().await?;
-            match (wc.opcode, wc.status) {
-                (WcOpcode::RdmaRead, WcStatus::Success) => pending.retain(|&p| p != wc.wr_id),
-                (WcOpcode::Recv, WcStatus::Success) => self.backlog.push_back(wc),
-                (_, WcStatus::Success) => {}
-                _ => return Err(ConnError::Closed),
+        for rx in waits {
+            match rx.await {
+                Ok(WcStatus::Success) => {}
+                _ => return Err(Closed),
             }
         }
         let mut out: Vec<(u32, Bytes)> = Vec::new();
