@@ -523,7 +523,7 @@ pub async fn send_with_invalidate_reports_and_revokes<H: Harness>(h: &H) {
     let wc = next(p.sqp.recv_cq()).await;
     assert_eq!((wc.status, wc.invalidated), (WcStatus::Success, Some(stag)));
     assert_eq!(mr.state(), MrState::RemotelyInvalidated);
-    // The STag is dead: a later write to it is a remote access error.
+    // The STag is dead: a later write to it is refused with a Terminate.
     p.cqp
         .post_write(WriteWr {
             wr_id: 9,
@@ -533,6 +533,12 @@ pub async fn send_with_invalidate_reports_and_revokes<H: Harness>(h: &H) {
         })
         .expect("post");
     assert_eq!(next(p.cqp.send_cq()).await.status, WcStatus::Success);
+    expect_flushed_recvs(&p.sqp, 1).await;
+    expect_flushed_recvs(&p.cqp, 1).await;
+    assert!(matches!(
+        p.cqp.close_reason(),
+        Some(CloseReason::TerminateReceived(_))
+    ));
     assert_eq!(
         p.sqp.close_reason(),
         Some(CloseReason::TerminateSent(TerminateCause::Access(

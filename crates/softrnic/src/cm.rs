@@ -1,0 +1,250 @@
+//! Connection management over TCP: the MPA Request/Reply exchange
+//! (RFC 5044 §7.1) with RFC 6581 enhanced set-up, carrying upper-layer
+//! private data both ways and on reject.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use iwarp::negotiation::{
+    Established, FrameReader, Initiator, InitiatorConfig, NegotiationError, ReplyOutcome,
+    RequestReceived, ResponderConfig,
+};
+use rnic::{
+    CmError, ConnectRequest, Connected, Listener, ProtectionDomain, QpConfig, MAX_PRIVATE_DATA,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::qp::{self, SoftQp};
+use crate::SoftDevice;
+
+fn setup(e: impl std::fmt::Display) -> CmError {
+    CmError::Setup(e.to_string())
+}
+
+fn check_private_data(p: &[u8]) -> Result<(), CmError> {
+    if p.len() > MAX_PRIVATE_DATA {
+        return Err(CmError::PrivateDataTooLong(p.len()));
+    }
+    Ok(())
+}
+
+fn check_pd(dev: &SoftDevice, pd: &ProtectionDomain) -> Result<(), CmError> {
+    if !Arc::ptr_eq(&dev.inner.table, pd.table()) {
+        return Err(CmError::Setup(
+            "protection domain belongs to another device".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn depth(v: u32, max: u16) -> u16 {
+    u16::try_from(v).unwrap_or(u16::MAX).min(max)
+}
+
+/// Reads one MPA frame (bounded by [`FrameReader`]: at most 20 + 512 bytes),
+/// never reading past its end so that FPDUs that follow stay in the socket.
+async fn read_frame(stream: &mut TcpStream) -> Result<Vec<u8>, CmError> {
+    let mut reader = FrameReader::new();
+    let mut buf = [0u8; 532];
+    loop {
+        let need = reader.needed().map_err(setup)?;
+        let want = need.min(buf.len());
+        let Some(chunk) = buf.get_mut(..want) else {
+            return Err(CmError::Setup("MPA frame too long".into()));
+        };
+        let n = stream.read(chunk).await.map_err(setup)?;
+        if n == 0 {
+            return Err(CmError::Setup(
+                "connection closed during MPA exchange".into(),
+            ));
+        }
+        let (_, frame) = reader.feed(&chunk[..n]).map_err(setup)?;
+        if let Some(f) = frame {
+            return Ok(f);
+        }
+    }
+}
+
+pub(crate) async fn listen(dev: SoftDevice, addr: SocketAddr) -> Result<SoftListener, CmError> {
+    let listener = TcpListener::bind(addr).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => CmError::AddrInUse,
+        _ => setup(e),
+    })?;
+    let local = listener.local_addr().map_err(setup)?;
+    Ok(SoftListener {
+        dev,
+        listener,
+        local,
+    })
+}
+
+/// Connects: TCP, then the MPA Request with our private data and IRD/ORD;
+/// the Reply accepts (its private data is returned) or rejects.
+pub(crate) async fn connect(
+    dev: &SoftDevice,
+    pd: &ProtectionDomain,
+    addr: SocketAddr,
+    config: QpConfig,
+) -> Result<Connected<SoftQp>, CmError> {
+    check_pd(dev, pd)?;
+    check_private_data(&config.private_data)?;
+    let cfg = dev.inner.cfg;
+    let mut stream = TcpStream::connect(addr).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => CmError::Refused,
+        _ => setup(e),
+    })?;
+    stream.set_nodelay(true).map_err(setup)?;
+    let init = InitiatorConfig {
+        crc: cfg.crc,
+        ird: depth(config.ird, cfg.max_ird),
+        ord: depth(config.ord, cfg.max_ord),
+        rtr_offer: Vec::new(),
+        private_data: config.private_data.clone(),
+    };
+    let (awaiting, request) = Initiator::start(init).map_err(neg_error)?;
+    let exchange = async {
+        stream.write_all(&request).await.map_err(setup)?;
+        read_frame(&mut stream).await
+    };
+    let reply = tokio::time::timeout(cfg.mpa_timeout, exchange)
+        .await
+        .map_err(|_| CmError::Setup("MPA reply timed out".into()))??;
+    match awaiting.handle_reply(&reply).map_err(neg_error)? {
+        ReplyOutcome::Accepted(est) => {
+            let private_data = est.peer_private_data.clone();
+            let qp = qp::start(dev, pd, stream, &est, config);
+            Ok(Connected { qp, private_data })
+        }
+        ReplyOutcome::Rejected { private_data, .. } => Err(CmError::Rejected { private_data }),
+    }
+}
+
+fn neg_error(e: NegotiationError) -> CmError {
+    match e {
+        NegotiationError::PrivateDataTooLong(n) => CmError::PrivateDataTooLong(n),
+        other => setup(other),
+    }
+}
+
+/// A TCP listener answering MPA Requests.
+#[derive(Debug)]
+pub struct SoftListener {
+    dev: SoftDevice,
+    listener: TcpListener,
+    local: SocketAddr,
+}
+
+impl Listener for SoftListener {
+    type Addr = SocketAddr;
+    type Qp = SoftQp;
+    type Request = SoftRequest;
+
+    fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Accepts TCP connections until one delivers a well-formed MPA Request.
+    /// A connection whose Request is malformed, times out, or asks for
+    /// markers is dropped (markers get an MPA reject, as Linux `siw` sends).
+    async fn accept_request(&mut self) -> Result<SoftRequest, CmError> {
+        loop {
+            let (mut stream, peer) = self.listener.accept().await.map_err(setup)?;
+            let timeout = self.dev.inner.cfg.mpa_timeout;
+            let frame = match tokio::time::timeout(timeout, read_frame(&mut stream)).await {
+                Ok(Ok(f)) => f,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "dropping connection: bad MPA request");
+                    continue;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "dropping connection: MPA request timed out");
+                    continue;
+                }
+            };
+            let req = match RequestReceived::parse(&frame) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "dropping connection: bad MPA request");
+                    continue;
+                }
+            };
+            if req.markers {
+                if let Ok(bytes) = req.reject(&[]) {
+                    let _ = stream.write_all(&bytes).await;
+                }
+                continue;
+            }
+            if stream.set_nodelay(true).is_err() {
+                continue;
+            }
+            return Ok(SoftRequest {
+                dev: self.dev.clone(),
+                stream: Some(stream),
+                req: Some(req),
+            });
+        }
+    }
+}
+
+/// A pending MPA Request; its private data is readable before deciding.
+/// Dropping it closes the TCP connection without a Reply.
+#[derive(Debug)]
+pub struct SoftRequest {
+    dev: SoftDevice,
+    stream: Option<TcpStream>,
+    req: Option<RequestReceived>,
+}
+
+impl ConnectRequest for SoftRequest {
+    type Qp = SoftQp;
+
+    fn private_data(&self) -> &[u8] {
+        self.req
+            .as_ref()
+            .map(|r| r.private_data.as_slice())
+            .unwrap_or(&[])
+    }
+
+    /// The Request's RFC 6581 words, `(0, 0)` for a revision 1 Request.
+    fn peer_ird_ord(&self) -> (u32, u32) {
+        self.req
+            .as_ref()
+            .and_then(|r| r.ird_ord)
+            .map(|w| (u32::from(w.ird), u32::from(w.ord)))
+            .unwrap_or((0, 0))
+    }
+
+    async fn accept(mut self, pd: &ProtectionDomain, config: QpConfig) -> Result<SoftQp, CmError> {
+        check_pd(&self.dev, pd)?;
+        check_private_data(&config.private_data)?;
+        let (Some(mut stream), Some(req)) = (self.stream.take(), self.req.take()) else {
+            return Err(CmError::Setup("request already answered".into()));
+        };
+        let cfg = self.dev.inner.cfg;
+        let rc = ResponderConfig {
+            crc: cfg.crc,
+            ird: depth(config.ird, cfg.max_ird),
+            ord: depth(config.ord, cfg.max_ord),
+            rtr_support: Vec::new(),
+            private_data: config.private_data.clone(),
+        };
+        let (reply, est): (Vec<u8>, Established) = req.accept(&rc).map_err(neg_error)?;
+        // Receives are posted before the Reply goes out, so the peer's first
+        // Send finds them (RFC 8166 §3.3.1).
+        let prepared = qp::prepare(&self.dev, pd, &est, config);
+        stream.write_all(&reply).await.map_err(setup)?;
+        Ok(qp::launch(prepared, stream))
+    }
+
+    async fn reject(mut self, private_data: &[u8]) -> Result<(), CmError> {
+        check_private_data(private_data)?;
+        let (Some(mut stream), Some(req)) = (self.stream.take(), self.req.take()) else {
+            return Err(CmError::Setup("request already answered".into()));
+        };
+        let bytes = req.reject(private_data).map_err(neg_error)?;
+        stream.write_all(&bytes).await.map_err(setup)?;
+        stream.shutdown().await.map_err(setup)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,329 @@
+//! The two IO tasks of a queue pair.
+//!
+//! Receive: reads each FPDU in pieces — length field and DDP header into a
+//! small header buffer, then the payload *straight from the socket into its
+//! destination* (the registered region through [`MrTable::place_direct`], or
+//! the posted receive buffer), then pad and CRC — so payload never passes
+//! through a staging buffer (RFC 5041 §3, direct data placement).
+//!
+//! Transmit: drains the engine's FPDUs, gathers their payload (the posted
+//! work request's buffers, or the RDMA Read source region) and writes them.
+//!
+//! [`MrTable::place_direct`]: rnic::MrTable::place_direct
+
+use std::io;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use iwarp::conn::{PlaceTarget, Placement};
+use iwarp::segment::{PayloadRef, Transmit};
+use iwarp::wire::{ddp, fpdu};
+use rnic::{Access, CloseReason, QpEvent, Stag, TaggedAccess};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+
+use crate::qp::{Core, Shared};
+
+/// Why the receive loop stopped.
+enum RxEnd {
+    /// The peer closed the TCP stream between FPDUs.
+    Eof,
+    /// The engine closed the stream (Terminate sent or received), or the
+    /// consumer closed the queue pair.
+    Closed,
+    /// A socket error, a close inside an FPDU, or memory that vanished.
+    Lost,
+}
+
+pub(crate) async fn rx_task(sh: Arc<Shared>, mut rd: OwnedReadHalf) {
+    let end = rx_loop(&sh, &mut rd).await;
+    {
+        let mut core = sh.lock();
+        match end {
+            RxEnd::Eof => core.finish(&sh, CloseReason::PeerDisconnect, &[QpEvent::PeerClose]),
+            RxEnd::Closed => core.finish(&sh, CloseReason::ConnectionLost, &[QpEvent::LlpError]),
+            RxEnd::Lost => core.finish(&sh, CloseReason::ConnectionLost, &[QpEvent::LlpError]),
+        }
+    }
+    sh.tx_wake.notify_one();
+}
+
+async fn read_exact(rd: &mut OwnedReadHalf, buf: &mut [u8]) -> Result<(), RxEnd> {
+    rd.read_exact(buf).await.map(drop).map_err(|_| RxEnd::Lost)
+}
+
+async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
+    loop {
+        let mut head = [0u8; iwarp::deframe::MAX_HEADER];
+        // Length field and the DDP control octet, whose T bit sizes the header.
+        let mut got = 0;
+        while got < 3 {
+            match rd.read(&mut head[got..3]).await {
+                Ok(0) if got == 0 => return RxEnd::Eof,
+                Ok(0) | Err(_) => return RxEnd::Lost,
+                Ok(n) => got += n,
+            }
+        }
+        let ulpdu = usize::from(u16::from_be_bytes([head[0], head[1]]));
+        let ddp_len = if head[2] & 0x80 != 0 {
+            ddp::TAGGED_HEADER_LEN
+        } else {
+            ddp::UNTAGGED_HEADER_LEN
+        };
+        let head_len = (fpdu::LEN_FIELD + ddp_len)
+            .min(fpdu::LEN_FIELD + ulpdu)
+            .max(3);
+        if let Err(e) = read_exact(rd, &mut head[3..head_len]).await {
+            return e;
+        }
+        if let Err(e) = feed(sh, &head[..head_len]) {
+            return e;
+        }
+        let mut remaining = fpdu::fpdu_len(ulpdu) - head_len;
+        while remaining > 0 {
+            let placement = {
+                let core = sh.lock();
+                if core.finished {
+                    return RxEnd::Closed;
+                }
+                core.conn.poll_placement()
+            };
+            match placement {
+                Some(p) => match place(sh, rd, p, remaining).await {
+                    Ok(n) => remaining -= n,
+                    Err(e) => return e,
+                },
+                None => {
+                    let mut buf = [0u8; 256];
+                    let want = remaining.min(buf.len());
+                    if let Err(e) = read_exact(rd, &mut buf[..want]).await {
+                        return e;
+                    }
+                    if let Err(e) = feed(sh, &buf[..want]) {
+                        return e;
+                    }
+                    remaining -= want;
+                }
+            }
+        }
+    }
+}
+
+/// Hands header, inline or trailer bytes to the engine.
+fn feed(sh: &Shared, bytes: &[u8]) -> Result<(), RxEnd> {
+    let mut core = sh.lock();
+    if core.finished {
+        return Err(RxEnd::Closed);
+    }
+    let mut off = 0;
+    let mut result = Ok(());
+    while off < bytes.len() {
+        match core.with_engine(sh, |conn, mem| conn.handle_bytes(&bytes[off..], mem)) {
+            Ok(0) => {
+                // Only payload stops the engine, and payload is never fed here.
+                result = Err(RxEnd::Lost);
+                break;
+            }
+            Ok(n) => off += n,
+            Err(_) => {
+                result = Err(RxEnd::Closed);
+                break;
+            }
+        }
+    }
+    core.pump(sh);
+    drop(core);
+    sh.tx_wake.notify_one();
+    result
+}
+
+fn would_block(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock
+}
+
+/// Reads up to `placement.len` payload bytes from the socket straight into
+/// their destination; returns how many were placed.
+async fn place(
+    sh: &Shared,
+    rd: &mut OwnedReadHalf,
+    p: Placement,
+    remaining: usize,
+) -> Result<usize, RxEnd> {
+    let want = p.len.min(remaining);
+    loop {
+        rd.readable().await.map_err(|_| RxEnd::Lost)?;
+        let mut core = sh.lock();
+        if core.finished {
+            return Err(RxEnd::Closed);
+        }
+        let read = match p.target {
+            PlaceTarget::Tagged { stag, to } => place_tagged(sh, &mut core, rd, stag, to, want)?,
+            PlaceTarget::Recv { wr_id, offset } => place_recv(&mut core, rd, wr_id, offset, want)?,
+        };
+        match read {
+            Ok(0) => return Err(RxEnd::Lost),
+            Ok(n) => {
+                core.pump(sh);
+                return Ok(n);
+            }
+            Err(e) if would_block(&e) => continue,
+            Err(_) => return Err(RxEnd::Lost),
+        }
+    }
+}
+
+/// Tagged payload: the region slice is the read buffer (no staging copy).
+fn place_tagged(
+    sh: &Shared,
+    core: &mut Core,
+    rd: &OwnedReadHalf,
+    stag: Stag,
+    to: u64,
+    want: usize,
+) -> Result<io::Result<usize>, RxEnd> {
+    // The engine checked the access; the table checks again under its lock, so
+    // a region invalidated since then is never written.
+    let a = TaggedAccess {
+        pd: sh.pd,
+        stag,
+        to,
+        len: want as u64,
+        need: Access::empty(),
+    };
+    let conn = &mut core.conn;
+    let placed = sh.table.place_direct(a, |slice| {
+        let n = rd.try_read(slice)?;
+        if n > 0 {
+            conn.placed(&slice[..n]).map_err(io::Error::other)?;
+        }
+        Ok(n)
+    });
+    placed.map_err(|_| RxEnd::Lost)
+}
+
+/// Send payload: the posted receive buffer is the read buffer.
+fn place_recv(
+    core: &mut Core,
+    rd: &OwnedReadHalf,
+    wr_id: u64,
+    offset: usize,
+    want: usize,
+) -> Result<io::Result<usize>, RxEnd> {
+    let Core { conn, recvs, .. } = core;
+    let Some((_, buf)) = recvs.get_mut(&wr_id) else {
+        return Err(RxEnd::Lost);
+    };
+    // The engine admitted the segment only if it fits the buffer's capacity.
+    let end = offset + want;
+    if buf.len() < end {
+        buf.resize(end, 0);
+    }
+    let Some(slice) = buf.get_mut(offset..end) else {
+        return Err(RxEnd::Lost);
+    };
+    let r = rd.try_read(slice);
+    if let Ok(n) = r {
+        buf.truncate(offset + n);
+        if n > 0 {
+            if let Some(done) = buf.get(offset..offset + n) {
+                conn.placed(done).map_err(|_| RxEnd::Closed)?;
+            }
+        }
+    }
+    Ok(r)
+}
+
+/// One FPDU's bytes, gathered.
+fn gather(sh: &Shared, core: &Core, t: &Transmit, out: &mut Vec<u8>) -> Result<(), ()> {
+    let payload: Vec<Bytes> = match t.payload {
+        None => Vec::new(),
+        Some(PayloadRef::Wr { wr_id, offset, len }) => {
+            let entry = core.sends.get(&wr_id).ok_or(())?;
+            slice_gather(&entry.data, offset, len).ok_or(())?
+        }
+        Some(PayloadRef::Region { stag, to, len }) => {
+            // The Read Response source (RFC 5040 §5.2), checked again now.
+            let a = TaggedAccess {
+                pd: sh.pd,
+                stag: Stag(stag),
+                to,
+                len: len as u64,
+                need: Access::REMOTE_READ,
+            };
+            vec![sh.table.fetch(a, Bytes::copy_from_slice).map_err(|_| ())?]
+        }
+    };
+    out.extend_from_slice(&t.head);
+    let start = out.len();
+    for p in &payload {
+        out.extend_from_slice(p);
+    }
+    let trailer = if sh.crc {
+        t.trailer(&out[start..])
+    } else {
+        t.trailer(&[])
+    };
+    out.extend_from_slice(trailer.as_ref());
+    Ok(())
+}
+
+/// The bytes `offset..offset + len` of a gather list, as zero-copy slices.
+fn slice_gather(data: &[Bytes], mut offset: usize, mut len: usize) -> Option<Vec<Bytes>> {
+    let mut out = Vec::new();
+    for b in data {
+        if len == 0 {
+            break;
+        }
+        if offset >= b.len() {
+            offset -= b.len();
+            continue;
+        }
+        let n = (b.len() - offset).min(len);
+        out.push(b.slice(offset..offset + n));
+        offset = 0;
+        len -= n;
+    }
+    (len == 0).then_some(out)
+}
+
+pub(crate) async fn tx_task(sh: Arc<Shared>, mut wr: OwnedWriteHalf) {
+    let mut out = Vec::new();
+    loop {
+        let (closing, failed) = {
+            let mut core = sh.lock();
+            let mut failed = false;
+            if !core.local_closed {
+                while let Some(t) = core.conn.poll_transmit() {
+                    if gather(&sh, &core, &t, &mut out).is_err() {
+                        failed = true;
+                        break;
+                    }
+                }
+                core.pump(&sh);
+            }
+            (
+                core.local_closed || core.finished || !core.conn.is_open(),
+                failed,
+            )
+        };
+        if failed {
+            sh.lock()
+                .finish(&sh, CloseReason::ConnectionLost, &[QpEvent::LlpError]);
+            break;
+        }
+        if !out.is_empty() {
+            if wr.write_all(&out).await.is_err() {
+                sh.lock()
+                    .finish(&sh, CloseReason::ConnectionLost, &[QpEvent::LlpError]);
+                break;
+            }
+            out.clear();
+        }
+        if closing {
+            break;
+        }
+        sh.tx_wake.notified().await;
+    }
+    // FIN after the last FPDU (a Terminate, when one was queued).
+    let _ = wr.shutdown().await;
+}

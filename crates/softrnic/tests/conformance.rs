@@ -1,0 +1,39 @@
+//! The device behaviour suite (the same one the loopback device passes), over
+//! real TCP connections on 127.0.0.1.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rnic::conformance::Harness;
+use softrnic::{SoftConfig, SoftDevice};
+
+struct Tcp {
+    crc: bool,
+}
+
+static SEED: AtomicU64 = AtomicU64::new(1);
+
+impl Harness for Tcp {
+    type Dev = SoftDevice;
+
+    fn pair(&self) -> (SoftDevice, SoftDevice) {
+        let cfg = SoftConfig {
+            crc: self.crc,
+            ..SoftConfig::default()
+        };
+        let s = SEED.fetch_add(2, Ordering::Relaxed);
+        (SoftDevice::new(cfg, s), SoftDevice::new(cfg, s + 1))
+    }
+
+    fn listen_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    }
+}
+
+mod without_crc {
+    rnic::conformance_suite!(super::Tcp { crc: false });
+}
+
+mod with_crc {
+    rnic::conformance_suite!(super::Tcp { crc: true });
+}
