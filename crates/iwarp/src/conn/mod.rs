@@ -12,6 +12,11 @@
 //!   ([`Transmit`]), [`Connection::poll_event`] yields completions and
 //!   Terminate reports.
 //!
+//! Ordering: Read Response payload is fetched when the response is
+//! transmitted, so a Write that arrives after a Read Request of the same
+//! bytes may show in the response (a consumer that needs otherwise fences
+//! the Write behind the Read's completion; this engine has no fence flag).
+//!
 //! Remote access is validated through [`RemoteAccess`], which the shell
 //! implements over `rnic::MrTable`. A protocol or access error queues a
 //! Terminate (RFC 5040 §4.8) as the last FPDU, flushes all work requests
