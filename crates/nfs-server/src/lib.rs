@@ -25,6 +25,7 @@ mod fh;
 pub mod localfs;
 pub mod mount;
 pub mod nfs3;
+mod perm;
 pub mod rpcbind;
 pub mod storage;
 

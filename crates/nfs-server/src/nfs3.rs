@@ -11,10 +11,8 @@ use oncrpc::{CallContext, RpcService, ServiceError};
 use xdr::{Decoder, Encode, FixedOpaque, XdrBuf};
 
 use crate::localfs::{MAX_READ, MAX_WRITE};
+use crate::perm::{access_bits, check_setattr, permits, Caller, DIR_ADD, DIR_REMOVE};
 use crate::storage::Storage;
-
-/// The uid/gid AUTH_NONE callers are mapped to (Linux's `nobody`).
-const NOBODY: u32 = 65534;
 
 /// Serves NFS program 100003 version 3 from a [`Storage`].
 #[derive(Debug)]
@@ -35,55 +33,6 @@ fn wcc_attr(a: &Fattr3) -> WccAttr {
         mtime: a.mtime,
         ctime: a.ctime,
     }
-}
-
-/// ACCESS (RFC 1813 §3.3.4) from mode bits: the caller's class (owner,
-/// group, other; uid 0 passes read/write checks and execute when any
-/// execute bit is set), with the modifying bits removed on a read-only
-/// export.
-fn access_bits(a: &Fattr3, cred: &Credential, want: u32, read_only: bool) -> u32 {
-    let (uid, gid, gids): (u32, u32, &[u32]) = match cred {
-        Credential::Sys(s) => (s.uid, s.gid, &s.gids),
-        _ => (NOBODY, NOBODY, &[]),
-    };
-    let perm = if uid == 0 {
-        let x = if a.mode & 0o111 != 0 || a.ftype == Ftype3::NF3DIR {
-            1
-        } else {
-            0
-        };
-        0o6 | x
-    } else if uid == a.uid {
-        (a.mode >> 6) & 7
-    } else if gid == a.gid || gids.contains(&a.gid) {
-        (a.mode >> 3) & 7
-    } else {
-        a.mode & 7
-    };
-    let (r, w, x) = (perm & 4 != 0, perm & 2 != 0, perm & 1 != 0);
-    let mut out = 0;
-    if r {
-        out |= ACCESS3_READ;
-    }
-    if a.ftype == Ftype3::NF3DIR {
-        if x {
-            out |= ACCESS3_LOOKUP;
-        }
-        if w {
-            out |= ACCESS3_MODIFY | ACCESS3_EXTEND | ACCESS3_DELETE;
-        }
-    } else {
-        if w {
-            out |= ACCESS3_MODIFY | ACCESS3_EXTEND;
-        }
-        if x {
-            out |= ACCESS3_EXECUTE;
-        }
-    }
-    if read_only {
-        out &= !(ACCESS3_MODIFY | ACCESS3_EXTEND | ACCESS3_DELETE);
-    }
-    out & want
 }
 
 /// Fixed part of a READDIR/READDIRPLUS reply: status, the largest
@@ -113,12 +62,51 @@ impl<S: Storage> Nfs3Service<S> {
         }
     }
 
+    /// Ok when `c` may do what needs `need` on `fh`: NFS3ERR_ACCES
+    /// otherwise, or the handle's own error when it does not resolve.
+    async fn allow(
+        &self,
+        fh: &NfsFh3,
+        c: &Caller,
+        need: u32,
+        owner_override: bool,
+    ) -> Result<(), Nfsstat3> {
+        let a = self.fs.getattr(fh).await?;
+        if permits(&a, c, need, owner_override) {
+            Ok(())
+        } else {
+            Err(Nfsstat3::NFS3ERR_ACCES)
+        }
+    }
+
+    /// Hands a new object to its creator, as Linux's nfsd creates with the
+    /// caller's fsuid/fsgid. Best effort: a server not running as root
+    /// cannot give files away and keeps them.
+    async fn give(&self, fh: &NfsFh3, c: &Caller) {
+        if let Ok(a) = self.fs.getattr(fh).await {
+            if a.uid != c.uid || a.gid != c.gid {
+                let s = Sattr3 {
+                    uid: Some(c.uid),
+                    gid: Some(c.gid),
+                    ..Sattr3::default()
+                };
+                if let Err(e) = self.fs.setattr(fh, &s, None).await {
+                    tracing::debug!(status = %e, "cannot give a new object to its creator");
+                }
+            }
+        }
+    }
+
     async fn created(
         &self,
         before: PreOpAttr,
         dir: &NfsFh3,
         r: Result<NfsFh3, Nfsstat3>,
+        c: &Caller,
     ) -> Create3Res {
+        if let Ok(fh) = &r {
+            self.give(fh, c).await;
+        }
         let dir_wcc = self.wcc(before, dir).await;
         match r {
             Ok(fh) => Res3::Ok(Create3ResOk {
@@ -143,7 +131,10 @@ impl<S: Storage> Nfs3Service<S> {
         }
     }
 
-    async fn readdir(&self, a: Readdir3Args) -> Readdir3Res {
+    async fn readdir(&self, a: Readdir3Args, c: &Caller) -> Readdir3Res {
+        if let Err(s) = self.allow(&a.dir, c, ACCESS3_READ, false).await {
+            return Res3::Fail(s, self.post(&a.dir).await);
+        }
         let (entries, verf) = match self.fs.readdir(&a.dir, a.cookie).await {
             Ok(v) => v,
             Err(s) => return Res3::Fail(s, self.post(&a.dir).await),
@@ -178,7 +169,10 @@ impl<S: Storage> Nfs3Service<S> {
         })
     }
 
-    async fn readdirplus(&self, a: Readdirplus3Args) -> Readdirplus3Res {
+    async fn readdirplus(&self, a: Readdirplus3Args, c: &Caller) -> Readdirplus3Res {
+        if let Err(s) = self.allow(&a.dir, c, ACCESS3_READ, false).await {
+            return Res3::Fail(s, self.post(&a.dir).await);
+        }
         let (entries, verf) = match self.fs.readdir(&a.dir, a.cookie).await {
             Ok(v) => v,
             Err(s) => return Res3::Fail(s, self.post(&a.dir).await),
@@ -226,6 +220,7 @@ impl<S: Storage> Nfs3Service<S> {
     /// Executes one decoded call and encodes its result.
     pub async fn execute(&self, args: Args3, cred: &Credential) -> Result<XdrBuf, ServiceError> {
         let fs = &*self.fs;
+        let c = &Caller::of(cred);
         let verf = FixedOpaque(fs.write_verifier());
         let mut out = XdrBuf::new();
         match args {
@@ -239,7 +234,13 @@ impl<S: Storage> Nfs3Service<S> {
             }
             Args3::Setattr(a) => {
                 let before = self.pre(&a.object).await;
-                let r = fs.setattr(&a.object, &a.new_attributes, a.guard).await;
+                let r = match fs.getattr(&a.object).await {
+                    Ok(attrs) => match check_setattr(&attrs, c, &a.new_attributes) {
+                        Ok(()) => fs.setattr(&a.object, &a.new_attributes, a.guard).await,
+                        Err(e) => Err(e),
+                    },
+                    Err(e) => Err(e),
+                };
                 let w = self.wcc(before, &a.object).await;
                 let r: Setattr3Res = match r {
                     Ok(()) => Res3::Ok(w),
@@ -248,7 +249,11 @@ impl<S: Storage> Nfs3Service<S> {
                 r.encode(&mut out);
             }
             Args3::Lookup(a) => {
-                let r: Lookup3Res = match fs.lookup(&a.what.dir, &a.what.name).await {
+                let found = match self.allow(&a.what.dir, c, ACCESS3_LOOKUP, false).await {
+                    Ok(()) => fs.lookup(&a.what.dir, &a.what.name).await,
+                    Err(e) => Err(e),
+                };
+                let r: Lookup3Res = match found {
                     Ok(object) => Res3::Ok(Lookup3ResOk {
                         obj_attributes: self.post(&object).await,
                         dir_attributes: self.post(&a.what.dir).await,
@@ -261,7 +266,7 @@ impl<S: Storage> Nfs3Service<S> {
             Args3::Access(a) => {
                 let r: Access3Res = match fs.getattr(&a.object).await {
                     Ok(attrs) => Res3::Ok(Access3ResOk {
-                        access: access_bits(&attrs, cred, a.access, fs.read_only()),
+                        access: access_bits(&attrs, c, a.access, fs.read_only()),
                         obj_attributes: Some(attrs),
                     }),
                     Err(s) => Res3::Fail(s, None),
@@ -279,7 +284,25 @@ impl<S: Storage> Nfs3Service<S> {
                 r.encode(&mut out);
             }
             Args3::Read(a) => {
-                let r: Read3Res = match fs.read(&a.file, a.offset, a.count.min(MAX_READ)).await {
+                // Reading needs read or execute permission (nfsd's
+                // NFSD_MAY_READ_IF_EXEC), or ownership.
+                let may = match fs.getattr(&a.file).await {
+                    Ok(attrs) => {
+                        if permits(&attrs, c, ACCESS3_READ, true)
+                            || permits(&attrs, c, ACCESS3_EXECUTE, false)
+                        {
+                            Ok(())
+                        } else {
+                            Err(Nfsstat3::NFS3ERR_ACCES)
+                        }
+                    }
+                    Err(e) => Err(e),
+                };
+                let got = match may {
+                    Ok(()) => fs.read(&a.file, a.offset, a.count.min(MAX_READ)).await,
+                    Err(e) => Err(e),
+                };
+                let r: Read3Res = match got {
                     Ok((data, eof)) => Res3::Ok(Read3ResOk {
                         file_attributes: self.post(&a.file).await,
                         count: u32::try_from(data.len()).unwrap_or(0),
@@ -305,7 +328,10 @@ impl<S: Storage> Nfs3Service<S> {
                 }
                 let data = a.data.0.slice(..a.data.0.len().min(MAX_WRITE as usize));
                 let before = self.pre(&a.file).await;
-                let r = fs.write(&a.file, a.offset, &data, a.stable).await;
+                let r = match self.allow(&a.file, c, ACCESS3_MODIFY, true).await {
+                    Ok(()) => fs.write(&a.file, a.offset, &data, a.stable).await,
+                    Err(e) => Err(e),
+                };
                 let file_wcc = self.wcc(before, &a.file).await;
                 let r: Write3Res = match r {
                     Ok(committed) => Res3::Ok(Write3ResOk {
@@ -320,41 +346,64 @@ impl<S: Storage> Nfs3Service<S> {
             }
             Args3::Create(a) => {
                 let before = self.pre(&a.dir.dir).await;
-                let r = fs.create(&a.dir.dir, &a.dir.name, &a.how).await;
-                self.created(before, &a.dir.dir, r).await.encode(&mut out);
+                let r = match self.allow(&a.dir.dir, c, DIR_ADD, false).await {
+                    Ok(()) => fs.create(&a.dir.dir, &a.dir.name, &a.how).await,
+                    Err(e) => Err(e),
+                };
+                self.created(before, &a.dir.dir, r, c)
+                    .await
+                    .encode(&mut out);
             }
             Args3::Mkdir(a) => {
                 let before = self.pre(&a.dir.dir).await;
-                let r = fs.mkdir(&a.dir.dir, &a.dir.name, &a.attributes).await;
-                self.created(before, &a.dir.dir, r).await.encode(&mut out);
+                let r = match self.allow(&a.dir.dir, c, DIR_ADD, false).await {
+                    Ok(()) => fs.mkdir(&a.dir.dir, &a.dir.name, &a.attributes).await,
+                    Err(e) => Err(e),
+                };
+                self.created(before, &a.dir.dir, r, c)
+                    .await
+                    .encode(&mut out);
             }
             Args3::Symlink(a) => {
                 let before = self.pre(&a.dir.dir).await;
-                let r = fs
-                    .symlink(
-                        &a.dir.dir,
-                        &a.dir.name,
-                        &a.symlink_data.0,
-                        &a.symlink_attributes,
-                    )
-                    .await;
-                self.created(before, &a.dir.dir, r).await.encode(&mut out);
+                let r = match self.allow(&a.dir.dir, c, DIR_ADD, false).await {
+                    Ok(()) => {
+                        let d = &a.dir;
+                        fs.symlink(&d.dir, &d.name, &a.symlink_data.0, &a.symlink_attributes)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
+                self.created(before, &a.dir.dir, r, c)
+                    .await
+                    .encode(&mut out);
             }
             Args3::Mknod(a) => {
                 let before = self.pre(&a.dir.dir).await;
-                let r = fs.mknod(&a.dir.dir, &a.dir.name, &a.what).await;
-                self.created(before, &a.dir.dir, r).await.encode(&mut out);
+                let r = match self.allow(&a.dir.dir, c, DIR_ADD, false).await {
+                    Ok(()) => fs.mknod(&a.dir.dir, &a.dir.name, &a.what).await,
+                    Err(e) => Err(e),
+                };
+                self.created(before, &a.dir.dir, r, c)
+                    .await
+                    .encode(&mut out);
             }
             Args3::Remove(a) => {
                 let before = self.pre(&a.object.dir).await;
-                let r = fs.remove(&a.object.dir, &a.object.name).await;
+                let r = match self.allow(&a.object.dir, c, DIR_REMOVE, false).await {
+                    Ok(()) => fs.remove(&a.object.dir, &a.object.name).await,
+                    Err(e) => Err(e),
+                };
                 self.removed(before, &a.object.dir, r)
                     .await
                     .encode(&mut out);
             }
             Args3::Rmdir(a) => {
                 let before = self.pre(&a.object.dir).await;
-                let r = fs.rmdir(&a.object.dir, &a.object.name).await;
+                let r = match self.allow(&a.object.dir, c, DIR_REMOVE, false).await {
+                    Ok(()) => fs.rmdir(&a.object.dir, &a.object.name).await,
+                    Err(e) => Err(e),
+                };
                 self.removed(before, &a.object.dir, r)
                     .await
                     .encode(&mut out);
@@ -362,9 +411,17 @@ impl<S: Storage> Nfs3Service<S> {
             Args3::Rename(a) => {
                 let fb = self.pre(&a.from.dir).await;
                 let tb = self.pre(&a.to.dir).await;
-                let r = fs
-                    .rename(&a.from.dir, &a.from.name, &a.to.dir, &a.to.name)
-                    .await;
+                let may = match self.allow(&a.from.dir, c, DIR_REMOVE, false).await {
+                    Ok(()) => self.allow(&a.to.dir, c, DIR_ADD, false).await,
+                    Err(e) => Err(e),
+                };
+                let r = match may {
+                    Ok(()) => {
+                        fs.rename(&a.from.dir, &a.from.name, &a.to.dir, &a.to.name)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
                 let w = Rename3Wcc {
                     fromdir_wcc: self.wcc(fb, &a.from.dir).await,
                     todir_wcc: self.wcc(tb, &a.to.dir).await,
@@ -377,7 +434,10 @@ impl<S: Storage> Nfs3Service<S> {
             }
             Args3::Link(a) => {
                 let before = self.pre(&a.link.dir).await;
-                let r = fs.link(&a.file, &a.link.dir, &a.link.name).await;
+                let r = match self.allow(&a.link.dir, c, DIR_ADD, false).await {
+                    Ok(()) => fs.link(&a.file, &a.link.dir, &a.link.name).await,
+                    Err(e) => Err(e),
+                };
                 let w = Link3Wcc {
                     file_attributes: self.post(&a.file).await,
                     linkdir_wcc: self.wcc(before, &a.link.dir).await,
@@ -388,8 +448,8 @@ impl<S: Storage> Nfs3Service<S> {
                 };
                 r.encode(&mut out);
             }
-            Args3::Readdir(a) => self.readdir(a).await.encode(&mut out),
-            Args3::Readdirplus(a) => self.readdirplus(a).await.encode(&mut out),
+            Args3::Readdir(a) => self.readdir(a, c).await.encode(&mut out),
+            Args3::Readdirplus(a) => self.readdirplus(a, c).await.encode(&mut out),
             Args3::Fsstat(a) => {
                 let r: Fsstat3Res = match fs.fsstat(&a.object).await {
                     Ok(s) => Res3::Ok(Fsstat3ResOk {

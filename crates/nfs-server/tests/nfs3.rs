@@ -456,3 +456,74 @@ async fn handles_survive_restart_and_write_verifier_changes() {
     assert_eq!(c2.getattr(&deep).await.status(), Nfsstat3::NFS3ERR_STALE);
     srv2.stop();
 }
+
+#[tokio::test]
+async fn callers_are_held_to_mode_bits_and_own_what_they_create() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let t = TempDir::new("perm");
+    std::fs::write(t.path().join("root-file"), b"root").unwrap();
+    std::fs::set_permissions(t.path().join("root-file"), PermissionsExt::from_mode(0o644)).unwrap();
+    std::fs::create_dir(t.path().join("open")).unwrap();
+    std::fs::set_permissions(t.path().join("open"), PermissionsExt::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(t.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let srv = start(t.path(), false).await;
+    let mut c = Client::connect(srv.nfs_addr()).await;
+    c.cred = oncrpc::msg::AuthSys {
+        stamp: 2,
+        machinename: Bytes::from_static(b"user"),
+        uid: 1000,
+        gid: 1000,
+        gids: vec![],
+    }
+    .to_opaque_auth();
+    let root = srv.root_handle();
+    let f = c.lookup(&root, "root-file").await.ok().unwrap().object;
+    assert_eq!(
+        c.write(&f, 0, b"user", StableHow::FILE_SYNC).await.status(),
+        Nfsstat3::NFS3ERR_ACCES
+    );
+    assert_eq!(
+        c.create(&root, "mine").await.status(),
+        Nfsstat3::NFS3ERR_ACCES
+    );
+    let rm: Remove3Res = c
+        .nfs(
+            Nfsproc3::REMOVE,
+            &Remove3Args {
+                object: dirop(&root, "root-file"),
+            },
+        )
+        .await;
+    assert_eq!(rm.status(), Nfsstat3::NFS3ERR_ACCES);
+    let chmod: Setattr3Res = c
+        .nfs(
+            Nfsproc3::SETATTR,
+            &Setattr3Args {
+                object: f.clone(),
+                new_attributes: Sattr3 {
+                    mode: Some(0o666),
+                    ..Sattr3::default()
+                },
+                guard: None,
+            },
+        )
+        .await;
+    assert_eq!(chmod.status(), Nfsstat3::NFS3ERR_PERM);
+    assert_eq!(std::fs::read(t.path().join("root-file")).unwrap(), b"root");
+    assert_eq!(c.read(&f, 0, 10).await.ok().map(|r| r.count), Some(4));
+    // In a world-writable directory the user creates a file it owns.
+    let open = c.lookup(&root, "open").await.ok().unwrap().object;
+    let mine = fh_of(c.create(&open, "mine").await);
+    let m = std::fs::metadata(t.path().join("open/mine")).unwrap();
+    // Only a server running as root can give the file away.
+    if std::fs::metadata(t.path()).unwrap().uid() == 0 {
+        assert_eq!((m.uid(), m.gid()), (1000, 1000));
+    }
+    assert_eq!(
+        c.write(&mine, 0, b"ok", StableHow::FILE_SYNC)
+            .await
+            .status(),
+        Nfsstat3::NFS3_OK
+    );
+    srv.stop();
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{start, TempDir};
 use nfs::v3::*;
-use oncrpc::msg::{CallHeader, OpaqueAuth};
+use oncrpc::msg::{AuthSys, CallHeader, OpaqueAuth};
 use oncrpc::record::{encode_record, RecordDecoder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -49,7 +49,14 @@ async fn retransmitted_remove_from_another_port_gets_the_cached_reply() {
         prog: NFS_PROGRAM,
         vers: NFS_V3,
         proc_: Nfsproc3::REMOVE.0,
-        cred: OpaqueAuth::NONE,
+        cred: AuthSys {
+            stamp: 1,
+            machinename: Bytes::from_static(b"replay"),
+            uid: 0,
+            gid: 0,
+            gids: vec![],
+        }
+        .to_opaque_auth(),
         verf: OpaqueAuth::NONE,
     }
     .encode(&mut msg);
