@@ -125,8 +125,8 @@ pub enum Args3 {
 
 impl Args3 {
     /// Decodes the arguments of procedure `proc` from `input`, which must
-    /// hold exactly them (trailing bytes are GARBAGE_ARGS, as with
-    /// Linux's nfsd). Bulk data is copied; use [`Args3::decode_from`]
+    /// hold exactly them (trailing bytes are an error; a server that
+    /// tolerates them uses [`Args3::decode_from`]). Bulk data is copied; use [`Args3::decode_from`]
     /// with a [`Decoder::from_bytes`] decoder for zero-copy WRITE data.
     pub fn decode(proc: Nfsproc3, input: &[u8]) -> Result<Self, ArgsError> {
         let mut dec = Decoder::new(input);
