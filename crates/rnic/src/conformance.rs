@@ -632,6 +632,74 @@ pub async fn reject_carries_private_data<H: Harness>(h: &H) {
     );
 }
 
+/// A request dropped without a decision reaches the connector as a reject
+/// without private data; once the listener is gone, connecting is refused.
+pub async fn dropped_request_rejects_and_closed_listener_refuses<H: Harness>(h: &H) {
+    let (client, server) = h.pair();
+    let cpd = client.alloc_pd();
+    let mut listener = server.listen(&h.listen_addr()).await.expect("listen");
+    let addr = listener.local_addr();
+    let (c, ()) = join(
+        client.connect(&cpd, &addr, QpConfig::new(CompletionQueue::new(8))),
+        async {
+            drop(listener.accept_request().await.expect("request"));
+        },
+    )
+    .await;
+    assert_eq!(
+        c.err(),
+        Some(CmError::Rejected {
+            private_data: Vec::new()
+        })
+    );
+    drop(listener);
+    let c = client
+        .connect(&cpd, &addr, QpConfig::new(CompletionQueue::new(8)))
+        .await;
+    assert_eq!(c.err(), Some(CmError::Refused));
+}
+
+/// Many messages in both directions keep their order and content, and the
+/// receive completions come in posting order (RFC 5040 §5.3, RFC 5041 §5.1
+/// MSN order).
+pub async fn messages_keep_order_in_both_directions<H: Harness>(h: &H) {
+    let p = connect_pair(h, 32, 32).await;
+    for i in 0..32u64 {
+        let body = Bytes::from(format!("c{i}"));
+        p.cqp
+            .post_send(SendWr {
+                wr_id: i,
+                data: vec![body],
+                ..Default::default()
+            })
+            .expect("client send");
+        let body = Bytes::from(format!("s{i}"));
+        p.sqp
+            .post_send(SendWr {
+                wr_id: i,
+                data: vec![body],
+                ..Default::default()
+            })
+            .expect("server send");
+    }
+    // Each side's queue pair uses one completion queue for both queues.
+    for (qp, tag) in [(&p.sqp, 'c'), (&p.cqp, 's')] {
+        let (mut recvs, mut sends) = (Vec::new(), 0);
+        while recvs.len() < 32 || sends < 32 {
+            let wc = next(qp.recv_cq()).await;
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            match wc.opcode {
+                WcOpcode::Recv => recvs.push((wc.wr_id, wc.buf)),
+                _ => sends += 1,
+            }
+        }
+        for (i, (wr_id, buf)) in recvs.into_iter().enumerate() {
+            assert_eq!(wr_id, 1000 + i as u64);
+            assert_eq!(buf.as_deref(), Some(format!("{tag}{i}").as_bytes()));
+        }
+    }
+}
+
 /// Expands to one `#[tokio::test]` per behaviour, each calling the behaviour
 /// with the harness built by `$harness` under a 20-second timeout.
 #[macro_export]
@@ -654,6 +722,8 @@ macro_rules! conformance_suite {
             send_with_invalidate_of_unknown_stag_terminates,
             private_data_and_ird_ord_are_exchanged,
             reject_carries_private_data,
+            dropped_request_rejects_and_closed_listener_refuses,
+            messages_keep_order_in_both_directions,
         );
     };
     (@tests $harness:expr; $($name:ident),* $(,)?) => {

@@ -188,7 +188,8 @@ impl Listener for SoftListener {
 }
 
 /// A pending MPA Request; its private data is readable before deciding.
-/// Dropping it closes the TCP connection without a Reply.
+/// Dropping it rejects it without private data (the reject is written by a
+/// spawned task, since `Drop` cannot wait).
 #[derive(Debug)]
 pub struct SoftRequest {
     dev: SoftDevice,
@@ -246,5 +247,21 @@ impl ConnectRequest for SoftRequest {
         stream.write_all(&bytes).await.map_err(setup)?;
         stream.shutdown().await.map_err(setup)?;
         Ok(())
+    }
+}
+
+impl Drop for SoftRequest {
+    fn drop(&mut self) {
+        let (Some(mut stream), Some(req)) = (self.stream.take(), self.req.take()) else {
+            return;
+        };
+        let Ok(bytes) = req.reject(&[]) else { return };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if stream.write_all(&bytes).await.is_ok() {
+                    let _ = stream.shutdown().await;
+                }
+            });
+        }
     }
 }
