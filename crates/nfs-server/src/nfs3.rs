@@ -152,7 +152,7 @@ impl<S: Storage> Nfs3Service<S> {
                 cookie: e.cookie,
             };
             let len = 4 + item.encoded_len();
-            if used + len > a.count as usize {
+            if used + len > a.count.min(MAX_READ) as usize {
                 break;
             }
             used += len;
@@ -199,7 +199,10 @@ impl<S: Storage> Nfs3Service<S> {
                 name_handle: fh,
             };
             let len = 4 + item.encoded_len();
-            if used + len > a.maxcount as usize || dir_used + d > a.dircount.max(512) as usize {
+            // Replies are capped at rtmax, as Linux caps them at its
+            // largest payload.
+            let dircount = a.dircount.clamp(512, MAX_READ) as usize;
+            if used + len > a.maxcount.min(MAX_READ) as usize || dir_used + d > dircount {
                 break;
             }
             used += len;
