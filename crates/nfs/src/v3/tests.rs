@@ -571,3 +571,54 @@ fn unknown_status_and_bad_union_arms_are_handled() {
     assert!(xdr::from_slice::<Createhow3>(&[0, 0, 0, 3]).is_err());
     assert!(xdr::from_slice::<SetTime>(&[0, 0, 0, 3]).is_err());
 }
+
+#[test]
+fn kpeer_readdirplus_reply_round_trips() {
+    // kpeer frame 61: the reply arrived in a Reply chunk; this is the NFS
+    // part of the reassembled RPC message (tshark "Reassembled RPCoRDMA
+    // Message", after the 24-byte RPC reply header).
+    let r: Readdirplus3Res = wire_roundtrip(&unhex(
+        "000000000000000100000002000003ff00000003000000000000000000000000\
+         0000005000000000000000000000000000000000000000000000000000000000\
+         000000016b01282b1f78a4006b0128293a699d006b0128293a699d0000000000\
+         00000000000000010000000000000001000000012e0000000000000000000001\
+         0000000100000002000003ff0000000300000000000000000000000000000050\
+         0000000000000000000000000000000000000000000000000000000000000001\
+         6b01282b1f78a4006b0128293a699d006b0128293a699d000000000100000008\
+         0100010000000000000000010000000000000001000000022e2e000000000000\
+         0000000200000000000000000000000100000000000000350000000968656c6c\
+         6f2e74787400000000000000000000030000000100000001000001a400000001\
+         0000000000000000000000000000001b00000000000010000000000000000000\
+         000000000000000000000000000000356b0128293a699d006b0128293a699d00\
+         6b0128293a699d0000000001000000140100010100000000c5ccbe0835000000\
+         0000000000000001000000000000000200000005646972353000000000000000\
+         000000040000000100000002000001ed00000002000000000000000000000000\
+         0000041000000000000000000000000000000000000000000000000000000000\
+         000000026b012829365c04006b0128293a699d006b0128293a699d0000000001\
+         00000014010001010000000013412f7a02000000000000000000000000000001",
+    ));
+    let ok = r.ok().unwrap();
+    let names: Vec<_> = ok.entries.iter().map(|e| e.name.0.to_vec()).collect();
+    assert_eq!(
+        names,
+        [&b"."[..], b"..", b"hello.txt", b"dir50"]
+            .map(|n| n.to_vec())
+            .to_vec()
+    );
+    assert!(ok.eof);
+    let with_attrs: Vec<_> = ok
+        .entries
+        .iter()
+        .map(|e| (e.name_attributes.is_some(), e.name_handle.is_some()))
+        .collect();
+    // Linux gives no attributes or handle for ".." at the export root.
+    assert_eq!(
+        with_attrs,
+        [(true, true), (false, false), (true, true), (true, true)]
+    );
+    let hello = &ok.entries[2];
+    assert_eq!(
+        hello.name_attributes.as_ref().map(|a| a.fileid),
+        Some(hello.fileid)
+    );
+}
