@@ -185,7 +185,13 @@ impl<S: Storage> Nfs3Service<S> {
         let mut dir_used = 0usize;
         let mut out = Vec::new();
         for e in entries {
-            let fh = self.fs.lookup(&a.dir, &e.name).await.ok();
+            // Like Linux, no handle or attributes for ".." at the export
+            // root (kpeer capture, READDIRPLUS reply).
+            let fh = if e.name.0[..] == b".."[..] && a.dir == self.fs.root() {
+                None
+            } else {
+                self.fs.lookup(&a.dir, &e.name).await.ok()
+            };
             let attrs = match &fh {
                 Some(fh) => self.post(fh).await,
                 None => None,

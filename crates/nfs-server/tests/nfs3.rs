@@ -411,6 +411,11 @@ async fn readdir_pages_by_cookie_and_readdirplus_returns_handles() {
     assert!(rp.eof);
     assert_eq!(rp.entries.len(), 102);
     for e in &rp.entries {
+        if e.name.0[..] == b".."[..] {
+            // As Linux: nothing for ".." at the export root.
+            assert_eq!((&e.name_attributes, &e.name_handle), (&None, &None));
+            continue;
+        }
         let fh = e.name_handle.clone().unwrap();
         let a = c.getattr(&fh).await.ok().unwrap().obj_attributes;
         assert_eq!(Some(a.fileid), e.name_attributes.as_ref().map(|x| x.fileid));
