@@ -1,9 +1,8 @@
 //! [`LocalFs`]: a [`Storage`] back end serving one local directory.
 //!
-//! Resolving a handle: handles carry the inode number (24 bytes: version, export id, inode,
-//! check word); an
-//! in-memory map from inode to export-relative path is filled by every
-//! LOOKUP, READDIR and create, and checked on use (the path must still
+//! Resolving a handle: a handle is 24 bytes (version, export id, inode
+//! number, check word). An in-memory map from inode to export-relative
+//! path is filled by every LOOKUP, READDIR and create, and checked on use (the path must still
 //! name that inode on the export's device). On a miss, after a restart or
 //! a rename, the export is walked breadth-first (never following symbolic
 //! links, never leaving the export's device) to find the inode; a handle
