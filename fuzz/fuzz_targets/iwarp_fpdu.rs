@@ -59,6 +59,22 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
+    // The same stream read `bytes_wanted()` at a time: every step consumes
+    // exactly what was asked for (or fails), and never asks for nothing.
+    let mut d = Deframer::new(crc, 1 + usize::from(sel) * 64);
+    let mut rest = data;
+    while !rest.is_empty() {
+        let want = d.bytes_wanted();
+        assert!(want > 0);
+        let take = want.min(rest.len());
+        match d.advance(&rest[..take]) {
+            Ok((n, _)) => {
+                assert_eq!(n, take);
+                rest = &rest[n..];
+            }
+            Err(_) => break,
+        }
+    }
     let _ = ReadRequest::parse_bytes(data);
     if let Ok(t) = TerminateRepr::parse(data) {
         let _ = t.to_vec();
