@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod cmd;
+mod url;
 
 use clap::{Parser, Subcommand};
 
@@ -31,6 +32,16 @@ enum Command {
     /// Call the echo test program: NULL round trips and ECHO payloads,
     /// checked byte for byte, with latency and throughput.
     RpcPing(cmd::echo::PingArgs),
+    /// List a remote directory: nfs://host[:port]/export/path.
+    Ls(cmd::ls::LsArgs),
+    /// Write a remote file to standard output.
+    Cat(cmd::cat::CatArgs),
+    /// Copy a file; either side may be local or nfs://host[:port]/path.
+    ///
+    /// READs and WRITEs are pipelined (--in-flight); writes are UNSTABLE
+    /// and COMMITted, with a resend if the server's write verifier changes.
+    /// Prints bytes, seconds and MiB/s when done.
+    Cp(cmd::cp::CpArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -49,6 +60,9 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::EchoServer(a) => cmd::echo::serve(a).await,
             Command::RpcPing(a) => cmd::echo::ping(a).await,
+            Command::Ls(a) => cmd::ls::run(a).await,
+            Command::Cat(a) => cmd::cat::run(a).await,
+            Command::Cp(a) => cmd::cp::run(a).await,
         }
     })
 }

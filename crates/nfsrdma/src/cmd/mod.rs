@@ -1,3 +1,6 @@
 //! One module per subcommand.
 
+pub(crate) mod cat;
+pub(crate) mod cp;
 pub(crate) mod echo;
+pub(crate) mod ls;

@@ -1,0 +1,179 @@
+//! `nfsrdma ls URL`: list a remote directory (or show one file).
+
+use std::io::Write;
+
+use anyhow::Context;
+use nfs_client::nfs::v3::{Fattr3, Ftype3, NfsFh3};
+use nfs_client::{Mount, TcpMount};
+use oncrpc::ClientTransport;
+
+use crate::url::{connect, NfsUrl};
+
+/// Arguments of `nfsrdma ls`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct LsArgs {
+    /// nfs://host[:port]/export/path (a directory or a file).
+    url: String,
+    /// Long format: type and mode, links, owner, group, size, mtime, name.
+    #[arg(short = 'l', long)]
+    long: bool,
+    /// Include entries whose names start with '.'.
+    #[arg(short = 'a', long)]
+    all: bool,
+}
+
+pub(crate) async fn run(args: LsArgs) -> anyhow::Result<()> {
+    let url = NfsUrl::parse(&args.url)?;
+    let TcpMount { mount, rest, .. } = connect(&url, nfs_client::IoOptions::default()).await?;
+    let target = mount
+        .resolve(&rest)
+        .await
+        .with_context(|| url.path.clone())?;
+    let mut lines = Vec::new();
+    if target.attrs.ftype == Ftype3::NF3DIR {
+        let mut entries = mount
+            .list_dir(&target.fh)
+            .await
+            .with_context(|| format!("listing {}", url.path))?;
+        entries.sort_by(|a, b| a.name.0.cmp(&b.name.0));
+        for e in entries {
+            let name = nfs_client::entry_name(&e);
+            if !args.all && name.starts_with('.') {
+                continue;
+            }
+            if !args.long {
+                lines.push(name);
+                continue;
+            }
+            let attrs = match (e.name_attributes, &e.name_handle) {
+                (Some(a), _) => a,
+                (None, Some(fh)) => mount.client().getattr(fh).await?,
+                (None, None) => mount
+                    .client()
+                    .lookup(&target.fh, &e.name.0)
+                    .await?
+                    .obj_attributes
+                    .context("server gave no attributes")?,
+            };
+            lines.push(long_line(&mount, &attrs, e.name_handle.as_ref(), &name).await);
+        }
+    } else {
+        let name = url.file_name().unwrap_or("/").to_owned();
+        if args.long {
+            lines.push(long_line(&mount, &target.attrs, Some(&target.fh), &name).await);
+        } else {
+            lines.push(name);
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    for l in lines {
+        writeln!(out, "{l}")?;
+    }
+    Ok(())
+}
+
+async fn long_line<T: ClientTransport>(
+    m: &Mount<T>,
+    a: &Fattr3,
+    fh: Option<&NfsFh3>,
+    name: &str,
+) -> String {
+    let mut line = format!(
+        "{} {:>3} {:>5} {:>5} {:>12} {} {}",
+        mode_string(a.ftype, a.mode),
+        a.nlink,
+        a.uid,
+        a.gid,
+        a.size,
+        format_time(a.mtime.seconds),
+        name
+    );
+    if a.ftype == Ftype3::NF3LNK {
+        if let Some(fh) = fh {
+            if let Ok(l) = m.client().readlink(fh).await {
+                line.push_str(" -> ");
+                line.push_str(&String::from_utf8_lossy(&l.data.0));
+            }
+        }
+    }
+    line
+}
+
+/// `ls -l`'s type letter and permission bits.
+pub(crate) fn mode_string(t: Ftype3, mode: u32) -> String {
+    let kind = match t {
+        Ftype3::NF3DIR => 'd',
+        Ftype3::NF3LNK => 'l',
+        Ftype3::NF3BLK => 'b',
+        Ftype3::NF3CHR => 'c',
+        Ftype3::NF3SOCK => 's',
+        Ftype3::NF3FIFO => 'p',
+        _ => '-',
+    };
+    let mut s = String::with_capacity(10);
+    s.push(kind);
+    for (shift, special, lower, upper) in [(6, 0o4000, 's', 'S'), (3, 0o2000, 's', 'S')] {
+        let bits = (mode >> shift) & 7;
+        s.push(if bits & 4 != 0 { 'r' } else { '-' });
+        s.push(if bits & 2 != 0 { 'w' } else { '-' });
+        s.push(match (bits & 1 != 0, mode & special != 0) {
+            (true, true) => lower,
+            (false, true) => upper,
+            (true, false) => 'x',
+            (false, false) => '-',
+        });
+    }
+    let bits = mode & 7;
+    s.push(if bits & 4 != 0 { 'r' } else { '-' });
+    s.push(if bits & 2 != 0 { 'w' } else { '-' });
+    s.push(match (bits & 1 != 0, mode & 0o1000 != 0) {
+        (true, true) => 't',
+        (false, true) => 'T',
+        (true, false) => 'x',
+        (false, false) => '-',
+    });
+    s
+}
+
+/// UTC `YYYY-MM-DD HH:MM` from seconds since the epoch (days to civil
+/// date by the proleptic Gregorian calendar).
+pub(crate) fn format_time(secs: u32) -> String {
+    let days = i64::from(secs / 86_400);
+    let rem = secs % 86_400;
+    // Shift the epoch to 0000-03-01 so leap days end each 4/100/400 cycle.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}",
+        rem / 3600,
+        (rem % 3600) / 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mode_strings_match_ls() {
+        assert_eq!(mode_string(Ftype3::NF3DIR, 0o755), "drwxr-xr-x");
+        assert_eq!(mode_string(Ftype3::NF3REG, 0o4644), "-rwSr--r--");
+        assert_eq!(mode_string(Ftype3::NF3DIR, 0o1777), "drwxrwxrwt");
+        assert_eq!(mode_string(Ftype3::NF3LNK, 0o777), "lrwxrwxrwx");
+    }
+
+    #[test]
+    fn times_format_as_utc_dates() {
+        assert_eq!(format_time(0), "1970-01-01 00:00");
+        assert_eq!(format_time(951_782_400), "2000-02-29 00:00");
+        assert_eq!(format_time(1_700_000_000), "2023-11-14 22:13");
+        assert_eq!(format_time(u32::MAX), "2106-02-07 06:28");
+    }
+}

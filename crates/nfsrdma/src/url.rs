@@ -1,0 +1,274 @@
+//! NFS URLs: `nfs://host[:port]/export/path` (TCP) and
+//! `nfs+rdma://host[:port]/export/path` (RPC-over-RDMA), with libnfs-style
+//! query options `?mountport=N&nfsport=N&version=3`.
+
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context};
+
+/// How an NFS URL reaches its server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scheme {
+    /// `nfs://`: ONC RPC over TCP.
+    Tcp,
+    /// `nfs+rdma://`: RPC-over-RDMA.
+    Rdma,
+}
+
+/// A parsed NFS URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NfsUrl {
+    pub(crate) scheme: Scheme,
+    /// Host name or address (IPv6 without brackets).
+    pub(crate) host: String,
+    /// NFS port from the authority or `nfsport=`.
+    pub(crate) nfs_port: Option<u16>,
+    /// MOUNT port from `mountport=`.
+    pub(crate) mount_port: Option<u16>,
+    /// Absolute, percent-decoded path: the export and the path inside it.
+    pub(crate) path: String,
+    /// The URL's path ended with `/` (a directory is meant).
+    pub(crate) trailing_slash: bool,
+}
+
+/// A `cp`/`ls` operand: a local path or an NFS URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Location {
+    Local(PathBuf),
+    Remote(NfsUrl),
+}
+
+impl Location {
+    pub(crate) fn parse(s: &str) -> anyhow::Result<Self> {
+        if s.contains("://") {
+            Ok(Self::Remote(NfsUrl::parse(s)?))
+        } else {
+            Ok(Self::Local(PathBuf::from(s)))
+        }
+    }
+}
+
+fn percent_decode(s: &str) -> anyhow::Result<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        if c == b'%' {
+            let hex = b
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| anyhow!("bad percent escape in {s:?}"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).context("path is not UTF-8 after percent-decoding")
+}
+
+fn port(s: &str, what: &str) -> anyhow::Result<u16> {
+    match s.parse::<u16>() {
+        Ok(p) if p != 0 => Ok(p),
+        _ => bail!("bad {what} {s:?}: expected 1-65535"),
+    }
+}
+
+impl NfsUrl {
+    pub(crate) fn parse(s: &str) -> anyhow::Result<Self> {
+        let (scheme, rest) = if let Some(r) = s.strip_prefix("nfs://") {
+            (Scheme::Tcp, r)
+        } else if let Some(r) = s.strip_prefix("nfs+rdma://") {
+            (Scheme::Rdma, r)
+        } else {
+            bail!("{s:?}: expected nfs://host[:port]/path or nfs+rdma://host[:port]/path");
+        };
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, "/"),
+        };
+        let (host, nfs_port) = if let Some(v6) = authority.strip_prefix('[') {
+            let (h, after) = v6
+                .split_once(']')
+                .ok_or_else(|| anyhow!("{s:?}: unclosed '[' in host"))?;
+            match after.strip_prefix(':') {
+                Some(p) => (h, Some(port(p, "port")?)),
+                None if after.is_empty() => (h, None),
+                None => bail!("{s:?}: junk after ']'"),
+            }
+        } else {
+            match authority.rsplit_once(':') {
+                Some((h, p)) => (h, Some(port(p, "port")?)),
+                None => (authority, None),
+            }
+        };
+        if host.is_empty() {
+            bail!("{s:?}: no host");
+        }
+        let mut url = Self {
+            scheme,
+            host: host.to_owned(),
+            nfs_port,
+            mount_port: None,
+            path: percent_decode(path)?,
+            trailing_slash: path.len() > 1 && path.ends_with('/'),
+        };
+        for kv in query.unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| anyhow!("{s:?}: query option {kv:?} has no value"))?;
+            match k {
+                "mountport" => url.mount_port = Some(port(v, "mountport")?),
+                "nfsport" => url.nfs_port = Some(port(v, "nfsport")?),
+                "version" if v == "3" => {}
+                "version" => bail!("NFS version {v} is not supported (only 3)"),
+                _ => bail!("{s:?}: unknown option {k:?} (known: mountport, nfsport, version)"),
+            }
+        }
+        Ok(url)
+    }
+
+    /// The last path component, if any.
+    pub(crate) fn file_name(&self) -> Option<&str> {
+        self.path.split('/').rfind(|c| !c.is_empty())
+    }
+}
+
+/// Mounts the export holding `url`'s path. `nfs+rdma://` fails: the
+/// RPC-over-RDMA transport is not wired into the CLI yet.
+pub(crate) async fn connect(
+    url: &NfsUrl,
+    io: nfs_client::IoOptions,
+) -> anyhow::Result<nfs_client::TcpMount> {
+    if url.scheme == Scheme::Rdma {
+        bail!("RPC-over-RDMA transport not available yet: use nfs:// (TCP)");
+    }
+    let target = nfs_client::TcpTarget {
+        host: url.host.clone(),
+        nfs_port: url.nfs_port,
+        mount_port: url.mount_port,
+        path: url.path.clone(),
+    };
+    let opts = nfs_client::TcpOptions {
+        io,
+        ..nfs_client::TcpOptions::default()
+    };
+    nfs_client::connect_tcp(&target, &opts)
+        .await
+        .with_context(|| format!("mounting {}:{}", url.host, url.path))
+}
+
+/// `--in-flight` and `--block-size`, shared by the transfer commands.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub(crate) struct IoArgs {
+    /// READs or WRITEs kept in flight at once.
+    #[arg(long, default_value_t = 16)]
+    pub(crate) in_flight: usize,
+    /// READ/WRITE size in bytes (suffixes k, m); default: the server's
+    /// preferred size, capped by its maximum.
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) block_size: Option<u32>,
+}
+
+impl IoArgs {
+    pub(crate) fn options(&self) -> nfs_client::IoOptions {
+        nfs_client::IoOptions {
+            in_flight: self.in_flight.max(1),
+            block_size: self.block_size,
+            ..nfs_client::IoOptions::default()
+        }
+    }
+}
+
+/// Parses `4096`, `64k`, `1m`.
+pub(crate) fn parse_size(s: &str) -> Result<u32, String> {
+    let lower = s.to_ascii_lowercase();
+    let (num, mult) = match lower.strip_suffix('k') {
+        Some(n) => (n, 1024u64),
+        None => match lower.strip_suffix('m') {
+            Some(n) => (n, 1 << 20),
+            None => (lower.as_str(), 1),
+        },
+    };
+    let v = num
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("bad size {s:?}"))?;
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_host_port_path_and_options() {
+        let u = NfsUrl::parse("nfs://server:2050/export/a%20b/c?mountport=20048").unwrap();
+        assert_eq!(u.scheme, Scheme::Tcp);
+        assert_eq!(u.host, "server");
+        assert_eq!(u.nfs_port, Some(2050));
+        assert_eq!(u.mount_port, Some(20048));
+        assert_eq!(u.path, "/export/a b/c");
+        assert_eq!(u.file_name(), Some("c"));
+        assert!(!u.trailing_slash);
+    }
+
+    #[test]
+    fn parses_rdma_ipv6_and_defaults() {
+        let u = NfsUrl::parse("nfs+rdma://[::1]/x/").unwrap();
+        assert_eq!(u.scheme, Scheme::Rdma);
+        assert_eq!(u.host, "::1");
+        assert_eq!(u.nfs_port, None);
+        assert!(u.trailing_slash);
+        let u = NfsUrl::parse("nfs://h?nfsport=7&version=3").unwrap();
+        assert_eq!((u.path.as_str(), u.nfs_port), ("/", Some(7)));
+    }
+
+    #[test]
+    fn rejects_bad_urls() {
+        for bad in [
+            "http://h/x",
+            "nfs:///x",
+            "nfs://h:0/x",
+            "nfs://h:70000/x",
+            "nfs://h/x?foo=1",
+            "nfs://h/x?version=4",
+            "nfs://h/%zz",
+            "nfs://[::1/x",
+        ] {
+            assert!(NfsUrl::parse(bad).is_err(), "{bad} parsed");
+        }
+    }
+
+    #[test]
+    fn sizes_take_k_and_m_suffixes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64k"), Ok(65536));
+        assert_eq!(parse_size("1M"), Ok(1 << 20));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("5000m").is_err());
+        assert!(parse_size("x").is_err());
+    }
+
+    #[test]
+    fn location_tells_local_from_remote() {
+        assert!(matches!(
+            Location::parse("/tmp/x").unwrap(),
+            Location::Local(_)
+        ));
+        assert!(matches!(
+            Location::parse("nfs://h/x").unwrap(),
+            Location::Remote(_)
+        ));
+        assert!(Location::parse("ftp://h/x").is_err());
+    }
+}

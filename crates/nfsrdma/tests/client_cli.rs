@@ -1,0 +1,193 @@
+//! `nfsrdma ls`, `cat` and `cp` as a user runs them, against the project's
+//! NFSv3 server started in this test process on 127.0.0.1.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_nfsrdma");
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("nfsrdma-cli-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Self(std::fs::canonicalize(&p).unwrap())
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A server on an ephemeral port, alive as long as this value.
+struct Server {
+    _rt: tokio::runtime::Runtime,
+    port: u16,
+    export: TempDir,
+}
+
+impl Server {
+    fn start(tag: &str) -> Self {
+        let export = TempDir::new(tag);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut cfg = nfs_server::ServerConfig::new(&export.0);
+        cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
+        cfg.mount_addr = None;
+        let srv = rt.block_on(nfs_server::start(cfg)).unwrap();
+        let port = srv.nfs_addr().port();
+        rt.spawn(srv.wait());
+        Self {
+            _rt: rt,
+            port,
+            export,
+        }
+    }
+
+    fn dir(&self) -> &Path {
+        &self.export.0
+    }
+
+    fn url(&self, rel: &str) -> String {
+        format!(
+            "nfs://127.0.0.1:{}{}/{rel}",
+            self.port,
+            self.dir().display()
+        )
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run nfsrdma")
+}
+
+fn ok(args: &[&str]) -> Output {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "nfsrdma {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| ((i * 7919) % 253) as u8).collect()
+}
+
+#[test]
+fn cp_local_to_remote_to_local_is_byte_exact() {
+    let srv = Server::start("cp");
+    let local = TempDir::new("cp-local");
+    let data = pattern(3 << 20);
+    let src = local.0.join("data.bin");
+    std::fs::write(&src, &data).unwrap();
+
+    let out = ok(&[
+        "cp",
+        "--in-flight",
+        "8",
+        "--block-size",
+        "64k",
+        src.to_str().unwrap(),
+        &srv.url(""),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("copied 3145728 bytes in") && stderr.contains("MiB/s"),
+        "{stderr}"
+    );
+    assert!(std::fs::read(srv.dir().join("data.bin")).unwrap() == data);
+
+    let back = local.0.join("back.bin");
+    ok(&["cp", &srv.url("data.bin"), back.to_str().unwrap()]);
+    assert!(std::fs::read(&back).unwrap() == data, "copied back differs");
+
+    ok(&["cp", &srv.url("data.bin"), &srv.url("copy.bin")]);
+    assert!(std::fs::read(srv.dir().join("copy.bin")).unwrap() == data);
+}
+
+#[test]
+fn ls_lists_names_and_long_format() {
+    let srv = Server::start("ls");
+    std::fs::write(srv.dir().join("b.txt"), b"12345").unwrap();
+    std::fs::write(srv.dir().join("a.txt"), b"").unwrap();
+    std::fs::write(srv.dir().join(".hidden"), b"").unwrap();
+    std::fs::create_dir(srv.dir().join("sub")).unwrap();
+    std::os::unix::fs::symlink("b.txt", srv.dir().join("link")).unwrap();
+    std::fs::set_permissions(
+        srv.dir().join("b.txt"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o640),
+    )
+    .unwrap();
+
+    let out = ok(&["ls", &srv.url("")]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "a.txt\nb.txt\nlink\nsub\n"
+    );
+    let out = ok(&["ls", "-a", &srv.url("")]);
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with(".hidden\n"));
+
+    let out = ok(&["ls", "-l", &srv.url("")]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(lines[1].starts_with("-rw-r----- "), "{text}");
+    assert!(
+        lines[1].contains(" 5 ") && lines[1].ends_with(" b.txt"),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with('l') && lines[2].ends_with("link -> b.txt"),
+        "{text}"
+    );
+    assert!(lines[3].starts_with("drwx"), "{text}");
+
+    let out = ok(&["ls", &srv.url("b.txt")]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "b.txt\n");
+}
+
+#[test]
+fn cat_writes_the_file_to_stdout() {
+    let srv = Server::start("cat");
+    let data = pattern(300_000);
+    std::fs::create_dir(srv.dir().join("d")).unwrap();
+    std::fs::write(srv.dir().join("d/f"), &data).unwrap();
+    let out = ok(&["cat", "--block-size", "32k", &srv.url("d/f")]);
+    assert!(out.stdout == data, "cat output differs");
+    let out = run(&["cat", &srv.url("d")]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is a directory"));
+}
+
+#[test]
+fn missing_files_and_rdma_urls_fail_with_clear_errors() {
+    let srv = Server::start("errs");
+    let out = run(&["cat", &srv.url("nope")]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NFS3ERR_NOENT"));
+
+    let out = run(&["ls", "nfs+rdma://127.0.0.1/export"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("RPC-over-RDMA transport not available yet"),
+        "{stderr}"
+    );
+
+    let out = run(&["ls", "http://127.0.0.1/x"]);
+    assert!(!out.status.success());
+    let out = run(&["cp", "/etc/hostname", "/tmp/x"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must be an nfs:// URL"));
+}
