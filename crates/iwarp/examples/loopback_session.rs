@@ -3,7 +3,7 @@
 //! (`scripts/tshark-iwarp-check.sh`).
 //!
 //! Usage: `cargo run -p iwarp --example loopback_session -- [--crc]
-//! [--terminate] [--port N]`
+//! [--terminate] [--p2p write|read] [--port N]`
 //!
 //! MPA Request/Reply (rev 2, enhanced, RFC 8797 private data), then Send,
 //! Send with Solicited Event, Send with Invalidate, an RDMA Write and an RDMA
@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use iwarp::conn::{Config, Connection, Event, PlaceTarget, RemoteAccess, SendKind};
 use iwarp::negotiation::{
     FrameReader, Initiator, InitiatorConfig, ReplyOutcome, RequestReceived, ResponderConfig,
+    RtrKind,
 };
 use iwarp::segment::PayloadRef;
 use rnic::{Access, AccessError, Stag, WcStatus};
@@ -174,6 +175,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let crc = args.iter().any(|a| a == "--crc");
     let terminate = args.iter().any(|a| a == "--terminate");
+    // Peer-to-peer mode (RFC 6581): the initiator offers a zero-length
+    // RDMA Write or Read as RTR, the responder picks one.
+    let rtr_offer = match args
+        .iter()
+        .position(|a| a == "--p2p")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+    {
+        Some("write") => vec![RtrKind::Write],
+        Some("read") => vec![RtrKind::Read],
+        Some(other) => return Err(format!("--p2p write|read, not {other}").into()),
+        None => vec![],
+    };
     let port: u16 = args
         .iter()
         .position(|a| a == "--port")
@@ -195,7 +209,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         crc,
         ird: 16,
         ord: 16,
-        rtr_offer: vec![],
+        rtr_offer,
         private_data: rpcrdma_pd.clone(),
     })?;
     a_sock.write_all(&req)?;
@@ -204,7 +218,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         crc: false,
         ird: 16,
         ord: 16,
-        rtr_support: vec![],
+        rtr_support: vec![RtrKind::Write, RtrKind::Read],
         private_data: vec![0xf6, 0xab, 0x0e, 0x18, 0x01, 0x00, 0x03, 0x03],
     })?;
     b_sock.write_all(&reply)?;
