@@ -14,7 +14,7 @@
 //! - [`ulb`]: the [`ulb::UpperLayerBinding`] trait an RPC program
 //!   implements so a requester can size reply resources (RFC 8166 §6).
 //!
-//! - `transport` (feature `transport`, default): version 1 client and
+//! - `transport` (feature `transport`, default): version 1 and 2 client and
 //!   server endpoints over any `rnic::Device`, driving `oncrpc`.
 //!
 //! Outside `transport`, nothing here does IO or reads a clock.

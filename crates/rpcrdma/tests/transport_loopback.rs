@@ -233,7 +233,7 @@ async fn server_answers_bad_headers_with_rdma_error() {
         .unwrap();
     };
     let cases: [(Vec<u8>, ErrorBody); 4] = [
-        // Version 7 with a garbage body: ERR_VERS 1..1.
+        // Version 7 with a garbage body: ERR_VERS 1..2.
         (
             [
                 &[
@@ -242,7 +242,7 @@ async fn server_answers_bad_headers_with_rdma_error() {
                 &[0xee; 9][..],
             ]
             .concat(),
-            ErrorBody::Vers { low: 1, high: 1 },
+            ErrorBody::Vers { low: 1, high: 2 },
         ),
         // RDMA_MSG whose read list is truncated: ERR_CHUNK.
         (
@@ -434,4 +434,57 @@ async fn server_runs_calls_of_one_connection_concurrently() {
         .unwrap()
         .unwrap();
     assert_eq!(&first[..], &[0, 0, 0, 1]);
+}
+
+async fn setup_versions(
+    seed: u64,
+    server_max: u32,
+    client_version: rpcrdma::plan::Version,
+) -> RdmaClient<LoopbackDevice> {
+    let server_cfg = RdmaServerConfig {
+        max_version: server_max,
+        ..RdmaServerConfig::default()
+    };
+    let client_cfg = RdmaClientConfig {
+        version: client_version,
+        ..RdmaClientConfig::default()
+    };
+    setup_with(seed, server_cfg, client_cfg).await
+}
+
+/// Version 2 end to end: RDMA2_CONNPROP first, then every conveyance, with
+/// remote invalidation of the handle named in rdma_inv_handle.
+#[tokio::test]
+async fn version_two_echo_is_byte_exact_across_boundaries() {
+    use rpcrdma::plan::Version;
+    let client = setup_versions(9, 2, Version::V2).await;
+    let echo = EchoClient::new(client.clone());
+    echo.null().await.unwrap();
+    for (i, n) in [0usize, 100, 3990, 4100, 70_000, 1 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let data = pattern(n, i as u8);
+        assert_eq!(echo.echo(data.clone()).await.unwrap(), data, "size {n}");
+    }
+    assert_eq!(client.version(), Version::V2);
+    let s = client.stats();
+    assert_eq!(s.version_fallbacks, 0);
+    assert!(s.read_chunk_calls > 0 && s.write_chunk_replies > 0, "{s:?}");
+    assert!(s.remote_invalidations > 0, "{s:?}");
+    assert_eq!(s.foreign_invalidations, 0);
+}
+
+/// A version 2 client against a version 1 server falls back to version 1
+/// (v2 draft §7.2) and every call still succeeds.
+#[tokio::test]
+async fn version_two_client_falls_back_to_version_one_server() {
+    use rpcrdma::plan::Version;
+    let client = setup_versions(10, 1, Version::V2).await;
+    let echo = EchoClient::new(client.clone());
+    for (i, n) in [10usize, 5000, 100_000].into_iter().enumerate() {
+        let data = pattern(n, i as u8);
+        assert_eq!(echo.echo(data.clone()).await.unwrap(), data, "size {n}");
+    }
+    assert_eq!(client.version(), Version::V1);
 }

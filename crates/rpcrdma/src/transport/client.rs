@@ -14,11 +14,13 @@ use rnic::{
 };
 use tokio::sync::{oneshot, Notify};
 
+use super::hdr::{self, Inbound};
 use crate::credits::RequesterCredits;
 use crate::plan::{chunk_contents, plan_call, reassemble, InlineThresholds, Version};
 use crate::ulb::ReplyHint;
-use crate::wire::v1::{Body, Header, Proc};
-use crate::wire::{Limits, RdmaSegment, WriteChunk};
+use crate::wire::v1::{self, Proc};
+use crate::wire::v2::{Properties, RvReqSup};
+use crate::wire::{ChunkLists, Limits, RdmaSegment, WriteChunk};
 
 /// Client settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +34,10 @@ pub struct RdmaClientConfig {
     pub send_with_invalidate_ok: bool,
     /// First XID.
     pub xid_seed: u32,
+    /// Protocol version to start with. With [`Version::V2`] the client
+    /// opens with RDMA2_CONNPROP and falls back to version 1 when the
+    /// server answers ERR_VERS (v2 draft §7).
+    pub version: Version,
 }
 
 impl Default for RdmaClientConfig {
@@ -41,6 +47,7 @@ impl Default for RdmaClientConfig {
             inline_size: 4096,
             send_with_invalidate_ok: true,
             xid_seed: 0x1000,
+            version: Version::V1,
         }
     }
 }
@@ -66,6 +73,9 @@ pub struct ClientStats {
     /// Replies whose Send With Invalidate named an STag not belonging to
     /// the call; the reply is not trusted and the call fails.
     pub foreign_invalidations: u64,
+    /// Calls sent again as version 1 after a version 2 ERR_VERS
+    /// (v2 draft §7.2).
+    pub version_fallbacks: u64,
 }
 
 /// Registered memory of one call, fenced when its reply arrives.
@@ -74,6 +84,16 @@ struct Resources {
     write: Option<MemoryRegion>,
     reply: Option<MemoryRegion>,
     ddp_position: Option<usize>,
+    /// The version the call was last sent with.
+    sent: Version,
+    /// What to send again after a version fallback.
+    resend: Resend,
+}
+
+struct Resend {
+    nomsg: bool,
+    lists: ChunkLists,
+    inline: Bytes,
 }
 
 struct State {
@@ -82,12 +102,14 @@ struct State {
     resources: HashMap<u32, Resources>,
     stats: ClientStats,
     closed: bool,
+    version: Version,
+    thresholds: InlineThresholds,
+    send_with_invalidate_ok: bool,
 }
 
 struct Inner<Q> {
     qp: Q,
     pd: ProtectionDomain,
-    thresholds: InlineThresholds,
     inline_size: u32,
     state: Mutex<State>,
     credit_wait: Notify,
@@ -100,7 +122,8 @@ impl<Q> Inner<Q> {
     }
 }
 
-/// An RPC-over-RDMA version 1 requester over one queue pair.
+/// An RPC-over-RDMA requester (version 1, or 2 with fallback) over one
+/// queue pair.
 ///
 /// [`RdmaClient::connect`] sends the RFC 8797 private data, posts a receive
 /// buffer per requested credit and starts a task reaping completions.
@@ -121,7 +144,7 @@ impl<D: Device> Clone for RdmaClient<D> {
 impl<D: Device> std::fmt::Debug for RdmaClient<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RdmaClient")
-            .field("thresholds", &self.inner.thresholds)
+            .field("thresholds", &self.inner.lock().thresholds)
             .finish()
     }
 }
@@ -160,7 +183,6 @@ impl<D: Device> RdmaClient<D> {
         let inner = Arc::new(Inner {
             qp: connected.qp,
             pd,
-            thresholds,
             inline_size: config.inline_size,
             state: Mutex::new(State {
                 core: ClientCore::new(config.xid_seed, core_cfg),
@@ -168,17 +190,44 @@ impl<D: Device> RdmaClient<D> {
                 resources: HashMap::new(),
                 stats: ClientStats::default(),
                 closed: false,
+                version: config.version,
+                thresholds,
+                send_with_invalidate_ok: config.send_with_invalidate_ok,
             }),
             credit_wait: Notify::new(),
             next_wr: AtomicU64::new(u64::from(config.max_requests)),
         });
         tokio::spawn(reap(Arc::clone(&inner)));
+        if config.version == Version::V2 {
+            // v2 draft §5.3.4: properties first; a version 1 server
+            // answers ERR_VERS and the connection falls back.
+            let props = Properties {
+                receive_buffer_size: config.inline_size,
+                reverse_request_support: RvReqSup::RDMA2_RVREQSUP_NONE,
+            };
+            let h = hdr::encode_connprop(0, config.max_requests, false, &props);
+            let wr = SendWr {
+                wr_id: inner.next_wr.fetch_add(1, Ordering::Relaxed),
+                data: vec![h],
+                solicited: false,
+                invalidate: None,
+            };
+            inner
+                .qp
+                .post_send(wr)
+                .map_err(|e| CmError::Setup(format!("RDMA2_CONNPROP: {e}")))?;
+        }
         Ok(Self { inner })
     }
 
     /// The negotiated inline thresholds.
     pub fn thresholds(&self) -> InlineThresholds {
-        self.inner.thresholds
+        self.inner.lock().thresholds
+    }
+
+    /// The protocol version calls are sent with now.
+    pub fn version(&self) -> Version {
+        self.inner.lock().version
     }
 
     /// Conveyance counters.
@@ -246,7 +295,8 @@ impl<D: Device> RdmaClient<D> {
             st.core.cancel(xid);
             e
         };
-        let plan = match plan_call(&msg, inner.thresholds, hint, Version::V1) {
+        let version = st.version;
+        let plan = match plan_call(&msg, st.thresholds, hint, version) {
             Ok(p) => p,
             Err(_) => {
                 return Err(fail(
@@ -268,29 +318,26 @@ impl<D: Device> RdmaClient<D> {
             };
             Ok((mr, seg))
         };
-        let mut res = Resources {
-            reads: Vec::new(),
-            write: None,
-            reply: None,
-            ddp_position: ddp.map(|d| d.position),
-        };
+        let mut reads = Vec::new();
+        let mut write = None;
+        let mut reply = None;
         let mut read_segs = Vec::new();
         let mut write_segs = Vec::new();
         let mut reply_seg = None;
         let registered = (|| {
             for c in &plan.read_chunks {
                 let (mr, seg) = register(BytesMut::from(&c.data[..]), Access::REMOTE_READ)?;
-                res.reads.push(mr);
+                reads.push(mr);
                 read_segs.push(seg);
             }
             for &n in &plan.write_chunk_lens {
                 let (mr, seg) = register(BytesMut::zeroed(n as usize), Access::REMOTE_WRITE)?;
-                res.write = Some(mr);
+                write = Some(mr);
                 write_segs.push(seg);
             }
             if let Some(n) = plan.reply_chunk_len {
                 let (mr, seg) = register(BytesMut::zeroed(n as usize), Access::REMOTE_WRITE)?;
-                res.reply = Some(mr);
+                reply = Some(mr);
                 reply_seg = Some(seg);
             }
             Ok::<(), RpcError>(())
@@ -301,26 +348,50 @@ impl<D: Device> RdmaClient<D> {
         let lists = plan
             .chunk_lists(&read_segs, &write_segs, reply_seg)
             .map_err(|_| RpcError::Transport("plan mismatch"))?;
-        let body = if plan.proc_ == Proc::RDMA_NOMSG {
+        let nomsg = plan.proc_ == Proc::RDMA_NOMSG;
+        if nomsg {
             st.stats.position_zero_calls += 1;
-            Body::NoMsg(lists)
+        } else if plan.read_chunks.is_empty() {
+            st.stats.inline_calls += 1;
         } else {
-            if plan.read_chunks.is_empty() {
-                st.stats.inline_calls += 1;
-            } else {
-                st.stats.read_chunk_calls += 1;
-            }
-            Body::Msg(lists)
+            st.stats.read_chunk_calls += 1;
+        }
+        // v2 draft §3.3: name one STag the responder may invalidate.
+        let inv_handle = match (version, st.send_with_invalidate_ok) {
+            (Version::V2, true) => reply
+                .iter()
+                .chain(write.iter())
+                .chain(reads.iter())
+                .map(|mr| mr.stag().0)
+                .next()
+                .unwrap_or(0),
+            _ => 0,
         };
-        let header = Header {
+        let header = hdr::encode_rpc(
+            version,
             xid,
-            credits: st.credits.requested(),
-            body,
+            st.credits.requested(),
+            false,
+            nomsg,
+            lists.clone(),
+            inv_handle,
+        );
+        let res = Resources {
+            reads,
+            write,
+            reply,
+            ddp_position: ddp.map(|d| d.position),
+            sent: version,
+            resend: Resend {
+                nomsg,
+                lists,
+                inline: plan.inline.clone(),
+            },
         };
         st.resources.insert(xid, res);
         let wr = SendWr {
             wr_id: inner.next_wr.fetch_add(1, Ordering::Relaxed),
-            data: vec![xdr::to_bytes(&header), plan.inline],
+            data: vec![header, plan.inline],
             solicited: false,
             invalidate: None,
         };
@@ -391,15 +462,55 @@ fn on_reply<Q: QueuePair>(inner: &Inner<Q>, wc: WorkCompletion) {
     let msg = buf.freeze();
     let id = inner.next_wr.fetch_add(1, Ordering::Relaxed);
     let _ = inner.qp.post_recv(recv_wr(id, inner.inline_size));
-    let Ok((hdr, hlen)) = Header::parse(&msg, &Limits::default()) else {
+    let Ok(rx) = hdr::decode(&msg, &Limits::default(), 2) else {
         return;
     };
     let mut st = inner.lock();
-    let Some(res) = st.resources.remove(&hdr.xid) else {
+    if let Inbound::ConnProp(Ok(p)) = &rx.inbound {
+        // v2 draft §4.2.1: never send more than the peer's receive buffers.
+        st.thresholds.send = st.thresholds.send.min(p.receive_buffer_size as usize);
+        return;
+    }
+    let refused = matches!(
+        rx.inbound,
+        Inbound::ErrorV1(v1::ErrorBody::Vers { low, .. }) if low <= v1::VERSION
+    );
+    if refused && st.version == Version::V2 {
+        st.version = Version::V1;
+    }
+    let Some(mut res) = st.resources.remove(&rx.xid) else {
         return;
     };
-    st.credits.on_reply(hdr.credits);
+    st.credits.on_reply(rx.credits);
     inner.credit_wait.notify_waiters();
+    if refused && res.sent == Version::V2 {
+        // v2 draft §7.2: the server speaks only version 1; send the call
+        // again as version 1 with the same XID and chunks.
+        if st.credits.try_send().is_ok() {
+            let header = hdr::encode_rpc(
+                Version::V1,
+                rx.xid,
+                st.credits.requested(),
+                false,
+                res.resend.nomsg,
+                res.resend.lists.clone(),
+                0,
+            );
+            let wr = SendWr {
+                wr_id: inner.next_wr.fetch_add(1, Ordering::Relaxed),
+                data: vec![header, res.resend.inline.clone()],
+                solicited: false,
+                invalidate: None,
+            };
+            if inner.qp.post_send(wr).is_ok() {
+                res.sent = Version::V1;
+                st.stats.version_fallbacks += 1;
+                st.resources.insert(rx.xid, res);
+                return;
+            }
+            st.credits.on_abandon();
+        }
+    }
     // Remote invalidation (draft-cel-nfsv4-reminv-design §4.2): the STag
     // must be one of this call's; every region is still invalidated
     // locally below, which for the remotely invalidated one only hands
@@ -424,26 +535,25 @@ fn on_reply<Q: QueuePair>(inner: &Inner<Q>, wc: WorkCompletion) {
     for mr in res.reads {
         drop(mr.invalidate());
     }
-    let result = match &hdr.body {
-        Body::Msg(chunks) | Body::NoMsg(chunks) => {
-            let nomsg = matches!(hdr.body, Body::NoMsg(_));
-            let base = if nomsg {
-                chunks
+    let result = match &rx.inbound {
+        Inbound::Rpc { nomsg, lists, .. } => {
+            let base = if *nomsg {
+                lists
                     .reply
                     .as_ref()
                     .and_then(|echo| chunk_bytes(echo, res.reply))
             } else {
                 fence(res.reply);
-                msg.get(hlen..).map(|_| msg.slice(hlen..))
+                msg.get(rx.len..).map(|_| msg.slice(rx.len..))
             };
-            let data = match chunks.writes.first() {
+            let data = match lists.writes.first() {
                 Some(echo) => chunk_bytes(echo, res.write),
                 None => {
                     fence(res.write);
                     None
                 }
             };
-            if nomsg {
+            if *nomsg {
                 st.stats.reply_chunk_replies += 1;
             }
             match base {
@@ -470,13 +580,20 @@ fn on_reply<Q: QueuePair>(inner: &Inner<Q>, wc: WorkCompletion) {
         }
     };
     let result = result.filter(|_| !foreign);
+    let reason = match &rx.inbound {
+        Inbound::ErrorV1(v1::ErrorBody::Chunk) => "RDMA_ERROR ERR_CHUNK",
+        Inbound::ErrorV1(v1::ErrorBody::Vers { .. }) => "RDMA_ERROR ERR_VERS",
+        Inbound::ErrorV2(e) => e.code().name().unwrap_or("RDMA2_ERROR"),
+        _ if foreign => "Send With Invalidate of a foreign STag",
+        _ => "reply could not be reassembled",
+    };
     match result.and_then(|full| st.core.handle_reply(&full)) {
         Some((_, tx, r)) => {
             let _ = tx.send(r);
         }
         None => {
-            if let Some(tx) = st.core.cancel(hdr.xid) {
-                let _ = tx.send(Err(RpcError::Transport("RPC-over-RDMA error reply")));
+            if let Some(tx) = st.core.cancel(rx.xid) {
+                let _ = tx.send(Err(RpcError::Transport(reason)));
             }
         }
     }

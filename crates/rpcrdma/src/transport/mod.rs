@@ -1,4 +1,4 @@
-//! RPC-over-RDMA version 1 endpoints over any [`rnic::Device`]: a client
+//! RPC-over-RDMA endpoints (version 1, and version 2 with negotiation) over any [`rnic::Device`]: a client
 //! implementing [`oncrpc::ClientTransport`] ([`RdmaClient`]) and a server
 //! driving an [`oncrpc::Server`] ([`RdmaListener`]).
 //!
@@ -10,6 +10,7 @@
 //! buffers come back from the device only then.
 
 mod client;
+mod hdr;
 mod server;
 
 pub use client::{ClientStats, RdmaClient, RdmaClientConfig};

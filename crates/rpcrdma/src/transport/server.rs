@@ -1,7 +1,7 @@
 //! The responder: [`RdmaListener`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{Bytes, BytesMut};
@@ -13,11 +13,13 @@ use rnic::{
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::hdr::{self, Inbound};
 use crate::credits::ResponderCredits;
-use crate::plan::{plan_reply, reassemble_call, InlineThresholds, Version};
+use crate::plan::{plan_reply, reassemble_call, Version};
 use crate::wire::cm::CmPrivateData;
-use crate::wire::v1::{error_body_for, Body, ErrorBody, Header, Proc};
-use crate::wire::{ChunkLists, Limits, Prefix};
+use crate::wire::v1::Proc;
+use crate::wire::v2::{Properties, RvReqSup};
+use crate::wire::{ChunkLists, Limits};
 
 /// Server settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +38,10 @@ pub struct RdmaServerConfig {
     /// sum of its read segment lengths); more is answered with ERR_CHUNK
     /// before anything is allocated.
     pub max_read_bytes: u64,
+    /// Highest protocol version served: 1, or 2 to accept version 2
+    /// headers too (v2 draft §7.1). A higher version is answered with
+    /// ERR_VERS in version 1 format.
+    pub max_version: u32,
 }
 
 impl Default for RdmaServerConfig {
@@ -46,6 +52,7 @@ impl Default for RdmaServerConfig {
             send_with_invalidate: true,
             limits: Limits::default(),
             max_read_bytes: 17 * 1024 * 1024,
+            max_version: 2,
         }
     }
 }
@@ -151,7 +158,7 @@ async fn accept<R: ConnectRequest>(
         pd,
         server,
         config,
-        thresholds,
+        send_threshold: AtomicUsize::new(thresholds.send),
         send_inv: config.send_with_invalidate && peer.flags.send_with_invalidate_ok(),
         credits: Mutex::new(credits),
         reads: Mutex::new(HashMap::new()),
@@ -174,7 +181,9 @@ struct Conn<Q> {
     pd: ProtectionDomain,
     server: Arc<Server>,
     config: RdmaServerConfig,
-    thresholds: InlineThresholds,
+    /// Inline send threshold; a version 2 peer's Receive Buffer Size may
+    /// lower it (v2 draft §4.2.1).
+    send_threshold: AtomicUsize,
     send_inv: bool,
     credits: Mutex<ResponderCredits>,
     /// RDMA Reads in flight: completion status to the call that posted it.
@@ -239,56 +248,74 @@ impl<Q: QueuePair> Conn<Q> {
         Ok(buf.freeze())
     }
 
-    fn send(&self, header: &Header, inline: Bytes, invalidate: Option<Stag>) -> Result<(), Closed> {
+    fn send(&self, header: Bytes, inline: Bytes, invalidate: Option<Stag>) -> Result<(), Closed> {
         let wr = SendWr {
             wr_id: self.wr_id(),
-            data: vec![xdr::to_bytes(header), inline],
+            data: vec![header, inline],
             solicited: false,
             invalidate,
         };
         self.qp.post_send(wr).map_err(|_| Closed)
     }
 
-    fn send_error(&self, xid: u32, requested: u32, body: ErrorBody) -> Result<(), Closed> {
-        let h = Header::error_reply(xid, self.grant(requested), body);
-        self.send(&h, Bytes::new(), None)
-    }
-
     async fn on_call(&self, msg: Bytes) -> Result<(), Closed> {
-        let (hdr, hlen) = match Header::parse(&msg, &self.config.limits) {
-            Ok(x) => x,
+        let max = self.config.max_version;
+        let rx = match hdr::decode(&msg, &self.config.limits, max) {
+            Ok(rx) => rx,
             Err(e) => {
-                // RFC 8166 §4.4: ERR_VERS or ERR_CHUNK, if there is an XID.
-                if let (Some(body), Ok(pre)) = (error_body_for(&e), Prefix::peek(&msg)) {
-                    self.send_error(pre.xid, pre.credits, body)?;
+                // RFC 8166 §4.4 / v2 draft §5.3.3: ERR_VERS, ERR_CHUNK or
+                // the specific v2 code, if there is an XID to answer.
+                if let Some(h) = hdr::encode_decode_error(&msg, &e, |c| self.grant(c), max) {
+                    self.send(h, Bytes::new(), None)?;
                 }
                 return Ok(());
             }
         };
-        if let Err(body) = hdr.check_supported() {
-            return self.send_error(hdr.xid, hdr.credits, body);
-        }
-        let chunks = match &hdr.body {
-            Body::Msg(c) | Body::NoMsg(c) => c.clone(),
-            // An RDMA_ERROR from a requester is not answered.
-            _ => return Ok(()),
+        let (ver, xid, asked) = (rx.version, rx.xid, rx.credits);
+        let bad = || hdr::encode_bad(ver, xid, self.grant(asked));
+        // The RPC message is inline (RDMA_MSG) or in a Position-Zero Read
+        // chunk (RDMA_NOMSG); reassembly handles both.
+        let (chunks, inv_handle) = match rx.inbound {
+            Inbound::Rpc {
+                lists, inv_handle, ..
+            } => (lists, inv_handle),
+            Inbound::Obsolete => return self.send(bad(), Bytes::new(), None),
+            Inbound::ConnProp(Ok(props)) => {
+                // Our send threshold never exceeds the peer's receive
+                // buffers (v2 draft §4.2.1); answer with our properties.
+                self.send_threshold
+                    .fetch_min(props.receive_buffer_size as usize, Ordering::Relaxed);
+                let ours = Properties {
+                    receive_buffer_size: self.config.inline_size,
+                    reverse_request_support: RvReqSup::RDMA2_RVREQSUP_NONE,
+                };
+                let h = hdr::encode_connprop(xid, self.grant(asked), true, &ours);
+                return self.send(h, Bytes::new(), None);
+            }
+            // v2 draft §4.1: an ill-typed property value is BAD_XDR.
+            Inbound::ConnProp(Err(_)) => return self.send(bad(), Bytes::new(), None),
+            // Errors from a requester are not answered.
+            Inbound::ErrorV1(_) | Inbound::ErrorV2(_) => return Ok(()),
         };
-        let inline = msg.slice(hlen..);
+        let inline = msg.slice(rx.len..);
         let pulled = match self.pull(&chunks).await? {
             Some(p) => p,
-            None => return self.send_error(hdr.xid, hdr.credits, ErrorBody::Chunk),
+            None => return self.send(bad(), Bytes::new(), None),
         };
         let record = match reassemble_call(inline, &pulled) {
             Ok(full) => full.to_bytes(),
-            Err(_) => return self.send_error(hdr.xid, hdr.credits, ErrorBody::Chunk),
+            Err(_) => return self.send(bad(), Bytes::new(), None),
         };
         let Some(reply) = self.server.handle_call(record, &self.peer).await else {
             return Ok(());
         };
-        let plan = match plan_reply(&reply, &chunks, self.thresholds.send, Version::V1) {
+        let send = self.send_threshold.load(Ordering::Relaxed);
+        let plan = match plan_reply(&reply, &chunks, send, ver) {
             Ok(p) => p,
-            // Version 1 has no resource error codes: ERR_CHUNK, as Linux.
-            Err(_) => return self.send_error(hdr.xid, hdr.credits, ErrorBody::Chunk),
+            Err(e) => {
+                let h = hdr::encode_plan_error(ver, xid, self.grant(asked), &e);
+                return self.send(h, Bytes::new(), None);
+            }
         };
         for w in plan.writes {
             let wr = WriteWr {
@@ -299,10 +326,14 @@ impl<Q: QueuePair> Conn<Q> {
             };
             self.qp.post_write(wr).map_err(|_| Closed)?;
         }
-        // Send With Invalidate of one of the call's STags when the client
-        // allows it (RFC 8797 §4; draft-cel-nfsv4-reminv-design §4.2).
-        let invalidate = if self.send_inv {
-            chunks
+        // Send With Invalidate (draft-cel-nfsv4-reminv-design §4.2): in
+        // version 2 only the handle the requester named in rdma_inv_handle
+        // (v2 draft §3.3); in version 1 one of the call's STags when the
+        // client's private data allows it (RFC 8797 §4).
+        let invalidate = match ver {
+            _ if !self.config.send_with_invalidate => None,
+            Version::V2 => (inv_handle != 0).then_some(Stag(inv_handle)),
+            Version::V1 if self.send_inv => chunks
                 .reply
                 .iter()
                 .chain(chunks.writes.iter())
@@ -310,21 +341,19 @@ impl<Q: QueuePair> Conn<Q> {
                 .map(|s| s.handle)
                 .chain(chunks.reads.first().map(|r| r.target.handle))
                 .next()
-                .map(Stag)
-        } else {
-            None
+                .map(Stag),
+            Version::V1 => None,
         };
-        let body = if plan.proc_ == Proc::RDMA_NOMSG {
-            Body::NoMsg(plan.chunks)
-        } else {
-            Body::Msg(plan.chunks)
-        };
-        let header = Header {
-            xid: hdr.xid,
-            credits: self.grant(hdr.credits),
-            body,
-        };
-        self.send(&header, plan.inline, invalidate)
+        let header = hdr::encode_rpc(
+            ver,
+            xid,
+            self.grant(asked),
+            true,
+            plan.proc_ == Proc::RDMA_NOMSG,
+            plan.chunks,
+            0,
+        );
+        self.send(header, plan.inline, invalidate)
     }
 
     /// Pulls every read segment by RDMA Read into local sink regions and
