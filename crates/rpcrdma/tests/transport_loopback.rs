@@ -488,3 +488,95 @@ async fn version_two_client_falls_back_to_version_one_server() {
     }
     assert_eq!(client.version(), Version::V1);
 }
+
+/// A hand-written version 1 peer that ignores RDMA2_CONNPROP and answers
+/// the first version 2 call with ERR_VERS: the client must resend that
+/// very call as version 1 (same XID) and complete it (v2 draft §7.2).
+#[tokio::test]
+async fn version_two_call_is_resent_as_version_one_after_err_vers() {
+    use rnic::{
+        CompletionQueue, ConnectRequest, Device, Listener, QpConfig, QueuePair, RecvWr, SendWr,
+        WcOpcode,
+    };
+    use rpcrdma::plan::Version;
+    use rpcrdma::wire::v1::{Body, ErrorBody, Header};
+    use rpcrdma::wire::{Limits, Prefix};
+
+    let net = LoopbackNetwork::new(11);
+    let sdev = net.device();
+    let cdev = net.device();
+    let mut listener = sdev.listen(&String::new()).await.unwrap();
+    let addr = listener.local_addr();
+    let pd = sdev.alloc_pd();
+    let peer = tokio::spawn(async move {
+        let req = listener.accept_request().await.unwrap();
+        let mut cfg = QpConfig::new(CompletionQueue::new(64));
+        cfg.initial_recvs = (0..8)
+            .map(|i| RecvWr {
+                wr_id: i,
+                buf: bytes::BytesMut::with_capacity(4096),
+            })
+            .collect();
+        cfg.private_data = vec![0xf6, 0xab, 0x0e, 0x18, 1, 0, 3, 3];
+        let qp = req.accept(&pd, cfg).await.unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let wc = qp.recv_cq().next().await.unwrap();
+            if wc.opcode != WcOpcode::Recv {
+                continue;
+            }
+            let mut b = wc.buf.unwrap();
+            b.truncate(wc.byte_len as usize);
+            let pre = Prefix::peek(&b).unwrap();
+            seen.push((pre.vers, pre.msg_type, pre.xid));
+            let reply: Vec<u8> = match (pre.vers, pre.msg_type) {
+                (2, 5) => continue, // RDMA2_CONNPROP: a v1 peer would ERR_VERS; ignore it here
+                (2, _) => xdr::to_bytes(&Header::error_reply(
+                    pre.xid,
+                    8,
+                    ErrorBody::Vers { low: 1, high: 1 },
+                ))
+                .to_vec(),
+                (1, 0) => {
+                    let (h, _) = Header::parse(&b, &Limits::default()).unwrap();
+                    assert_eq!(h.body, Body::Msg(Default::default()));
+                    let hdr = Header {
+                        xid: pre.xid,
+                        credits: 8,
+                        body: Body::Msg(Default::default()),
+                    };
+                    let mut out = xdr::to_bytes(&hdr).to_vec();
+                    // RPC reply: xid, REPLY, MSG_ACCEPTED, AUTH_NONE verf, SUCCESS.
+                    for w in [pre.xid, 1, 0, 0, 0, 0] {
+                        out.extend_from_slice(&w.to_be_bytes());
+                    }
+                    out
+                }
+                other => panic!("unexpected message {other:?}"),
+            };
+            qp.post_send(SendWr {
+                wr_id: 1000,
+                data: vec![Bytes::from(reply)],
+                solicited: false,
+                invalidate: None,
+            })
+            .unwrap();
+            if pre.vers == 1 {
+                return seen;
+            }
+        }
+    });
+    let cfg = RdmaClientConfig {
+        version: Version::V2,
+        ..RdmaClientConfig::default()
+    };
+    let client = RdmaClient::connect(&cdev, &addr, cfg).await.unwrap();
+    EchoClient::new(client.clone()).null().await.unwrap();
+    let seen = peer.await.unwrap();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!((seen[0].0, seen[0].1), (2, 5), "CONNPROP first");
+    assert_eq!((seen[1].0, seen[2].0), (2, 1), "call as v2, then as v1");
+    assert_eq!(seen[1].2, seen[2].2, "same XID");
+    assert_eq!(client.version(), Version::V1);
+    assert_eq!(client.stats().version_fallbacks, 1);
+}
