@@ -186,6 +186,22 @@ impl IoArgs {
     }
 }
 
+/// `Ok(())` when `r` failed only because standard output was closed
+/// (`nfsrdma ls URL | head`): that ends the command quietly.
+pub(crate) fn quiet_broken_pipe(r: anyhow::Result<()>) -> anyhow::Result<()> {
+    match r {
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            Ok(())
+        }
+        r => r,
+    }
+}
+
 /// Parses `4096`, `64k`, `1m`.
 pub(crate) fn parse_size(s: &str) -> Result<u32, String> {
     let lower = s.to_ascii_lowercase();

@@ -191,3 +191,23 @@ fn missing_files_and_rdma_urls_fail_with_clear_errors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("must be an nfs:// URL"));
 }
+
+#[test]
+fn a_closed_stdout_ends_cat_quietly() {
+    let srv = Server::start("pipe");
+    // Far more than a pipe buffer holds, so cat meets EPIPE.
+    std::fs::write(srv.dir().join("big"), pattern(4 << 20)).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["cat", "--block-size", "4k", &srv.url("big")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 1];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("Broken pipe"), "{stderr}");
+}

@@ -6,7 +6,7 @@ use anyhow::{bail, Context};
 use nfs_client::nfs::v3::Ftype3;
 use nfs_client::TcpMount;
 
-use crate::url::{connect, IoArgs, NfsUrl};
+use crate::url::{connect, quiet_broken_pipe, IoArgs, NfsUrl};
 
 /// Arguments of `nfsrdma cat`.
 #[derive(clap::Args, Debug)]
@@ -28,10 +28,9 @@ pub(crate) async fn run(args: CatArgs) -> anyhow::Result<()> {
         bail!("{}: is a directory", url.path);
     }
     let mut out = std::io::stdout().lock();
-    mount
+    let r = mount
         .read_to(&f.fh, 0, |b| out.write_all(b))
         .await
-        .with_context(|| format!("reading {}", url.path))?;
-    out.flush()?;
-    Ok(())
+        .with_context(|| format!("reading {}", url.path));
+    quiet_broken_pipe(r.and_then(|_| out.flush().map_err(Into::into)))
 }

@@ -7,7 +7,7 @@ use nfs_client::nfs::v3::{Fattr3, Ftype3, NfsFh3};
 use nfs_client::{Mount, TcpMount};
 use oncrpc::ClientTransport;
 
-use crate::url::{connect, NfsUrl};
+use crate::url::{connect, quiet_broken_pipe, NfsUrl};
 
 /// Arguments of `nfsrdma ls`.
 #[derive(clap::Args, Debug)]
@@ -66,10 +66,13 @@ pub(crate) async fn run(args: LsArgs) -> anyhow::Result<()> {
         }
     }
     let mut out = std::io::stdout().lock();
-    for l in lines {
-        writeln!(out, "{l}")?;
-    }
-    Ok(())
+    quiet_broken_pipe(
+        lines
+            .iter()
+            .try_for_each(|l| writeln!(out, "{l}"))
+            .and_then(|()| out.flush())
+            .map_err(Into::into),
+    )
 }
 
 async fn long_line<T: ClientTransport>(
