@@ -1,9 +1,12 @@
 //! Interop with kpeer's `mpa_peer.py` (a stdlib Python iWARP peer checked
 //! against the Linux kernel's siw), over 127.0.0.1.
 //!
-//! - `mpa_peer_interop connect PORT [--crc]`: our initiator against
-//!   `mpa_peer.py listen --port PORT --reply accept --answer-null`; sends an
-//!   RPC-over-RDMA NULL call as an RDMAP Send and expects the reply Send.
+//! - `mpa_peer_interop connect PORT [--crc] [--delay-ms N] [--p2p write|read]`:
+//!   our initiator
+//!   against `mpa_peer.py listen --port PORT --reply accept --answer-null`
+//!   (or against knfsd over siw in the kpeer VM, with `--delay-ms 200`);
+//!   sends an RPC-over-RDMA NFSv3 NULL call as an RDMAP Send and expects
+//!   the reply Send.
 //! - `mpa_peer_interop listen PORT [N]`: our responder for
 //!   `mpa_peer.py connect --port PORT --null-call N [--crc]`; answers each
 //!   Send with a Send carrying an RPC NULL reply.
@@ -17,6 +20,7 @@ use std::time::Duration;
 use iwarp::conn::{Config, Connection, Event, PlaceTarget, RemoteAccess, SendKind};
 use iwarp::negotiation::{
     FrameReader, Initiator, InitiatorConfig, ReplyOutcome, RequestReceived, ResponderConfig,
+    RtrKind,
 };
 use iwarp::segment::PayloadRef;
 use rnic::{Access, AccessError, Stag, WcOpcode};
@@ -126,14 +130,19 @@ fn receive(
     }
 }
 
-fn connect(port: u16, crc: bool) -> Result<(), Box<dyn std::error::Error>> {
+fn connect(
+    port: u16,
+    crc: bool,
+    delay_ms: u64,
+    rtr_offer: Vec<RtrKind>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let mut sock = TcpStream::connect(("127.0.0.1", port))?;
     sock.set_read_timeout(Some(Duration::from_secs(10)))?;
     let (wait, req) = Initiator::start(InitiatorConfig {
         crc,
         ird: 16,
         ord: 16,
-        rtr_offer: vec![],
+        rtr_offer,
         private_data: RPCRDMA_PD.to_vec(),
     })?;
     sock.write_all(&req)?;
@@ -145,6 +154,9 @@ fn connect(port: u16, crc: bool) -> Result<(), Box<dyn std::error::Error>> {
     let mut conn = Connection::new(Config::from_established(&est));
     let mut bufs = vec![vec![0u8; 4096]];
     conn.post_recv(0, 4096)?;
+    // Linux siw as responder hands the socket to the QP only after sending
+    // the MPA Reply; an FPDU arriving in that window waits (kpeer bug B).
+    std::thread::sleep(Duration::from_millis(delay_ms));
     let call = null_call(0x6977_0001);
     conn.post_send(1, SendKind::Send, call.len())?;
     flush(&mut sock, &mut conn, &|_| call.clone())?;
@@ -153,7 +165,7 @@ fn connect(port: u16, crc: bool) -> Result<(), Box<dyn std::error::Error>> {
     if got.get(..4) != Some(&call[..4]) || got.get(32..36) != Some(&[0, 0, 0, 1]) {
         return Err("not the NULL reply".into());
     }
-    println!("RESULT: NULL call answered by mpa_peer.py");
+    println!("RESULT: NULL call answered by the peer");
     Ok(())
 }
 
@@ -194,7 +206,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let port: u16 = args.get(2).ok_or("usage: connect|listen PORT")?.parse()?;
     match args.get(1).map(String::as_str) {
-        Some("connect") => connect(port, args.iter().any(|a| a == "--crc")),
+        Some("connect") => {
+            let delay = args
+                .iter()
+                .position(|a| a == "--delay-ms")
+                .and_then(|i| args.get(i + 1))
+                .map(|d| d.parse())
+                .transpose()?
+                .unwrap_or(0);
+            let rtr = match args
+                .iter()
+                .position(|a| a == "--p2p")
+                .and_then(|i| args.get(i + 1))
+                .map(String::as_str)
+            {
+                Some("write") => vec![RtrKind::Write],
+                Some("read") => vec![RtrKind::Read],
+                _ => vec![],
+            };
+            connect(port, args.iter().any(|a| a == "--crc"), delay, rtr)
+        }
         Some("listen") => listen(
             port,
             args.get(3).map(|n| n.parse()).transpose()?.unwrap_or(2),

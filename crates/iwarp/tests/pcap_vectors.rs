@@ -221,3 +221,18 @@ fn decodes_the_kernel_client_against_a_user_space_listener() {
     assert!(s.fpdus >= 2, "{s:?}");
     assert_eq!(s.malformed_requests, vec![]);
 }
+
+#[test]
+fn decodes_our_initiator_against_knfsd_including_rtr() {
+    // Four sessions of this crate's initiator with Linux knfsd/siw: plain,
+    // CRC, P2P with a Write RTR, P2P with a Read RTR (siw answers the Read
+    // RTR with a zero-length Read Response).
+    let s = check_capture("iwarp-initiator-to-knfsd.pcap");
+    assert_eq!((s.requests, s.replies, s.rejects), (4, 4, 0), "{s:?}");
+    assert_eq!(s.crc_fpdus, 2);
+    assert_eq!(count(&s, true, Opcode::Send), 4);
+    assert_eq!(count(&s, false, Opcode::Send), 4);
+    assert_eq!(count(&s, true, Opcode::Write), 1);
+    assert_eq!(count(&s, true, Opcode::ReadRequest), 1);
+    assert_eq!(count(&s, false, Opcode::ReadResponse), 1);
+}
