@@ -24,6 +24,11 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Serve a local directory over NFS: NFSv3 and MOUNT v3 over TCP.
+    ///
+    /// File handles stay valid across restarts; the write verifier changes
+    /// on each start. Runs until interrupted.
+    Serve(cmd::serve::ServeArgs),
     /// Serve the RPC echo test program (0x20004E52, NULL and ECHO) over TCP.
     ///
     /// A peer for testing ONC RPC stacks: NULL returns nothing, ECHO
@@ -58,6 +63,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async {
         match cli.command {
+            Command::Serve(a) => cmd::serve::run(a).await,
             Command::EchoServer(a) => cmd::echo::serve(a).await,
             Command::RpcPing(a) => cmd::echo::ping(a).await,
             Command::Ls(a) => cmd::ls::run(a).await,

@@ -38,7 +38,7 @@ fn help_documents_each_subcommand() {
         .expect("run --help");
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for sub in ["echo-server", "rpc-ping"] {
+    for sub in ["serve", "echo-server", "rpc-ping", "ls", "cat", "cp"] {
         assert!(text.contains(sub), "--help lacks {sub}:\n{text}");
         let sub_help = Command::new(BIN).args([sub, "--help"]).output().unwrap();
         assert!(sub_help.status.success(), "{sub} --help failed");
@@ -85,4 +85,72 @@ fn rpc_ping_reports_a_refused_connection() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("connecting to"));
+}
+
+#[test]
+fn serve_exports_a_directory_to_libnfs_and_our_client() {
+    let dir = std::env::temp_dir().join(format!("nfsrdma-cli-serve-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("hello.txt"), b"hello over nfs\n").unwrap();
+    let (nfs, mnt) = (free_port(), free_port());
+    let _server = KillOnDrop(
+        Command::new(BIN)
+            .arg("serve")
+            .arg(&dir)
+            .args(["--addr", "127.0.0.1", "--port", &nfs.to_string()])
+            .args(["--mount-port", &mnt.to_string(), "--read-only"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn serve"),
+    );
+    wait_listening(nfs);
+    wait_listening(mnt);
+    let path = dir.to_str().unwrap();
+
+    let ours = Command::new(BIN)
+        .args([
+            "cat",
+            &format!("nfs://127.0.0.1:{nfs}{path}/hello.txt?mountport={mnt}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        ours.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ours.stderr)
+    );
+    assert_eq!(ours.stdout, b"hello over nfs\n");
+
+    if std::env::var_os("NFSRDMA_SKIP_LIBNFS").is_none() {
+        let theirs = Command::new("nfs-cat")
+            .arg(format!(
+                "nfs://127.0.0.1{path}/hello.txt?version=3&nfsport={nfs}&mountport={mnt}"
+            ))
+            .output()
+            .expect("nfs-cat from libnfs-utils (scripts/install-deps.sh installs it)");
+        assert!(
+            theirs.status.success(),
+            "{}",
+            String::from_utf8_lossy(&theirs.stderr)
+        );
+        assert_eq!(theirs.stdout, b"hello over nfs\n");
+    }
+
+    // --read-only: a copy into the export is refused and leaves nothing behind.
+    let src = dir.with_extension("src");
+    std::fs::write(&src, b"x").unwrap();
+    let cp = Command::new(BIN)
+        .arg("cp")
+        .arg(&src)
+        .arg(format!(
+            "nfs://127.0.0.1:{nfs}{path}/new.txt?mountport={mnt}"
+        ))
+        .output()
+        .unwrap();
+    assert!(!cp.status.success());
+    assert!(!dir.join("new.txt").exists());
+    let _ = std::fs::remove_file(&src);
+    let _ = std::fs::remove_dir_all(&dir);
 }

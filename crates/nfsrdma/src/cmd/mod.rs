@@ -4,3 +4,4 @@ pub(crate) mod cat;
 pub(crate) mod cp;
 pub(crate) mod echo;
 pub(crate) mod ls;
+pub(crate) mod serve;
