@@ -580,3 +580,63 @@ async fn version_two_call_is_resent_as_version_one_after_err_vers() {
     assert_eq!(client.version(), Version::V1);
     assert_eq!(client.stats().version_fallbacks, 1);
 }
+
+/// RFC 8167 backchannel: the server calls the client's echo service over
+/// the same connection, inline, within the client's backchannel credits;
+/// a reverse call too large for inline is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_calls_client_over_backchannel() {
+    let net = LoopbackNetwork::new(12);
+    let sdev = net.device();
+    let cdev = net.device();
+    let mut server = Server::new();
+    server.register(EchoService::default());
+    let cfg = RdmaServerConfig {
+        backchannel_credits: 2,
+        ..RdmaServerConfig::default()
+    };
+    let listener = RdmaListener::bind(&sdev, &String::new(), Arc::new(server), cfg)
+        .await
+        .unwrap();
+    let addr = listener.local_addr();
+    let backchannels = listener.backchannels();
+    listener.spawn();
+    let mut callbacks = Server::new();
+    callbacks.register(EchoService::default());
+    let client = RdmaClient::connect_with_backchannel(
+        &cdev,
+        &addr,
+        RdmaClientConfig::default(),
+        Arc::new(callbacks),
+    )
+    .await
+    .unwrap();
+    // Forward traffic still works alongside.
+    EchoClient::new(client.clone()).null().await.unwrap();
+    let ids = backchannels.conn_ids();
+    assert_eq!(ids.len(), 1);
+    let bc = backchannels.get(ids[0]).unwrap();
+    assert_eq!(bc.conn_id(), ids[0]);
+    let cb = EchoClient::new(bc.clone());
+    cb.null().await.unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..16usize {
+        let cb = EchoClient::new(bc.clone());
+        let fwd = EchoClient::new(client.clone());
+        tasks.spawn(async move {
+            let data = pattern(i * 200, i as u8);
+            assert_eq!(cb.echo(data.clone()).await.unwrap(), data);
+            let big = pattern(10_000 + i, i as u8);
+            assert_eq!(fwd.echo(big.clone()).await.unwrap(), big);
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+    let err = cb.echo(pattern(5000, 1)).await.unwrap_err();
+    assert_eq!(
+        err,
+        oncrpc::RpcError::Transport("backchannel call exceeds the inline threshold")
+    );
+    assert_eq!(client.stats().backchannel_calls, 17);
+}

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use oncrpc::client::{decode_reply, ClientConfig, ClientCore, RetransmitPolicy};
+use oncrpc::server::{PeerInfo, Server, TransportKind};
 use oncrpc::{ClientTransport, RpcCall, RpcError};
 use rnic::{
     Access, CmError, Device, MemoryRegion, ProtectionDomain, QpConfig, QueuePair, RecvWr, SendWr,
@@ -38,6 +39,11 @@ pub struct RdmaClientConfig {
     /// opens with RDMA2_CONNPROP and falls back to version 1 when the
     /// server answers ERR_VERS (v2 draft §7).
     pub version: Version,
+    /// Reverse-direction calls the client accepts at once (RFC 8167),
+    /// used by [`RdmaClient::connect_with_backchannel`]: that many extra
+    /// receive buffers are posted and granted
+    /// (draft-ietf-nfsv4-rpcrdma-bidirection-01 §2.1.2, §2.2.1).
+    pub backchannel_credits: u32,
 }
 
 impl Default for RdmaClientConfig {
@@ -48,6 +54,7 @@ impl Default for RdmaClientConfig {
             send_with_invalidate_ok: true,
             xid_seed: 0x1000,
             version: Version::V1,
+            backchannel_credits: 2,
         }
     }
 }
@@ -76,6 +83,8 @@ pub struct ClientStats {
     /// Calls sent again as version 1 after a version 2 ERR_VERS
     /// (v2 draft §7.2).
     pub version_fallbacks: u64,
+    /// Reverse-direction calls answered (RFC 8167).
+    pub backchannel_calls: u64,
 }
 
 /// Registered memory of one call, fenced when its reply arrives.
@@ -111,6 +120,8 @@ struct Inner<Q> {
     qp: Q,
     pd: ProtectionDomain,
     inline_size: u32,
+    /// The service answering reverse-direction calls, and its credits.
+    backchannel: Option<(Arc<Server>, u32)>,
     state: Mutex<State>,
     credit_wait: Notify,
     next_wr: AtomicU64,
@@ -164,13 +175,36 @@ impl<D: Device> RdmaClient<D> {
         addr: &D::Addr,
         config: RdmaClientConfig,
     ) -> Result<Self, CmError> {
+        Self::connect_inner(device, addr, config, None).await
+    }
+
+    /// Like [`RdmaClient::connect`], and answers the server's
+    /// reverse-direction calls (RFC 8167, e.g. NFSv4.1 callbacks) with
+    /// `service`, inline only, at most `config.backchannel_credits` at once.
+    pub async fn connect_with_backchannel(
+        device: &D,
+        addr: &D::Addr,
+        config: RdmaClientConfig,
+        service: Arc<Server>,
+    ) -> Result<Self, CmError> {
+        let bc = (service, config.backchannel_credits.max(1));
+        Self::connect_inner(device, addr, config, Some(bc)).await
+    }
+
+    async fn connect_inner(
+        device: &D,
+        addr: &D::Addr,
+        config: RdmaClientConfig,
+        backchannel: Option<(Arc<Server>, u32)>,
+    ) -> Result<Self, CmError> {
         let pd = device.alloc_pd();
+        let posted = config.max_requests + backchannel.as_ref().map_or(0, |b| b.1);
         let local = super::private_data(config.inline_size, config.send_with_invalidate_ok);
         let cq = rnic::CompletionQueue::new(4 * config.max_requests as usize + 64);
         let mut qp_cfg = QpConfig::new(cq);
-        qp_cfg.max_recv_wr = config.max_requests;
-        qp_cfg.max_send_wr = 2 * config.max_requests;
-        qp_cfg.initial_recvs = (0..config.max_requests)
+        qp_cfg.max_recv_wr = posted;
+        qp_cfg.max_send_wr = 2 * posted;
+        qp_cfg.initial_recvs = (0..posted)
             .map(|i| recv_wr(u64::from(i), config.inline_size))
             .collect();
         qp_cfg.private_data = local.to_bytes().to_vec();
@@ -184,6 +218,7 @@ impl<D: Device> RdmaClient<D> {
             qp: connected.qp,
             pd,
             inline_size: config.inline_size,
+            backchannel,
             state: Mutex::new(State {
                 core: ClientCore::new(config.xid_seed, core_cfg),
                 credits: RequesterCredits::new(config.max_requests),
@@ -195,7 +230,7 @@ impl<D: Device> RdmaClient<D> {
                 send_with_invalidate_ok: config.send_with_invalidate_ok,
             }),
             credit_wait: Notify::new(),
-            next_wr: AtomicU64::new(u64::from(config.max_requests)),
+            next_wr: AtomicU64::new(u64::from(posted)),
         });
         tokio::spawn(reap(Arc::clone(&inner)));
         if config.version == Version::V2 {
@@ -455,13 +490,56 @@ fn chunk_bytes(echo: &WriteChunk, mr: Option<MemoryRegion>) -> Option<Bytes> {
     chunk_contents(echo, |s| region_bytes(&buf, base, s))
 }
 
-fn on_reply<Q: QueuePair>(inner: &Inner<Q>, wc: WorkCompletion) {
+/// A reverse-direction call (RFC 8167): answered by the backchannel
+/// service on its own task, inline (draft-ietf-nfsv4-rpcrdma-bidirection-01
+/// §2.6); without a service, or when the reply would not fit inline, no
+/// reply is sent.
+fn on_reverse_call<Q: QueuePair>(inner: &Arc<Inner<Q>>, xid: u32, rpc: Bytes) {
+    let Some((service, credits)) = inner.backchannel.clone() else {
+        return;
+    };
+    inner.lock().stats.backchannel_calls += 1;
+    let inner = Arc::clone(inner);
+    tokio::spawn(async move {
+        let peer = PeerInfo {
+            conn_id: 0,
+            addr: None,
+            transport: TransportKind::Rdma,
+        };
+        let Some(reply) = service.handle_call(rpc, &peer).await else {
+            return;
+        };
+        let header = xdr::to_bytes(&v1::Header {
+            xid,
+            credits,
+            body: v1::Body::Msg(ChunkLists::default()),
+        });
+        let body = reply.to_bytes();
+        if header.len() + body.len() > inner.lock().thresholds.send {
+            return;
+        }
+        let wr = SendWr {
+            wr_id: inner.next_wr.fetch_add(1, Ordering::Relaxed),
+            data: vec![header, body],
+            solicited: false,
+            invalidate: None,
+        };
+        let _ = inner.qp.post_send(wr);
+    });
+}
+
+fn on_reply<Q: QueuePair>(inner: &Arc<Inner<Q>>, wc: WorkCompletion) {
     let invalidated = wc.invalidated;
     let mut buf = wc.buf.unwrap_or_default();
     buf.truncate(wc.byte_len as usize);
     let msg = buf.freeze();
     let id = inner.next_wr.fetch_add(1, Ordering::Relaxed);
     let _ = inner.qp.post_recv(recv_wr(id, inner.inline_size));
+    if let Some((h, len, 0)) = super::server::inline_msg_type(&msg, &Limits::default()) {
+        // msg_type CALL: the server calls us (RFC 8167).
+        on_reverse_call(inner, h.xid, msg.slice(len..));
+        return;
+    }
     let Ok(rx) = hdr::decode(&msg, &Limits::default(), 2) else {
         return;
     };

@@ -14,7 +14,7 @@ mod hdr;
 mod server;
 
 pub use client::{ClientStats, RdmaClient, RdmaClientConfig};
-pub use server::{RdmaListener, RdmaServerConfig};
+pub use server::{Backchannel, Backchannels, RdmaListener, RdmaServerConfig};
 
 use crate::plan::InlineThresholds;
 use crate::wire::cm::{CmFlags, CmPrivateData};

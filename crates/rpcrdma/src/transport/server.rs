@@ -5,19 +5,21 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{Bytes, BytesMut};
+use oncrpc::client::{ClientConfig, ClientCore, RetransmitPolicy};
 use oncrpc::server::{PeerInfo, Server, TransportKind};
+use oncrpc::{ClientTransport, RpcCall, RpcError};
 use rnic::{
     Access, CmError, ConnectRequest, Device, Listener, ProtectionDomain, QpConfig, QueuePair,
     ReadWr, RecvWr, SendWr, Stag, WcOpcode, WcStatus, WorkCompletion, WriteWr,
 };
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 
 use super::hdr::{self, Inbound};
-use crate::credits::ResponderCredits;
+use crate::credits::{RequesterCredits, ResponderCredits};
 use crate::plan::{plan_reply, reassemble_call, Version};
 use crate::wire::cm::CmPrivateData;
-use crate::wire::v1::Proc;
+use crate::wire::v1::{self, Proc};
 use crate::wire::v2::{Properties, RvReqSup};
 use crate::wire::{ChunkLists, Limits};
 
@@ -42,6 +44,11 @@ pub struct RdmaServerConfig {
     /// headers too (v2 draft §7.1). A higher version is answered with
     /// ERR_VERS in version 1 format.
     pub max_version: u32,
+    /// Reverse-direction calls this server may have outstanding on each
+    /// connection (RFC 8167), zero for no backchannel. That many extra
+    /// receive buffers are posted for their replies
+    /// (draft-ietf-nfsv4-rpcrdma-bidirection-01 §2.2.2).
+    pub backchannel_credits: u32,
 }
 
 impl Default for RdmaServerConfig {
@@ -53,6 +60,7 @@ impl Default for RdmaServerConfig {
             limits: Limits::default(),
             max_read_bytes: 17 * 1024 * 1024,
             max_version: 2,
+            backchannel_credits: 0,
         }
     }
 }
@@ -73,6 +81,7 @@ pub struct RdmaListener<D: Device> {
     pd: ProtectionDomain,
     server: Arc<Server>,
     config: RdmaServerConfig,
+    backchannels: Backchannels<D::Qp>,
 }
 
 impl<D: Device> std::fmt::Debug for RdmaListener<D> {
@@ -99,7 +108,16 @@ impl<D: Device> RdmaListener<D> {
             pd: device.alloc_pd(),
             server,
             config,
+            backchannels: Backchannels {
+                map: Arc::new(Mutex::new(HashMap::new())),
+            },
         })
+    }
+
+    /// The reverse-direction clients of the live connections, by
+    /// [`PeerInfo::conn_id`] (empty unless `backchannel_credits` > 0).
+    pub fn backchannels(&self) -> Backchannels<D::Qp> {
+        self.backchannels.clone()
     }
 
     /// The address clients connect to.
@@ -114,8 +132,9 @@ impl<D: Device> RdmaListener<D> {
             let pd = self.pd.clone();
             let server = Arc::clone(&self.server);
             let config = self.config;
+            let registry = self.backchannels.clone();
             tokio::spawn(async move {
-                let _ = accept(req, pd, server, config).await;
+                let _ = accept(req, pd, server, config, registry).await;
             });
         }
     }
@@ -138,21 +157,38 @@ async fn accept<R: ConnectRequest>(
     pd: ProtectionDomain,
     server: Arc<Server>,
     config: RdmaServerConfig,
+    registry: Backchannels<R::Qp>,
 ) -> Result<(), CmError> {
     let local = super::private_data(config.inline_size, false);
     let peer = CmPrivateData::from_peer(Some(req.private_data()));
     let thresholds = super::thresholds(&local, req.private_data());
     let cq = rnic::CompletionQueue::new(8 * config.credits as usize + 64);
     let mut qp_cfg = QpConfig::new(cq);
-    qp_cfg.max_recv_wr = config.credits;
-    qp_cfg.max_send_wr = 8 * config.credits;
-    qp_cfg.initial_recvs = (0..config.credits)
+    let posted = config.credits + config.backchannel_credits;
+    qp_cfg.max_recv_wr = posted;
+    qp_cfg.max_send_wr = 8 * posted;
+    qp_cfg.initial_recvs = (0..posted)
         .map(|i| recv_wr(u64::from(i), config.inline_size))
         .collect();
     qp_cfg.private_data = local.to_bytes().to_vec();
     let qp = req.accept(&pd, qp_cfg).await?;
     let mut credits = ResponderCredits::new(config.credits);
-    credits.on_receives_posted(config.credits);
+    credits.on_receives_posted(posted);
+    let conn_id = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
+    let reverse = (config.backchannel_credits > 0).then(|| Reverse {
+        state: Mutex::new(ReverseState {
+            core: ClientCore::new(
+                0x8000_0000,
+                ClientConfig {
+                    max_in_flight: config.backchannel_credits as usize,
+                    retransmit: RetransmitPolicy::default(),
+                },
+            ),
+            credits: RequesterCredits::new(config.backchannel_credits),
+            closed: false,
+        }),
+        wait: Notify::new(),
+    });
     let conn = Arc::new(Conn {
         qp,
         pd,
@@ -162,18 +198,202 @@ async fn accept<R: ConnectRequest>(
         send_inv: config.send_with_invalidate && peer.flags.send_with_invalidate_ok(),
         credits: Mutex::new(credits),
         reads: Mutex::new(HashMap::new()),
-        next_wr: AtomicU64::new(u64::from(config.credits)),
+        next_wr: AtomicU64::new(u64::from(posted)),
+        reverse,
         peer: PeerInfo {
-            conn_id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
+            conn_id,
             addr: None,
             transport: TransportKind::Rdma,
         },
     });
+    if conn.reverse.is_some() {
+        registry.lock().insert(
+            conn_id,
+            Backchannel {
+                conn: Arc::clone(&conn),
+            },
+        );
+    }
     let _ = reap(&conn).await;
     conn.qp.disconnect();
+    registry.lock().remove(&conn_id);
     // Calls waiting for RDMA Reads see their senders dropped and stop.
     conn.lock_reads().clear();
+    if let Some(rev) = &conn.reverse {
+        let mut st = rev.lock();
+        st.closed = true;
+        for (tx, e) in st.core.fail_all(RpcError::ConnectionClosed) {
+            let _ = tx.send(Err(e));
+        }
+        drop(st);
+        rev.wait.notify_waiters();
+    }
     Ok(())
+}
+
+/// Reverse-direction requester state of one connection.
+struct Reverse {
+    state: Mutex<ReverseState>,
+    wait: Notify,
+}
+
+type ReplyTx = oneshot::Sender<Result<Bytes, RpcError>>;
+
+struct ReverseState {
+    core: ClientCore<ReplyTx>,
+    credits: RequesterCredits,
+    closed: bool,
+}
+
+impl Reverse {
+    fn lock(&self) -> MutexGuard<'_, ReverseState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The `msg_type` word of the RPC message after a header with no chunks:
+/// inline-only reverse-direction messages keep it at a fixed place
+/// (draft-ietf-nfsv4-rpcrdma-bidirection-01 §1.5.4, §2.5, §2.6).
+pub(super) fn inline_msg_type(msg: &[u8], limits: &Limits) -> Option<(v1::Header, usize, u32)> {
+    let (h, len) = v1::Header::parse(msg, limits).ok()?;
+    match &h.body {
+        v1::Body::Msg(c) if c.is_empty() => {}
+        _ => return None,
+    }
+    let w = msg.get(len + 4..len + 8)?;
+    let t = u32::from_be_bytes([w[0], w[1], w[2], w[3]]);
+    Some((h, len, t))
+}
+
+/// The server's side of the backchannel of one connection: an
+/// [`oncrpc::ClientTransport`] sending reverse-direction calls inline
+/// (RFC 8167; draft-ietf-nfsv4-rpcrdma-bidirection-01 §2.4, §2.5), never
+/// more at once than the client granted (§2.1.2).
+pub struct Backchannel<Q> {
+    conn: Arc<Conn<Q>>,
+}
+
+impl<Q> Clone for Backchannel<Q> {
+    fn clone(&self) -> Self {
+        Self {
+            conn: Arc::clone(&self.conn),
+        }
+    }
+}
+
+impl<Q> std::fmt::Debug for Backchannel<Q> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backchannel")
+            .field("conn_id", &self.conn.peer.conn_id)
+            .finish()
+    }
+}
+
+impl<Q: QueuePair> Backchannel<Q> {
+    /// The connection's id, as services see it in [`PeerInfo::conn_id`].
+    pub fn conn_id(&self) -> u64 {
+        self.conn.peer.conn_id
+    }
+
+    async fn call_inner(&self, call: RpcCall) -> Result<Bytes, RpcError> {
+        let Some(rev) = &self.conn.reverse else {
+            return Err(RpcError::Transport("no backchannel"));
+        };
+        loop {
+            let notified = rev.wait.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = rev.lock();
+                if st.closed {
+                    return Err(RpcError::ConnectionClosed);
+                }
+                if st.credits.try_send().is_ok() {
+                    break;
+                }
+            }
+            notified.await;
+        }
+        let rx = {
+            let mut st = rev.lock();
+            let (tx, rx) = oneshot::channel();
+            let (xid, msg) = match st.core.start_call(&call, tx, std::time::Instant::now()) {
+                Ok(x) => x,
+                Err((_, e)) => {
+                    st.credits.on_abandon();
+                    return Err(e);
+                }
+            };
+            let header = xdr::to_bytes(&v1::Header {
+                xid,
+                credits: st.credits.requested(),
+                body: v1::Body::Msg(ChunkLists::default()),
+            });
+            let body = msg.to_bytes();
+            let fail = |st: &mut ReverseState, e| {
+                st.core.cancel(xid);
+                st.credits.on_abandon();
+                e
+            };
+            if header.len() + body.len() > self.conn.send_threshold.load(Ordering::Relaxed) {
+                return Err(fail(
+                    &mut st,
+                    RpcError::Transport("backchannel call exceeds the inline threshold"),
+                ));
+            }
+            if self.conn.send(header, body, None).is_err() {
+                return Err(fail(&mut st, RpcError::ConnectionClosed));
+            }
+            rx
+        };
+        rx.await.unwrap_or(Err(RpcError::ConnectionClosed))
+    }
+}
+
+impl<Q: QueuePair> ClientTransport for Backchannel<Q> {
+    fn call(
+        &self,
+        call: RpcCall,
+    ) -> impl std::future::Future<Output = Result<Bytes, RpcError>> + Send {
+        self.call_inner(call)
+    }
+}
+
+/// The backchannels of a listener's live connections.
+pub struct Backchannels<Q> {
+    map: Arc<Mutex<HashMap<u64, Backchannel<Q>>>>,
+}
+
+impl<Q> Clone for Backchannels<Q> {
+    fn clone(&self) -> Self {
+        Self {
+            map: Arc::clone(&self.map),
+        }
+    }
+}
+
+impl<Q> std::fmt::Debug for Backchannels<Q> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backchannels").finish()
+    }
+}
+
+impl<Q> Backchannels<Q> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Backchannel<Q>>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The backchannel of connection `conn_id`, while it is up.
+    pub fn get(&self, conn_id: u64) -> Option<Backchannel<Q>> {
+        self.lock().get(&conn_id).cloned()
+    }
+
+    /// Ids of the connections with a backchannel.
+    pub fn conn_ids(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.lock().keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
 }
 
 struct Conn<Q> {
@@ -189,6 +409,7 @@ struct Conn<Q> {
     /// RDMA Reads in flight: completion status to the call that posted it.
     reads: Mutex<HashMap<u64, oneshot::Sender<WcStatus>>>,
     next_wr: AtomicU64,
+    reverse: Option<Reverse>,
     peer: PeerInfo,
 }
 
@@ -199,6 +420,9 @@ async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
         match (wc.opcode, wc.status) {
             (WcOpcode::Recv, WcStatus::Success) => {
                 let msg = conn.on_receive(wc)?;
+                if conn.on_reverse_reply(&msg) {
+                    continue;
+                }
                 let c = Arc::clone(conn);
                 tokio::spawn(async move {
                     let _ = c.on_call(msg).await;
@@ -221,6 +445,28 @@ async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
 impl<Q: QueuePair> Conn<Q> {
     fn wr_id(&self) -> u64 {
         self.next_wr.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A reply to one of our reverse-direction calls (msg_type REPLY after
+    /// an inline version 1 header) completes that call; returns false for
+    /// anything else.
+    fn on_reverse_reply(&self, msg: &Bytes) -> bool {
+        let Some(rev) = &self.reverse else {
+            return false;
+        };
+        let Some((h, len, 1)) = inline_msg_type(msg, &self.config.limits) else {
+            return false;
+        };
+        let mut st = rev.lock();
+        if let Some((_, tx, r)) = st.core.handle_reply(&msg.slice(len..)) {
+            // draft-ietf-nfsv4-rpcrdma-bidirection-01 §2.1.2: the grant in
+            // a reverse reply is the client's backchannel credit.
+            st.credits.on_reply(h.credits);
+            let _ = tx.send(r);
+        }
+        drop(st);
+        rev.wait.notify_waiters();
+        true
     }
 
     fn lock_reads(&self) -> MutexGuard<'_, HashMap<u64, oneshot::Sender<WcStatus>>> {
