@@ -111,33 +111,23 @@ async fn connect(
     }
 }
 
-/// The MOUNT port for `target`: the explicit one; else, when the NFS port
-/// was given explicitly, that port first (user-space servers, this
-/// project's included, serve MOUNT there); else the port mapper's answer
-/// (RFC 1833 §3), falling back to the NFS port.
-async fn mount_ports(target: &TcpTarget, opts: &TcpOptions) -> Vec<u16> {
-    if let Some(p) = target.mount_port {
-        return vec![p];
-    }
-    let nfs_port = target.nfs_port.unwrap_or(DEFAULT_NFS_PORT);
-    let mut ports = Vec::new();
-    if target.nfs_port.is_some() {
-        ports.push(nfs_port);
-    }
-    let pmap = async {
-        let addr = resolve_addr(&target.host, PMAP_PORT).await?;
-        let rpc = connect(addr, opts, 1, ReconnectPolicy::default()).await?;
-        getport(&rpc, MOUNT_PROGRAM, MOUNT_V3).await
-    };
-    match pmap.await {
-        Ok(Some(p)) if !ports.contains(&p) => ports.push(p),
-        Ok(_) => {}
-        Err(e) => tracing::debug!(error = %e, "port mapper lookup failed"),
-    }
-    if !ports.contains(&nfs_port) {
-        ports.push(nfs_port);
-    }
-    ports
+/// Asks the port mapper on `host` (RFC 1833 §3) for the MOUNT port.
+async fn pmap_mount_port(host: &str, opts: &TcpOptions) -> Result<Option<u16>> {
+    let addr = resolve_addr(host, PMAP_PORT).await?;
+    let rpc = connect(addr, opts, 1, ReconnectPolicy::default()).await?;
+    getport(&rpc, MOUNT_PROGRAM, MOUNT_V3).await
+}
+
+/// Whether a failed MOUNT attempt on one port says to try another: no
+/// connection, or no MOUNT program behind it.
+fn try_next_port(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Io(_)
+            | Error::Rpc(
+                RpcError::ProgUnavail | RpcError::ProgMismatch { .. } | RpcError::ConnectionClosed
+            )
+    )
 }
 
 /// Finds the export for `path` on `mnt` and mounts it: the longest
@@ -170,26 +160,47 @@ async fn mount_best<T: oncrpc::ClientTransport>(
 /// to NFS and reads FSINFO.
 pub async fn connect_tcp(target: &TcpTarget, opts: &TcpOptions) -> Result<TcpMount> {
     let cred = process_auth_sys().to_opaque_auth();
-    let mut last_err = None;
-    let mut mounted = None;
-    for port in mount_ports(target, opts).await {
-        let attempt = async {
+    let nfs_port = target.nfs_port.unwrap_or(DEFAULT_NFS_PORT);
+    let try_port = |port: u16| {
+        let cred = cred.clone();
+        async move {
             let addr = resolve_addr(&target.host, port).await?;
             let rpc = connect(addr, opts, 1, ReconnectPolicy::default()).await?;
-            mount_best(&MountClient::new(rpc, cred.clone()), &target.path).await
+            mount_best(&MountClient::new(rpc, cred), &target.path).await
+        }
+    };
+    // The MOUNT port: the explicit one alone; else, when the NFS port was
+    // given, that port first (user-space servers, this project's
+    // included, serve MOUNT there); then the port mapper's answer; then
+    // the NFS port.
+    let mut tried = Vec::new();
+    let mut last_err = None;
+    let mut mounted = None;
+    let mut stage = 0;
+    while mounted.is_none() && stage < 3 {
+        let port = match stage {
+            0 => target.mount_port.or(target.nfs_port),
+            1 if target.mount_port.is_none() => match pmap_mount_port(&target.host, opts).await {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::debug!(error = %e, "port mapper lookup failed");
+                    None
+                }
+            },
+            2 if target.mount_port.is_none() => Some(nfs_port),
+            _ => None,
         };
-        match attempt.await {
-            Ok(m) => {
-                mounted = Some(m);
-                break;
-            }
+        stage += 1;
+        let Some(port) = port.filter(|p| !tried.contains(p)) else {
+            continue;
+        };
+        tried.push(port);
+        match try_port(port).await {
+            Ok(m) => mounted = Some(m),
             Err(e) => {
-                let try_next = matches!(
-                    e,
-                    Error::Io(_) | Error::Rpc(RpcError::ProgUnavail | RpcError::ConnectionClosed)
-                );
+                let next = try_next_port(&e);
                 last_err = Some(e);
-                if !try_next {
+                if !next {
                     break;
                 }
             }
@@ -201,7 +212,7 @@ pub async fn connect_tcp(target: &TcpTarget, opts: &TcpOptions) -> Result<TcpMou
             vers: MOUNT_V3,
         }));
     };
-    let addr = resolve_addr(&target.host, target.nfs_port.unwrap_or(DEFAULT_NFS_PORT)).await?;
+    let addr = resolve_addr(&target.host, nfs_port).await?;
     let rpc = connect(
         addr,
         opts,

@@ -306,7 +306,11 @@ async fn readdirplus_lists_more_than_100_entries_over_several_calls() {
     let mut it = m.read_dir(m.root());
     let mut got = Vec::new();
     while let Some(e) = it.next_entry().await.unwrap() {
-        assert!(e.name_handle.is_some());
+        // Linux gives no handle for '..' at the export root, nor does
+        // this server.
+        if &e.name.0[..] != b".." {
+            assert!(e.name_handle.is_some(), "{e:?}");
+        }
         got.push(nfs_client::entry_name(&e));
     }
     assert!(it.calls() > 2, "only {} READDIRPLUS calls", it.calls());
