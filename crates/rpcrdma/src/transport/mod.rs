@@ -9,6 +9,39 @@
 //! fenced (invalidated) before the call completes (RFC 8166 §3.4.3): the
 //! buffers come back from the device only then.
 
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use std::sync::Arc;
+//! use oncrpc::echo::{EchoClient, EchoService};
+//! use rnic::loopback::LoopbackNetwork;
+//! use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerConfig};
+//!
+//! let net = LoopbackNetwork::new(1);
+//! let (server_dev, client_dev) = (net.device(), net.device());
+//! let mut services = oncrpc::Server::new();
+//! services.register(EchoService::default());
+//! let listener = RdmaListener::bind(
+//!     &server_dev,
+//!     &String::new(),
+//!     Arc::new(services),
+//!     RdmaServerConfig::default(),
+//! )
+//! .await
+//! .unwrap();
+//! let addr = listener.local_addr();
+//! listener.spawn();
+//! let client = RdmaClient::connect(&client_dev, &addr, RdmaClientConfig::default())
+//!     .await
+//!     .unwrap();
+//! let data = bytes::Bytes::from(vec![7u8; 100_000]);
+//! let echoed = EchoClient::new(client.clone()).echo(data.clone()).await.unwrap();
+//! assert_eq!(echoed, data);
+//! assert_eq!(client.stats().read_chunk_calls, 1);
+//! # }
+//! ```
+
 mod client;
 mod hdr;
 mod server;
