@@ -236,3 +236,13 @@ fn decodes_our_initiator_against_knfsd_including_rtr() {
     assert_eq!(count(&s, true, Opcode::ReadRequest), 1);
     assert_eq!(count(&s, false, Opcode::ReadResponse), 1);
 }
+
+#[test]
+fn decodes_the_kernel_client_against_our_responder() {
+    // The kernel accepted our Reply and NULL reply: its next Send (MSN 2,
+    // EXCHANGE_ID) is in the capture.
+    let s = check_capture("kernel-client-to-iwarp-responder.pcap");
+    assert_eq!(s.replies, 1, "{s:?}");
+    assert_eq!(count(&s, true, Opcode::Send), 2);
+    assert_eq!(count(&s, false, Opcode::Send), 1);
+}
