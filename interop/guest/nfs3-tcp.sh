@@ -1,0 +1,134 @@
+#!/bin/bash
+# interop/guest/nfs3-tcp.sh [PORT] [MOUNTPORT] [PATH] [BULK_MIB]
+# Runs INSIDE the kpeer guest (via /work/shared/kpeer/run.sh, started by
+# scripts/interop.sh). The Linux kernel NFSv3 client mounts the nfsrdma server
+# running on the HOST over TCP through slirp guestfwd: the guest connects to
+# $HOST_IP:PORT (NFS) and $HOST_IP:MOUNTPORT (MOUNT v3), which run.sh forwards
+# to host 127.0.0.1. port= and mountport= (with mountproto=tcp) are given, so
+# neither mount.nfs nor the kernel asks a portmapper; nolock because the
+# server has no NLM.
+#
+# Prints one "PASS <check>" or "FAIL <check>: why" line per check and exits 1
+# if any check failed. Files written: mountstats.txt, summary.txt.
+# Handshake with the host: before the bulk copy the script creates
+# capture-stop in its output dir and waits (up to 20 s) for the host to create
+# capture-stopped, so the host's pcap holds every phase but the 100 MiB
+# copies.
+. "$KPEER_IN/guest/lib.sh"
+cd "$KPEER_OUT" || exit 1
+PORT=${1:-2049}; MPORT=${2:-20048}; RPATH=${3:-/export}; BULK=${4:-100}
+SRV=$HOST_IP
+M=/mnt/h
+OPTS="vers=3,proto=tcp,port=$PORT,mountport=$MPORT,mountproto=tcp,nolock"
+FAILS=0
+pass() { echo "PASS $*"; echo "PASS $*" >> summary.txt; }
+fail() { echo "FAIL $*"; echo "FAIL $*" >> summary.txt; FAILS=$((FAILS + 1)); }
+check() { # name command... : PASS if the command succeeds
+    local name=$1; shift
+    if "$@" > check.out 2>&1; then pass "$name"; else fail "$name: $(tail -3 check.out | tr '\n' ' ')"; fi
+}
+: > summary.txt
+do_mount() { timeout 120 mount -t nfs -o "$OPTS" "$SRV:$RPATH" $M; }
+remount() { umount $M && sync && echo 3 > /proc/sys/vm/drop_caches && do_mount; }
+
+modprobe nfs
+mkdir -p $M
+echo "+ mount -t nfs -o $OPTS $SRV:$RPATH $M"
+if ! do_mount; then
+    fail "mount: mount.nfs failed"
+    dmesg | grep -iE 'nfs|rpc' | tail -20
+    exit 1
+fi
+pass "mount ($(grep " $M " /proc/mounts | cut -d' ' -f4))"
+
+# --- listing and attributes
+check "ls-root" ls -la $M
+check "df-fsstat" df -k $M
+check "stat-root" stat $M
+
+# --- small and medium files, byte-exact after a remount (no client cache)
+head -c 8388608 /dev/urandom > /tmp/f8m
+printf 0123456789 > /tmp/f10
+head -c 102400 /dev/urandom > /tmp/f100k
+check "write-8MiB" cp /tmp/f8m $M/kp-8m.bin
+check "write-10B" cp /tmp/f10 $M/kp-10b.bin
+check "write-100KiB" cp /tmp/f100k $M/kp-100k.bin
+check "sync" sync
+check "remount" remount
+check "read-8MiB-byte-exact" cmp /tmp/f8m $M/kp-8m.bin
+check "read-10B-byte-exact" cmp /tmp/f10 $M/kp-10b.bin
+check "read-100KiB-byte-exact" cmp /tmp/f100k $M/kp-100k.bin
+check "size-8MiB" test "$(stat -c %s $M/kp-8m.bin)" = 8388608
+
+# --- partial overwrite, append, truncate (WRITE at offsets, SETATTR size)
+sz_ok() { test "$(stat -c %s "$1")" = "$2"; }
+check "overwrite-middle" dd if=/tmp/f10 of=$M/kp-100k.bin bs=1 seek=5000 conv=notrunc status=none
+dd if=/tmp/f10 of=/tmp/f100k bs=1 seek=5000 conv=notrunc status=none
+check "append" sh -c "cat /tmp/f10 >> $M/kp-100k.bin && cat /tmp/f10 >> /tmp/f100k"
+check "truncate-grow" sh -c "truncate -s 200000 $M/kp-100k.bin && truncate -s 200000 /tmp/f100k"
+check "truncate-shrink" sh -c "truncate -s 7 $M/kp-10b.bin"
+check "remount-2" remount
+check "read-after-overwrite-byte-exact" cmp /tmp/f100k $M/kp-100k.bin
+check "size-after-truncate" sz_ok $M/kp-10b.bin 7
+check "content-after-truncate" test "$(cat $M/kp-10b.bin)" = 0123456
+
+# --- namespace operations
+check "mkdir" mkdir $M/kp-dir
+check "create-50-files" sh -c "for i in \$(seq 1 50); do echo file\$i > $M/kp-dir/f\$i; done"
+check "remount-3" remount
+check "readdirplus-50-files" test "$(ls -l $M/kp-dir | grep -c '^-')" = 50
+check "readdir-names" test "$(ls $M/kp-dir | sort -V | tr '\n' ' ')" = "$(seq -f 'f%g' 1 50 | tr '\n' ' ')"
+check "read-file-37" test "$(cat $M/kp-dir/f37)" = file37
+check "rename" mv $M/kp-dir/f1 $M/kp-dir/renamed
+check "rename-result" sh -c "test -e $M/kp-dir/renamed && ! test -e $M/kp-dir/f1"
+check "symlink" ln -s kp-dir/renamed $M/kp-link
+check "readlink" test "$(readlink $M/kp-link)" = kp-dir/renamed
+check "read-via-symlink" test "$(cat $M/kp-link)" = file1
+check "hardlink" ln $M/kp-dir/f2 $M/kp-hard
+check "nlink-2" test "$(stat -c %h $M/kp-dir/f2)" = 2
+check "chmod" chmod 0600 $M/kp-dir/f3
+check "mode-0600" test "$(stat -c %a $M/kp-dir/f3)" = 600
+check "chown" chown 1234:5678 $M/kp-dir/f4
+check "owner-1234-5678" test "$(stat -c %u:%g $M/kp-dir/f4)" = 1234:5678
+check "set-mtime" touch -m -d '2001-02-03 04:05:06 UTC' $M/kp-dir/f5
+check "mtime-value" test "$(stat -c %Y $M/kp-dir/f5)" = 981173106
+check "mknod-fifo" mkfifo $M/kp-fifo
+check "fifo-type" test -p $M/kp-fifo
+check "exclusive-create-existing-fails" sh -c "! (set -C; echo x > $M/kp-dir/f6) 2>/dev/null"
+check "rmdir-nonempty-fails" sh -c "! rmdir $M/kp-dir 2>/dev/null"
+check "remove-tree" rm -rf $M/kp-dir $M/kp-link $M/kp-hard $M/kp-fifo
+check "removed" sh -c "! test -e $M/kp-dir"
+
+# --- stop the host capture before the bulk copies (see header)
+touch capture-stop
+for _ in $(seq 200); do [ -e capture-stopped ] && break; sleep 0.1; done
+
+# --- bulk copy both ways
+head -c $((BULK * 1048576)) /dev/urandom > /tmp/bulk
+sync; echo 3 > /proc/sys/vm/drop_caches
+t0=$(now)
+check "bulk-write-${BULK}MiB" sh -c "cp /tmp/bulk $M/kp-bulk.bin && sync"
+t1=$(now)
+check "remount-bulk" remount
+t2=$(now)
+check "bulk-read-${BULK}MiB" cp $M/kp-bulk.bin /tmp/bulk.back
+t3=$(now)
+check "bulk-byte-exact" cmp /tmp/bulk /tmp/bulk.back
+rate() { awk -v a="$1" -v b="$2" -v m="$BULK" 'BEGIN{printf "%.1f", m*1.048576/(b-a)}'; }
+echo "INFO bulk write ${BULK} MiB: $(rate "$t0" "$t1") MB/s; read: $(rate "$t2" "$t3") MB/s" | tee -a summary.txt
+rm -f /tmp/bulk /tmp/bulk.back
+
+# --- mountstats: the transport line and per-op counters
+awk -v m=" $M " 'index($0, "mounted on" m) {p=1} p && /^device / && !index($0, "mounted on" m) {p=0} p' \
+    /proc/self/mountstats > mountstats.txt
+grep -m1 'xprt:' mountstats.txt | sed 's/^/INFO mountstats /'
+# per-op lines: "OP: ops trans timeouts bytes_sent bytes_recv queue rtt execute [errors]"
+awk '/^[[:space:]]*[A-Z_]+: [0-9]/ {op=$1; if ($2 > 0) printf "INFO op %s ops=%s trans=%s timeouts=%s errors=%s\n", op, $2, $3, $4, ($10==""?"-":$10)}' mountstats.txt
+check "mountstats-xprt-tcp" grep -q 'xprt:[[:space:]]*tcp' mountstats.txt
+check "no-retransmissions-or-timeouts" awk '/^[[:space:]]*[A-Z_]+: [0-9]/ {if ($3 > $2 || $4 > 0) bad=1} END {exit bad}' mountstats.txt
+
+check "cleanup" rm -f $M/kp-8m.bin $M/kp-10b.bin $M/kp-100k.bin $M/kp-bulk.bin
+check "umount" umount $M
+dmesg | grep -iE 'nfs:|rpc|server .* not responding' | tail -10 | sed 's/^/INFO dmesg /'
+echo "RESULT: $FAILS failed"
+[ "$FAILS" -eq 0 ]
