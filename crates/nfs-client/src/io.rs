@@ -245,6 +245,9 @@ async fn write_range<T: ClientTransport>(
 /// proves it stable, and sends again (FILE_SYNC) what a changed verifier
 /// shows the server lost (RFC 1813 §3.3.7, §3.3.21). A COMMIT is forced
 /// whenever more than `IoOptions::commit_window` bytes are unstable.
+///
+/// Call [`FileWriter::finish`]: dropping the writer abandons the WRITEs
+/// still in flight and leaves unstable data uncommitted.
 pub struct FileWriter<'m, T> {
     m: &'m Mount<T>,
     fh: NfsFh3,
