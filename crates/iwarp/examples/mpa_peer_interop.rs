@@ -1,7 +1,8 @@
 //! Interop with kpeer's `mpa_peer.py` (a stdlib Python iWARP peer checked
 //! against the Linux kernel's siw), over 127.0.0.1.
 //!
-//! - `mpa_peer_interop connect PORT [--crc] [--delay-ms N] [--p2p write|read]`:
+//! - `mpa_peer_interop connect PORT [--crc] [--delay-ms N] [--p2p write|read]
+//!   [--bad-write]` (then an RDMA Write to an unknown STag, answered by a Terminate):
 //!   our initiator
 //!   against `mpa_peer.py listen --port PORT --reply accept --answer-null`
 //!   (or against knfsd over siw in the kpeer VM, with `--delay-ms 200`);
@@ -135,6 +136,7 @@ fn connect(
     crc: bool,
     delay_ms: u64,
     rtr_offer: Vec<RtrKind>,
+    bad_write: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let mut sock = TcpStream::connect(("127.0.0.1", port))?;
     sock.set_read_timeout(Some(Duration::from_secs(10)))?;
@@ -166,6 +168,18 @@ fn connect(
         return Err("not the NULL reply".into());
     }
     println!("RESULT: NULL call answered by the peer");
+    if bad_write {
+        // An RDMA Write to an STag the peer never advertised: the peer must
+        // answer with a Terminate (RFC 5040 §7, RFC 5041 §7).
+        conn.post_write(2, Stag(0xdead_beef), 0, 16)?;
+        flush(&mut sock, &mut conn, &|_| vec![0x5a; 16])?;
+        match receive(&mut sock, &mut conn, &mut bufs) {
+            Err(e) if e.starts_with("terminate") => {
+                println!("RESULT: peer answered the bad Write with {e}")
+            }
+            other => return Err(format!("expected a Terminate, got {other:?}").into()),
+        }
+    }
     Ok(())
 }
 
@@ -224,7 +238,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Some("read") => vec![RtrKind::Read],
                 _ => vec![],
             };
-            connect(port, args.iter().any(|a| a == "--crc"), delay, rtr)
+            let crc = args.iter().any(|a| a == "--crc");
+            connect(
+                port,
+                crc,
+                delay,
+                rtr,
+                args.iter().any(|a| a == "--bad-write"),
+            )
         }
         Some("listen") => listen(
             port,

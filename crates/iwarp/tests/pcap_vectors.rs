@@ -7,8 +7,10 @@ use std::collections::BTreeMap;
 
 use iwarp::deframe::{Deframer, RxEvent};
 use iwarp::negotiation::{FrameReader, RequestReceived};
+use iwarp::wire::terminate::Layout;
 use iwarp::wire::{
-    DdpRepr, FpduPacket, FpduRepr, FrameKind, MpaError, MpaRepr, Opcode, ReadRequest, TerminateRepr,
+    DdpRepr, FpduPacket, FpduRepr, FrameKind, MpaError, MpaRepr, Opcode, ReadRequest, TermError,
+    TerminateRepr,
 };
 
 const PORT: u16 = 20049;
@@ -30,6 +32,7 @@ struct Summary {
     fpdus: usize,
     crc_fpdus: usize,
     nonzero_pads: usize,
+    terminates: Vec<(TermError, Layout)>,
     counts: Counts,
 }
 
@@ -83,6 +86,7 @@ fn check_fpdus(stream: &[u8], crc: bool, c2s: bool, sum: &mut Summary) {
             Opcode::Terminate => {
                 let t = TerminateRepr::parse(payload).expect("Terminate body");
                 assert_eq!(t.to_vec().unwrap(), &payload[..t.buffer_len()]);
+                sum.terminates.push((t.error, t.layout));
             }
             _ => {}
         }
@@ -245,4 +249,15 @@ fn decodes_the_kernel_client_against_our_responder() {
     assert_eq!(s.replies, 1, "{s:?}");
     assert_eq!(count(&s, true, Opcode::Send), 2);
     assert_eq!(count(&s, false, Opcode::Send), 1);
+}
+
+#[test]
+fn decodes_the_terminate_linux_siw_sends_for_a_bad_stag() {
+    let s = check_capture("iwarp-initiator-to-knfsd-terminate.pcap");
+    assert_eq!(s.crc_fpdus, 4, "{s:?}");
+    assert_eq!(count(&s, true, Opcode::Write), 2);
+    assert_eq!(
+        s.terminates,
+        vec![(TermError::DDP_INVALID_STAG, Layout::LinuxSiw); 2]
+    );
 }

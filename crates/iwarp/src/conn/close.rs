@@ -40,6 +40,7 @@ impl Connection {
             });
         let copy = copy && raw.len() >= 2 + crate::wire::ddp::TAGGED_HEADER_LEN;
         let body = TerminateRepr {
+            layout: crate::wire::terminate::Layout::Rfc,
             error,
             segment_length_valid: copy,
             segment_length: copy.then(|| u16::from_be_bytes([raw[0], raw[1]])),

@@ -144,6 +144,28 @@ pub const SEGMENT_LENGTH_LEN: usize = 2;
 const M_BIT: u32 = 0x8000;
 const D_BIT: u32 = 0x4000;
 const R_BIT: u32 = 0x2000;
+/// Where Linux siw puts M, D and R: it fills the Terminate Control through
+/// little-endian C bitfields, so the flags land in bits 0..2 of the third
+/// octet and Layer/EType swap nibbles (seen on the wire from a 6.1 kernel,
+/// `testdata/iwarp-initiator-to-knfsd-terminate.pcap`).
+const SIW_FLAGS: u32 = 0x0700;
+const SIW_M: u32 = 0x0100;
+const SIW_D: u32 = 0x0200;
+const SIW_R: u32 = 0x0400;
+
+/// Bit layout of the Terminate Control field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// RFC 5040 §4.8: Layer in the high nibble of octet 0, M/D/R in the top
+    /// bits of octet 2. What this crate sends (and Wireshark decodes).
+    #[default]
+    Rfc,
+    /// Linux siw's little-endian bitfield layout: Layer in the low nibble of
+    /// octet 0, EType in the high one, M/D/R in bits 0..2 of octet 2.
+    /// Recognized on input only when a flag is set (otherwise the two
+    /// layouts cannot be told apart).
+    LinuxSiw,
+}
 
 /// Errors of a Terminate body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -176,6 +198,8 @@ pub enum TerminateError {
 /// A parsed Terminate body, RFC 5040 §4.8.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Repr<'a> {
+    /// Bit layout of the Terminate Control field.
+    pub layout: Layout,
     /// Layer, error type and code.
     pub error: TermError,
     /// M: the DDP Segment Length field is valid.
@@ -192,6 +216,7 @@ impl<'a> Repr<'a> {
     /// A Terminate with no copied headers.
     pub const fn bare(error: TermError) -> Self {
         Repr {
+            layout: Layout::Rfc,
             error,
             segment_length_valid: false,
             segment_length: None,
@@ -210,14 +235,19 @@ impl<'a> Repr<'a> {
             });
         };
         let c = u32::from_be_bytes(*ctrl);
+        let siw = c & (M_BIT | D_BIT | R_BIT) == 0 && c & SIW_FLAGS != 0 && c & 0x18ff == 0;
+        let (layout, hi, lo, m, d, r) = if siw {
+            let (m, d, r) = (c & SIW_M != 0, c & SIW_D != 0, c & SIW_R != 0);
+            (Layout::LinuxSiw, (c >> 24) & 0x0f, c >> 28, m, d, r)
+        } else {
+            let (m, d, r) = (c & M_BIT != 0, c & D_BIT != 0, c & R_BIT != 0);
+            (Layout::Rfc, c >> 28, (c >> 24) & 0x0f, m, d, r)
+        };
         let error = TermError {
-            layer: Layer((c >> 28) as u8),
-            etype: ((c >> 24) & 0x0f) as u8,
+            layer: Layer(hi as u8),
+            etype: lo as u8,
             code: ((c >> 16) & 0xff) as u8,
         };
-        let m = c & M_BIT != 0;
-        let d = c & D_BIT != 0;
-        let r = c & R_BIT != 0;
         if r && !d {
             return Err(TerminateError::RWithoutD);
         }
@@ -257,6 +287,7 @@ impl<'a> Repr<'a> {
             rdma_header = Some(&rest[..READ_REQUEST_LEN]);
         }
         Ok(Repr {
+            layout,
             error,
             segment_length_valid: m,
             segment_length,
@@ -289,11 +320,20 @@ impl<'a> Repr<'a> {
         if self.rdma_header.is_some() && self.ddp_header.is_none() {
             return Err(TerminateError::RWithoutD);
         }
-        let mut c = (u32::from(self.error.layer.0 & 0x0f) << 28)
-            | (u32::from(self.error.etype & 0x0f) << 24)
-            | (u32::from(self.error.code) << 16);
+        let (layer, etype) = (
+            u32::from(self.error.layer.0 & 0x0f),
+            u32::from(self.error.etype & 0x0f),
+        );
+        let (m_bit, d_bit, r_bit) = match self.layout {
+            Layout::Rfc => (M_BIT, D_BIT, R_BIT),
+            Layout::LinuxSiw => (SIW_M, SIW_D, SIW_R),
+        };
+        let mut c = match self.layout {
+            Layout::Rfc => (layer << 28) | (etype << 24),
+            Layout::LinuxSiw => (etype << 28) | (layer << 24),
+        } | (u32::from(self.error.code) << 16);
         if self.segment_length_valid {
-            c |= M_BIT;
+            c |= m_bit;
         }
         let mut pos = CONTROL_LEN;
         if let Some(h) = self.ddp_header {
@@ -304,7 +344,7 @@ impl<'a> Repr<'a> {
             if h.len() != want {
                 return Err(TerminateError::CopiedHeader(h.len()));
             }
-            c |= D_BIT;
+            c |= d_bit;
             let len = self.segment_length.unwrap_or(0);
             out[pos..pos + SEGMENT_LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
             pos += SEGMENT_LENGTH_LEN;
@@ -315,7 +355,7 @@ impl<'a> Repr<'a> {
             if h.len() != READ_REQUEST_LEN {
                 return Err(TerminateError::CopiedHeader(h.len()));
             }
-            c |= R_BIT;
+            c |= r_bit;
             out[pos..pos + h.len()].copy_from_slice(h);
         }
         out[..CONTROL_LEN].copy_from_slice(&c.to_be_bytes());
@@ -375,6 +415,7 @@ mod test {
         let b = hex(NO_BUFFER);
         let hdr = &b[6..24];
         let r = Repr {
+            layout: Layout::Rfc,
             error: TermError::DDP_NO_BUFFER,
             segment_length_valid: true,
             segment_length: Some(0x56),
@@ -396,6 +437,26 @@ mod test {
         assert_eq!(r.error, TermError::RDMAP_BASE_BOUNDS);
         assert_eq!(r.rdma_header.map(<[u8]>::len), Some(28));
         assert_eq!(r.to_vec().unwrap(), b2);
+    }
+
+    #[test]
+    fn parses_the_linux_siw_bitfield_layout() {
+        // siw's Terminate for our RDMA Write to STag 0xdeadbeef (kpeer VM,
+        // 6.1 kernel): M and D sit in bits 0..1 of octet 2.
+        let b = hex("11000300 0010 c140deadbeef0000000000000000");
+        let r = Repr::parse(&b).unwrap();
+        assert_eq!(r.layout, Layout::LinuxSiw);
+        assert_eq!(r.error, TermError::DDP_INVALID_STAG);
+        assert!(r.segment_length_valid);
+        assert_eq!(r.segment_length, Some(16));
+        assert_eq!(r.ddp_header, Some(&b[6..20]));
+        assert_eq!(r.to_vec().unwrap(), b);
+        // Layer and EType swap nibbles in that layout: RDMAP (0) protection
+        // error (1) with D set.
+        let b = hex("10020200 0012 4140 00000000 00000000 00000001 00000000");
+        let r = Repr::parse(&b).unwrap();
+        assert_eq!(r.error, TermError::RDMAP_ACCESS_RIGHTS);
+        assert_eq!(r.to_vec().unwrap(), b);
     }
 
     #[test]
