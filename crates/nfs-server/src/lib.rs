@@ -112,6 +112,7 @@ pub fn rpc_server(
 #[derive(Debug)]
 pub struct RunningServer {
     fs: Arc<LocalFs>,
+    rpc: Arc<oncrpc::Server>,
     nfs_addr: SocketAddr,
     mount_addr: Option<SocketAddr>,
     rpcbind_addr: Option<SocketAddr>,
@@ -119,6 +120,13 @@ pub struct RunningServer {
 }
 
 impl RunningServer {
+    /// The program table every listener serves, with its duplicate-request
+    /// cache: hand it to another transport shell (an RPC-over-RDMA
+    /// listener) so that all transports share one DRC.
+    pub fn rpc(&self) -> Arc<oncrpc::Server> {
+        Arc::clone(&self.rpc)
+    }
+
     /// Where NFS (and every other program) is served.
     pub fn nfs_addr(&self) -> SocketAddr {
         self.nfs_addr
@@ -219,6 +227,7 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
     tracing::info!(export = %fs.path().display(), %nfs_addr, ?mount_addr, ?rpcbind_addr, "NFS server started");
     Ok(RunningServer {
         fs,
+        rpc: server,
         nfs_addr,
         mount_addr,
         rpcbind_addr,
