@@ -69,5 +69,6 @@ macro_rules! xdr_struct {
 pub mod mount;
 pub mod ulb;
 pub mod v3;
+pub mod v4;
 
 pub use xdr;

@@ -1,0 +1,279 @@
+//! The NFSv4.1 callback program (RFC 8881 §20): CB_COMPOUND with
+//! CB_SEQUENCE and CB_RECALL. CB_NULL is procedure [`CB_NULL`] with no
+//! arguments and no results. The program number is the one the client
+//! gave in CREATE_SESSION (`csa_cb_program`).
+
+use bytes::Bytes;
+use xdr::{Bounded, Decode, Decoder, Encode, Encoder, Error, ErrorKind};
+
+use super::{NfsFh4, Nfsstat4, Res4, Sessionid4, Stateid4, NFS4_MAX_OPS, NFS4_MAX_TAGLEN};
+
+/// Procedure CB_NULL (RFC 8881 §20.1).
+pub const CB_NULL: u32 = 0;
+/// Procedure CB_COMPOUND (RFC 8881 §20.2).
+pub const CB_COMPOUND: u32 = 1;
+/// Version of the callback program (RFC 8881 §20).
+pub const NFS4_CALLBACK_VERSION: u32 = 1;
+/// OP_CB_RECALL (RFC 8881 §20.2).
+pub const OP_CB_RECALL: u32 = 4;
+/// OP_CB_SEQUENCE (RFC 8881 §20.2).
+pub const OP_CB_SEQUENCE: u32 = 11;
+/// OP_CB_ILLEGAL (RFC 8881 §20.2).
+pub const OP_CB_ILLEGAL: u32 = 10044;
+
+xdr_struct! {
+    /// `referring_call4` (RFC 8881 §20.9.1).
+    pub struct ReferringCall4 {
+        /// Sequence id of the fore-channel call.
+        pub sequenceid: u32,
+        /// Its slot.
+        pub slotid: u32,
+    }
+}
+xdr_struct! {
+    /// `referring_call_list4` (RFC 8881 §20.9.1).
+    pub struct ReferringCallList4 {
+        /// Session of the referring calls.
+        pub sessionid: Sessionid4,
+        /// The calls.
+        pub referring_calls: Bounded<Vec<ReferringCall4>, 64>,
+    }
+}
+xdr_struct! {
+    /// CB_SEQUENCE4args (RFC 8881 §20.9.1).
+    pub struct CbSequence4Args {
+        /// Session.
+        pub sessionid: Sessionid4,
+        /// Slot sequence id.
+        pub sequenceid: u32,
+        /// Slot.
+        pub slotid: u32,
+        /// Highest slot in use.
+        pub highest_slotid: u32,
+        /// Cache the reply.
+        pub cachethis: bool,
+        /// Fore-channel calls this callback races with.
+        pub referring_call_lists: Bounded<Vec<ReferringCallList4>, 16>,
+    }
+}
+xdr_struct! {
+    /// CB_SEQUENCE4resok (RFC 8881 §20.9.2).
+    pub struct CbSequence4ResOk {
+        /// Session.
+        pub sessionid: Sessionid4,
+        /// Echo.
+        pub sequenceid: u32,
+        /// Echo.
+        pub slotid: u32,
+        /// Highest slot.
+        pub highest_slotid: u32,
+        /// Target highest slot.
+        pub target_highest_slotid: u32,
+    }
+}
+xdr_struct! {
+    /// CB_RECALL4args (RFC 8881 §20.2.1).
+    pub struct CbRecall4Args {
+        /// The delegation.
+        pub stateid: Stateid4,
+        /// Whether the file is being truncated.
+        pub truncate: bool,
+        /// The file.
+        pub fh: NfsFh4,
+    }
+}
+
+/// One callback operation's arguments (`nfs_cb_argop4`, RFC 8881 §20.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NfsCbArgop4 {
+    /// CB_SEQUENCE.
+    Sequence(CbSequence4Args),
+    /// CB_RECALL.
+    Recall(CbRecall4Args),
+    /// Any other operation (number only; the client answers with an error).
+    Other(u32),
+}
+
+/// RFC 8881 §20.2 `union nfs_cb_argop4 switch (unsigned argop)`.
+impl Encode for NfsCbArgop4 {
+    fn encode<E: Encoder + ?Sized>(&self, enc: &mut E) {
+        match self {
+            NfsCbArgop4::Sequence(a) => {
+                enc.put_u32(OP_CB_SEQUENCE);
+                a.encode(enc);
+            }
+            NfsCbArgop4::Recall(a) => {
+                enc.put_u32(OP_CB_RECALL);
+                a.encode(enc);
+            }
+            NfsCbArgop4::Other(n) => enc.put_u32(*n),
+        }
+    }
+}
+
+impl<'a> Decode<'a> for NfsCbArgop4 {
+    fn decode(dec: &mut Decoder<'a>) -> Result<Self, Error> {
+        Ok(match dec.u32()? {
+            OP_CB_SEQUENCE => NfsCbArgop4::Sequence(dec.decode()?),
+            OP_CB_RECALL => NfsCbArgop4::Recall(dec.decode()?),
+            n => NfsCbArgop4::Other(n),
+        })
+    }
+}
+
+/// CB_COMPOUND4args (RFC 8881 §20.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CbCompound4Args {
+    /// Tag.
+    pub tag: Bytes,
+    /// Minor version.
+    pub minorversion: u32,
+    /// Callback identifier (0 in 4.1).
+    pub callback_ident: u32,
+    /// Operations; decoding stops after an [`NfsCbArgop4::Other`].
+    pub argarray: Vec<NfsCbArgop4>,
+}
+
+/// RFC 8881 §20.2 `struct CB_COMPOUND4args`.
+impl Encode for CbCompound4Args {
+    fn encode<E: Encoder + ?Sized>(&self, enc: &mut E) {
+        enc.put_opaque(&self.tag);
+        enc.put_u32(self.minorversion);
+        enc.put_u32(self.callback_ident);
+        self.argarray.encode(enc);
+    }
+}
+
+impl<'a> Decode<'a> for CbCompound4Args {
+    fn decode(dec: &mut Decoder<'a>) -> Result<Self, Error> {
+        let tag = dec.opaque_bytes(NFS4_MAX_TAGLEN)?;
+        let minorversion = dec.u32()?;
+        let callback_ident = dec.u32()?;
+        let n = dec.array_len(NFS4_MAX_OPS, 4)?;
+        let mut argarray = Vec::with_capacity(n);
+        for _ in 0..n {
+            let op: NfsCbArgop4 = dec.decode()?;
+            let stop = matches!(op, NfsCbArgop4::Other(_));
+            argarray.push(op);
+            if stop {
+                let _ = dec.rest();
+                break;
+            }
+        }
+        Ok(Self {
+            tag,
+            minorversion,
+            callback_ident,
+            argarray,
+        })
+    }
+}
+
+/// One callback operation's result (`nfs_cb_resop4`, RFC 8881 §20.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NfsCbResop4 {
+    /// CB_SEQUENCE.
+    Sequence(Res4<CbSequence4ResOk>),
+    /// CB_RECALL.
+    Recall(Nfsstat4),
+    /// Any other operation, answered with an error status.
+    Other(u32, Nfsstat4),
+}
+
+/// RFC 8881 §20.2 `union nfs_cb_resop4 switch (unsigned resop)`.
+impl Encode for NfsCbResop4 {
+    fn encode<E: Encoder + ?Sized>(&self, enc: &mut E) {
+        match self {
+            NfsCbResop4::Sequence(r) => {
+                enc.put_u32(OP_CB_SEQUENCE);
+                r.encode(enc);
+            }
+            NfsCbResop4::Recall(s) => {
+                enc.put_u32(OP_CB_RECALL);
+                s.encode(enc);
+            }
+            NfsCbResop4::Other(n, s) => {
+                enc.put_u32(*n);
+                s.encode(enc);
+            }
+        }
+    }
+}
+
+impl<'a> Decode<'a> for NfsCbResop4 {
+    fn decode(dec: &mut Decoder<'a>) -> Result<Self, Error> {
+        let at = dec.position();
+        Ok(match dec.u32()? {
+            OP_CB_SEQUENCE => NfsCbResop4::Sequence(dec.decode()?),
+            OP_CB_RECALL => NfsCbResop4::Recall(dec.decode()?),
+            n => {
+                let s: Nfsstat4 = dec.decode()?;
+                if s.is_ok() {
+                    return Err(Error::new(ErrorKind::InvalidEnum(n), at, "nfs_cb_resop4"));
+                }
+                NfsCbResop4::Other(n, s)
+            }
+        })
+    }
+}
+
+xdr_struct! {
+    /// CB_COMPOUND4res (RFC 8881 §20.2).
+    pub struct CbCompound4Res {
+        /// Status of the last operation.
+        pub status: Nfsstat4,
+        /// Tag.
+        pub tag: Bounded<Bytes, NFS4_MAX_TAGLEN>,
+        /// Results.
+        pub resarray: Bounded<Vec<NfsCbResop4>, NFS4_MAX_OPS>,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xdr::FixedOpaque;
+
+    #[test]
+    fn cb_compound_with_sequence_and_recall_round_trips() {
+        let args = CbCompound4Args {
+            tag: Bytes::new(),
+            minorversion: 1,
+            callback_ident: 0,
+            argarray: vec![
+                NfsCbArgop4::Sequence(CbSequence4Args {
+                    sessionid: FixedOpaque([7; 16]),
+                    sequenceid: 1,
+                    slotid: 0,
+                    highest_slotid: 0,
+                    cachethis: false,
+                    referring_call_lists: Bounded(vec![]),
+                }),
+                NfsCbArgop4::Recall(CbRecall4Args {
+                    stateid: Stateid4 {
+                        seqid: 1,
+                        other: FixedOpaque([3; 12]),
+                    },
+                    truncate: false,
+                    fh: NfsFh4(Bytes::from_static(&[1, 2, 3, 4])),
+                }),
+            ],
+        };
+        let wire = xdr::to_bytes(&args);
+        assert_eq!(
+            &wire[..16],
+            &[0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]
+        );
+        assert_eq!(xdr::from_slice::<CbCompound4Args>(&wire).unwrap(), args);
+        let res = CbCompound4Res {
+            status: Nfsstat4::NFS4_OK,
+            tag: Bounded(Bytes::new()),
+            resarray: Bounded(vec![
+                NfsCbResop4::Sequence(Res4::Err(Nfsstat4::NFS4ERR_BADSESSION)),
+                NfsCbResop4::Recall(Nfsstat4::NFS4_OK),
+            ]),
+        };
+        let wire = xdr::to_bytes(&res);
+        assert_eq!(xdr::from_slice::<CbCompound4Res>(&wire).unwrap(), res);
+    }
+}
