@@ -1,5 +1,5 @@
 //! `serve`: the NFS server (NFSv3 + MOUNT v3, optional rpcbind) on a local
-//! directory.
+//! directory, over TCP and over RPC-over-RDMA on the software iWARP device.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -11,6 +11,10 @@ use anyhow::Context;
 pub(crate) enum Transport {
     /// ONC RPC over TCP with record marking (RFC 5531 §11).
     Tcp,
+    /// RPC-over-RDMA (RFC 8166; version 2 negotiated when the client asks)
+    /// on the software iWARP device (MPA/DDP/RDMAP over TCP, interoperable
+    /// with Linux siw).
+    Rdma,
 }
 
 /// Arguments of `nfsrdma serve`.
@@ -24,6 +28,16 @@ pub(crate) struct ServeArgs {
     /// NFS port over TCP (0 picks an ephemeral port).
     #[arg(long, default_value_t = 2049)]
     port: u16,
+    /// NFS port over RPC-over-RDMA (IANA nfsrdma, 20049).
+    #[arg(long, default_value_t = 20049)]
+    rdma_port: u16,
+    /// Require MPA CRC32c on RDMA connections (RFC 5044 §4.4); by default
+    /// CRC is used only when the client asks, as Linux siw does.
+    #[arg(long)]
+    rdma_crc: bool,
+    /// Credits granted per RDMA connection (receive buffers posted).
+    #[arg(long, default_value_t = 64)]
+    rdma_credits: u32,
     /// MOUNT v3 port over TCP (MOUNT is also served on the NFS port).
     #[arg(long, default_value_t = 20048)]
     mount_port: u16,
@@ -35,8 +49,9 @@ pub(crate) struct ServeArgs {
     /// Refuse every change with NFS3ERR_ROFS.
     #[arg(long)]
     read_only: bool,
-    /// Transports to run (RPC-over-RDMA is not built yet).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "tcp")]
+    /// Transports for NFS. MOUNT (and rpcbind) are always served over TCP,
+    /// as NFS/RDMA clients expect.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "tcp,rdma")]
     transports: Vec<Transport>,
     /// Extra names a client may MOUNT for the export (besides its full path),
     /// for example /export.
@@ -45,35 +60,89 @@ pub(crate) struct ServeArgs {
 }
 
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.transports.contains(&Transport::Tcp),
-        "no transport selected"
-    );
+    anyhow::ensure!(!args.transports.is_empty(), "no transport selected");
+    let tcp = args.transports.contains(&Transport::Tcp);
     let mut config = nfs_server::ServerConfig::new(&args.dir);
     config.read_only = args.read_only;
-    config.nfs_addr = SocketAddr::new(args.addr, args.port);
-    config.mount_addr = Some(SocketAddr::new(args.addr, args.mount_port));
+    let mount_addr = SocketAddr::new(args.addr, args.mount_port);
+    if tcp {
+        config.nfs_addr = SocketAddr::new(args.addr, args.port);
+        config.mount_addr = Some(mount_addr);
+    } else {
+        // One TCP listener on the MOUNT port serves MOUNT (and every other
+        // program); NFS itself is reached over RDMA.
+        config.nfs_addr = mount_addr;
+        config.mount_addr = None;
+    }
     config.rpcbind_addr = args.rpcbind_port.map(|p| SocketAddr::new(args.addr, p));
     config.aliases = args.aliases;
     let server = nfs_server::start(config)
         .await
         .with_context(|| format!("serving {}", args.dir.display()))?;
+
+    let mut listening = Vec::new();
+    if tcp {
+        listening.push(format!("nfs over tcp {}", server.nfs_addr()));
+    }
+    listening.push(format!(
+        "mount over tcp {}",
+        server.mount_addr().unwrap_or(server.nfs_addr())
+    ));
+    if let Some(a) = server.rpcbind_addr() {
+        listening.push(format!("rpcbind {a}"));
+    }
+    let rdma = if args.transports.contains(&Transport::Rdma) {
+        let device = softrnic::SoftDevice::new(
+            softrnic::SoftConfig {
+                crc: args.rdma_crc,
+                ..softrnic::SoftConfig::default()
+            },
+            seed(),
+        );
+        let addr = SocketAddr::new(args.addr, args.rdma_port);
+        let rdma_config = rpcrdma::transport::RdmaServerConfig {
+            credits: args.rdma_credits.max(1),
+            ..rpcrdma::transport::RdmaServerConfig::default()
+        };
+        let listener =
+            rpcrdma::transport::RdmaListener::bind(&device, &addr, server.rpc(), rdma_config)
+                .await
+                .with_context(|| format!("listening for RPC-over-RDMA on {addr}"))?;
+        listening.push(format!("nfs over rdma {}", listener.local_addr()));
+        Some(listener.spawn())
+    } else {
+        None
+    };
     println!(
-        "serving {} over tcp: nfs {} mount {}{}",
+        "serving {}: {}",
         server.storage().path().display(),
-        server.nfs_addr(),
-        server
-            .mount_addr()
-            .map_or_else(|| "-".to_string(), |a| a.to_string()),
-        server
-            .rpcbind_addr()
-            .map_or_else(String::new, |a| format!(" rpcbind {a}")),
+        listening.join(", ")
     );
+    let rdma_done = async {
+        match rdma {
+            Some(task) => match task.await {
+                Ok(r) => r.map_err(|e| anyhow::anyhow!("RDMA listener failed: {e}")),
+                Err(e) => Err(anyhow::anyhow!("RDMA listener task: {e}")),
+            },
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
-        r = server.wait() => r.context("listener failed"),
+        r = server.wait() => r.context("TCP listener failed"),
+        r = rdma_done => r,
         _ = tokio::signal::ctrl_c() => {
             tracing::info!("interrupted, stopping");
             Ok(())
         }
     }
+}
+
+/// A seed for STag keys that differs between runs, so a stale remote key
+/// from an earlier server instance is not valid in this one.
+fn seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    t ^ u64::from(std::process::id()).rotate_left(32)
 }
