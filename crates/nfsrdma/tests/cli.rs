@@ -93,13 +93,14 @@ fn serve_exports_a_directory_to_libnfs_and_our_client() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("hello.txt"), b"hello over nfs\n").unwrap();
-    let (nfs, mnt) = (free_port(), free_port());
+    let (nfs, mnt, rdma) = (free_port(), free_port(), free_port());
     let _server = KillOnDrop(
         Command::new(BIN)
             .arg("serve")
             .arg(&dir)
             .args(["--addr", "127.0.0.1", "--port", &nfs.to_string()])
             .args(["--mount-port", &mnt.to_string(), "--read-only"])
+            .args(["--rdma-port", &rdma.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -107,6 +108,7 @@ fn serve_exports_a_directory_to_libnfs_and_our_client() {
     );
     wait_listening(nfs);
     wait_listening(mnt);
+    wait_listening(rdma);
     let path = dir.to_str().unwrap();
 
     let ours = Command::new(BIN)
