@@ -2,9 +2,10 @@
 # Installs the Debian packages and cargo components the test suite uses (idempotent; root).
 #   libnfs-utils  nfs-ls / nfs-cp / nfs-cat: an NFS client the project did not write (interop tests)
 #   tshark tcpdump  Wireshark's dissectors, to check captures of our own traffic
+#   fuse3         fusermount3 and /dev/fuse setup, for the `nfsrdma mount` FUSE test
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-pkgs=(libnfs-utils tshark tcpdump)
+pkgs=(libnfs-utils tshark tcpdump fuse3)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -47,6 +47,12 @@ enum Command {
     /// and COMMITted, with a resend if the server's write verifier changes.
     /// Prints bytes, seconds and MiB/s when done.
     Cp(cmd::cp::CpArgs),
+    /// Mount a remote directory on a local one through FUSE:
+    /// nfs://host[:port]/export/path DIR.
+    ///
+    /// Ordinary tools then work on DIR. Runs in the background unless
+    /// --foreground; SIGINT/SIGTERM or `fusermount3 -u DIR` unmount it.
+    Mount(cmd::mount::MountArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -69,6 +75,7 @@ fn main() -> anyhow::Result<()> {
             Command::Ls(a) => cmd::ls::run(a).await,
             Command::Cat(a) => cmd::cat::run(a).await,
             Command::Cp(a) => cmd::cp::run(a).await,
+            Command::Mount(a) => cmd::mount::run(a).await,
         }
     })
 }

@@ -4,4 +4,5 @@ pub(crate) mod cat;
 pub(crate) mod cp;
 pub(crate) mod echo;
 pub(crate) mod ls;
+pub(crate) mod mount;
 pub(crate) mod serve;

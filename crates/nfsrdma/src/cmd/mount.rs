@@ -1,0 +1,214 @@
+//! `nfsrdma mount URL DIR`: the export as a local file system through FUSE
+//! (the `fuser` crate, mounting with `mount(2)` as root or `fusermount3`
+//! otherwise; no libfuse needed), so that ordinary tools work on it.
+//!
+//! Without `--foreground` the command starts itself again in the
+//! background with `--foreground`, waits until the mount is in place and
+//! returns. The mount ends on SIGINT or SIGTERM (unmounting it), or when
+//! it is unmounted from outside (`fusermount3 -u DIR`, `umount DIR`).
+
+mod fs;
+mod table;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use fuser::{Config, MountOption, Session};
+use nfs_client::nfs::v3::Ftype3;
+use nfs_client::TcpMount;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::url::{connect, IoArgs, NfsUrl};
+
+/// The line a background child prints on standard output once mounted.
+const READY: &str = "nfsrdma-mount-ready";
+
+/// FUSE session threads (each blocks on one NFS request at a time).
+const FUSE_THREADS: usize = 4;
+
+/// Arguments of `nfsrdma mount`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct MountArgs {
+    /// nfs://host[:port]/export/path (a directory).
+    url: String,
+    /// The local directory to mount on.
+    dir: PathBuf,
+    /// Stay in the foreground until interrupted or unmounted.
+    #[arg(long, short = 'f')]
+    foreground: bool,
+    /// Mount read-only: every change fails with EROFS.
+    #[arg(long)]
+    read_only: bool,
+    /// Seconds the kernel may cache attributes and names.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_timeout)]
+    attr_timeout: f64,
+    #[command(flatten)]
+    io: IoArgs,
+    /// Print a readiness line on standard output once mounted (used by
+    /// the background start).
+    #[arg(long, hide = true)]
+    notify_ready: bool,
+}
+
+fn parse_timeout(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=86_400.0).contains(&v) => Ok(v),
+        _ => Err(format!("bad timeout {s:?}: expected 0 to 86400 seconds")),
+    }
+}
+
+pub(crate) async fn run(args: MountArgs) -> anyhow::Result<()> {
+    if !args.notify_ready {
+        return mount(args).await;
+    }
+    // A background child: its standard error is not read, so a failure
+    // goes to standard output, where the starting process looks.
+    let r = mount(args).await;
+    if let Err(e) = &r {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{e:#}").and_then(|()| out.flush());
+    }
+    r
+}
+
+async fn mount(args: MountArgs) -> anyhow::Result<()> {
+    let url = NfsUrl::parse(&args.url)?;
+    let dir = std::fs::canonicalize(&args.dir)
+        .with_context(|| format!("mount point {}", args.dir.display()))?;
+    anyhow::ensure!(dir.is_dir(), "{}: not a directory", dir.display());
+    if !args.foreground {
+        return tokio::task::spawn_blocking(move || start_background(&args, &dir)).await?;
+    }
+    let TcpMount { mount, rest, .. } = connect(&url, args.io.options()).await?;
+    let root = mount
+        .resolve(&rest)
+        .await
+        .with_context(|| url.path.clone())?;
+    if root.attrs.ftype != Ftype3::NF3DIR {
+        bail!("{}: not a directory", url.path);
+    }
+    let opts = fs::FsOptions {
+        ttl: Duration::from_secs_f64(args.attr_timeout),
+        read_only: args.read_only,
+    };
+    let nfs_fs = fs::NfsFs::new(
+        mount,
+        root.fh,
+        &root.attrs,
+        tokio::runtime::Handle::current(),
+        opts,
+    );
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(format!("{}:{}", url.host, url.path)),
+        MountOption::Subtype("nfsrdma".into()),
+        MountOption::NoDev,
+        MountOption::NoSuid,
+        if args.read_only {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        },
+    ];
+    config.n_threads = Some(FUSE_THREADS);
+    let mp = dir.clone();
+    let mut session = tokio::task::spawn_blocking(move || Session::new(nfs_fs, &mp, &config))
+        .await?
+        .with_context(|| format!("mounting on {}", dir.display()))?;
+    let mut unmounter = session.unmount_callable();
+    tracing::info!("mounted {} on {}", args.url, dir.display());
+    if args.notify_ready {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{READY}")?;
+        out.flush()?;
+    }
+    let mut serving = tokio::task::spawn_blocking(move || session.run());
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    loop {
+        tokio::select! {
+            r = &mut serving => {
+                r?.context("FUSE session failed")?;
+                tracing::info!("{} was unmounted", dir.display());
+                return Ok(());
+            }
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+            _ = hup.recv() => {}
+        }
+        tracing::info!("signal: unmounting {}", dir.display());
+        let r = tokio::task::spawn_blocking({
+            let mut u = unmounter;
+            move || (u.unmount(), u)
+        })
+        .await?;
+        unmounter = r.1;
+        match r.0 {
+            // The session ends once the kernel lets go.
+            Ok(()) => {
+                serving.await?.context("FUSE session failed")?;
+                return Ok(());
+            }
+            Err(e) => tracing::error!("unmounting {}: {e} (still mounted)", dir.display()),
+        }
+    }
+}
+
+/// Starts `nfsrdma mount --foreground` detached (its own process group,
+/// so the terminal's signals do not reach it; its log discarded) and
+/// waits for its readiness line; on failure, shows the error it printed.
+fn start_background(args: &MountArgs, dir: &Path) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("finding this program")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount")
+        .arg("--foreground")
+        .arg("--notify-ready")
+        .arg("--attr-timeout")
+        .arg(args.attr_timeout.to_string())
+        .arg("--in-flight")
+        .arg(args.io.in_flight.to_string());
+    if let Some(bs) = args.io.block_size {
+        cmd.arg("--block-size").arg(bs.to_string());
+    }
+    if args.read_only {
+        cmd.arg("--read-only");
+    }
+    cmd.arg(&args.url)
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0);
+    let mut child = cmd.spawn().context("starting the mount process")?;
+    let Some(out) = child.stdout.take() else {
+        bail!("mount process has no output pipe");
+    };
+    let mut out = BufReader::new(out.take(64 << 10));
+    let mut line = String::new();
+    let _ = out.read_line(&mut line);
+    if line.trim_end() == READY {
+        return Ok(());
+    }
+    let _ = out.read_to_string(&mut line);
+    let status = child.wait()?;
+    bail!("mount process failed ({status}): {}", line.trim_end())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_parse_within_a_day() {
+        assert_eq!(parse_timeout("1.5"), Ok(1.5));
+        assert_eq!(parse_timeout("0"), Ok(0.0));
+        for bad in ["-1", "x", "NaN", "inf", "90000"] {
+            assert!(parse_timeout(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! `nfsrdma mount` through FUSE, exercised with ordinary tools (ls, cp,
+//! cmp, dd, find, mkdir, mv, rm, ln, readlink, diff, chmod, truncate)
+//! against the project's NFSv3 server started in this test process.
+//!
+//! Where FUSE is unavailable (no /dev/fuse, no fusermount3 for a non-root
+//! user, or mounting refused) each test prints a loud `SKIPPED:` line and
+//! returns; once a mount is in place, any misbehaviour fails the test.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_nfsrdma");
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("nfsrdma-fuse-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Self(std::fs::canonicalize(&p).unwrap())
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The project's server on an ephemeral port, alive as long as this value.
+struct Server {
+    _rt: tokio::runtime::Runtime,
+    port: u16,
+    export: TempDir,
+}
+
+impl Server {
+    fn start(tag: &str) -> Self {
+        let export = TempDir::new(tag);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut cfg = nfs_server::ServerConfig::new(&export.0);
+        cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
+        cfg.mount_addr = None;
+        let srv = rt.block_on(nfs_server::start(cfg)).unwrap();
+        let port = srv.nfs_addr().port();
+        rt.spawn(srv.wait());
+        Self {
+            _rt: rt,
+            port,
+            export,
+        }
+    }
+
+    fn dir(&self) -> &Path {
+        &self.export.0
+    }
+
+    fn url(&self) -> String {
+        format!("nfs://127.0.0.1:{}{}", self.port, self.dir().display())
+    }
+}
+
+/// Why FUSE cannot be used here, if it cannot.
+fn fuse_unavailable() -> Option<String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse is missing".into());
+    }
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.uid() == 0
+    });
+    let fusermount = Command::new("fusermount3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !root && !fusermount {
+        return Some("not root and no fusermount3".into());
+    }
+    None
+}
+
+fn skip(why: &str) {
+    eprintln!("SKIPPED: FUSE mount test not run: {why} (install fuse3 and provide /dev/fuse)");
+}
+
+fn is_mounted(dir: &Path) -> bool {
+    let want = dir.to_string_lossy().into_owned();
+    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| {
+        m.lines()
+            .any(|l| l.split(' ').nth(4).is_some_and(|p| p == want))
+    })
+}
+
+/// A mount of the server's export, unmounted (and its process reaped)
+/// when dropped, whatever happened.
+struct Mounted {
+    dir: TempDir,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Mounted {
+    fn log(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.0.join(rel)
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if is_mounted(&self.dir.0) {
+            let _ = Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(&self.dir.0)
+                .output();
+            if is_mounted(&self.dir.0) {
+                let _ = Command::new("umount").arg("-l").arg(&self.dir.0).output();
+            }
+        }
+        if let Some(mut c) = self.child.take() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !matches!(c.try_wait(), Ok(Some(_)) | Err(_)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if matches!(c.try_wait(), Ok(None)) {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// Mounts `srv`'s export with `nfsrdma mount --foreground extra...`;
+/// `None` (after a SKIPPED line) when FUSE refuses.
+fn mount(srv: &Server, tag: &str, extra: &[&str]) -> Option<Mounted> {
+    if let Some(why) = fuse_unavailable() {
+        skip(&why);
+        return None;
+    }
+    let dir = TempDir::new(tag);
+    let log = std::env::temp_dir().join(format!("nfsrdma-fuse-{tag}-{}.log", std::process::id()));
+    let child = Command::new(BIN)
+        .arg("mount")
+        .arg("--foreground")
+        .args(extra)
+        .arg(srv.url())
+        .arg(&dir.0)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(File::create(&log).unwrap())
+        .spawn()
+        .expect("start nfsrdma mount");
+    let mut m = Mounted {
+        dir,
+        child: Some(child),
+        log,
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !is_mounted(&m.dir.0) {
+        let exited = m.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+        if let Some(status) = exited {
+            let log = m.log();
+            let refused = ["Operation not permitted", "Permission denied", "fusermount"]
+                .iter()
+                .any(|s| log.contains(s));
+            if refused {
+                skip(&format!("mounting was refused: {}", log.trim()));
+                return None;
+            }
+            panic!("nfsrdma mount exited ({status}) without mounting:\n{log}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "mount did not appear in 10 s:\n{}",
+            m.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(m)
+}
+
+fn sh(prog: &str, args: &[&str]) -> Output {
+    Command::new(prog)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {prog}: {e}"))
+}
+
+/// Runs a tool and requires success; returns its standard output.
+fn ok(prog: &str, args: &[&str]) -> String {
+    let out = sh(prog, args);
+    assert!(
+        out.status.success(),
+        "{prog} {args:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Deterministic bytes that are not a short repeating pattern.
+fn pattern(len: usize) -> Vec<u8> {
+    let mut x: u32 = 0x1234_5678;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn ordinary_tools_work_on_the_mount() {
+    let srv = Server::start("exp");
+    let exp = srv.dir().to_path_buf();
+    std::fs::write(exp.join("hello.txt"), b"hello over nfs\n").unwrap();
+    std::fs::create_dir(exp.join("sub")).unwrap();
+    std::fs::write(exp.join("sub/inner"), b"inner\n").unwrap();
+    let Some(m) = mount(&srv, "mnt", &[]) else {
+        return;
+    };
+    let local = TempDir::new("local");
+
+    // ls sees what the server holds.
+    let ls = ok("ls", &["-a", s(&m.path(""))]);
+    let names: Vec<&str> = ls.lines().collect();
+    for n in ["hello.txt", "sub"] {
+        assert!(names.contains(&n), "ls shows {names:?}");
+    }
+    assert_eq!(
+        std::fs::read(m.path("hello.txt")).unwrap(),
+        b"hello over nfs\n"
+    );
+
+    // cp of a few MiB in, then out again; cmp both ways.
+    let big = pattern(3 << 20 | 12_345);
+    std::fs::write(local.0.join("big"), &big).unwrap();
+    ok("cp", &[s(&local.0.join("big")), s(&m.path("big"))]);
+    assert_eq!(
+        std::fs::read(exp.join("big")).unwrap(),
+        big,
+        "cp into the mount"
+    );
+    ok("cp", &[s(&m.path("big")), s(&local.0.join("back"))]);
+    ok("cmp", &[s(&local.0.join("big")), s(&local.0.join("back"))]);
+
+    // dd writes in 64 KiB blocks with an fsync, then reads back.
+    let dd_src = local.0.join("dd-src");
+    std::fs::write(&dd_src, pattern(1 << 20)).unwrap();
+    ok(
+        "dd",
+        &[
+            &format!("if={}", s(&dd_src)),
+            &format!("of={}", s(&m.path("dd.bin"))),
+            "bs=64k",
+            "conv=fsync",
+            "status=none",
+        ],
+    );
+    ok("cmp", &[s(&dd_src), s(&exp.join("dd.bin"))]);
+    let dd_back = local.0.join("dd-back");
+    ok(
+        "dd",
+        &[
+            &format!("if={}", s(&m.path("dd.bin"))),
+            &format!("of={}", s(&dd_back)),
+            "bs=1M",
+            "status=none",
+        ],
+    );
+    ok("cmp", &[s(&dd_src), s(&dd_back)]);
+
+    // mkdir, mv, find.
+    ok("mkdir", &["-p", s(&m.path("a/b/c"))]);
+    assert!(exp.join("a/b/c").is_dir());
+    ok(
+        "mv",
+        &[s(&m.path("hello.txt")), s(&m.path("a/b/hello.txt"))],
+    );
+    assert!(!exp.join("hello.txt").exists());
+    assert!(exp.join("a/b/hello.txt").is_file());
+    let found = ok("find", &[s(&m.path("")), "-type", "f", "-name", "*.txt"]);
+    assert_eq!(found.trim(), s(&m.path("a/b/hello.txt")));
+
+    // ln -s and readlink; the link resolves through the mount.
+    ok("ln", &["-s", "a/b/hello.txt", s(&m.path("link"))]);
+    assert_eq!(
+        std::fs::read_link(exp.join("link")).unwrap(),
+        Path::new("a/b/hello.txt")
+    );
+    assert_eq!(
+        ok("readlink", &[s(&m.path("link"))]).trim(),
+        "a/b/hello.txt"
+    );
+    assert_eq!(ok("cat", &[s(&m.path("link"))]), "hello over nfs\n");
+
+    // A hard link shares the inode.
+    ok("ln", &[s(&m.path("big")), s(&m.path("big2"))]);
+    let st = ok(
+        "stat",
+        &["-c", "%h %i", s(&m.path("big")), s(&m.path("big2"))],
+    );
+    let lines: Vec<&str> = st.lines().collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0], lines[1]);
+    assert!(lines[0].starts_with("2 "), "{st}");
+
+    // chmod, truncate and touch reach the server.
+    ok("chmod", &["640", s(&m.path("dd.bin"))]);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(exp.join("dd.bin"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o640);
+    ok("truncate", &["-s", "1000", s(&m.path("dd.bin"))]);
+    assert_eq!(std::fs::metadata(exp.join("dd.bin")).unwrap().len(), 1000);
+    ok(
+        "touch",
+        &["-d", "2001-02-03 04:05:06Z", s(&m.path("dd.bin"))],
+    );
+    let mtime = std::fs::metadata(exp.join("dd.bin"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert_eq!(
+        mtime
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+        981_173_106
+    );
+
+    // The whole tree is the same seen through the mount and directly.
+    ok("diff", &["-r", s(&m.path("")), s(&exp)]);
+
+    // rm and rmdir; errors come back as errnos.
+    ok("rm", &[s(&m.path("big2")), s(&m.path("link"))]);
+    let out = sh("rmdir", &[s(&m.path("a"))]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not empty"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ok("rm", &["-r", s(&m.path("a"))]);
+    assert!(!exp.join("a").exists());
+    let out = sh("cat", &[s(&m.path("missing"))]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("No such file"));
+
+    // df reads FSSTAT.
+    ok("df", &[s(&m.path(""))]);
+
+    // SIGTERM unmounts cleanly and ends the process.
+    let mut m = m;
+    let mut child = m.child.take().unwrap();
+    ok("kill", &["-TERM", &child.id().to_string()]);
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "still running after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit {status}:\n{}", m.log());
+    assert!(!is_mounted(&m.dir.0), "still mounted after SIGTERM");
+    assert!(m.log().contains("unmounting"), "{}", m.log());
+}
+
+#[test]
+fn read_only_mount_refuses_changes_and_ends_on_external_unmount() {
+    let srv = Server::start("ro");
+    std::fs::write(srv.dir().join("f"), b"data\n").unwrap();
+    let Some(mut m) = mount(&srv, "ro-mnt", &["--read-only", "--attr-timeout", "0"]) else {
+        return;
+    };
+    assert_eq!(ok("cat", &[s(&m.path("f"))]), "data\n");
+    let out = sh("touch", &[s(&m.path("new"))]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Read-only file system"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!srv.dir().join("new").exists());
+    assert!(!sh("rm", &[s(&m.path("f"))]).status.success());
+    assert!(srv.dir().join("f").exists());
+
+    // fusermount3 -u from outside ends the mount process by itself.
+    let out = sh("fusermount3", &["-u", s(&m.path(""))]);
+    if !out.status.success() {
+        ok("umount", &[s(&m.path(""))]);
+    }
+    let mut child = m.child.take().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "still running after unmount");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit {status}:\n{}", m.log());
+}
+
+#[test]
+fn background_mount_returns_once_mounted_and_reports_failures() {
+    let srv = Server::start("bg");
+    std::fs::write(srv.dir().join("f"), b"bg\n").unwrap();
+    if let Some(why) = fuse_unavailable() {
+        skip(&why);
+        return;
+    }
+    let dir = TempDir::new("bg-mnt");
+    let out = Command::new(BIN)
+        .args(["mount", &srv.url(), s(&dir.0)])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() && err.contains("ermi") {
+        skip(&format!("mounting was refused: {err}"));
+        return;
+    }
+    // Unmounted at the end even if an assertion fails.
+    let m = Mounted {
+        dir,
+        child: None,
+        log: PathBuf::new(),
+    };
+    assert!(out.status.success(), "{err}");
+    assert!(
+        is_mounted(&m.dir.0),
+        "not mounted when the command returned"
+    );
+    assert_eq!(ok("cat", &[s(&m.path("f"))]), "bg\n");
+    drop(m);
+
+    // A missing export fails the command with the server's answer.
+    let dir = TempDir::new("bg-bad");
+    let bad = format!("nfs://127.0.0.1:{}/no/such/export", srv.port);
+    let out = Command::new(BIN)
+        .args(["mount", &bad, s(&dir.0)])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(!is_mounted(&dir.0));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("MOUNT"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
