@@ -9,6 +9,7 @@
 
 mod fs;
 mod table;
+mod unstable;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;

@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
@@ -27,8 +26,8 @@ use fuser::{
 };
 use nfs_client::nfs::v3::{
     Cookieverf3, Create3ResOk, Createhow3, Entryplus3, Fattr3, Ftype3, NfsFh3, Sattr3, SetTime,
-    StableHow, Writeverf3, ACCESS3_DELETE, ACCESS3_EXECUTE, ACCESS3_EXTEND, ACCESS3_LOOKUP,
-    ACCESS3_MODIFY, ACCESS3_READ, NFS3_MAXNAMLEN,
+    ACCESS3_DELETE, ACCESS3_EXECUTE, ACCESS3_EXTEND, ACCESS3_LOOKUP, ACCESS3_MODIFY, ACCESS3_READ,
+    NFS3_MAXNAMLEN,
 };
 use nfs_client::nfs::xdr::FixedOpaque;
 use nfs_client::Mount;
@@ -36,6 +35,7 @@ use oncrpc::ClientTransport;
 use tokio::runtime::Handle;
 
 use super::table::{errno, file_attr, file_type, nfs_time, Inodes};
+use super::unstable::OpenFile;
 
 /// Largest FUSE WRITE asked for, whatever the server allows.
 const MAX_FUSE_WRITE: u32 = 1 << 20;
@@ -43,8 +43,6 @@ const MAX_FUSE_WRITE: u32 = 1 << 20;
 const MAX_FUSE_READ: u32 = 4 << 20;
 /// Block size reported by `statfs`.
 const STATFS_BSIZE: u64 = 4096;
-/// Verifier changes tolerated within one WRITE before giving up.
-const MAX_VERIFIER_CHANGES: u32 = 3;
 
 /// Mount-wide settings.
 #[derive(Debug, Clone, Copy)]
@@ -53,24 +51,6 @@ pub(crate) struct FsOptions {
     pub(crate) ttl: Duration,
     /// Refuse every change with `EROFS`.
     pub(crate) read_only: bool,
-}
-
-/// UNSTABLE writes not yet confirmed by a COMMIT.
-#[derive(Debug, Default)]
-struct Unstable {
-    /// The verifier the server returned with them.
-    verf: Option<Writeverf3>,
-    /// The data, for a resend if the verifier changes.
-    pending: Vec<(u64, Bytes)>,
-    /// Bytes in `pending`.
-    bytes: u64,
-}
-
-/// An open file: its handle and its unconfirmed writes.
-#[derive(Debug)]
-struct OpenFile {
-    fh: NfsFh3,
-    unstable: tokio::sync::Mutex<Unstable>,
 }
 
 type Res<T> = Result<T, Errno>;
@@ -157,10 +137,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
 
     fn new_open_file(&self, fh: NfsFh3) -> FileHandle {
         let id = self.handle();
-        let of = Arc::new(OpenFile {
-            fh,
-            unstable: tokio::sync::Mutex::new(Unstable::default()),
-        });
+        let of = Arc::new(OpenFile::new(fh));
         let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
         files.insert(id, of);
         FileHandle(id)
@@ -241,128 +218,6 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
         let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
         dirs.insert(dh.0, r.cookieverf);
         Ok(r.entries)
-    }
-
-    /// Sends `data` at `offset` with `stable`, as many WRITEs as the
-    /// server's size and short writes take (RFC 1813 §3.3.7). Returns the
-    /// verifier of an UNSTABLE reply, if any.
-    async fn write_all(
-        &self,
-        fh: &NfsFh3,
-        offset: u64,
-        data: &Bytes,
-        stable: StableHow,
-    ) -> nfs_client::Result<Option<Writeverf3>> {
-        let ws = self.mount.write_size() as usize;
-        let mut done = 0usize;
-        let mut verf = None;
-        while done < data.len() {
-            let end = done.saturating_add(ws).min(data.len());
-            let at = offset.saturating_add(done as u64);
-            let r = self
-                .mount
-                .client()
-                .write(fh, at, data.slice(done..end), stable)
-                .await?;
-            if r.count == 0 {
-                return Err(nfs_client::Error::Protocol("WRITE made no progress"));
-            }
-            if r.committed != StableHow::FILE_SYNC {
-                if stable == StableHow::FILE_SYNC {
-                    return Err(nfs_client::Error::Protocol(
-                        "FILE_SYNC WRITE answered as not stable",
-                    ));
-                }
-                if verf.is_some_and(|v| v != r.verf) {
-                    return Err(nfs_client::Error::Protocol(
-                        "write verifier changed within one write",
-                    ));
-                }
-                verf = Some(r.verf);
-            }
-            done += r.count as usize;
-        }
-        Ok(verf)
-    }
-
-    /// Resends every pending write FILE_SYNC: the server's verifier
-    /// changed, so it may have lost them (RFC 1813 §3.3.7).
-    async fn resend(&self, fh: &NfsFh3, st: &mut Unstable) -> nfs_client::Result<()> {
-        tracing::warn!(
-            writes = st.pending.len(),
-            bytes = st.bytes,
-            "server write verifier changed: resending unstable writes"
-        );
-        for (off, data) in &st.pending {
-            self.write_all(fh, *off, data, StableHow::FILE_SYNC).await?;
-        }
-        st.pending.clear();
-        st.bytes = 0;
-        st.verf = None;
-        Ok(())
-    }
-
-    /// An UNSTABLE write (RFC 1813 §3.3.7) kept for a resend until a
-    /// COMMIT confirms it; commits when the window fills.
-    async fn write_unstable(
-        &self,
-        of: &OpenFile,
-        offset: u64,
-        data: &[u8],
-    ) -> nfs_client::Result<()> {
-        let data = Bytes::copy_from_slice(data);
-        let mut st = of.unstable.lock().await;
-        let mut changes = 0;
-        loop {
-            let verf = self
-                .write_all(&of.fh, offset, &data, StableHow::UNSTABLE)
-                .await?;
-            let Some(verf) = verf else {
-                // All of it is on stable storage already.
-                return Ok(());
-            };
-            match st.verf {
-                Some(v) if v != verf => {
-                    changes += 1;
-                    if changes > MAX_VERIFIER_CHANGES {
-                        return Err(nfs_client::Error::Protocol("write verifier keeps changing"));
-                    }
-                    // Earlier writes may be lost: resend them, then this
-                    // one again under the new verifier.
-                    self.resend(&of.fh, &mut st).await?;
-                    continue;
-                }
-                _ => st.verf = Some(verf),
-            }
-            break;
-        }
-        st.bytes = st.bytes.saturating_add(data.len() as u64);
-        st.pending.push((offset, data));
-        if st.bytes >= self.mount.options().commit_window {
-            self.commit(&of.fh, &mut st).await?;
-        }
-        Ok(())
-    }
-
-    /// COMMIT (RFC 1813 §3.3.21) of the pending writes; a verifier other
-    /// than the writes' resends them FILE_SYNC.
-    async fn commit(&self, fh: &NfsFh3, st: &mut Unstable) -> nfs_client::Result<()> {
-        if st.pending.is_empty() {
-            return Ok(());
-        }
-        let c = self.mount.client().commit(fh, 0, 0).await?;
-        if st.verf != Some(c.verf) {
-            return self.resend(fh, st).await;
-        }
-        st.pending.clear();
-        st.bytes = 0;
-        st.verf = None;
-        Ok(())
-    }
-
-    async fn commit_file(&self, of: &OpenFile) -> Res<()> {
-        let mut st = of.unstable.lock().await;
-        nfs(self.commit(&of.fh, &mut st).await)
     }
 
     async fn do_setattr(&self, ino: INodeNo, s: Sattr3) -> Res<FileAttr> {
@@ -691,7 +546,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
             self.writable()?;
             let n = u32::try_from(data.len()).map_err(|_| Errno::EFBIG)?;
             let of = self.open_file(fh)?;
-            nfs(self.write_unstable(&of, offset, data).await)?;
+            nfs(of.write(&self.mount, offset, data).await)?;
             Ok(n)
         });
         match r {
@@ -712,7 +567,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
     ) {
         let r = self.run(async {
             let of = self.open_file(fh)?;
-            self.commit_file(&of).await
+            nfs(of.commit(&self.mount).await)
         });
         reply_empty(reply, r);
     }
@@ -732,7 +587,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
             files.remove(&fh.0)
         };
         let r = match of {
-            Some(of) => self.run(self.commit_file(&of)),
+            Some(of) => self.run(async { nfs(of.commit(&self.mount).await) }),
             None => Err(Errno::EBADF),
         };
         reply_empty(reply, r);
@@ -749,7 +604,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
     ) {
         let r = self.run(async {
             let of = self.open_file(fh)?;
-            self.commit_file(&of).await
+            nfs(of.commit(&self.mount).await)
         });
         reply_empty(reply, r);
     }
