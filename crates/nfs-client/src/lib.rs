@@ -18,6 +18,10 @@
 //!   MOUNT port (explicit, the port mapper, or the NFS port), chooses the
 //!   export for a path, and mounts over [`oncrpc::tcp::TcpClient`], which
 //!   reconnects and resends calls in flight with their XIDs.
+//! - `rdma` (feature `tokio`): [`connect_rdma`] mounts the same way (MOUNT
+//!   over TCP) and runs NFS over RPC-over-RDMA ([`rpcrdma`]'s
+//!   `RdmaClient`, version 1 or 2) on any `rnic::Device` addressed by
+//!   `SocketAddr`, such as the software iWARP device.
 //!
 //! ```no_run
 //! # async fn run() -> nfs_client::Result<()> {
@@ -41,6 +45,8 @@ mod io;
 pub mod mount;
 pub mod mountproto;
 #[cfg(feature = "tokio")]
+mod rdma;
+#[cfg(feature = "tokio")]
 mod tcp;
 
 pub use client::{filename, process_auth_sys, Nfs3Client};
@@ -49,7 +55,13 @@ pub use io::{FileWriter, WriteStats};
 pub use mount::{entry_name, IoOptions, Mount, ReadDirPlus, Resolved};
 pub use mountproto::MountClient;
 #[cfg(feature = "tokio")]
-pub use tcp::{connect_tcp, TcpMount, TcpOptions, TcpTarget, DEFAULT_NFS_PORT};
+pub use rdma::{
+    connect_rdma, connect_rdma_transport, RdmaMount, RdmaOptions, RdmaTarget, DEFAULT_MOUNT_PORT,
+    DEFAULT_RDMA_PORT,
+};
+#[cfg(feature = "tokio")]
+pub use tcp::{connect_tcp, Mounted, TcpMount, TcpOptions, TcpTarget, DEFAULT_NFS_PORT};
 
 pub use nfs;
 pub use oncrpc;
+pub use rpcrdma;

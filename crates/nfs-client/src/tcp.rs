@@ -62,18 +62,61 @@ impl Default for TcpOptions {
     }
 }
 
-/// A mount over TCP, with the export chosen and the path below it.
+/// A mounted export over transport `T`, with the export chosen and the
+/// path below it ([`connect_tcp`], [`crate::connect_rdma`]).
 #[derive(Debug)]
-pub struct TcpMount {
+pub struct Mounted<T> {
     /// The mounted export.
-    pub mount: Mount<TcpClient>,
+    pub mount: Mount<T>,
     /// The export path that was mounted.
     pub export: String,
     /// The target path relative to the export (empty for its root).
     pub rest: String,
 }
 
-fn xid_seed() -> u32 {
+/// A mount over TCP.
+pub type TcpMount = Mounted<TcpClient>;
+
+/// The result of MOUNT over TCP, before the NFS transport is opened:
+/// what every transport's connect shares ([`mount_export`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Exported {
+    /// The export path that was mounted.
+    pub(crate) export: String,
+    /// The MNT reply (root handle and flavors).
+    pub(crate) ok: nfs::mount::Mountres3Ok,
+    /// The AUTH_SYS credential used for MOUNT, and then for NFS.
+    pub(crate) cred: oncrpc::msg::OpaqueAuth,
+    /// The target path relative to the export.
+    pub(crate) rest: String,
+}
+
+impl Exported {
+    /// Opens the mount over `rpc`: FSINFO on the export's root.
+    pub(crate) async fn attach<T: oncrpc::ClientTransport>(
+        self,
+        rpc: T,
+        io: IoOptions,
+    ) -> Result<Mounted<T>> {
+        let mount = Mount::new(Nfs3Client::new(rpc, self.cred), self.ok.fhandle, io).await?;
+        Ok(Mounted {
+            mount,
+            export: self.export,
+            rest: self.rest,
+        })
+    }
+}
+
+/// Where MOUNT is looked for over TCP, in order: `explicit` alone when
+/// given; else `first`, the port mapper's answer, then each of `fallback`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MountPorts {
+    pub(crate) explicit: Option<u16>,
+    pub(crate) first: Option<u16>,
+    pub(crate) fallback: Vec<u16>,
+}
+
+pub(crate) fn xid_seed() -> u32 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32).rotate_left(16))
@@ -81,7 +124,7 @@ fn xid_seed() -> u32 {
     nanos ^ std::process::id().rotate_left(8)
 }
 
-async fn resolve_addr(host: &str, port: u16) -> Result<SocketAddr> {
+pub(crate) async fn resolve_addr(host: &str, port: u16) -> Result<SocketAddr> {
     let mut addrs = tokio::net::lookup_host((host, port)).await?;
     addrs.next().ok_or_else(|| {
         Error::Io(std::io::Error::new(
@@ -155,39 +198,43 @@ async fn mount_best<T: oncrpc::ClientTransport>(
     Err(last.unwrap_or(Error::InvalidName(path.to_owned())))
 }
 
-/// Mounts `target` over TCP: finds the MOUNT service, mounts the export
-/// holding `target.path` with AUTH_SYS ([`process_auth_sys`]), connects
-/// to NFS and reads FSINFO.
-pub async fn connect_tcp(target: &TcpTarget, opts: &TcpOptions) -> Result<TcpMount> {
+/// Finds the MOUNT service of `host` over TCP (RFC 1813 §5: MOUNT is a
+/// TCP/UDP program even when NFS runs over RDMA, RFC 8267 §6) on the
+/// ports of `ports`, and mounts the export holding `path` with AUTH_SYS
+/// ([`process_auth_sys`]).
+pub(crate) async fn mount_export(
+    host: &str,
+    path: &str,
+    ports: &MountPorts,
+    opts: &TcpOptions,
+) -> Result<Exported> {
     let cred = process_auth_sys().to_opaque_auth();
-    let nfs_port = target.nfs_port.unwrap_or(DEFAULT_NFS_PORT);
     let try_port = |port: u16| {
         let cred = cred.clone();
         async move {
-            let addr = resolve_addr(&target.host, port).await?;
+            let addr = resolve_addr(host, port).await?;
             let rpc = connect(addr, opts, 1, ReconnectPolicy::default()).await?;
-            mount_best(&MountClient::new(rpc, cred), &target.path).await
+            mount_best(&MountClient::new(rpc, cred), path).await
         }
     };
-    // The MOUNT port: the explicit one alone; else, when the NFS port was
-    // given, that port first (user-space servers, this project's
-    // included, serve MOUNT there); then the port mapper's answer; then
-    // the NFS port.
     let mut tried = Vec::new();
     let mut last_err = None;
     let mut mounted = None;
     let mut stage = 0;
-    while mounted.is_none() && stage < 3 {
+    while mounted.is_none() && stage < 2 + ports.fallback.len() {
         let port = match stage {
-            0 => target.mount_port.or(target.nfs_port),
-            1 if target.mount_port.is_none() => match pmap_mount_port(&target.host, opts).await {
+            0 => ports.explicit.or(ports.first),
+            1 if ports.explicit.is_none() => match pmap_mount_port(host, opts).await {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::debug!(error = %e, "port mapper lookup failed");
                     None
                 }
             },
-            2 if target.mount_port.is_none() => Some(nfs_port),
+            n if ports.explicit.is_none() => n
+                .checked_sub(2)
+                .and_then(|i| ports.fallback.get(i))
+                .copied(),
             _ => None,
         };
         stage += 1;
@@ -212,19 +259,42 @@ pub async fn connect_tcp(target: &TcpTarget, opts: &TcpOptions) -> Result<TcpMou
             vers: MOUNT_V3,
         }));
     };
-    let addr = resolve_addr(&target.host, nfs_port).await?;
-    let rpc = connect(
+    let rest = path_below(path, &export);
+    Ok(Exported {
+        export,
+        ok,
+        cred,
+        rest,
+    })
+}
+
+/// Opens an NFS connection over TCP to `host:port`, sized for `io`.
+pub(crate) async fn connect_nfs_tcp(host: &str, port: u16, opts: &TcpOptions) -> Result<TcpClient> {
+    let addr = resolve_addr(host, port).await?;
+    connect(
         addr,
         opts,
         opts.io.in_flight.saturating_mul(2),
         opts.reconnect,
     )
-    .await?;
-    let mount = Mount::new(Nfs3Client::new(rpc, cred), ok.fhandle, opts.io).await?;
-    let rest = path_below(&target.path, &export);
-    Ok(TcpMount {
-        mount,
-        export,
-        rest,
-    })
+    .await
+}
+
+/// Mounts `target` over TCP: finds the MOUNT service, mounts the export
+/// holding `target.path` with AUTH_SYS ([`process_auth_sys`]), connects
+/// to NFS and reads FSINFO.
+pub async fn connect_tcp(target: &TcpTarget, opts: &TcpOptions) -> Result<TcpMount> {
+    let nfs_port = target.nfs_port.unwrap_or(DEFAULT_NFS_PORT);
+    // The MOUNT port: the explicit one alone; else, when the NFS port was
+    // given, that port first (user-space servers, this project's
+    // included, serve MOUNT there); then the port mapper's answer; then
+    // the NFS port.
+    let ports = MountPorts {
+        explicit: target.mount_port,
+        first: target.nfs_port,
+        fallback: vec![nfs_port],
+    };
+    let exported = mount_export(&target.host, &target.path, &ports, opts).await?;
+    let rpc = connect_nfs_tcp(&target.host, nfs_port, opts).await?;
+    exported.attach(rpc, opts.io).await
 }
