@@ -476,3 +476,56 @@ fn background_mount_returns_once_mounted_and_reports_failures() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn writeback_cache_mount_keeps_small_and_partial_writes_intact() {
+    let srv = Server::start("wb");
+    let exp = srv.dir().to_path_buf();
+    let Some(m) = mount(&srv, "wb-mnt", &["--writeback-cache"]) else {
+        return;
+    };
+    let local = TempDir::new("wb-local");
+    let src = local.0.join("src");
+    std::fs::write(&src, pattern((2 << 20) + 777)).unwrap();
+    // 4 KiB writes, gathered by the kernel into large WRITEs.
+    ok(
+        "dd",
+        &[
+            &format!("if={}", s(&src)),
+            &format!("of={}", s(&m.path("small"))),
+            "bs=4k",
+            "status=none",
+        ],
+    );
+    // close(2) committed it: the export holds every byte.
+    ok("cmp", &[s(&src), s(&exp.join("small"))]);
+    // Overwrite 100 bytes in the middle, then append, in place.
+    let patch = local.0.join("patch");
+    std::fs::write(&patch, [0x5a; 100]).unwrap();
+    ok(
+        "dd",
+        &[
+            &format!("if={}", s(&patch)),
+            &format!("of={}", s(&m.path("small"))),
+            "bs=1",
+            "seek=5000",
+            "conv=notrunc",
+            "status=none",
+        ],
+    );
+    let mut want = std::fs::read(&src).unwrap();
+    want[5000..5100].fill(0x5a);
+    assert_eq!(std::fs::read(exp.join("small")).unwrap(), want);
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(m.path("small"))
+            .unwrap();
+        f.write_all(b"tail").unwrap();
+        f.sync_all().unwrap();
+    }
+    want.extend_from_slice(b"tail");
+    assert_eq!(std::fs::read(exp.join("small")).unwrap(), want);
+    assert_eq!(std::fs::read(m.path("small")).unwrap(), want);
+}

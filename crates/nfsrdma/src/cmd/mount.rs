@@ -44,6 +44,11 @@ pub(crate) struct MountArgs {
     /// Mount read-only: every change fails with EROFS.
     #[arg(long)]
     read_only: bool,
+    /// Let the kernel cache writes and send them in large pieces (fast
+    /// small writes); it then trusts its own size and mtime of files over
+    /// the server's, so changes made by others show late.
+    #[arg(long)]
+    writeback_cache: bool,
     /// Seconds the kernel may cache attributes and names.
     #[arg(long, default_value_t = 1.0, value_parser = parse_timeout)]
     attr_timeout: f64,
@@ -95,6 +100,7 @@ async fn mount(args: MountArgs) -> anyhow::Result<()> {
     let opts = fs::FsOptions {
         ttl: Duration::from_secs_f64(args.attr_timeout),
         read_only: args.read_only,
+        writeback_cache: args.writeback_cache,
     };
     let nfs_fs = fs::NfsFs::new(
         mount,
@@ -178,6 +184,9 @@ fn start_background(args: &MountArgs, dir: &Path) -> anyhow::Result<()> {
     }
     if args.read_only {
         cmd.arg("--read-only");
+    }
+    if args.writeback_cache {
+        cmd.arg("--writeback-cache");
     }
     cmd.arg(&args.url)
         .arg(dir)

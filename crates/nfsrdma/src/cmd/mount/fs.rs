@@ -51,6 +51,10 @@ pub(crate) struct FsOptions {
     pub(crate) ttl: Duration,
     /// Refuse every change with `EROFS`.
     pub(crate) read_only: bool,
+    /// Let the kernel cache writes and send them in large pieces
+    /// (FUSE_WRITEBACK_CACHE); it then trusts its own size and mtime of
+    /// regular files over the server's.
+    pub(crate) writeback_cache: bool,
 }
 
 type Res<T> = Result<T, Errno>;
@@ -300,6 +304,11 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         // Directory listings carry attributes and handles (READDIRPLUS).
         let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
         let _ = config.add_capabilities(InitFlags::FUSE_READDIRPLUS_AUTO);
+        if self.opts.writeback_cache && !self.opts.read_only {
+            if let Err(e) = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE) {
+                tracing::warn!("kernel lacks FUSE_WRITEBACK_CACHE ({e:?}): writes go through");
+            }
+        }
         Ok(())
     }
 
