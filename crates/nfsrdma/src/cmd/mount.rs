@@ -158,7 +158,9 @@ async fn mount(args: MountArgs) -> anyhow::Result<()> {
         match r.0 {
             // The session ends once the kernel lets go.
             Ok(()) => {
+                tracing::debug!("unmounted; waiting for the FUSE session to end");
                 serving.await?.context("FUSE session failed")?;
+                tracing::debug!("FUSE session ended");
                 return Ok(());
             }
             Err(e) => tracing::error!("unmounting {}: {e} (still mounted)", dir.display()),
