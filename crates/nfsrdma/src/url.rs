@@ -1,6 +1,9 @@
 //! NFS URLs: `nfs://host[:port]/export/path` (TCP) and
 //! `nfs+rdma://host[:port]/export/path` (RPC-over-RDMA), with libnfs-style
-//! query options `?mountport=N&nfsport=N&version=3`.
+//! query options `?mountport=N&nfsport=N&version=3`, and for
+//! `nfs+rdma://` also `crc=1` (ask for MPA CRC32c, RFC 5044 §4.4) and
+//! `version=1|2` (the RPC-over-RDMA version to start with; version 2 falls
+//! back to 1 when the server answers ERR_VERS).
 
 use std::path::PathBuf;
 
@@ -29,6 +32,10 @@ pub(crate) struct NfsUrl {
     pub(crate) path: String,
     /// The URL's path ended with `/` (a directory is meant).
     pub(crate) trailing_slash: bool,
+    /// `crc=1`: ask for MPA CRC32c on the RDMA connection.
+    pub(crate) crc: bool,
+    /// `version=2`: start with RPC-over-RDMA version 2.
+    pub(crate) rdma_v2: bool,
 }
 
 /// A `cp`/`ls` operand: a local path or an NFS URL.
@@ -118,6 +125,8 @@ impl NfsUrl {
             mount_port: None,
             path: percent_decode(path)?,
             trailing_slash: path.len() > 1 && path.ends_with('/'),
+            crc: false,
+            rdma_v2: false,
         };
         for kv in query.unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
             let (k, v) = kv
@@ -126,9 +135,26 @@ impl NfsUrl {
             match k {
                 "mountport" => url.mount_port = Some(port(v, "mountport")?),
                 "nfsport" => url.nfs_port = Some(port(v, "nfsport")?),
+                // NFS version 3; over RDMA, 1 and 2 name the RPC-over-RDMA
+                // version instead.
                 "version" if v == "3" => {}
-                "version" => bail!("NFS version {v} is not supported (only 3)"),
-                _ => bail!("{s:?}: unknown option {k:?} (known: mountport, nfsport, version)"),
+                "version" if scheme == Scheme::Rdma && (v == "1" || v == "2") => {
+                    url.rdma_v2 = v == "2";
+                }
+                "version" => bail!(
+                    "version {v} is not supported (NFS version 3; RPC-over-RDMA 1 or 2 with nfs+rdma://)"
+                ),
+                "crc" if scheme == Scheme::Rdma => {
+                    url.crc = match v {
+                        "1" | "on" | "true" => true,
+                        "0" | "off" | "false" => false,
+                        _ => bail!("{s:?}: crc={v:?}: expected 0 or 1"),
+                    }
+                }
+                "crc" => bail!("{s:?}: crc= applies to nfs+rdma:// only"),
+                _ => bail!(
+                    "{s:?}: unknown option {k:?} (known: mountport, nfsport, version, crc)"
+                ),
             }
         }
         Ok(url)
@@ -140,14 +166,84 @@ impl NfsUrl {
     }
 }
 
-/// Mounts the export holding `url`'s path. `nfs+rdma://` fails: the
-/// RPC-over-RDMA transport is not wired into the CLI yet.
+/// A mounted export over either transport.
+pub(crate) enum Remote {
+    /// Over ONC RPC on TCP.
+    Tcp(nfs_client::TcpMount),
+    /// Over RPC-over-RDMA on the software iWARP device.
+    Rdma(nfs_client::RdmaMount<softrnic::SoftDevice>),
+}
+
+/// Runs `$body` with `$m` bound to the [`nfs_client::Mounted`] inside a
+/// [`Remote`], whichever its transport (the body is instantiated once per
+/// transport).
+macro_rules! with_remote {
+    ($remote:expr, |$m:ident| $body:expr) => {
+        match $remote {
+            $crate::url::Remote::Tcp($m) => $body,
+            $crate::url::Remote::Rdma($m) => $body,
+        }
+    };
+}
+pub(crate) use with_remote;
+
+/// A software iWARP device for one client run; its STag keys differ
+/// between runs.
+pub(crate) fn soft_device(crc: bool) -> softrnic::SoftDevice {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+        ^ u64::from(std::process::id()).rotate_left(32);
+    softrnic::SoftDevice::new(
+        softrnic::SoftConfig {
+            crc,
+            ..softrnic::SoftConfig::default()
+        },
+        seed,
+    )
+}
+
+/// Mounts the export holding `url`'s path over the URL's transport:
+/// `nfs://` over TCP, `nfs+rdma://` with MOUNT over TCP and NFS over
+/// RPC-over-RDMA on a [`softrnic::SoftDevice`] (port 20049 unless given).
+pub(crate) async fn open(url: &NfsUrl, io: nfs_client::IoOptions) -> anyhow::Result<Remote> {
+    match url.scheme {
+        Scheme::Tcp => connect(url, io).await.map(Remote::Tcp),
+        Scheme::Rdma => {
+            let target = nfs_client::RdmaTarget {
+                host: url.host.clone(),
+                rdma_port: url.nfs_port,
+                mount_port: url.mount_port,
+                path: url.path.clone(),
+            };
+            let opts = nfs_client::RdmaOptions {
+                io,
+                version: if url.rdma_v2 {
+                    nfs_client::rpcrdma::plan::Version::V2
+                } else {
+                    nfs_client::rpcrdma::plan::Version::V1
+                },
+                ..nfs_client::RdmaOptions::default()
+            };
+            nfs_client::connect_rdma(&soft_device(url.crc), &target, &opts)
+                .await
+                .map(Remote::Rdma)
+                .with_context(|| format!("mounting {}:{} over RDMA", url.host, url.path))
+        }
+    }
+}
+
+/// Mounts the export holding `url`'s path over TCP. Commands that take
+/// either transport use [`open`]; this one refuses `nfs+rdma://`.
 pub(crate) async fn connect(
     url: &NfsUrl,
     io: nfs_client::IoOptions,
 ) -> anyhow::Result<nfs_client::TcpMount> {
     if url.scheme == Scheme::Rdma {
-        bail!("RPC-over-RDMA transport not available yet: use nfs:// (TCP)");
+        bail!(
+            "this command runs over TCP only: use nfs:// (ls, cat, cp and bench take nfs+rdma://)"
+        );
     }
     let target = nfs_client::TcpTarget {
         host: url.host.clone(),
@@ -247,6 +343,25 @@ mod tests {
         assert!(u.trailing_slash);
         let u = NfsUrl::parse("nfs://h?nfsport=7&version=3").unwrap();
         assert_eq!((u.path.as_str(), u.nfs_port), ("/", Some(7)));
+        assert!(!u.crc && !u.rdma_v2);
+    }
+
+    #[test]
+    fn rdma_urls_take_crc_and_transport_version() {
+        let u = NfsUrl::parse("nfs+rdma://h:20050/e/f?mountport=20048&crc=1&version=2").unwrap();
+        assert_eq!(u.scheme, Scheme::Rdma);
+        assert_eq!((u.nfs_port, u.mount_port), (Some(20050), Some(20048)));
+        assert!(u.crc && u.rdma_v2);
+        let u = NfsUrl::parse("nfs+rdma://h/e?crc=0&version=1").unwrap();
+        assert!(!u.crc && !u.rdma_v2);
+        for bad in [
+            "nfs://h/e?crc=1",
+            "nfs://h/e?version=2",
+            "nfs+rdma://h/e?version=4",
+            "nfs+rdma://h/e?crc=yes",
+        ] {
+            assert!(NfsUrl::parse(bad).is_err(), "{bad} parsed");
+        }
     }
 
     #[test]

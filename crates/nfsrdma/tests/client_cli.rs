@@ -1,5 +1,7 @@
 //! `nfsrdma ls`, `cat` and `cp` as a user runs them, against the project's
-//! NFSv3 server started in this test process on 127.0.0.1.
+//! NFSv3 server started in this test process on 127.0.0.1: over TCP
+//! (`nfs://`) and over RPC-over-RDMA on the software iWARP device
+//! (`nfs+rdma://`, MOUNT over TCP).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -29,11 +31,17 @@ impl Drop for TempDir {
 struct Server {
     _rt: tokio::runtime::Runtime,
     port: u16,
+    rdma_port: u16,
     export: TempDir,
 }
 
 impl Server {
     fn start(tag: &str) -> Self {
+        Self::start_with(tag, false)
+    }
+
+    /// `rdma_crc`: the RDMA listener requires MPA CRC32c.
+    fn start_with(tag: &str, rdma_crc: bool) -> Self {
         let export = TempDir::new(tag);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -45,12 +53,45 @@ impl Server {
         cfg.mount_addr = None;
         let srv = rt.block_on(nfs_server::start(cfg)).unwrap();
         let port = srv.nfs_addr().port();
+        let rdma_port = rt.block_on(async {
+            let device = softrnic::SoftDevice::new(
+                softrnic::SoftConfig {
+                    crc: rdma_crc,
+                    ..softrnic::SoftConfig::default()
+                },
+                u64::from(std::process::id()),
+            );
+            let listener = rpcrdma::transport::RdmaListener::bind(
+                &device,
+                &"127.0.0.1:0".parse().unwrap(),
+                srv.rpc(),
+                rpcrdma::transport::RdmaServerConfig::default(),
+            )
+            .await
+            .unwrap();
+            let p = listener.local_addr().port();
+            listener.spawn();
+            p
+        });
         rt.spawn(srv.wait());
         Self {
             _rt: rt,
             port,
+            rdma_port,
             export,
         }
+    }
+
+    /// An `nfs+rdma://` URL: NFS on the RDMA port, MOUNT on the TCP one,
+    /// with extra query options `opts` (`&`-joined).
+    fn rdma_url(&self, rel: &str, opts: &str) -> String {
+        format!(
+            "nfs+rdma://127.0.0.1:{}{}/{rel}?mountport={}{}{opts}",
+            self.rdma_port,
+            self.dir().display(),
+            self.port,
+            if opts.is_empty() { "" } else { "&" },
+        )
     }
 
     fn dir(&self) -> &Path {
@@ -177,13 +218,26 @@ fn missing_files_and_rdma_urls_fail_with_clear_errors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("NFS3ERR_NOENT"));
 
-    let out = run(&["ls", "nfs+rdma://127.0.0.1/export"]);
+    // Nothing listens for RDMA on a port that was just free.
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!(
+        "nfs+rdma://127.0.0.1:{free}{}/?mountport={}",
+        srv.dir().display(),
+        srv.port
+    );
+    let out = run(&["ls", &url]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("RPC-over-RDMA transport not available yet"),
+        stderr.contains("over RDMA") && stderr.contains("refused"),
         "{stderr}"
     );
+    let out = run(&["ls", &format!("{}&crc=2", srv.rdma_url("", ""))]);
+    assert!(!out.status.success());
 
     let out = run(&["ls", "http://127.0.0.1/x"]);
     assert!(!out.status.success());
@@ -210,4 +264,74 @@ fn a_closed_stdout_ends_cat_quietly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains("Broken pipe"), "{stderr}");
+}
+
+/// cp local → nfs+rdma → local, remote → remote across transports, ls
+/// and cat, all over RPC-over-RDMA with the URL's options `opts`.
+fn rdma_round_trip(srv: &Server, opts: &str) {
+    let local = TempDir::new("rdma-local");
+    let data = pattern((2 << 20) + 4321);
+    let src = local.0.join("data.bin");
+    std::fs::write(&src, &data).unwrap();
+    std::fs::create_dir(srv.dir().join("sub")).unwrap();
+
+    let out = ok(&[
+        "cp",
+        "--in-flight",
+        "8",
+        "--block-size",
+        "64k",
+        src.to_str().unwrap(),
+        &srv.rdma_url("sub/", opts),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("copied 2101473 bytes in"), "{stderr}");
+    assert!(std::fs::read(srv.dir().join("sub/data.bin")).unwrap() == data);
+
+    let back = local.0.join("back.bin");
+    ok(&[
+        "cp",
+        "--block-size",
+        "256k",
+        &srv.rdma_url("sub/data.bin", opts),
+        back.to_str().unwrap(),
+    ]);
+    assert!(std::fs::read(&back).unwrap() == data, "copied back differs");
+
+    // RDMA source, TCP destination.
+    ok(&[
+        "cp",
+        &srv.rdma_url("sub/data.bin", opts),
+        &srv.url("copy.bin"),
+    ]);
+    assert!(std::fs::read(srv.dir().join("copy.bin")).unwrap() == data);
+
+    let out = ok(&["ls", &srv.rdma_url("", opts)]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "copy.bin\nsub\n");
+    let out = ok(&["ls", "-l", &srv.rdma_url("sub", opts)]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.starts_with("-rw") && text.contains(" 2101473 ") && text.ends_with(" data.bin\n"),
+        "{text}"
+    );
+
+    let out = ok(&[
+        "cat",
+        "--block-size",
+        "32k",
+        &srv.rdma_url("sub/data.bin", opts),
+    ]);
+    assert!(out.stdout == data, "cat over RDMA differs");
+}
+
+#[test]
+fn cp_ls_cat_work_over_rpc_over_rdma() {
+    let srv = Server::start("rdma");
+    rdma_round_trip(&srv, "");
+}
+
+#[test]
+fn cp_ls_cat_work_over_rdma_with_crc_and_version_2() {
+    let srv = Server::start_with("rdma-crc", true);
+    rdma_round_trip(&srv, "crc=1&version=2");
 }

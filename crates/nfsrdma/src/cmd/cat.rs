@@ -4,14 +4,16 @@ use std::io::Write;
 
 use anyhow::{bail, Context};
 use nfs_client::nfs::v3::Ftype3;
-use nfs_client::TcpMount;
+use nfs_client::Mounted;
+use oncrpc::ClientTransport;
 
-use crate::url::{connect, quiet_broken_pipe, IoArgs, NfsUrl};
+use crate::url::{open, quiet_broken_pipe, with_remote, IoArgs, NfsUrl};
 
 /// Arguments of `nfsrdma cat`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct CatArgs {
-    /// nfs://host[:port]/export/path/to/file
+    /// nfs://host[:port]/export/path/to/file, or nfs+rdma://host[:port]/...
+    /// (RPC-over-RDMA; options ?mountport=N&crc=1&version=2)
     url: String,
     #[command(flatten)]
     io: IoArgs,
@@ -19,7 +21,11 @@ pub(crate) struct CatArgs {
 
 pub(crate) async fn run(args: CatArgs) -> anyhow::Result<()> {
     let url = NfsUrl::parse(&args.url)?;
-    let TcpMount { mount, rest, .. } = connect(&url, args.io.options()).await?;
+    with_remote!(open(&url, args.io.options()).await?, |m| cat(m, &url).await)
+}
+
+async fn cat<T: ClientTransport>(m: Mounted<T>, url: &NfsUrl) -> anyhow::Result<()> {
+    let Mounted { mount, rest, .. } = m;
     let f = mount
         .resolve(&rest)
         .await

@@ -12,10 +12,10 @@ use anyhow::{bail, Context};
 use bytes::{Bytes, BytesMut};
 use indicatif::{ProgressBar, ProgressStyle};
 use nfs_client::nfs::v3::{Ftype3, NfsFh3};
-use nfs_client::{Mount, TcpMount};
-use oncrpc::tcp::TcpClient;
+use nfs_client::{Mount, Mounted};
+use oncrpc::ClientTransport;
 
-use crate::url::{connect, IoArgs, Location, NfsUrl};
+use crate::url::{open, with_remote, IoArgs, Location, NfsUrl};
 
 /// Copies shorter than this get no progress bar.
 const PROGRESS_MIN: u64 = 8 << 20;
@@ -23,7 +23,9 @@ const PROGRESS_MIN: u64 = 8 << 20;
 /// Arguments of `nfsrdma cp`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct CpArgs {
-    /// Source: a local path or nfs://host[:port]/export/path.
+    /// Source: a local path, nfs://host[:port]/export/path, or
+    /// nfs+rdma://host[:port]/export/path (RPC-over-RDMA; options
+    /// ?mountport=N&crc=1&version=2).
     src: String,
     /// Destination: a local path or URL; an existing directory (or a URL
     /// ending in '/') receives the source's file name.
@@ -53,8 +55,8 @@ struct Source {
 }
 
 /// A remote file opened for writing at `path` below the export.
-async fn create_remote(
-    m: &Mount<TcpClient>,
+async fn create_remote<T: ClientTransport>(
+    m: &Mount<T>,
     url: &NfsUrl,
     rest: &str,
     src_name: &str,
@@ -87,8 +89,11 @@ fn local_dst(dst: &Path, src_name: &str) -> PathBuf {
     }
 }
 
-async fn open_remote(url: &NfsUrl, io: &IoArgs) -> anyhow::Result<(TcpMount, NfsFh3, Source)> {
-    let tm = connect(url, io.options()).await?;
+/// The regular file `url` names on the mount `tm`.
+async fn open_remote<T: ClientTransport>(
+    tm: &Mounted<T>,
+    url: &NfsUrl,
+) -> anyhow::Result<(NfsFh3, Source)> {
     let f = tm
         .mount
         .resolve(&tm.rest)
@@ -102,7 +107,7 @@ async fn open_remote(url: &NfsUrl, io: &IoArgs) -> anyhow::Result<(TcpMount, Nfs
         mode: f.attrs.mode,
         name: url.file_name().unwrap_or("file").to_owned(),
     };
-    Ok((tm, f.fh, src))
+    Ok((f.fh, src))
 }
 
 pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
@@ -110,9 +115,22 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
     let dst = Location::parse(&args.dst)?;
     let start = Instant::now();
     let bytes = match (src, dst) {
-        (Location::Local(s), Location::Remote(d)) => local_to_remote(&s, &d, &args.io).await?,
-        (Location::Remote(s), Location::Local(d)) => remote_to_local(&s, &d, &args.io).await?,
-        (Location::Remote(s), Location::Remote(d)) => remote_to_remote(&s, &d, &args.io).await?,
+        (Location::Local(s), Location::Remote(d)) => {
+            let remote = open(&d, args.io.options()).await?;
+            with_remote!(remote, |tm| local_to_remote(&s, &d, tm).await?)
+        }
+        (Location::Remote(s), Location::Local(d)) => {
+            let remote = open(&s, args.io.options()).await?;
+            with_remote!(remote, |tm| remote_to_local(&s, &d, tm).await?)
+        }
+        (Location::Remote(s), Location::Remote(d)) => {
+            let src = open(&s, args.io.options()).await?;
+            let dst = open(&d, args.io.options()).await?;
+            with_remote!(src, |stm| with_remote!(dst, |dtm| remote_to_remote(
+                &s, &d, &stm, &dtm
+            )
+            .await?))
+        }
         (Location::Local(_), Location::Local(_)) => {
             bail!("both operands are local: one of them must be an nfs:// URL")
         }
@@ -127,7 +145,11 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn local_to_remote(src: &Path, dst: &NfsUrl, io: &IoArgs) -> anyhow::Result<u64> {
+async fn local_to_remote<T: ClientTransport>(
+    src: &Path,
+    dst: &NfsUrl,
+    tm: Mounted<T>,
+) -> anyhow::Result<u64> {
     let mut file = File::open(src).with_context(|| format!("opening {}", src.display()))?;
     let meta = file.metadata()?;
     if !meta.is_file() {
@@ -137,7 +159,6 @@ async fn local_to_remote(src: &Path, dst: &NfsUrl, io: &IoArgs) -> anyhow::Resul
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "file".into());
-    let tm = connect(dst, io.options()).await?;
     let m = &tm.mount;
     let fh = create_remote(m, dst, &tm.rest, &name, meta.permissions().mode()).await?;
     let pb = progress(meta.len());
@@ -182,8 +203,12 @@ fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(at)
 }
 
-async fn remote_to_local(src: &NfsUrl, dst: &Path, io: &IoArgs) -> anyhow::Result<u64> {
-    let (tm, fh, s) = open_remote(src, io).await?;
+async fn remote_to_local<T: ClientTransport>(
+    src: &NfsUrl,
+    dst: &Path,
+    tm: Mounted<T>,
+) -> anyhow::Result<u64> {
+    let (fh, s) = open_remote(&tm, src).await?;
     let path = local_dst(dst, &s.name);
     let mut out = std::io::BufWriter::with_capacity(
         1 << 20,
@@ -209,9 +234,13 @@ async fn remote_to_local(src: &NfsUrl, dst: &Path, io: &IoArgs) -> anyhow::Resul
     Ok(n)
 }
 
-async fn remote_to_remote(src: &NfsUrl, dst: &NfsUrl, io: &IoArgs) -> anyhow::Result<u64> {
-    let (stm, sfh, s) = open_remote(src, io).await?;
-    let dtm = connect(dst, io.options()).await?;
+async fn remote_to_remote<S: ClientTransport, D: ClientTransport>(
+    src: &NfsUrl,
+    dst: &NfsUrl,
+    stm: &Mounted<S>,
+    dtm: &Mounted<D>,
+) -> anyhow::Result<u64> {
+    let (sfh, s) = open_remote(stm, src).await?;
     let dfh = create_remote(&dtm.mount, dst, &dtm.rest, &s.name, s.mode).await?;
     let pb = progress(s.size);
     let window = (stm.mount.read_size() as usize).saturating_mul(stm.mount.in_flight());

@@ -4,15 +4,17 @@ use std::io::Write;
 
 use anyhow::Context;
 use nfs_client::nfs::v3::{Fattr3, Ftype3, NfsFh3};
-use nfs_client::{Mount, TcpMount};
+use nfs_client::{Mount, Mounted};
 use oncrpc::ClientTransport;
 
-use crate::url::{connect, quiet_broken_pipe, NfsUrl};
+use crate::url::{open, quiet_broken_pipe, with_remote, NfsUrl};
 
 /// Arguments of `nfsrdma ls`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct LsArgs {
-    /// nfs://host[:port]/export/path (a directory or a file).
+    /// nfs://host[:port]/export/path (a directory or a file), or
+    /// nfs+rdma://host[:port]/export/path (RPC-over-RDMA; options
+    /// ?mountport=N&crc=1&version=2).
     url: String,
     /// Long format: type and mode, links, owner, group, size, mtime, name.
     #[arg(short = 'l', long)]
@@ -24,7 +26,16 @@ pub(crate) struct LsArgs {
 
 pub(crate) async fn run(args: LsArgs) -> anyhow::Result<()> {
     let url = NfsUrl::parse(&args.url)?;
-    let TcpMount { mount, rest, .. } = connect(&url, nfs_client::IoOptions::default()).await?;
+    let remote = open(&url, nfs_client::IoOptions::default()).await?;
+    with_remote!(remote, |m| list(m, &url, &args).await)
+}
+
+async fn list<T: ClientTransport>(
+    m: Mounted<T>,
+    url: &NfsUrl,
+    args: &LsArgs,
+) -> anyhow::Result<()> {
+    let Mounted { mount, rest, .. } = m;
     let target = mount
         .resolve(&rest)
         .await
