@@ -529,3 +529,43 @@ fn writeback_cache_mount_keeps_small_and_partial_writes_intact() {
     assert_eq!(std::fs::read(exp.join("small")).unwrap(), want);
     assert_eq!(std::fs::read(m.path("small")).unwrap(), want);
 }
+
+#[test]
+fn large_directories_list_completely_and_fifos_are_created() {
+    let srv = Server::start("big-dir");
+    let exp = srv.dir().to_path_buf();
+    std::fs::create_dir(exp.join("many")).unwrap();
+    // Far more than one READDIRPLUS reply holds.
+    let n = 3000;
+    for i in 0..n {
+        let name = format!("entry-with-a-fairly-long-name-{i:05}");
+        std::fs::write(exp.join("many").join(name), b"").unwrap();
+    }
+    let Some(m) = mount(&srv, "big-dir-mnt", &[]) else {
+        return;
+    };
+    let ls = ok("ls", &[s(&m.path("many"))]);
+    let names: Vec<&str> = ls.lines().collect();
+    assert_eq!(names.len(), n);
+    assert_eq!(names[0], "entry-with-a-fairly-long-name-00000");
+    assert_eq!(
+        names[n - 1],
+        format!("entry-with-a-fairly-long-name-{:05}", n - 1)
+    );
+    let found = ok("find", &[s(&m.path("many")), "-type", "f"]);
+    assert_eq!(found.lines().count(), n);
+    // `ls -l` stats every entry (attributes from READDIRPLUS or GETATTR).
+    let long = ok("ls", &["-l", s(&m.path("many"))]);
+    assert_eq!(long.lines().filter(|l| l.starts_with("-rw")).count(), n);
+
+    ok("mkfifo", &["-m", "600", s(&m.path("fifo"))]);
+    use std::os::unix::fs::FileTypeExt;
+    let ft = std::fs::symlink_metadata(exp.join("fifo"))
+        .unwrap()
+        .file_type();
+    assert!(ft.is_fifo(), "{ft:?}");
+    assert_eq!(
+        ok("stat", &["-c", "%F %a", s(&m.path("fifo"))]).trim(),
+        "fifo 600"
+    );
+}

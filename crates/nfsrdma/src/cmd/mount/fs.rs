@@ -25,16 +25,16 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use nfs_client::nfs::v3::{
-    Cookieverf3, Create3ResOk, Createhow3, Entryplus3, Fattr3, Ftype3, NfsFh3, Sattr3, SetTime,
-    ACCESS3_DELETE, ACCESS3_EXECUTE, ACCESS3_EXTEND, ACCESS3_LOOKUP, ACCESS3_MODIFY, ACCESS3_READ,
-    NFS3_MAXNAMLEN,
+    Cookieverf3, Create3ResOk, Createhow3, Entryplus3, Fattr3, Ftype3, Mknoddata3, NfsFh3, Sattr3,
+    SetTime, Specdata3, ACCESS3_DELETE, ACCESS3_EXECUTE, ACCESS3_EXTEND, ACCESS3_LOOKUP,
+    ACCESS3_MODIFY, ACCESS3_READ, NFS3_MAXNAMLEN,
 };
 use nfs_client::nfs::xdr::FixedOpaque;
 use nfs_client::Mount;
 use oncrpc::ClientTransport;
 use tokio::runtime::Handle;
 
-use super::table::{errno, file_attr, file_type, nfs_time, Inodes};
+use super::table::{decode_dev, errno, file_attr, file_type, nfs_time, Inodes};
 use super::unstable::OpenFile;
 
 /// Largest FUSE WRITE asked for, whatever the server allows.
@@ -403,6 +403,64 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
             };
             let c = nfs(self.mount.client().mkdir(&dir, name.as_bytes(), s).await)?;
             self.created(&dir, name, c).await
+        });
+        reply_entry(reply, self.opts.ttl, r);
+    }
+
+    /// MKNOD (RFC 1813 §3.3.11) for FIFOs, sockets and devices; CREATE
+    /// GUARDED for a regular file.
+    fn mknod(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.run(async {
+            self.writable()?;
+            let dir = self.fh(parent)?;
+            let attributes = Sattr3 {
+                mode: Some(mode & !umask & 0o7777),
+                ..Sattr3::default()
+            };
+            let special = |ftype| Mknoddata3::Special {
+                ftype,
+                attributes: attributes.clone(),
+            };
+            let device = |ftype| {
+                let (major, minor) = decode_dev(rdev);
+                Mknoddata3::Device {
+                    ftype,
+                    attributes: attributes.clone(),
+                    spec: Specdata3 {
+                        specdata1: major,
+                        specdata2: minor,
+                    },
+                }
+            };
+            let c = self.mount.client();
+            let res = match mode & libc::S_IFMT {
+                libc::S_IFREG => {
+                    let how = Createhow3::Guarded(attributes.clone());
+                    c.create(&dir, name.as_bytes(), how).await
+                }
+                libc::S_IFIFO => {
+                    c.mknod(&dir, name.as_bytes(), special(Ftype3::NF3FIFO))
+                        .await
+                }
+                libc::S_IFSOCK => {
+                    c.mknod(&dir, name.as_bytes(), special(Ftype3::NF3SOCK))
+                        .await
+                }
+                libc::S_IFCHR => c.mknod(&dir, name.as_bytes(), device(Ftype3::NF3CHR)).await,
+                libc::S_IFBLK => c.mknod(&dir, name.as_bytes(), device(Ftype3::NF3BLK)).await,
+                _ => return Err(Errno::EINVAL),
+            };
+            let res = nfs(res)?;
+            self.created(&dir, name, res).await
         });
         reply_entry(reply, self.opts.ttl, r);
     }

@@ -142,6 +142,12 @@ pub(crate) fn encode_dev(major: u32, minor: u32) -> u32 {
     (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
 }
 
+/// The NFS `specdata3` (major, minor) of a Linux 32-bit device number
+/// (`new_decode_dev`), the inverse of [`encode_dev`].
+pub(crate) fn decode_dev(dev: u32) -> (u32, u32) {
+    ((dev & 0xfff00) >> 8, (dev & 0xff) | ((dev >> 12) & 0xfff00))
+}
+
 /// FUSE attributes for NFS attributes `a` (RFC 1813 §2.5 `fattr3`) under
 /// inode number `ino`.
 pub(crate) fn file_attr(ino: INodeNo, a: &Fattr3, blksize: u32) -> FileAttr {
@@ -295,6 +301,7 @@ mod tests {
         assert_eq!(f.mtime, UNIX_EPOCH + Duration::new(6, 999_999_999));
         // major 8, minor 0x123: low minor byte, major, high minor bits.
         assert_eq!(f.rdev, 0x23 | (8 << 8) | (0x100 << 12));
+        assert_eq!(decode_dev(f.rdev), (8, 0x123));
         assert_eq!(nfs_time(UNIX_EPOCH + Duration::new(5, 7)).nseconds, 7);
         assert_eq!(nfs_time(UNIX_EPOCH - Duration::from_secs(1)).seconds, 0);
     }
