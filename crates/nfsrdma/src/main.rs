@@ -48,7 +48,7 @@ enum Command {
     /// Prints bytes, seconds and MiB/s when done.
     Cp(cmd::cp::CpArgs),
     /// Mount a remote directory on a local one through FUSE:
-    /// nfs://host[:port]/export/path DIR.
+    /// nfs://host[:port]/export/path DIR (or nfs+rdma://...).
     ///
     /// Ordinary tools then work on DIR. Runs in the background unless
     /// --foreground; SIGINT/SIGTERM or `fusermount3 -u DIR` unmount it.

@@ -37,6 +37,8 @@ impl Drop for TempDir {
 struct Server {
     _rt: tokio::runtime::Runtime,
     port: u16,
+    /// RPC-over-RDMA listener on the software iWARP device.
+    rdma_port: u16,
     export: TempDir,
 }
 
@@ -53,10 +55,28 @@ impl Server {
         cfg.mount_addr = None;
         let srv = rt.block_on(nfs_server::start(cfg)).unwrap();
         let port = srv.nfs_addr().port();
+        let rdma_port = rt.block_on(async {
+            let device = softrnic::SoftDevice::new(
+                softrnic::SoftConfig::default(),
+                u64::from(std::process::id()),
+            );
+            let listener = rpcrdma::transport::RdmaListener::bind(
+                &device,
+                &"127.0.0.1:0".parse().unwrap(),
+                srv.rpc(),
+                rpcrdma::transport::RdmaServerConfig::default(),
+            )
+            .await
+            .unwrap();
+            let p = listener.local_addr().port();
+            listener.spawn();
+            p
+        });
         rt.spawn(srv.wait());
         Self {
             _rt: rt,
             port,
+            rdma_port,
             export,
         }
     }
@@ -67,6 +87,16 @@ impl Server {
 
     fn url(&self) -> String {
         format!("nfs://127.0.0.1:{}{}", self.port, self.dir().display())
+    }
+
+    /// NFS over RPC-over-RDMA, MOUNT over TCP.
+    fn rdma_url(&self) -> String {
+        format!(
+            "nfs+rdma://127.0.0.1:{}{}?mountport={}",
+            self.rdma_port,
+            self.dir().display(),
+            self.port
+        )
     }
 }
 
@@ -151,6 +181,10 @@ impl Drop for Mounted {
 /// Mounts `srv`'s export with `nfsrdma mount --foreground extra...`;
 /// `None` (after a SKIPPED line) when FUSE refuses.
 fn mount(srv: &Server, tag: &str, extra: &[&str]) -> Option<Mounted> {
+    mount_url(&srv.url(), tag, extra)
+}
+
+fn mount_url(url: &str, tag: &str, extra: &[&str]) -> Option<Mounted> {
     if let Some(why) = fuse_unavailable() {
         skip(&why);
         return None;
@@ -161,7 +195,7 @@ fn mount(srv: &Server, tag: &str, extra: &[&str]) -> Option<Mounted> {
         .arg("mount")
         .arg("--foreground")
         .args(extra)
-        .arg(srv.url())
+        .arg(url)
         .arg(&dir.0)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
@@ -568,4 +602,25 @@ fn large_directories_list_completely_and_fifos_are_created() {
         ok("stat", &["-c", "%F %a", s(&m.path("fifo"))]).trim(),
         "fifo 600"
     );
+}
+
+#[test]
+fn rdma_mount_copies_files_both_ways() {
+    let srv = Server::start("rdma");
+    let exp = srv.dir().to_path_buf();
+    std::fs::write(exp.join("hello"), b"over rdma\n").unwrap();
+    let Some(m) = mount_url(&srv.rdma_url(), "rdma-mnt", &[]) else {
+        return;
+    };
+    assert_eq!(ok("cat", &[s(&m.path("hello"))]), "over rdma\n");
+    let local = TempDir::new("rdma-local");
+    let big = pattern((2 << 20) + 4321);
+    std::fs::write(local.0.join("big"), &big).unwrap();
+    ok("cp", &[s(&local.0.join("big")), s(&m.path("big"))]);
+    assert_eq!(std::fs::read(exp.join("big")).unwrap(), big);
+    ok("cp", &[s(&m.path("big")), s(&local.0.join("back"))]);
+    ok("cmp", &[s(&local.0.join("big")), s(&local.0.join("back"))]);
+    ok("ln", &["-s", "hello", s(&m.path("link"))]);
+    assert_eq!(ok("readlink", &[s(&m.path("link"))]).trim(), "hello");
+    ok("diff", &["-r", s(&m.path("")), s(&exp)]);
 }

@@ -1,6 +1,7 @@
 //! `nfsrdma mount URL DIR`: the export as a local file system through FUSE
 //! (the `fuser` crate, mounting with `mount(2)` as root or `fusermount3`
-//! otherwise; no libfuse needed), so that ordinary tools work on it.
+//! otherwise; no libfuse needed), so that ordinary tools work on it. The
+//! URL is `nfs://` (TCP) or `nfs+rdma://` (RPC-over-RDMA), as for `cp`.
 //!
 //! Without `--foreground` the command starts itself again in the
 //! background with `--foreground`, waits until the mount is in place and
@@ -20,10 +21,11 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use fuser::{Config, MountOption, Session};
 use nfs_client::nfs::v3::Ftype3;
-use nfs_client::TcpMount;
+use nfs_client::Mounted;
+use oncrpc::ClientTransport;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::url::{connect, IoArgs, NfsUrl};
+use crate::url::{open, with_remote, IoArgs, NfsUrl};
 
 /// The line a background child prints on standard output once mounted.
 const READY: &str = "nfsrdma-mount-ready";
@@ -34,7 +36,9 @@ const FUSE_THREADS: usize = 4;
 /// Arguments of `nfsrdma mount`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct MountArgs {
-    /// nfs://host[:port]/export/path (a directory).
+    /// nfs://host[:port]/export/path (a directory), or
+    /// nfs+rdma://host[:port]/... (RPC-over-RDMA on the software iWARP
+    /// device; options ?mountport=N&crc=1&version=2).
     url: String,
     /// The local directory to mount on.
     dir: PathBuf,
@@ -89,7 +93,20 @@ async fn mount(args: MountArgs) -> anyhow::Result<()> {
     if !args.foreground {
         return tokio::task::spawn_blocking(move || start_background(&args, &dir)).await?;
     }
-    let TcpMount { mount, rest, .. } = connect(&url, args.io.options()).await?;
+    with_remote!(open(&url, args.io.options()).await?, |m| {
+        serve(m, &url, &args, dir).await
+    })
+}
+
+/// Mounts `m`'s directory on `dir` and serves it until a signal or an
+/// unmount from outside.
+async fn serve<T: ClientTransport + Send + Sync + 'static>(
+    m: Mounted<T>,
+    url: &NfsUrl,
+    args: &MountArgs,
+    dir: PathBuf,
+) -> anyhow::Result<()> {
+    let Mounted { mount, rest, .. } = m;
     let root = mount
         .resolve(&rest)
         .await
