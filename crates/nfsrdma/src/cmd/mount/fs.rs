@@ -34,7 +34,7 @@ use nfs_client::Mount;
 use oncrpc::ClientTransport;
 use tokio::runtime::Handle;
 
-use super::table::{decode_dev, errno, file_attr, file_type, nfs_time, Inodes};
+use super::table::{decode_dev, errno, file_attr, file_type, nfs_time, resumes_after, Inodes};
 use super::unstable::OpenFile;
 
 /// Largest FUSE WRITE asked for, whatever the server allows.
@@ -701,6 +701,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         let r = self.run(async {
             let dir = self.fh(ino)?;
             for e in self.read_dir_page(&dir, fh, offset).await? {
+                resumes_after(offset, e.cookie)?;
                 let (ftype, fileid) = match &e.name_attributes {
                     Some(a) => (a.ftype, a.fileid),
                     None => {
@@ -738,6 +739,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         let r = self.run(async {
             let dir = self.fh(ino)?;
             for e in self.read_dir_page(&dir, fh, offset).await? {
+                resumes_after(offset, e.cookie)?;
                 let (efh, a) = self.entry_info(&dir, &e).await?;
                 let Some(eino) = self.inodes.ino(a.fileid) else {
                     continue;

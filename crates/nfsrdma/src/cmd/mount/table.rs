@@ -170,6 +170,18 @@ pub(crate) fn file_attr(ino: INodeNo, a: &Fattr3, blksize: u32) -> FileAttr {
     }
 }
 
+/// A directory entry's cookie becomes the FUSE offset the kernel resumes
+/// from: 0 would restart the listing and the offset just asked for would
+/// repeat it, so either is a server fault (RFC 1813 §3.3.16: a cookie
+/// resumes after its entry; 0 means the start).
+pub(crate) fn resumes_after(offset: u64, cookie: u64) -> Result<(), Errno> {
+    if cookie == 0 || cookie == offset {
+        tracing::warn!(offset, cookie, "directory entry cookie makes no progress");
+        return Err(Errno::EIO);
+    }
+    Ok(())
+}
+
 /// The errno for an NFS failure status (RFC 1813 §2.6 `nfsstat3`, whose
 /// values mostly are the Unix errnos), as Linux's NFS client reports
 /// them to applications.
@@ -304,6 +316,14 @@ mod tests {
         assert_eq!(decode_dev(f.rdev), (8, 0x123));
         assert_eq!(nfs_time(UNIX_EPOCH + Duration::new(5, 7)).nseconds, 7);
         assert_eq!(nfs_time(UNIX_EPOCH - Duration::from_secs(1)).seconds, 0);
+    }
+
+    #[test]
+    fn cookies_that_restart_or_repeat_a_listing_are_refused() {
+        assert_eq!(resumes_after(0, 7), Ok(()));
+        assert_eq!(resumes_after(7, 9), Ok(()));
+        assert_eq!(resumes_after(0, 0), Err(Errno::EIO));
+        assert_eq!(resumes_after(7, 7), Err(Errno::EIO));
     }
 
     #[test]
