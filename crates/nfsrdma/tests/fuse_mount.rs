@@ -255,6 +255,21 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// Requires the file at `path` to hold exactly `want`; reports the size
+/// and first difference rather than the bytes.
+fn assert_holds(path: &Path, want: &[u8]) {
+    let got = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if got != want {
+        let at = got.iter().zip(want).position(|(a, b)| a != b);
+        panic!(
+            "{}: {} bytes, want {}; first difference at {at:?}",
+            path.display(),
+            got.len(),
+            want.len()
+        );
+    }
+}
+
 /// Deterministic bytes that are not a short repeating pattern.
 fn pattern(len: usize) -> Vec<u8> {
     let mut x: u32 = 0x1234_5678;
@@ -295,11 +310,7 @@ fn ordinary_tools_work_on_the_mount() {
     let big = pattern(3 << 20 | 12_345);
     std::fs::write(local.0.join("big"), &big).unwrap();
     ok("cp", &[s(&local.0.join("big")), s(&m.path("big"))]);
-    assert_eq!(
-        std::fs::read(exp.join("big")).unwrap(),
-        big,
-        "cp into the mount"
-    );
+    assert_holds(&exp.join("big"), &big);
     ok("cp", &[s(&m.path("big")), s(&local.0.join("back"))]);
     ok("cmp", &[s(&local.0.join("big")), s(&local.0.join("back"))]);
 
@@ -549,7 +560,7 @@ fn writeback_cache_mount_keeps_small_and_partial_writes_intact() {
     );
     let mut want = std::fs::read(&src).unwrap();
     want[5000..5100].fill(0x5a);
-    assert_eq!(std::fs::read(exp.join("small")).unwrap(), want);
+    assert_holds(&exp.join("small"), &want);
     {
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new()
@@ -560,8 +571,8 @@ fn writeback_cache_mount_keeps_small_and_partial_writes_intact() {
         f.sync_all().unwrap();
     }
     want.extend_from_slice(b"tail");
-    assert_eq!(std::fs::read(exp.join("small")).unwrap(), want);
-    assert_eq!(std::fs::read(m.path("small")).unwrap(), want);
+    assert_holds(&exp.join("small"), &want);
+    assert_holds(&m.path("small"), &want);
 }
 
 #[test]
@@ -617,7 +628,7 @@ fn rdma_mount_copies_files_both_ways() {
     let big = pattern((2 << 20) + 4321);
     std::fs::write(local.0.join("big"), &big).unwrap();
     ok("cp", &[s(&local.0.join("big")), s(&m.path("big"))]);
-    assert_eq!(std::fs::read(exp.join("big")).unwrap(), big);
+    assert_holds(&exp.join("big"), &big);
     ok("cp", &[s(&m.path("big")), s(&local.0.join("back"))]);
     ok("cmp", &[s(&local.0.join("big")), s(&local.0.join("back"))]);
     ok("ln", &["-s", "hello", s(&m.path("link"))]);
