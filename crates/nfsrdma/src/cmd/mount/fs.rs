@@ -25,17 +25,19 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use nfs_client::nfs::v3::{
-    Cookieverf3, Create3ResOk, Createhow3, Entryplus3, Fattr3, Ftype3, Mknoddata3, NfsFh3, Sattr3,
-    SetTime, Specdata3, ACCESS3_DELETE, ACCESS3_EXECUTE, ACCESS3_EXTEND, ACCESS3_LOOKUP,
-    ACCESS3_MODIFY, ACCESS3_READ, NFS3_MAXNAMLEN,
+    Cookieverf3, Create3ResOk, Createhow3, Fattr3, Ftype3, Mknoddata3, NfsFh3, Sattr3, SetTime,
+    Specdata3, ACCESS3_DELETE, ACCESS3_EXECUTE, ACCESS3_EXTEND, ACCESS3_LOOKUP, ACCESS3_MODIFY,
+    ACCESS3_READ, NFS3_MAXNAMLEN,
 };
 use nfs_client::nfs::xdr::FixedOpaque;
 use nfs_client::Mount;
 use oncrpc::ClientTransport;
 use tokio::runtime::Handle;
 
-use super::table::{decode_dev, errno, file_attr, file_type, nfs_time, resumes_after, Inodes};
+use super::table::{decode_dev, errno, file_attr, nfs_time, Inodes};
 use super::unstable::OpenFile;
+
+mod dir;
 
 /// Largest FUSE WRITE asked for, whatever the server allows.
 const MAX_FUSE_WRITE: u32 = 1 << 20;
@@ -174,54 +176,6 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
                 self.entry(l.object, l.obj_attributes).await
             }
         }
-    }
-
-    /// Handle and attributes of a READDIRPLUS entry (RFC 1813 §3.3.17),
-    /// looked up when the server sent neither.
-    async fn entry_info(&self, dir: &NfsFh3, e: &Entryplus3) -> Res<(NfsFh3, Fattr3)> {
-        let c = self.mount.client();
-        match (&e.name_handle, &e.name_attributes) {
-            (Some(fh), Some(a)) => Ok((fh.clone(), a.clone())),
-            (Some(fh), None) => Ok((fh.clone(), nfs(c.getattr(fh).await)?)),
-            (None, _) => {
-                let l = nfs(c.lookup(dir, &e.name.0).await)?;
-                let a = match l.obj_attributes {
-                    Some(a) => a,
-                    None => nfs(c.getattr(&l.object).await)?,
-                };
-                Ok((l.object, a))
-            }
-        }
-    }
-
-    /// One READDIRPLUS (RFC 1813 §3.3.17) resuming after cookie `offset`
-    /// with the verifier kept for directory handle `dh`.
-    async fn read_dir_page(
-        &self,
-        dir: &NfsFh3,
-        dh: FileHandle,
-        offset: u64,
-    ) -> Res<Vec<Entryplus3>> {
-        let verf = if offset == 0 {
-            FixedOpaque([0; 8])
-        } else {
-            let dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
-            dirs.get(&dh.0).copied().unwrap_or(FixedOpaque([0; 8]))
-        };
-        let maxcount = self
-            .mount
-            .fsinfo()
-            .dtpref
-            .saturating_mul(8)
-            .clamp(4096, 1 << 20);
-        let r = nfs(self
-            .mount
-            .client()
-            .readdirplus(dir, offset, verf, maxcount / 4, maxcount)
-            .await)?;
-        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
-        dirs.insert(dh.0, r.cookieverf);
-        Ok(r.entries)
     }
 
     async fn do_setattr(&self, ino: INodeNo, s: Sattr3) -> Res<FileAttr> {
@@ -698,27 +652,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = self.run(async {
-            let dir = self.fh(ino)?;
-            for e in self.read_dir_page(&dir, fh, offset).await? {
-                resumes_after(offset, e.cookie)?;
-                let (ftype, fileid) = match &e.name_attributes {
-                    Some(a) => (a.ftype, a.fileid),
-                    None => {
-                        let (_, a) = self.entry_info(&dir, &e).await?;
-                        (a.ftype, a.fileid)
-                    }
-                };
-                let Some(eino) = self.inodes.ino(fileid) else {
-                    continue;
-                };
-                let name = OsStr::from_bytes(&e.name.0);
-                if reply.add(eino, e.cookie, file_type(ftype), name) {
-                    break;
-                }
-            }
-            Ok(())
-        });
+        let r = self.run(self.fill_dir(ino, fh, offset, &mut reply));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -735,26 +669,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let ttl = self.opts.ttl;
-        let r = self.run(async {
-            let dir = self.fh(ino)?;
-            for e in self.read_dir_page(&dir, fh, offset).await? {
-                resumes_after(offset, e.cookie)?;
-                let (efh, a) = self.entry_info(&dir, &e).await?;
-                let Some(eino) = self.inodes.ino(a.fileid) else {
-                    continue;
-                };
-                let attr = file_attr(eino, &a, self.blksize);
-                let name = OsStr::from_bytes(&e.name.0);
-                if reply.add(eino, e.cookie, name, &ttl, &attr, Generation(0)) {
-                    break;
-                }
-                if !is_dot(&e.name.0) {
-                    self.inodes.remember(eino, &efh);
-                }
-            }
-            Ok(())
-        });
+        let r = self.run(self.fill_dir_plus(ino, fh, offset, &mut reply));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
