@@ -28,6 +28,7 @@ pub mod nfs3;
 mod perm;
 pub mod rpcbind;
 pub mod storage;
+pub mod v4;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -91,7 +92,7 @@ impl ServerConfig {
     }
 }
 
-/// The program table (NFSv3, MOUNT v3, rpcbind) with a duplicate-request
+/// The program table (NFSv3, NFSv4.1/4.2, MOUNT v3, rpcbind) with a duplicate-request
 /// cache, ready for any transport shell. The DRC keys on the client's IP
 /// address and never the source port (ULB v2 draft §3.3.2, via
 /// `oncrpc::PeerInfo::client_id`).
@@ -104,6 +105,7 @@ pub fn rpc_server(
     let mut server = oncrpc::Server::new().with_drc(DrcConfig::default());
     server.register(MountService::new(Arc::clone(&fs), mount_paths));
     server.register(RpcbindService::new(registry, advertise));
+    server.register(v4::Nfs4Service::new(Arc::clone(&fs)));
     server.register_arc(Arc::new(Nfs3Service::new(fs)));
     server
 }

@@ -1,0 +1,533 @@
+//! The file-system operations of a COMPOUND (RFC 8881 §18) on
+//! [`LocalFs`](crate::LocalFs), and the dispatch of every operation.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use nfs::v3::{
+    Fattr3, Filename3, Ftype3, Mknoddata3, NfsFh3, Sattr3, Specdata3, StableHow, ACCESS3_EXECUTE,
+    ACCESS3_LOOKUP, ACCESS3_MODIFY, ACCESS3_READ,
+};
+use nfs::v4::attr::*;
+use nfs::v4::session::SecinfoStyle4;
+use nfs::v4::*;
+use xdr::{Bounded, Encode, FixedOpaque};
+
+use super::attrs::{change_of, file_attrs, st4, to_sattr, wants_fsstat};
+use super::{Cx, Nfs4Service};
+use crate::localfs::MAX_READ;
+use crate::perm::{access_bits, check_setattr, permits, DIR_ADD, DIR_REMOVE};
+use crate::storage::Storage;
+
+type R<T> = Result<T, Nfsstat4>;
+
+pub(super) fn cur(cx: &Cx) -> R<NfsFh3> {
+    cx.cur.clone().ok_or(Nfsstat4::NFS4ERR_NOFILEHANDLE)
+}
+
+pub(super) fn key(fh: &NfsFh3) -> Bytes {
+    Bytes::copy_from_slice(fh.as_bytes())
+}
+
+pub(super) fn name3(c: &Component4) -> R<Filename3> {
+    c.check()?;
+    Ok(Filename3(c.0.clone()))
+}
+
+pub(super) fn cinfo(before: &Fattr3, after: &Fattr3) -> ChangeInfo4 {
+    ChangeInfo4 {
+        atomic: false,
+        before: change_of(before),
+        after: change_of(after),
+    }
+}
+
+/// RFC 8881 §16.2.3.1.2: the special "current stateid".
+pub(super) fn resolve_sid(cx: &Cx, sid: &Stateid4) -> R<Stateid4> {
+    if *sid == Stateid4::CURRENT {
+        cx.cur_sid.ok_or(Nfsstat4::NFS4ERR_BAD_STATEID)
+    } else {
+        Ok(*sid)
+    }
+}
+
+fn status(r: R<()>) -> Nfsstat4 {
+    match r {
+        Ok(()) => Nfsstat4::NFS4_OK,
+        Err(e) => e,
+    }
+}
+
+impl Nfs4Service {
+    pub(super) async fn attr(&self, fh: &NfsFh3) -> R<Fattr3> {
+        self.fs.getattr(fh).await.map_err(st4)
+    }
+
+    /// A directory, or NFS4ERR_SYMLINK / NFS4ERR_NOTDIR.
+    pub(super) async fn dir(&self, fh: &NfsFh3) -> R<Fattr3> {
+        let a = self.attr(fh).await?;
+        match a.ftype {
+            Ftype3::NF3DIR => Ok(a),
+            Ftype3::NF3LNK => Err(Nfsstat4::NFS4ERR_SYMLINK),
+            _ => Err(Nfsstat4::NFS4ERR_NOTDIR),
+        }
+    }
+
+    /// A regular file, or NFS4ERR_ISDIR / NFS4ERR_SYMLINK / NFS4ERR_INVAL.
+    pub(super) async fn regular(&self, fh: &NfsFh3) -> R<Fattr3> {
+        let a = self.attr(fh).await?;
+        match a.ftype {
+            Ftype3::NF3REG => Ok(a),
+            Ftype3::NF3DIR => Err(Nfsstat4::NFS4ERR_ISDIR),
+            Ftype3::NF3LNK => Err(Nfsstat4::NFS4ERR_SYMLINK),
+            _ => Err(Nfsstat4::NFS4ERR_INVAL),
+        }
+    }
+
+    pub(super) fn allow(&self, a: &Fattr3, cx: &Cx, need: u32, owner_override: bool) -> R<()> {
+        if permits(a, &cx.caller, need, owner_override) {
+            Ok(())
+        } else {
+            Err(Nfsstat4::NFS4ERR_ACCESS)
+        }
+    }
+
+    /// Hands a new object to its creator unless the client chose an owner
+    /// (as Linux's nfsd creates with the caller's fsuid). Best effort.
+    pub(super) async fn give(&self, fh: &NfsFh3, cx: &Cx, s: &Sattr3) {
+        if s.uid.is_some() || s.gid.is_some() {
+            return;
+        }
+        if let Ok(a) = self.fs.getattr(fh).await {
+            if a.uid != cx.caller.uid || a.gid != cx.caller.gid {
+                let give = Sattr3 {
+                    uid: Some(cx.caller.uid),
+                    gid: Some(cx.caller.gid),
+                    ..Sattr3::default()
+                };
+                let _ = self.fs.setattr(fh, &give, None).await;
+            }
+        }
+    }
+
+    /// Executes one operation (anything but a leading SEQUENCE).
+    pub(super) async fn exec(&self, op: &NfsArgop4, cx: &mut Cx, now: Duration) -> NfsResop4 {
+        use NfsArgop4 as A;
+        use NfsResop4 as Z;
+        match op {
+            A::Access(a) => Z::Access(self.access(a, cx).await.into()),
+            A::Getattr(a) => Z::Getattr(self.getattr(a, cx).await.into()),
+            A::Getfh(()) => Z::Getfh(
+                cur(cx)
+                    .map(|fh| Getfh4ResOk {
+                        object: NfsFh4(key(&fh)),
+                    })
+                    .into(),
+            ),
+            A::Putfh(a) => Z::Putfh(status(self.putfh(&a.object, cx).await)),
+            A::Putrootfh(()) | A::Putpubfh(()) => {
+                cx.cur = Some(self.fs.root());
+                cx.cur_sid = None;
+                if matches!(op, A::Putrootfh(())) {
+                    Z::Putrootfh(Nfsstat4::NFS4_OK)
+                } else {
+                    Z::Putpubfh(Nfsstat4::NFS4_OK)
+                }
+            }
+            A::Savefh(()) => Z::Savefh(match &cx.cur {
+                Some(fh) => {
+                    cx.saved = Some(fh.clone());
+                    cx.saved_sid = cx.cur_sid;
+                    Nfsstat4::NFS4_OK
+                }
+                None => Nfsstat4::NFS4ERR_NOFILEHANDLE,
+            }),
+            A::Restorefh(()) => Z::Restorefh(match &cx.saved {
+                Some(fh) => {
+                    cx.cur = Some(fh.clone());
+                    cx.cur_sid = cx.saved_sid;
+                    Nfsstat4::NFS4_OK
+                }
+                None => Nfsstat4::NFS4ERR_RESTOREFH,
+            }),
+            A::Lookup(a) => Z::Lookup(status(self.lookup(&a.objname, cx).await)),
+            A::Lookupp(()) => Z::Lookupp(status(self.lookupp(cx).await)),
+            A::Readlink(()) => Z::Readlink(self.readlink(cx).await.into()),
+            A::Read(a) => Z::Read(self.read(a, cx).await.into()),
+            A::Write(a) => Z::Write(self.write(a, cx).await.into()),
+            A::Commit(_) => Z::Commit(self.commit(cx).await.into()),
+            A::Create(a) => Z::Create(self.create(a, cx).await.into()),
+            A::Remove(a) => Z::Remove(self.remove(&a.target, cx).await.into()),
+            A::Rename(a) => Z::Rename(self.rename(a, cx).await.into()),
+            A::Link(a) => Z::Link(self.link(&a.newname, cx).await.into()),
+            A::Readdir(a) => Z::Readdir(self.readdir(a, cx).await.into()),
+            A::Setattr(a) => Z::Setattr(match self.setattr(a, cx).await {
+                Ok(mask) => Setattr4Res {
+                    status: Nfsstat4::NFS4_OK,
+                    attrsset: mask,
+                },
+                Err(e) => Setattr4Res {
+                    status: e,
+                    attrsset: Bitmap4::new(),
+                },
+            }),
+            A::Secinfo(a) => Z::Secinfo(self.secinfo(Some(&a.objname), cx).await.into()),
+            A::SecinfoNoName(s) => Z::SecinfoNoName(
+                match *s {
+                    SecinfoStyle4::SECINFO_STYLE4_CURRENT_FH => self.secinfo(None, cx).await,
+                    SecinfoStyle4::SECINFO_STYLE4_PARENT => match self.lookupp(cx).await {
+                        Ok(()) => self.secinfo(None, cx).await,
+                        Err(e) => Err(e),
+                    },
+                    _ => Err(Nfsstat4::NFS4ERR_INVAL),
+                }
+                .into(),
+            ),
+            A::Seek(a) => Z::Seek(self.seek(a, cx).await.into()),
+            A::Allocate(a) => Z::Allocate(status(self.allocate(a, cx, false).await)),
+            A::Deallocate(a) => Z::Deallocate(status(self.allocate(a, cx, true).await)),
+            A::Unsupported(n) => Z::Other(*n, Nfsstat4::NFS4ERR_NOTSUPP),
+            A::Illegal(_) => Z::Other(Opnum4::OP_ILLEGAL, Nfsstat4::NFS4ERR_OP_ILLEGAL),
+            other => self.exec_state(other, cx, now).await,
+        }
+    }
+
+    async fn putfh(&self, fh: &NfsFh4, cx: &mut Cx) -> R<()> {
+        let fh = NfsFh3::new(fh.as_bytes()).ok_or(Nfsstat4::NFS4ERR_BADHANDLE)?;
+        self.attr(&fh).await?;
+        cx.cur = Some(fh);
+        cx.cur_sid = None;
+        Ok(())
+    }
+
+    /// ACCESS (RFC 8881 §18.1.4): mode bits against the AUTH_SYS caller.
+    async fn access(&self, a: &Access4Args, cx: &Cx) -> R<Access4ResOk> {
+        let attr = self.attr(&cur(cx)?).await?;
+        let want = a.access & 0x3f;
+        Ok(Access4ResOk {
+            supported: want,
+            access: access_bits(&attr, &cx.caller, want, self.fs.read_only()),
+        })
+    }
+
+    /// GETATTR (RFC 8881 §18.7.4): requested attributes the server does
+    /// not support are left out of the mask; write-only ones are
+    /// NFS4ERR_INVAL.
+    async fn getattr(&self, a: &Getattr4Args, cx: &Cx) -> R<Getattr4ResOk> {
+        if a.attr_request.contains(FATTR4_TIME_ACCESS_SET)
+            || a.attr_request.contains(FATTR4_TIME_MODIFY_SET)
+        {
+            return Err(Nfsstat4::NFS4ERR_INVAL);
+        }
+        let fh = cur(cx)?;
+        let attr = self.attr(&fh).await?;
+        let fsstat = if wants_fsstat(&a.attr_request) {
+            Some(self.fs.fsstat(&fh).await.map_err(st4)?)
+        } else {
+            None
+        };
+        Ok(Getattr4ResOk {
+            obj_attributes: file_attrs(&attr, &fh, fsstat, self.lease_secs())
+                .to_fattr4(&a.attr_request),
+        })
+    }
+
+    /// SETATTR (RFC 8881 §18.30.4): a size change needs a stateid allowing
+    /// writes; POSIX permission rules as nfsd applies them.
+    async fn setattr(&self, a: &Setattr4Args, cx: &Cx) -> R<Bitmap4> {
+        let fh = cur(cx)?;
+        let (s, mask) = to_sattr(&a.obj_attributes)?;
+        let attr = self.attr(&fh).await?;
+        if s.size.is_some() {
+            if attr.ftype == Ftype3::NF3DIR {
+                return Err(Nfsstat4::NFS4ERR_ISDIR);
+            }
+            let sid = resolve_sid(cx, &a.stateid)?;
+            let clientid = cx.sess.map(|s| s.clientid).unwrap_or(0);
+            self.state()?.io_check(&sid, clientid, &key(&fh), true)?;
+        }
+        check_setattr(&attr, &cx.caller, &s).map_err(st4)?;
+        self.fs.setattr(&fh, &s, None).await.map_err(st4)?;
+        Ok(mask)
+    }
+
+    async fn lookup(&self, name: &Component4, cx: &mut Cx) -> R<()> {
+        let dir = cur(cx)?;
+        let n = name3(name)?;
+        let d = self.dir(&dir).await?;
+        self.allow(&d, cx, ACCESS3_LOOKUP, false)?;
+        cx.cur = Some(self.fs.lookup(&dir, &n).await.map_err(st4)?);
+        cx.cur_sid = None;
+        Ok(())
+    }
+
+    /// LOOKUPP (RFC 8881 §18.14.3): NFS4ERR_NOENT at the root.
+    async fn lookupp(&self, cx: &mut Cx) -> R<()> {
+        let dir = cur(cx)?;
+        self.dir(&dir).await?;
+        if dir == self.fs.root() {
+            return Err(Nfsstat4::NFS4ERR_NOENT);
+        }
+        let up = self.fs.lookup(&dir, &Filename3::from_static("..")).await;
+        cx.cur = Some(up.map_err(st4)?);
+        cx.cur_sid = None;
+        Ok(())
+    }
+
+    async fn readlink(&self, cx: &Cx) -> R<Readlink4ResOk> {
+        let fh = cur(cx)?;
+        if self.attr(&fh).await?.ftype != Ftype3::NF3LNK {
+            return Err(Nfsstat4::NFS4ERR_INVAL);
+        }
+        let link = self.fs.readlink(&fh).await.map_err(st4)?;
+        Ok(Readlink4ResOk {
+            link: Linktext4(link),
+        })
+    }
+
+    /// Stateid and permission checks shared by READ, WRITE and the 4.2
+    /// data operations.
+    pub(super) async fn io_prep(&self, sid: &Stateid4, cx: &Cx, write: bool) -> R<NfsFh3> {
+        let fh = cur(cx)?;
+        let attr = self.regular(&fh).await?;
+        let sid = resolve_sid(cx, sid)?;
+        let clientid = cx.sess.map(|s| s.clientid).unwrap_or(0);
+        self.state()?.io_check(&sid, clientid, &key(&fh), write)?;
+        if sid.is_special() {
+            let need = if write { ACCESS3_MODIFY } else { ACCESS3_READ };
+            self.allow(&attr, cx, need, true)?;
+        }
+        Ok(fh)
+    }
+
+    /// READ (RFC 8881 §18.22.4), at most `MAX_READ` bytes and what fits
+    /// the session's `ca_maxresponsesize`.
+    async fn read(&self, a: &Read4Args, cx: &Cx) -> R<Read4ResOk> {
+        let fh = self.io_prep(&a.stateid, cx, false).await?;
+        let room = cx
+            .sess
+            .map(|s| s.max_response.saturating_sub(512))
+            .unwrap_or(MAX_READ);
+        let count = a.count.min(MAX_READ).min(room);
+        let (data, eof) = self.fs.read(&fh, a.offset, count).await.map_err(st4)?;
+        Ok(Read4ResOk {
+            eof,
+            data: xdr::DdpOpaque(data),
+        })
+    }
+
+    /// WRITE (RFC 8881 §18.32.4).
+    async fn write(&self, a: &Write4Args, cx: &Cx) -> R<Write4ResOk> {
+        let fh = self.io_prep(&a.stateid, cx, true).await?;
+        let how = StableHow(a.stable.0.min(2));
+        let count = u32::try_from(a.data.0.len()).map_err(|_| Nfsstat4::NFS4ERR_INVAL)?;
+        let done = self
+            .fs
+            .write(&fh, a.offset, &a.data.0, how)
+            .await
+            .map_err(st4)?;
+        Ok(Write4ResOk {
+            count,
+            committed: StableHow4(done.0),
+            writeverf: FixedOpaque(self.fs.write_verifier()),
+        })
+    }
+
+    /// COMMIT (RFC 8881 §18.3.4): the whole file is flushed.
+    async fn commit(&self, cx: &Cx) -> R<Commit4ResOk> {
+        let fh = cur(cx)?;
+        self.regular(&fh).await?;
+        self.fs.commit(&fh).await.map_err(st4)?;
+        Ok(Commit4ResOk {
+            writeverf: FixedOpaque(self.fs.write_verifier()),
+        })
+    }
+
+    /// CREATE (RFC 8881 §18.4.4): directories, symbolic links and special
+    /// files; regular files are made by OPEN (NFS4ERR_BADTYPE here).
+    async fn create(&self, a: &Create4Args, cx: &mut Cx) -> R<Create4ResOk> {
+        let dir = cur(cx)?;
+        let n = name3(&a.objname)?;
+        let before = self.dir(&dir).await?;
+        self.allow(&before, cx, DIR_ADD, false)?;
+        let (s, mask) = to_sattr(&a.createattrs)?;
+        let dev = |t: Ftype3, d: &Specdata4| Mknoddata3::Device {
+            ftype: t,
+            attributes: s.clone(),
+            spec: Specdata3 {
+                specdata1: d.specdata1,
+                specdata2: d.specdata2,
+            },
+        };
+        let special = |t: Ftype3| Mknoddata3::Special {
+            ftype: t,
+            attributes: s.clone(),
+        };
+        let made = match &a.objtype {
+            Createtype4::Dir => self.fs.mkdir(&dir, &n, &s).await,
+            Createtype4::Link(t) => self.fs.symlink(&dir, &n, &t.0, &s).await,
+            Createtype4::Block(d) => self.fs.mknod(&dir, &n, &dev(Ftype3::NF3BLK, d)).await,
+            Createtype4::Char(d) => self.fs.mknod(&dir, &n, &dev(Ftype3::NF3CHR, d)).await,
+            Createtype4::Socket => self.fs.mknod(&dir, &n, &special(Ftype3::NF3SOCK)).await,
+            Createtype4::Fifo => self.fs.mknod(&dir, &n, &special(Ftype3::NF3FIFO)).await,
+            Createtype4::Other(_) => return Err(Nfsstat4::NFS4ERR_BADTYPE),
+        };
+        let fh = made.map_err(st4)?;
+        self.give(&fh, cx, &s).await;
+        let after = self.attr(&dir).await?;
+        cx.cur = Some(fh);
+        cx.cur_sid = None;
+        Ok(Create4ResOk {
+            cinfo: cinfo(&before, &after),
+            attrset: mask,
+        })
+    }
+
+    /// REMOVE (RFC 8881 §18.25.4): files and empty directories.
+    async fn remove(&self, name: &Component4, cx: &Cx) -> R<Cinfo4ResOk> {
+        let dir = cur(cx)?;
+        let n = name3(name)?;
+        let before = self.dir(&dir).await?;
+        self.allow(&before, cx, DIR_REMOVE, false)?;
+        let child = self.fs.lookup(&dir, &n).await.map_err(st4)?;
+        let r = if self.attr(&child).await?.ftype == Ftype3::NF3DIR {
+            self.fs.rmdir(&dir, &n).await
+        } else {
+            self.fs.remove(&dir, &n).await
+        };
+        r.map_err(st4)?;
+        let after = self.attr(&dir).await?;
+        Ok(Cinfo4ResOk {
+            cinfo: cinfo(&before, &after),
+        })
+    }
+
+    /// RENAME (RFC 8881 §18.26.4): saved directory to current directory.
+    async fn rename(&self, a: &Rename4Args, cx: &Cx) -> R<Rename4ResOk> {
+        let to = cur(cx)?;
+        let from = cx.saved.clone().ok_or(Nfsstat4::NFS4ERR_NOFILEHANDLE)?;
+        let (old, new) = (name3(&a.oldname)?, name3(&a.newname)?);
+        let sb = self.dir(&from).await?;
+        let tb = self.dir(&to).await?;
+        self.allow(&sb, cx, DIR_REMOVE, false)?;
+        self.allow(&tb, cx, DIR_ADD, false)?;
+        self.fs.rename(&from, &old, &to, &new).await.map_err(st4)?;
+        let (sa, ta) = (self.attr(&from).await?, self.attr(&to).await?);
+        Ok(Rename4ResOk {
+            source_cinfo: cinfo(&sb, &sa),
+            target_cinfo: cinfo(&tb, &ta),
+        })
+    }
+
+    /// LINK (RFC 8881 §18.9.4): the saved object gets a name in the
+    /// current directory.
+    async fn link(&self, name: &Component4, cx: &Cx) -> R<Cinfo4ResOk> {
+        let dir = cur(cx)?;
+        let obj = cx.saved.clone().ok_or(Nfsstat4::NFS4ERR_NOFILEHANDLE)?;
+        let n = name3(name)?;
+        if self.attr(&obj).await?.ftype == Ftype3::NF3DIR {
+            return Err(Nfsstat4::NFS4ERR_ISDIR);
+        }
+        let before = self.dir(&dir).await?;
+        self.allow(&before, cx, DIR_ADD, false)?;
+        self.fs.link(&obj, &dir, &n).await.map_err(st4)?;
+        let after = self.attr(&dir).await?;
+        Ok(Cinfo4ResOk {
+            cinfo: cinfo(&before, &after),
+        })
+    }
+
+    /// READDIR (RFC 8881 §18.23.4): never "." or ".."; entries up to
+    /// `maxcount` bytes of result (NFS4ERR_TOOSMALL if not even one
+    /// fits); a non-zero cookie must come with the current verifier
+    /// (NFS4ERR_NOT_SAME); an entry whose attributes fail carries
+    /// `rdattr_error` when asked for, else fails the operation.
+    async fn readdir(&self, a: &Readdir4Args, cx: &Cx) -> R<Readdir4ResOk> {
+        let dir = cur(cx)?;
+        let d = self.dir(&dir).await?;
+        self.allow(&d, cx, ACCESS3_READ, false)?;
+        if a.cookie == 1 || a.cookie == 2 {
+            return Err(Nfsstat4::NFS4ERR_BAD_COOKIE);
+        }
+        let (entries, verf) = self.fs.readdir(&dir, a.cookie).await.map_err(st4)?;
+        if a.cookie != 0 && a.cookieverf.0 != verf {
+            return Err(Nfsstat4::NFS4ERR_NOT_SAME);
+        }
+        let fsstat = if wants_fsstat(&a.attr_request) {
+            Some(self.fs.fsstat(&dir).await.map_err(st4)?)
+        } else {
+            None
+        };
+        let lease = self.lease_secs();
+        let limit = cx
+            .sess
+            .map(|s| s.max_response.saturating_sub(512) as usize)
+            .unwrap_or(usize::MAX)
+            .min(a.maxcount as usize);
+        let mut out = Readdir4ResOk {
+            cookieverf: FixedOpaque(verf),
+            entries: Vec::new(),
+            eof: true,
+        };
+        let mut size = 8 + 4 + 4;
+        for e in entries {
+            if e.name.0[..] == b"."[..] || e.name.0[..] == b".."[..] {
+                continue;
+            }
+            let attrs = if a.attr_request.is_empty() {
+                Fattr4::default()
+            } else {
+                let got = match self.fs.lookup(&dir, &e.name).await {
+                    Ok(fh) => self.attr(&fh).await.map(|at| (fh, at)),
+                    Err(s) => Err(st4(s)),
+                };
+                match got {
+                    Ok((fh, at)) => file_attrs(&at, &fh, fsstat, lease).to_fattr4(&a.attr_request),
+                    Err(s) if a.attr_request.contains(FATTR4_RDATTR_ERROR) => FileAttrs {
+                        rdattr_error: Some(s),
+                        ..FileAttrs::default()
+                    }
+                    .to_fattr4(&a.attr_request),
+                    Err(s) => return Err(s),
+                }
+            };
+            let entry = Entry4 {
+                cookie: e.cookie,
+                name: Component4(e.name.0.clone()),
+                attrs,
+            };
+            let len = 4 + entry.encoded_len();
+            if size + len > limit {
+                out.eof = false;
+                break;
+            }
+            size += len;
+            out.entries.push(entry);
+        }
+        if out.entries.is_empty() && !out.eof {
+            return Err(Nfsstat4::NFS4ERR_TOOSMALL);
+        }
+        Ok(out)
+    }
+
+    /// SECINFO and SECINFO_NO_NAME (RFC 8881 §18.29.4, §18.45.4): AUTH_SYS
+    /// only; success consumes the current file handle.
+    async fn secinfo(
+        &self,
+        name: Option<&Component4>,
+        cx: &mut Cx,
+    ) -> R<Bounded<Vec<Secinfo4>, 16>> {
+        let fh = cur(cx)?;
+        if let Some(name) = name {
+            let n = name3(name)?;
+            let d = self.dir(&fh).await?;
+            self.allow(&d, cx, ACCESS3_EXECUTE, false)?;
+            self.fs.lookup(&fh, &n).await.map_err(st4)?;
+        } else {
+            self.attr(&fh).await?;
+        }
+        cx.cur = None;
+        cx.cur_sid = None;
+        Ok(Bounded(vec![Secinfo4::Flavor(1)]))
+    }
+}

@@ -1,0 +1,266 @@
+//! The stateful operations of a COMPOUND: OPEN, OPEN_DOWNGRADE, CLOSE,
+//! LOCK, LOCKT, LOCKU, TEST_STATEID, FREE_STATEID and the client-id and
+//! session operations.
+
+use std::time::Duration;
+
+use nfs::v3::{Createhow3, Ftype3, Nfsstat3, Sattr3, ACCESS3_MODIFY, ACCESS3_READ};
+use nfs::v4::attr::Bitmap4;
+use nfs::v4::session::TestStateid4ResOk;
+use nfs::v4::*;
+use xdr::Bounded;
+
+use super::attrs::{st4, to_sattr};
+use super::fileops::{cinfo, cur, key, name3, resolve_sid};
+use super::{Cx, Nfs4Service};
+use crate::perm::DIR_ADD;
+use crate::storage::Storage;
+
+type R<T> = Result<T, Nfsstat4>;
+
+fn clientid(cx: &Cx) -> R<u64> {
+    cx.sess
+        .map(|s| s.clientid)
+        .ok_or(Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)
+}
+
+impl Nfs4Service {
+    pub(super) async fn exec_state(&self, op: &NfsArgop4, cx: &mut Cx, now: Duration) -> NfsResop4 {
+        use NfsArgop4 as A;
+        use NfsResop4 as Z;
+        match op {
+            A::Open(a) => Z::Open(self.open(a, cx).await.into()),
+            A::OpenDowngrade(a) => Z::OpenDowngrade(self.open_downgrade(a, cx).into()),
+            A::Close(a) => Z::Close(self.close(a, cx).into()),
+            A::Lock(a) => Z::Lock(match self.lock(a, cx).await {
+                Ok(r) => r,
+                Err(e) => LockRes4::Err(e),
+            }),
+            A::Lockt(a) => Z::Lockt(match self.lockt(a, cx).await {
+                Ok(r) => r,
+                Err(e) => LockRes4::Err(e),
+            }),
+            A::Locku(a) => Z::Locku(self.locku(a, cx).await.into()),
+            A::FreeStateid(a) => Z::FreeStateid(match (clientid(cx), self.state()) {
+                (Ok(c), Ok(mut st)) => st.free_stateid(&a.stateid, c),
+                (Err(e), _) | (_, Err(e)) => e,
+            }),
+            A::TestStateid(a) => Z::TestStateid(
+                (|| {
+                    let c = clientid(cx)?;
+                    let st = self.state()?;
+                    Ok(TestStateid4ResOk {
+                        status_codes: Bounded(
+                            a.stateids.0.iter().map(|s| st.test_stateid(s, c)).collect(),
+                        ),
+                    })
+                })()
+                .into(),
+            ),
+            A::ReclaimComplete(a) => Z::ReclaimComplete(match (clientid(cx), self.state()) {
+                (Ok(c), Ok(mut st)) => st.reclaim_complete(c, a.one_fs),
+                (Err(e), _) | (_, Err(e)) => e,
+            }),
+            A::ExchangeId(a) => Z::ExchangeId(match self.state() {
+                Ok(mut st) => {
+                    st.expire(now);
+                    st.exchange_id(a, &self.owner, now)
+                }
+                Err(e) => Res4::Err(e),
+            }),
+            A::CreateSession(a) => Z::CreateSession(match self.state() {
+                Ok(mut st) => {
+                    st.expire(now);
+                    st.create_session(a, cx.conn, now)
+                }
+                Err(e) => Res4::Err(e),
+            }),
+            A::DestroySession(a) => Z::DestroySession(match self.state() {
+                Ok(mut st) => st.destroy_session(&a.sessionid.0),
+                Err(e) => e,
+            }),
+            A::DestroyClientid(a) => Z::DestroyClientid(match self.state() {
+                Ok(mut st) => st.destroy_clientid(a.clientid),
+                Err(e) => e,
+            }),
+            A::BindConnToSession(a) => Z::BindConnToSession(match self.state() {
+                Ok(mut st) => st.bind_conn(a, cx.conn, now),
+                Err(e) => Res4::Err(e),
+            }),
+            other => NfsResop4::error(other.opnum(), Nfsstat4::NFS4ERR_NOTSUPP),
+        }
+    }
+
+    /// OPEN (RFC 8881 §18.16.4): CLAIM_NULL with or without create
+    /// (UNCHECKED4, GUARDED4, EXCLUSIVE4, EXCLUSIVE4_1) and CLAIM_FH; the
+    /// share reservation is taken last. Reclaims are NFS4ERR_NO_GRACE and
+    /// delegation claims NFS4ERR_NOTSUPP (no delegations are granted).
+    async fn open(&self, a: &Open4Args, cx: &mut Cx) -> R<Open4ResOk> {
+        let cid = clientid(cx)?;
+        let access = a.share_access & !OPEN4_SHARE_WANT_MASK;
+        if !(1..=3).contains(&access) || a.share_deny > 3 {
+            return Err(Nfsstat4::NFS4ERR_INVAL);
+        }
+        let mut attrset = Bitmap4::new();
+        let mut created = false;
+        let mut truncate = None;
+        let (fh, change) = match &a.claim {
+            OpenClaim4::Null(name) => {
+                let dir = cur(cx)?;
+                let n = name3(name)?;
+                let before = self.dir(&dir).await?;
+                let found = self.fs.lookup(&dir, &n).await;
+                let fh = match (&a.openhow.0, found) {
+                    (None, r) => r.map_err(st4)?,
+                    (Some(Createhow4::Guarded(_)), Ok(_)) => return Err(Nfsstat4::NFS4ERR_EXIST),
+                    (Some(Createhow4::Unchecked(f)), Ok(fh)) => {
+                        truncate = to_sattr(f)?.0.size;
+                        fh
+                    }
+                    (Some(how), Err(Nfsstat3::NFS3ERR_NOENT))
+                    | (
+                        Some(how @ (Createhow4::Exclusive(_) | Createhow4::Exclusive41(..))),
+                        Ok(_),
+                    ) => {
+                        self.allow(&before, cx, DIR_ADD, false)?;
+                        let (h3, post, s) = match how {
+                            Createhow4::Unchecked(f) | Createhow4::Guarded(f) => {
+                                let (s, m) = to_sattr(f)?;
+                                attrset = m;
+                                (Createhow3::Guarded(s.clone()), None, s)
+                            }
+                            Createhow4::Exclusive(v) => {
+                                (Createhow3::Exclusive(*v), None, Sattr3::default())
+                            }
+                            Createhow4::Exclusive41(v, f) => {
+                                let (s, m) = to_sattr(f)?;
+                                if s.atime != Default::default() || s.mtime != Default::default() {
+                                    return Err(Nfsstat4::NFS4ERR_INVAL);
+                                }
+                                attrset = m;
+                                (Createhow3::Exclusive(*v), Some(s.clone()), s)
+                            }
+                        };
+                        let fh = self.fs.create(&dir, &n, &h3).await.map_err(st4)?;
+                        if let Some(s) = post {
+                            self.fs.setattr(&fh, &s, None).await.map_err(st4)?;
+                        }
+                        self.give(&fh, cx, &s).await;
+                        created = true;
+                        fh
+                    }
+                    (Some(_), Err(e)) => return Err(st4(e)),
+                };
+                let after = self.attr(&dir).await?;
+                (fh, cinfo(&before, &after))
+            }
+            OpenClaim4::Fh => (cur(cx)?, ChangeInfo4::default()),
+            OpenClaim4::Previous(_) => return Err(Nfsstat4::NFS4ERR_NO_GRACE),
+            _ => return Err(Nfsstat4::NFS4ERR_NOTSUPP),
+        };
+        let attr = self.regular(&fh).await?;
+        if !created {
+            if access & OPEN4_SHARE_ACCESS_READ != 0 {
+                self.allow(&attr, cx, ACCESS3_READ, true)?;
+            }
+            if access & OPEN4_SHARE_ACCESS_WRITE != 0 || truncate.is_some() {
+                self.allow(&attr, cx, ACCESS3_MODIFY, true)?;
+            }
+        }
+        let sid = self
+            .state()?
+            .open(cid, &a.owner.owner.0, &key(&fh), access, a.share_deny)?;
+        if let Some(size) = truncate {
+            let s = Sattr3 {
+                size: Some(size),
+                ..Sattr3::default()
+            };
+            self.fs.setattr(&fh, &s, None).await.map_err(st4)?;
+        }
+        cx.cur = Some(fh);
+        cx.cur_sid = Some(sid);
+        Ok(Open4ResOk {
+            stateid: sid,
+            cinfo: change,
+            rflags: OPEN4_RESULT_LOCKTYPE_POSIX,
+            attrset,
+            delegation: OpenDelegation4::None,
+        })
+    }
+
+    fn open_downgrade(&self, a: &OpenDowngrade4Args, cx: &mut Cx) -> R<Stateid4> {
+        let fh = cur(cx)?;
+        let sid = resolve_sid(cx, &a.open_stateid)?;
+        let access = a.share_access & !OPEN4_SHARE_WANT_MASK;
+        let new =
+            self.state()?
+                .open_downgrade(&sid, clientid(cx)?, &key(&fh), access, a.share_deny)?;
+        cx.cur_sid = Some(new);
+        Ok(new)
+    }
+
+    /// CLOSE (RFC 8881 §18.2.4): answers the invalid special stateid, as
+    /// an NFSv4.1 server should.
+    fn close(&self, a: &Close4Args, cx: &mut Cx) -> R<Stateid4> {
+        let fh = cur(cx)?;
+        let sid = resolve_sid(cx, &a.open_stateid)?;
+        let s = self.state()?.close(&sid, clientid(cx)?, &key(&fh));
+        if s.is_ok() {
+            cx.cur_sid = None;
+            Ok(Stateid4::INVALID)
+        } else {
+            Err(s)
+        }
+    }
+
+    async fn lock_target(&self, cx: &Cx) -> R<nfs::v3::NfsFh3> {
+        let fh = cur(cx)?;
+        let a = self.attr(&fh).await?;
+        match a.ftype {
+            Ftype3::NF3REG => Ok(fh),
+            Ftype3::NF3DIR => Err(Nfsstat4::NFS4ERR_ISDIR),
+            Ftype3::NF3LNK => Err(Nfsstat4::NFS4ERR_SYMLINK),
+            _ => Err(Nfsstat4::NFS4ERR_INVAL),
+        }
+    }
+
+    async fn lock(&self, a: &Lock4Args, cx: &mut Cx) -> R<LockRes4<Stateid4>> {
+        let fh = self.lock_target(cx).await?;
+        if a.reclaim {
+            return Err(Nfsstat4::NFS4ERR_NO_GRACE);
+        }
+        let mut a = a.clone();
+        match &mut a.locker {
+            Locker4::New(n) => n.open_stateid = resolve_sid(cx, &n.open_stateid)?,
+            Locker4::Existing(e) => e.lock_stateid = resolve_sid(cx, &e.lock_stateid)?,
+        }
+        let r = self.state()?.lock(clientid(cx)?, &key(&fh), &a);
+        if let LockRes4::Ok(s) = &r {
+            cx.cur_sid = Some(*s);
+        }
+        Ok(r)
+    }
+
+    async fn lockt(&self, a: &Lockt4Args, cx: &Cx) -> R<LockRes4<()>> {
+        let fh = self.lock_target(cx).await?;
+        let st = self.state()?;
+        Ok(st.lockt(
+            clientid(cx)?,
+            &key(&fh),
+            &a.owner.owner.0,
+            a.locktype,
+            a.offset,
+            a.length,
+        ))
+    }
+
+    async fn locku(&self, a: &Locku4Args, cx: &mut Cx) -> R<Stateid4> {
+        let fh = self.lock_target(cx).await?;
+        let sid = resolve_sid(cx, &a.lock_stateid)?;
+        let new = self
+            .state()?
+            .locku(&sid, clientid(cx)?, &key(&fh), a.offset, a.length)?;
+        cx.cur_sid = Some(new);
+        Ok(new)
+    }
+}

@@ -1,0 +1,269 @@
+//! Test support for NFSv4.1: a server with an injected clock over TCP and
+//! a small COMPOUND client on oncrpc's TcpClient.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use nfs::v4::attr::{Bitmap4, FileAttrs};
+use nfs::v4::session::*;
+use nfs::v4::*;
+use nfs_server::v4::{ManualClock, Nfs4Config, Nfs4Service, SessionLimits};
+use nfs_server::LocalFs;
+use oncrpc::client::{ClientConfig, ClientTransport, ReplyHint, RpcCall};
+use oncrpc::msg::{AuthSys, OpaqueAuth};
+use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
+use xdr::{Bounded, FixedOpaque};
+
+/// A fresh temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("nfs4-test-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running NFSv4 server on an ephemeral port.
+pub struct Srv {
+    pub addr: SocketAddr,
+    pub uid: u32,
+    pub clock: Arc<ManualClock>,
+    pub dir: TempDir,
+}
+
+pub async fn serve(tag: &str, limits: SessionLimits) -> Srv {
+    let dir = TempDir::new(tag);
+    let clock = Arc::new(ManualClock::new());
+    let fs = Arc::new(LocalFs::new(dir.path(), false).unwrap());
+    let mut server = oncrpc::Server::new();
+    server.register(Nfs4Service::with_config(
+        fs,
+        Nfs4Config {
+            limits,
+            clock: clock.clone(),
+            server_owner: Bytes::from_static(b"test"),
+        },
+    ));
+    let tcp = TcpServer::bind(
+        "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
+        Arc::new(server),
+        TcpConfig::default(),
+    )
+    .await
+    .unwrap();
+    let addr = tcp.local_addr().unwrap();
+    tcp.spawn();
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.path()).unwrap());
+    Srv {
+        addr,
+        uid,
+        clock,
+        dir,
+    }
+}
+
+/// One NFSv4.1 client: a connection, and after [`C4::establish`] a client
+/// id and a session whose slot 0 it uses.
+pub struct C4 {
+    pub rpc: TcpClient,
+    pub cred: OpaqueAuth,
+    pub clientid: u64,
+    pub session: [u8; 16],
+    pub seq: AtomicU32,
+}
+
+pub fn sys_cred(uid: u32) -> OpaqueAuth {
+    AuthSys {
+        stamp: 1,
+        machinename: Bytes::from_static(b"test"),
+        uid,
+        gid: uid,
+        gids: vec![],
+    }
+    .to_opaque_auth()
+}
+
+impl C4 {
+    /// Connects as the owner of the export (`srv.uid`).
+    pub async fn connect(srv: &Srv) -> Self {
+        let addr = srv.addr;
+        let rpc = TcpClient::connect(addr, 7, ClientConfig::default(), TcpConfig::default())
+            .await
+            .unwrap();
+        Self {
+            rpc,
+            cred: sys_cred(srv.uid),
+            clientid: 0,
+            session: [0; 16],
+            seq: AtomicU32::new(0),
+        }
+    }
+
+    /// Sends raw COMPOUND argument bytes; returns the raw result bytes.
+    pub async fn raw(&self, args: Bytes) -> Bytes {
+        self.rpc
+            .call(RpcCall {
+                prog: NFS4_PROGRAM,
+                vers: NFS_V4,
+                proc_: NFSPROC4_COMPOUND,
+                cred: self.cred.clone(),
+                args: xdr::XdrBuf::from_bytes(args),
+                reply_hint: ReplyHint::default(),
+            })
+            .await
+            .unwrap()
+    }
+
+    pub async fn compound(&self, args: &Compound4Args) -> Compound4Res {
+        let r = self.raw(xdr::to_bytes(args)).await;
+        xdr::from_slice(&r).unwrap()
+    }
+
+    pub async fn ops(&self, ops: Vec<NfsArgop4>) -> Compound4Res {
+        self.compound(&Compound4Args {
+            tag: Bytes::new(),
+            minorversion: 1,
+            argarray: ops,
+        })
+        .await
+    }
+
+    pub fn exchange_id_args(name: &str, verifier: u8) -> ExchangeId4Args {
+        ExchangeId4Args {
+            clientowner: ClientOwner4 {
+                verifier: FixedOpaque([verifier; 8]),
+                ownerid: Bounded(Bytes::from(name.to_string())),
+            },
+            flags: EXCHGID4_FLAG_SUPP_MOVED_REFER | EXCHGID4_FLAG_BIND_PRINC_STATEID,
+            state_protect: StateProtect4A::None,
+            client_impl_id: Bounded(vec![]),
+        }
+    }
+
+    pub fn create_session_args(clientid: u64, sequence: u32) -> CreateSession4Args {
+        let attrs = |req, resp| ChannelAttrs4 {
+            headerpadsize: 0,
+            maxrequestsize: req,
+            maxresponsesize: resp,
+            maxresponsesize_cached: 7584,
+            maxoperations: 16,
+            maxrequests: 64,
+            rdma_ird: Bounded(vec![]),
+        };
+        CreateSession4Args {
+            clientid,
+            sequence,
+            flags: CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+            fore_chan_attrs: attrs(1_049_620, 1_049_480),
+            back_chan_attrs: attrs(4096, 4096),
+            cb_program: 0x4000_0000,
+            sec_parms: Bounded(vec![CallbackSecParms4::None]),
+        }
+    }
+
+    /// EXCHANGE_ID then CREATE_SESSION.
+    pub async fn establish(&mut self, name: &str) {
+        let r = self
+            .ops(vec![NfsArgop4::ExchangeId(Self::exchange_id_args(name, 1))])
+            .await;
+        let Some(NfsResop4::ExchangeId(Res4::Ok(x))) = r.resarray.first() else {
+            panic!("EXCHANGE_ID: {r:?}")
+        };
+        self.clientid = x.clientid;
+        let r = self
+            .ops(vec![NfsArgop4::CreateSession(Self::create_session_args(
+                x.clientid,
+                x.sequenceid,
+            ))])
+            .await;
+        let Some(NfsResop4::CreateSession(Res4::Ok(s))) = r.resarray.first() else {
+            panic!("CREATE_SESSION: {r:?}")
+        };
+        self.session = s.sessionid.0;
+    }
+
+    pub fn sequence(&self, slot: u32, seqid: u32, cachethis: bool) -> NfsArgop4 {
+        NfsArgop4::Sequence(Sequence4Args {
+            sessionid: FixedOpaque(self.session),
+            sequenceid: seqid,
+            slotid: slot,
+            highest_slotid: 0,
+            cachethis,
+        })
+    }
+
+    /// SEQUENCE on slot 0 with the next sequence id, then `ops`.
+    pub async fn seq(&self, ops: Vec<NfsArgop4>) -> Compound4Res {
+        let id = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut all = vec![self.sequence(0, id, true)];
+        all.extend(ops);
+        self.ops(all).await
+    }
+
+    /// Like [`C4::seq`], asserting every operation succeeded.
+    pub async fn ok(&self, ops: Vec<NfsArgop4>) -> Vec<NfsResop4> {
+        let r = self.seq(ops).await;
+        assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+        r.resarray
+    }
+}
+
+pub fn name(s: &'static str) -> Component4 {
+    Component4::from_static(s)
+}
+
+pub fn owner(clientid: u64, s: &'static str) -> StateOwner4 {
+    StateOwner4 {
+        clientid,
+        owner: Bounded(Bytes::from_static(s.as_bytes())),
+    }
+}
+
+/// OPEN of `file` in the current directory, creating it (UNCHECKED4).
+pub fn open_create(clientid: u64, file: &'static str, access: u32, deny: u32) -> NfsArgop4 {
+    NfsArgop4::Open(Open4Args {
+        seqid: 0,
+        share_access: access,
+        share_deny: deny,
+        owner: owner(clientid, "open-owner"),
+        openhow: OpenHow4(Some(Createhow4::Unchecked(
+            FileAttrs {
+                mode: Some(0o644),
+                ..Default::default()
+            }
+            .to_fattr4(&Bitmap4::from_bits(&[nfs::v4::attr::FATTR4_MODE])),
+        ))),
+        claim: OpenClaim4::Null(Component4::from_static(file)),
+    })
+}
+
+pub fn open_stateid(r: &[NfsResop4]) -> Stateid4 {
+    r.iter()
+        .find_map(|x| match x {
+            NfsResop4::Open(Res4::Ok(o)) => Some(o.stateid),
+            _ => None,
+        })
+        .expect("an OPEN result")
+}
+
+pub fn last_status(r: &Compound4Res) -> Nfsstat4 {
+    r.resarray.last().map(NfsResop4::status).unwrap()
+}
