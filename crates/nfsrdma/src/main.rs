@@ -47,6 +47,14 @@ enum Command {
     /// and COMMITted, with a resend if the server's write verifier changes.
     /// Prints bytes, seconds and MiB/s when done.
     Cp(cmd::cp::CpArgs),
+    /// The 2003 NFS/RDMA paper's experiment: sequential read (and write)
+    /// of a file by READ size and reads in flight, over RDMA and TCP.
+    ///
+    /// Prints MiB/s and client/server CPU seconds per GiB for each point,
+    /// and the best RDMA vs best TCP figures; --csv and --plot-dir write
+    /// the points and PNG plots. Starts `nfsrdma serve` on loopback as a
+    /// child process unless given --url.
+    Bench(cmd::bench::BenchArgs),
     /// Mount a remote directory on a local one through FUSE:
     /// nfs://host[:port]/export/path DIR (or nfs+rdma://...).
     ///
@@ -75,6 +83,7 @@ fn main() -> anyhow::Result<()> {
             Command::Ls(a) => cmd::ls::run(a).await,
             Command::Cat(a) => cmd::cat::run(a).await,
             Command::Cp(a) => cmd::cp::run(a).await,
+            Command::Bench(a) => cmd::bench::run(a).await,
             Command::Mount(a) => cmd::mount::run(a).await,
         }
     })

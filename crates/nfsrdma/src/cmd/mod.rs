@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub(crate) mod bench;
 pub(crate) mod cat;
 pub(crate) mod cp;
 pub(crate) mod echo;

@@ -1,0 +1,133 @@
+//! `nfsrdma bench` as a user runs it: a small run of the paper's
+//! experiment against the embedded server (a child `nfsrdma serve`),
+//! checking the CSV holds every point with positive figures and the plots
+//! are PNG files. No timing is asserted.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_nfsrdma");
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let p =
+            std::env::temp_dir().join(format!("nfsrdma-bench-cli-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The PNG signature and the IHDR chunk first (PNG spec §5.2, §5.3), with
+/// a non-zero width and height.
+fn assert_png(path: &std::path::Path) {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(b.len() > 33, "{}: {} bytes", path.display(), b.len());
+    assert_eq!(&b[..8], b"\x89PNG\r\n\x1a\n", "{}", path.display());
+    assert_eq!(&b[12..16], b"IHDR", "{}", path.display());
+    let w = u32::from_be_bytes(b[16..20].try_into().unwrap());
+    let h = u32::from_be_bytes(b[20..24].try_into().unwrap());
+    assert!(w > 0 && h > 0, "{}: {w}x{h}", path.display());
+    assert_eq!(&b[b.len() - 8..b.len() - 4], b"IEND", "{}", path.display());
+}
+
+#[test]
+fn bench_writes_every_point_to_csv_and_plots() {
+    let dir = TempDir::new("run");
+    let csv = dir.0.join("points.csv");
+    let plots = dir.0.join("plots");
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "--size",
+            "8M",
+            "--read-sizes",
+            "64k,1m",
+            "--in-flight",
+            "1,4",
+        ])
+        .arg("--csv")
+        .arg(&csv)
+        .arg("--plot-dir")
+        .arg(&plots)
+        .output()
+        .expect("run nfsrdma bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("sequential read of 8 MiB"), "{stdout}");
+    assert!(stdout.contains("sequential write of 8 MiB"), "{stdout}");
+    assert!(stdout.contains("best read: rdma "), "{stdout}");
+    assert!(stdout.contains("best write: rdma "), "{stdout}");
+
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let mut seen = Vec::new();
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        assert_eq!(f.len(), header.len(), "{line}");
+        assert_eq!(f[col("bytes")], "8388608", "{line}");
+        for name in [
+            "seconds",
+            "mib_s",
+            "client_cpu_s",
+            "server_cpu_s",
+            "client_cpu_s_per_gib",
+            "server_cpu_s_per_gib",
+        ] {
+            let v: f64 = f[col(name)]
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}: {line}"));
+            assert!(v > 0.0 && v.is_finite(), "{name} = {v}: {line}");
+        }
+        seen.push(format!(
+            "{} {} {} {}",
+            f[col("op")],
+            f[col("transport")],
+            f[col("io_size")],
+            f[col("in_flight")]
+        ));
+    }
+    seen.sort();
+    let mut want = Vec::new();
+    for op in ["read", "write"] {
+        for t in ["rdma", "tcp"] {
+            for s in ["65536", "1048576"] {
+                for n in ["1", "4"] {
+                    want.push(format!("{op} {t} {s} {n}"));
+                }
+            }
+        }
+    }
+    want.sort();
+    assert_eq!(seen, want);
+
+    for name in [
+        "read-throughput",
+        "read-cpu",
+        "write-throughput",
+        "write-cpu",
+    ] {
+        assert_png(&plots.join(format!("{name}.png")));
+    }
+}
+
+#[test]
+fn bench_rejects_zero_reads_in_flight() {
+    let out = Command::new(BIN)
+        .args(["bench", "--size", "1M", "--in-flight", "0"])
+        .output()
+        .expect("run nfsrdma bench");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--in-flight"));
+}
