@@ -655,3 +655,45 @@ mod prop {
         }
     }
 }
+
+#[test]
+fn send_with_solicited_event_and_invalidate_reports_both() {
+    let mut a = Side::new(cfg(true, 4, 4, 4096));
+    let mut b = Side::new(cfg(true, 4, 4, 4096));
+    b.mem.region(0x55, 0, 64, Access::REMOTE_READ);
+    a.mem.sends.insert(1, vec![7; 30]);
+    b.mem.recvs.insert(3, vec![0; 64]);
+    b.conn.post_recv(3, 64).unwrap();
+    a.conn
+        .post_send(1, SendKind::SolicitedInvalidate(Stag(0x55)), 30)
+        .unwrap();
+    let wire = a.drain_wire();
+    let p = FpduPacket::new_checked(&wire[..]).unwrap();
+    let (h, _) = DdpRepr::parse_bytes(FpduRepr::parse(&p, true).unwrap().ulpdu).unwrap();
+    assert_eq!(h.opcode, Opcode::SendSolicitedInvalidate);
+    b.feed(&wire, 8).unwrap();
+    b.collect();
+    let c = b.completions()[0];
+    assert_eq!(
+        (c.solicited, c.invalidated, c.byte_len),
+        (true, Some(Stag(0x55)), 30)
+    );
+    assert!(!b.mem.regions[&0x55].valid);
+}
+
+#[test]
+fn terminates_a_send_with_invalidate_of_an_unknown_stag() {
+    let mut a = Side::new(cfg(false, 4, 4, 4096));
+    let mut b = Side::new(cfg(false, 4, 4, 4096));
+    a.mem.sends.insert(1, vec![7; 4]);
+    b.mem.recvs.insert(3, vec![0; 64]);
+    b.conn.post_recv(3, 64).unwrap();
+    a.conn
+        .post_send(1, SendKind::Invalidate(Stag(0x66)), 4)
+        .unwrap();
+    let wire = a.drain_wire();
+    assert_eq!(
+        b.feed(&wire, 100),
+        Err(ConnError::Terminated(TermError::RDMAP_CANNOT_INVALIDATE))
+    );
+}
