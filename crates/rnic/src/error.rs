@@ -194,7 +194,7 @@ pub enum CmError {
     AddrInUse,
     /// Private data longer than the transport carries
     /// ([`MAX_PRIVATE_DATA`](crate::MAX_PRIVATE_DATA), RFC 5044 §7.1).
-    #[error("private data of {0} bytes exceeds the limit of 504")]
+    #[error("private data of {0} bytes exceeds the limit of 508")]
     PrivateDataTooLong(usize),
     /// The listener was closed.
     #[error("listener closed")]

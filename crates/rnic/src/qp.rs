@@ -165,8 +165,10 @@ impl QpConfig {
 
 /// The longest upper-layer private data a connection request, reply or reject
 /// carries: RFC 5044 §7.1 allows 512 bytes of MPA private data, of which the
-/// RFC 6581 enhanced connection set-up takes 8 for the IRD/ORD words.
-pub const MAX_PRIVATE_DATA: usize = 504;
+/// RFC 6581 enhanced connection set-up takes 4 for the IRD/ORD words. (Linux
+/// `siw` closes the connection on frames with more than 256 bytes of private
+/// data; upper layers that talk to it must stay below that.)
+pub const MAX_PRIVATE_DATA: usize = 508;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,339 @@
+//! softrnic behaviour that needs real TCP: multi-segment transfers placed
+//! directly, the read queue beyond ORD, and hostile or broken peers speaking
+//! raw bytes.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use iwarp::negotiation::{Initiator, InitiatorConfig, ReplyOutcome};
+use iwarp::wire::mpa::{FrameKind, IrdOrd, Repr as MpaRepr};
+use rnic::conformance::{connect_pair, Harness};
+use rnic::{
+    Access, CloseReason, CompletionQueue, ConnectRequest, Device, Listener, QpConfig, QueuePair,
+    ReadWr, RecvWr, SendWr, TerminateCause, WcOpcode, WcStatus, WorkCompletion, WriteWr,
+};
+use softrnic::{SoftConfig, SoftDevice};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+struct Tcp(SoftConfig);
+
+impl Harness for Tcp {
+    type Dev = SoftDevice;
+    fn pair(&self) -> (SoftDevice, SoftDevice) {
+        (SoftDevice::new(self.0, 1), SoftDevice::new(self.0, 2))
+    }
+    fn listen_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    }
+}
+
+async fn next(cq: &CompletionQueue) -> WorkCompletion {
+    tokio::time::timeout(Duration::from_secs(10), cq.next())
+        .await
+        .expect("completion in time")
+        .expect("no overflow")
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// A 1 MiB RDMA Write and a 1 MiB RDMA Read cross many FPDUs (MULPDU 16 KiB
+/// by default) and land byte-exact, every byte placed straight from the
+/// socket: no staging copy on either device.
+#[tokio::test]
+async fn large_write_and_read_are_placed_directly_across_segments() {
+    let h = Tcp(SoftConfig {
+        crc: true,
+        ..SoftConfig::default()
+    });
+    let p = connect_pair(&h, 0, 1).await;
+    const LEN: usize = 1 << 20;
+    let target = p
+        .server_pd
+        .register(
+            BytesMut::zeroed(LEN + 8),
+            Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
+        .unwrap();
+    let data = Bytes::from(pattern(LEN, 7));
+    let wr = WriteWr {
+        wr_id: 1,
+        data: vec![data.slice(..1000), data.slice(1000..)],
+        remote_stag: target.stag(),
+        remote_to: 8,
+    };
+    p.cqp.post_write(wr).unwrap();
+    assert_eq!(next(p.cqp.send_cq()).await.status, WcStatus::Success);
+    // A Send after the Write proves the Write was placed (in-order stream).
+    p.cqp
+        .post_send(SendWr {
+            wr_id: 2,
+            data: vec![Bytes::from_static(b"done")],
+            ..Default::default()
+        })
+        .unwrap();
+    let got = next(p.sqp.recv_cq()).await;
+    assert_eq!(got.status, WcStatus::Success);
+    assert_eq!(next(p.cqp.send_cq()).await.status, WcStatus::Success);
+
+    let sink = p
+        .client_pd
+        .register(BytesMut::zeroed(LEN), Access::LOCAL_WRITE)
+        .unwrap();
+    let rd = ReadWr {
+        wr_id: 3,
+        local_stag: sink.stag(),
+        local_to: 0,
+        len: LEN as u32,
+        remote_stag: target.stag(),
+        remote_to: 8,
+    };
+    p.cqp.post_read(rd).unwrap();
+    let wc = next(p.cqp.send_cq()).await;
+    assert_eq!(
+        (wc.opcode, wc.status, wc.byte_len),
+        (WcOpcode::RdmaRead, WcStatus::Success, LEN as u32)
+    );
+
+    let server_stats = p.server.mr_table().stats();
+    let client_stats = p.client.mr_table().stats();
+    assert_eq!(server_stats.bytes_placed_direct, LEN as u64);
+    assert_eq!(client_stats.bytes_placed_direct, LEN as u64);
+    assert_eq!(
+        server_stats.bytes_copied_staging + client_stats.bytes_copied_staging,
+        0
+    );
+    let written = target.invalidate().buf;
+    assert_eq!(&written[..8], &[0u8; 8]);
+    assert_eq!(&written[8..], &data[..]);
+    assert_eq!(&sink.invalidate().buf[..], &data[..]);
+}
+
+/// A Send longer than the MULPDU arrives in several segments into one
+/// receive buffer (RFC 5041 §5.1: MO advances, L on the last).
+#[tokio::test]
+async fn multi_segment_send_fills_one_receive_buffer() {
+    let h = Tcp(SoftConfig {
+        mulpdu: 1024,
+        ..SoftConfig::default()
+    });
+    let (client, server) = h.pair();
+    let (cpd, spd) = (client.alloc_pd(), server.alloc_pd());
+    let mut l = server.listen(&h.listen_addr()).await.unwrap();
+    let addr = l.local_addr();
+    let mut scfg = QpConfig::new(CompletionQueue::new(16));
+    scfg.initial_recvs = vec![RecvWr {
+        wr_id: 9,
+        buf: BytesMut::with_capacity(20_000),
+    }];
+    let (c, s) = rnic::conformance::join(
+        client.connect(&cpd, &addr, QpConfig::new(CompletionQueue::new(16))),
+        async { l.accept_request().await.unwrap().accept(&spd, scfg).await },
+    )
+    .await;
+    let (cqp, sqp) = (c.unwrap().qp, s.unwrap());
+    let body = pattern(10_000, 3);
+    cqp.post_send(SendWr {
+        wr_id: 1,
+        data: vec![Bytes::from(body.clone())],
+        ..Default::default()
+    })
+    .unwrap();
+    let wc = next(sqp.recv_cq()).await;
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (9, WcStatus::Success, 10_000)
+    );
+    assert_eq!(wc.buf.as_deref(), Some(&body[..]));
+}
+
+/// More RDMA Reads than the ORD wait in the engine and all complete, in order.
+#[tokio::test]
+async fn reads_beyond_ord_queue_and_complete_in_order() {
+    let h = Tcp(SoftConfig {
+        max_ord: 2,
+        max_ird: 2,
+        ..SoftConfig::default()
+    });
+    let p = connect_pair(&h, 0, 0).await;
+    assert_eq!(p.cqp.attrs().ord, 2);
+    let src = p
+        .server_pd
+        .register(BytesMut::from(&pattern(64, 1)[..]), Access::REMOTE_READ)
+        .unwrap();
+    let sink = p
+        .client_pd
+        .register(BytesMut::zeroed(64), Access::LOCAL_WRITE)
+        .unwrap();
+    for i in 0..8u64 {
+        let rd = ReadWr {
+            wr_id: i,
+            local_stag: sink.stag(),
+            local_to: i * 8,
+            len: 8,
+            remote_stag: src.stag(),
+            remote_to: i * 8,
+        };
+        p.cqp.post_read(rd).unwrap();
+    }
+    for i in 0..8u64 {
+        let wc = next(p.cqp.send_cq()).await;
+        assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success));
+    }
+    assert_eq!(&sink.invalidate().buf[..], &pattern(64, 1)[..]);
+}
+
+/// Runs the initiator side of MPA by hand against a listener and returns the
+/// raw stream, positioned at the first FPDU.
+async fn raw_connect(addr: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let cfg = InitiatorConfig {
+        crc: false,
+        ird: 4,
+        ord: 4,
+        rtr_offer: vec![],
+        private_data: b"raw".to_vec(),
+    };
+    let (awaiting, req) = Initiator::start(cfg).unwrap();
+    s.write_all(&req).await.unwrap();
+    // Header and the RFC 6581 IRD/ORD words; the acceptor sends no private data.
+    let mut reply = vec![0u8; 20 + 4];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut reply))
+        .await
+        .expect("MPA reply in time")
+        .unwrap();
+    assert!(matches!(
+        awaiting.handle_reply(&reply).unwrap(),
+        ReplyOutcome::Accepted(_)
+    ));
+    s
+}
+
+async fn accept_one(
+    dev: &SoftDevice,
+    l: &mut softrnic::SoftListener,
+    recvs: u64,
+) -> softrnic::SoftQp {
+    let pd = dev.alloc_pd();
+    let req = tokio::time::timeout(Duration::from_secs(5), l.accept_request())
+        .await
+        .expect("request in time")
+        .unwrap();
+    assert_eq!(req.private_data(), b"raw");
+    let mut cfg = QpConfig::new(CompletionQueue::new(16));
+    cfg.initial_recvs = (0..recvs)
+        .map(|i| RecvWr {
+            wr_id: i,
+            buf: BytesMut::with_capacity(64),
+        })
+        .collect();
+    req.accept(&pd, cfg).await.unwrap()
+}
+
+/// Garbage where an FPDU should be: an unknown RDMAP opcode is answered with
+/// a Terminate, everything is flushed, nothing panics.
+#[tokio::test]
+async fn garbage_fpdu_from_peer_is_terminated_and_flushed() {
+    let dev = SoftDevice::new(SoftConfig::default(), 5);
+    let mut l = dev
+        .listen(&SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let addr = l.local_addr();
+    let (mut raw, qp) = tokio::join!(raw_connect(addr), accept_one(&dev, &mut l, 2));
+    // ULPDU of 18 bytes: untagged header with opcode 0xf (reserved), then pad
+    // and a zero CRC field.
+    let mut fpdu = vec![0x00, 0x12, 0x41, 0x4f];
+    fpdu.extend_from_slice(&[0u8; 16]);
+    fpdu.extend_from_slice(&[0u8; 4]);
+    raw.write_all(&fpdu).await.unwrap();
+    for _ in 0..2 {
+        assert_eq!(next(qp.recv_cq()).await.status, WcStatus::FlushError);
+    }
+    assert!(
+        matches!(
+            qp.close_reason(),
+            Some(CloseReason::TerminateSent(TerminateCause::Other { .. }))
+        ),
+        "{:?}",
+        qp.close_reason()
+    );
+    // The peer receives the Terminate FPDU, then the close.
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), raw.read_to_end(&mut rest))
+        .await
+        .unwrap();
+    assert!(rest.len() >= 8, "a Terminate FPDU was sent");
+    assert_eq!(rest[3] & 0x0f, 0x07, "RDMAP opcode Terminate");
+}
+
+/// A peer that closes in the middle of an FPDU loses the connection; posted
+/// receives are flushed.
+#[tokio::test]
+async fn close_inside_an_fpdu_loses_the_connection() {
+    let dev = SoftDevice::new(SoftConfig::default(), 6);
+    let mut l = dev
+        .listen(&SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let addr = l.local_addr();
+    let (mut raw, qp) = tokio::join!(raw_connect(addr), accept_one(&dev, &mut l, 1));
+    raw.write_all(&[0x00, 0x40, 0x41]).await.unwrap();
+    drop(raw);
+    assert_eq!(next(qp.recv_cq()).await.status, WcStatus::FlushError);
+    assert_eq!(qp.close_reason(), Some(CloseReason::ConnectionLost));
+}
+
+/// An MPA Request asking for markers gets an MPA reject (R=1), as Linux siw
+/// answers, and never reaches the consumer.
+#[tokio::test]
+async fn request_with_markers_is_rejected_on_the_wire() {
+    let dev = SoftDevice::new(SoftConfig::default(), 7);
+    let mut l = dev
+        .listen(&SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let addr = l.local_addr();
+    let accepting =
+        tokio::spawn(async move { l.accept_request().await.map(|r| r.private_data().to_vec()) });
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let words = IrdOrd {
+        ird: 1,
+        ord: 1,
+        ..IrdOrd::default()
+    };
+    let req = MpaRepr {
+        kind: FrameKind::Request,
+        markers: true,
+        crc: false,
+        reject: false,
+        enhanced: true,
+        reserved: 0,
+        revision: 2,
+        ird_ord: Some(words),
+        private_data: b"",
+    }
+    .to_vec()
+    .unwrap();
+    s.write_all(&req).await.unwrap();
+    let mut reply = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut reply))
+        .await
+        .unwrap()
+        .unwrap();
+    let (r, _) = MpaRepr::parse_bytes(&reply).unwrap();
+    assert_eq!(
+        (r.kind, r.reject, r.markers),
+        (FrameKind::Reply, true, false)
+    );
+    assert!(
+        !accepting.is_finished(),
+        "the consumer never saw the request"
+    );
+    accepting.abort();
+}
