@@ -233,14 +233,20 @@ fn place_recv(
     Ok(r)
 }
 
-/// One FPDU's bytes, gathered.
+/// Appends one FPDU to `out`: head, payload gathered from the work request's
+/// buffers or the RDMA Read source region, then pad and CRC.
 fn gather(sh: &Shared, core: &Core, t: &Transmit, out: &mut Vec<u8>) -> Result<(), ()> {
-    let payload: Vec<Bytes> = match t.payload {
-        None => Vec::new(),
-        Some(PayloadRef::Wr { wr_id, offset, len }) => {
-            let entry = core.sends.get(&wr_id).ok_or(())?;
-            slice_gather(&entry.data, offset, len).ok_or(())?
-        }
+    let mark = out.len();
+    out.extend_from_slice(&t.head);
+    let start = out.len();
+    let ok = match t.payload {
+        None => Ok(()),
+        Some(PayloadRef::Wr { wr_id, offset, len }) => core
+            .sends
+            .get(&wr_id)
+            .and_then(|entry| slice_gather(&entry.data, offset, len))
+            .map(|pieces| pieces.iter().for_each(|p| out.extend_from_slice(p)))
+            .ok_or(()),
         Some(PayloadRef::Region { stag, to, len }) => {
             // The Read Response source (RFC 5040 §5.2), checked again now.
             let a = TaggedAccess {
@@ -250,13 +256,14 @@ fn gather(sh: &Shared, core: &Core, t: &Transmit, out: &mut Vec<u8>) -> Result<(
                 len: len as u64,
                 need: Access::REMOTE_READ,
             };
-            vec![sh.table.fetch(a, Bytes::copy_from_slice).map_err(|_| ())?]
+            sh.table
+                .fetch(a, |src| out.extend_from_slice(src))
+                .map_err(drop)
         }
     };
-    out.extend_from_slice(&t.head);
-    let start = out.len();
-    for p in &payload {
-        out.extend_from_slice(p);
+    if ok.is_err() {
+        out.truncate(mark);
+        return Err(());
     }
     let trailer = if sh.crc {
         t.trailer(&out[start..])
