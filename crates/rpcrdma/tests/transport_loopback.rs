@@ -531,12 +531,18 @@ async fn version_two_call_is_resent_as_version_one_after_err_vers() {
             seen.push((pre.vers, pre.msg_type, pre.xid));
             let reply: Vec<u8> = match (pre.vers, pre.msg_type) {
                 (2, 5) => continue, // RDMA2_CONNPROP: a v1 peer would ERR_VERS; ignore it here
-                (2, _) => xdr::to_bytes(&Header::error_reply(
-                    pre.xid,
-                    8,
-                    ErrorBody::Vers { low: 1, high: 1 },
-                ))
-                .to_vec(),
+                // As Linux svcrdma: a version 1 ERR_VERS body, but the
+                // refused version echoed in the prefix.
+                (2, _) => {
+                    let mut e = xdr::to_bytes(&Header::error_reply(
+                        pre.xid,
+                        8,
+                        ErrorBody::Vers { low: 1, high: 1 },
+                    ))
+                    .to_vec();
+                    e[7] = 2;
+                    e
+                }
                 (1, 0) => {
                     let (h, _) = Header::parse(&b, &Limits::default()).unwrap();
                     assert_eq!(h.body, Body::Msg(Default::default()));

@@ -551,7 +551,9 @@ fn on_reply<Q: QueuePair>(inner: &Arc<Inner<Q>>, wc: WorkCompletion) {
     }
     let refused = matches!(
         rx.inbound,
-        Inbound::ErrorV1(v1::ErrorBody::Vers { low, .. }) if low <= v1::VERSION
+        Inbound::ErrorV1(v1::ErrorBody::Vers { low, .. })
+            | Inbound::ErrorV2(crate::wire::v2::ErrorBody::Vers { low, .. })
+            if low <= v1::VERSION
     );
     if refused && st.version == Version::V2 {
         st.version = Version::V1;

@@ -49,6 +49,17 @@ pub(super) fn decode(
     max_version: u32,
 ) -> Result<Received, HeaderError> {
     let pre = Prefix::peek(buf)?;
+    // An ERR_VERS in version 1 format that echoes the refused version
+    // (Linux svcrdma does this).
+    if let Some((xid, credits, low, high)) = v1::peek_foreign_err_vers(buf) {
+        return Ok(Received {
+            version: Version::V1,
+            xid,
+            credits,
+            inbound: Inbound::ErrorV1(v1::ErrorBody::Vers { low, high }),
+            len: buf.len(),
+        });
+    }
     if pre.vers > max_version {
         return Err(HeaderError::UnsupportedVersion(pre.vers));
     }

@@ -228,6 +228,24 @@ pub fn error_body_for(err: &HeaderError) -> Option<ErrorBody> {
     }
 }
 
+/// Reads an ERR_VERS reply whose prefix carries a version other than 1:
+/// Linux svcrdma copies the rdma_vers of the message it refuses into its
+/// ERR_VERS reply (as the v2 draft §5.3.3 asks of every error), but keeps
+/// the version 1 body. Returns `(xid, credits, low, high)` for exactly
+/// such a 28-byte message (RFC 8166 §4.4.1, §5).
+pub fn peek_foreign_err_vers(buf: &[u8]) -> Option<(u32, u32, u32, u32)> {
+    if buf.len() != 28 {
+        return None;
+    }
+    let pre = Prefix::peek(buf).ok()?;
+    let mut dec = Decoder::new(buf.get(PREFIX_LEN..)?);
+    let (code, low, high) = (dec.u32().ok()?, dec.u32().ok()?, dec.u32().ok()?);
+    (pre.vers != VERSION
+        && Proc(pre.msg_type) == Proc::RDMA_ERROR
+        && ErrCode(code) == ErrCode::ERR_VERS)
+        .then_some((pre.xid, pre.credits, low, high))
+}
+
 impl Encode for Header {
     fn encode<E: Encoder + ?Sized>(&self, enc: &mut E) {
         self.prefix().encode(enc);
@@ -442,6 +460,24 @@ mod tests {
         };
         let bytes = xdr::to_bytes(&h);
         assert_eq!(Header::parse(&bytes, &Limits::default()).unwrap().0, h);
+    }
+
+    #[test]
+    fn reads_svcrdma_err_vers_that_echoes_version_two() {
+        // What knfsd (Linux 6.1 svcrdma) sent to our version 2 call in the
+        // kpeer VM: xid, the refused version 2, credits 64, RDMA_ERROR,
+        // ERR_VERS 1..1.
+        let bytes = unhex("00001000 00000002 00000040 00000004 00000001 00000001 00000001");
+        assert_eq!(peek_foreign_err_vers(&bytes), Some((0x1000, 64, 1, 1)));
+        assert!(crate::wire::v2::Header::parse(&bytes, &Limits::default()).is_err());
+        let mut v1 = bytes.clone();
+        v1[7] = 1;
+        assert_eq!(
+            peek_foreign_err_vers(&v1),
+            None,
+            "a v1 header parses normally"
+        );
+        assert_eq!(peek_foreign_err_vers(&bytes[..24]), None);
     }
 
     fn unhex(s: &str) -> Vec<u8> {
