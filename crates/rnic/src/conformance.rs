@@ -265,19 +265,17 @@ async fn refused_write<H: Harness>(
     );
     expect_flushed_recvs(&p.cqp, 1).await;
     expect_flushed_recvs(&p.sqp, 1).await;
+    let expected = expected(stag);
     assert_eq!(
         p.sqp.close_reason(),
-        Some(CloseReason::TerminateSent(TerminateCause::Access(
-            expected(stag)
-        )))
+        Some(CloseReason::TerminateSent(TerminateCause::Access(expected)))
     );
-    assert!(
-        matches!(
-            p.cqp.close_reason(),
-            Some(CloseReason::TerminateReceived(_))
-        ),
-        "{:?}",
-        p.cqp.close_reason()
+    // The initiator learns the DDP tagged-buffer code (RFC 5041 §7.2).
+    assert_eq!(
+        p.cqp.close_reason(),
+        Some(CloseReason::TerminateReceived(TerminateCause::ddp_tagged(
+            expected
+        )))
     );
     assert_eq!(p.cqp.state(), QpState::Error);
     assert_eq!(p.sqp.state(), QpState::Error);
@@ -425,6 +423,13 @@ pub async fn rejects_read_without_right<H: Harness>(h: &H) {
             AccessError::AccessRights(src.stag())
         )))
     );
+    // The requester learns the RDMAP protection code (RFC 5040 §4.8).
+    assert_eq!(
+        p.cqp.close_reason(),
+        Some(CloseReason::TerminateReceived(
+            TerminateCause::rdmap_protection(AccessError::AccessRights(src.stag()))
+        ))
+    );
     assert_eq!(&sink.invalidate().buf[..], &[7u8; 8], "sink untouched");
 }
 
@@ -445,16 +450,18 @@ pub async fn send_without_receive_terminates<H: Harness>(h: &H) {
         p.sqp.close_reason(),
         Some(CloseReason::TerminateSent(TerminateCause::NoReceiveBuffer))
     );
-    assert!(matches!(
+    assert_eq!(
         p.cqp.close_reason(),
-        Some(CloseReason::TerminateReceived(_))
-    ));
+        Some(CloseReason::TerminateReceived(
+            TerminateCause::NoReceiveBuffer
+        ))
+    );
 }
 
 /// A Send larger than the receive buffer terminates the connection; the
 /// buffer completes with `LocalLengthError` (RFC 5041 §7.2).
 pub async fn send_larger_than_receive_terminates<H: Harness>(h: &H) {
-    let p = connect_pair(h, 0, 2).await;
+    let p = connect_pair(h, 1, 2).await;
     p.cqp
         .post_send(SendWr {
             wr_id: 6,
@@ -472,6 +479,13 @@ pub async fn send_larger_than_receive_terminates<H: Harness>(h: &H) {
     assert_eq!(
         p.sqp.close_reason(),
         Some(CloseReason::TerminateSent(TerminateCause::MessageTooLong))
+    );
+    expect_flushed_recvs(&p.cqp, 1).await;
+    assert_eq!(
+        p.cqp.close_reason(),
+        Some(CloseReason::TerminateReceived(
+            TerminateCause::MessageTooLong
+        ))
     );
 }
 
@@ -535,10 +549,12 @@ pub async fn send_with_invalidate_reports_and_revokes<H: Harness>(h: &H) {
     assert_eq!(next(p.cqp.send_cq()).await.status, WcStatus::Success);
     expect_flushed_recvs(&p.sqp, 1).await;
     expect_flushed_recvs(&p.cqp, 1).await;
-    assert!(matches!(
+    assert_eq!(
         p.cqp.close_reason(),
-        Some(CloseReason::TerminateReceived(_))
-    ));
+        Some(CloseReason::TerminateReceived(TerminateCause::ddp_tagged(
+            AccessError::Invalidated(stag)
+        )))
+    );
     assert_eq!(
         p.sqp.close_reason(),
         Some(CloseReason::TerminateSent(TerminateCause::Access(
@@ -551,7 +567,7 @@ pub async fn send_with_invalidate_reports_and_revokes<H: Harness>(h: &H) {
 /// Send With Invalidate naming an STag the receiver cannot invalidate
 /// terminates the connection (RFC 5040 §4.8, STag cannot be invalidated).
 pub async fn send_with_invalidate_of_unknown_stag_terminates<H: Harness>(h: &H) {
-    let p = connect_pair(h, 0, 2).await;
+    let p = connect_pair(h, 1, 2).await;
     let bogus = Stag::new(0x00ab_cdef, 0x12);
     p.cqp
         .post_send(SendWr {
@@ -567,6 +583,13 @@ pub async fn send_with_invalidate_of_unknown_stag_terminates<H: Harness>(h: &H) 
         p.sqp.close_reason(),
         Some(CloseReason::TerminateSent(
             TerminateCause::CannotInvalidate(AccessError::UnknownStag(bogus))
+        ))
+    );
+    expect_flushed_recvs(&p.cqp, 1).await;
+    assert_eq!(
+        p.cqp.close_reason(),
+        Some(CloseReason::TerminateReceived(
+            TerminateCause::CANNOT_INVALIDATE_ON_WIRE
         ))
     );
 }

@@ -50,6 +50,32 @@ pub enum AccessError {
 }
 
 impl AccessError {
+    /// The DDP tagged-buffer error code (layer 1, error type 1) a Terminate
+    /// carries for this failure of an RDMA Write or Read Response placement
+    /// (RFC 5041 §7.2). DDP has no rights code: a rights violation reports an
+    /// invalid STag, as Linux `siw` does.
+    pub fn ddp_tagged_code(&self) -> u8 {
+        match self {
+            AccessError::BoundsViolation { .. } => 0x01,
+            AccessError::PdMismatch(_) => 0x02,
+            AccessError::ToWrap(_) => 0x03,
+            _ => 0x00,
+        }
+    }
+
+    /// The RDMAP remote protection error code (layer 0, error type 1) a
+    /// Terminate carries for this failure of an RDMA Read Request's source
+    /// (RFC 5040 §4.8).
+    pub fn rdmap_protection_code(&self) -> u8 {
+        match self {
+            AccessError::BoundsViolation { .. } => 0x01,
+            AccessError::AccessRights(_) => 0x02,
+            AccessError::PdMismatch(_) => 0x03,
+            AccessError::ToWrap(_) => 0x04,
+            _ => 0x00,
+        }
+    }
+
     /// The STag the refused access named.
     pub fn stag(&self) -> Stag {
         match *self {
@@ -99,6 +125,36 @@ pub enum TerminateCause {
         /// Error code within the type.
         code: u8,
     },
+}
+
+impl TerminateCause {
+    /// What the peer learns of a failed RDMA Write (or Read Response)
+    /// placement: the DDP tagged-buffer code (RFC 5041 §7.2).
+    pub fn ddp_tagged(e: AccessError) -> TerminateCause {
+        TerminateCause::Other {
+            layer: 1,
+            etype: 1,
+            code: e.ddp_tagged_code(),
+        }
+    }
+
+    /// What the peer learns of a refused RDMA Read Request: the RDMAP remote
+    /// protection code (RFC 5040 §4.8).
+    pub fn rdmap_protection(e: AccessError) -> TerminateCause {
+        TerminateCause::Other {
+            layer: 0,
+            etype: 1,
+            code: e.rdmap_protection_code(),
+        }
+    }
+
+    /// What the peer learns of a Send With Invalidate whose STag could not be
+    /// invalidated: RDMAP remote operation error 0x09 (RFC 5040 §4.8).
+    pub const CANNOT_INVALIDATE_ON_WIRE: TerminateCause = TerminateCause::Other {
+        layer: 0,
+        etype: 2,
+        code: 0x09,
+    };
 }
 
 /// Status of a work completion.

@@ -104,7 +104,7 @@ impl Link {
 
     /// The side `detector` found an error: it sends a Terminate, the other side
     /// receives it, both close and flush (RFC 5040 §7.2, §7.1).
-    fn terminate(&mut self, detector: usize, cause: TerminateCause) {
+    fn terminate(&mut self, detector: usize, cause: TerminateCause, seen_by_peer: TerminateCause) {
         let (d, o) = self.split(detector);
         d.apply(
             &[QpEvent::TerminateSent, QpEvent::CloseComplete],
@@ -112,7 +112,7 @@ impl Link {
         );
         o.apply(
             &[QpEvent::TerminateReceived, QpEvent::CloseComplete],
-            CloseReason::TerminateReceived(cause),
+            CloseReason::TerminateReceived(seen_by_peer),
         );
     }
 
@@ -210,7 +210,15 @@ impl Link {
                     byte_len(len),
                 );
                 complete(&m.send_cq, wc);
-                self.terminate(peer_idx, cause);
+                // The wire carries the untagged-buffer codes as they are, and
+                // only the code for a failed invalidation.
+                let seen = match cause {
+                    TerminateCause::CannotInvalidate(_) => {
+                        TerminateCause::CANNOT_INVALIDATE_ON_WIRE
+                    }
+                    other => other,
+                };
+                self.terminate(peer_idx, cause, seen);
                 return Ok(());
             }
         };
@@ -285,7 +293,11 @@ impl Link {
         );
         complete(&m.send_cq, wc);
         if let Err(e) = placed {
-            self.terminate(1 - me, TerminateCause::Access(e));
+            self.terminate(
+                1 - me,
+                TerminateCause::Access(e),
+                TerminateCause::ddp_tagged(e),
+            );
         }
         Ok(())
     }
@@ -336,7 +348,11 @@ impl Link {
         match outcome {
             Outcome::Done => {}
             // The responder refuses the Read Request with a Terminate.
-            Outcome::Remote(e) => self.terminate(1 - me, TerminateCause::Access(e)),
+            Outcome::Remote(e) => self.terminate(
+                1 - me,
+                TerminateCause::Access(e),
+                TerminateCause::rdmap_protection(e),
+            ),
             // A local protection error moves the queue pair to Error and
             // closes the connection; the peer sees a close.
             Outcome::Local(e) => {
