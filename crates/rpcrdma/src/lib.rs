@@ -43,6 +43,7 @@
 //! assert!(plan.header_len + plan.inline.len() <= 4096);
 //! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod credits;
 pub mod plan;
