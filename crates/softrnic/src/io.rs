@@ -52,13 +52,17 @@ async fn read_exact(rd: &mut OwnedReadHalf, buf: &mut [u8]) -> Result<(), RxEnd>
     rd.read_exact(buf).await.map(drop).map_err(|_| RxEnd::Lost)
 }
 
+/// Bytes of the next FPDU's header read together with the current trailer:
+/// the length field and the DDP control octet, never payload.
+const LOOKAHEAD: usize = 3;
+
 async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
+    let mut head = [0u8; iwarp::deframe::MAX_HEADER];
+    let mut got = 0;
     loop {
-        let mut head = [0u8; iwarp::deframe::MAX_HEADER];
         // Length field and the DDP control octet, whose T bit sizes the header.
-        let mut got = 0;
-        while got < 3 {
-            match rd.read(&mut head[got..3]).await {
+        while got < LOOKAHEAD {
+            match rd.read(&mut head[got..LOOKAHEAD]).await {
                 Ok(0) if got == 0 => return RxEnd::Eof,
                 Ok(0) | Err(_) => return RxEnd::Lost,
                 Ok(n) => got += n,
@@ -72,13 +76,14 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
         };
         let head_len = (fpdu::LEN_FIELD + ddp_len)
             .min(fpdu::LEN_FIELD + ulpdu)
-            .max(3);
-        if let Err(e) = read_exact(rd, &mut head[3..head_len]).await {
+            .max(LOOKAHEAD);
+        if let Err(e) = read_exact(rd, &mut head[LOOKAHEAD..head_len]).await {
             return e;
         }
         if let Err(e) = feed(sh, &head[..head_len]) {
             return e;
         }
+        got = 0;
         let mut remaining = fpdu::fpdu_len(ulpdu) - head_len;
         while remaining > 0 {
             let placement = {
@@ -94,14 +99,27 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
                     Err(e) => return e,
                 },
                 None => {
-                    let mut buf = [0u8; 256];
-                    let want = remaining.min(buf.len());
-                    if let Err(e) = read_exact(rd, &mut buf[..want]).await {
-                        return e;
+                    // Inline body or trailer. The last piece of the FPDU is
+                    // read together with up to LOOKAHEAD bytes of the next one.
+                    let mut buf = [0u8; 256 + LOOKAHEAD];
+                    let want = remaining.min(256);
+                    let limit = if want == remaining {
+                        want + LOOKAHEAD
+                    } else {
+                        want
+                    };
+                    let mut filled = 0;
+                    while filled < want {
+                        match rd.read(&mut buf[filled..limit]).await {
+                            Ok(0) | Err(_) => return RxEnd::Lost,
+                            Ok(n) => filled += n,
+                        }
                     }
                     if let Err(e) = feed(sh, &buf[..want]) {
                         return e;
                     }
+                    got = filled - want;
+                    head[..got].copy_from_slice(&buf[want..filled]);
                     remaining -= want;
                 }
             }
