@@ -24,7 +24,10 @@
 //!   connection ends first.
 //! - Completion timing (RFC 5040 §5): iWARP has no acknowledgements, so a
 //!   Send or RDMA Write completes successfully once handed to the transport;
-//!   an RDMA Read completes when its response has been placed.
+//!   an RDMA Read completes when its response has been placed. Until then a
+//!   request counts against [`QpAttrs::max_send_wr`](crate::QpAttrs) and
+//!   posting beyond it fails with [`PostError::QueueFull`] (the loopback device
+//!   executes at post time, so only its receive queue ever fills).
 //! - RNIC behaviour (RFC 5040 §5, §7): a tagged access that fails the
 //!   [`MrTable`](crate::MrTable) checks touches no memory; the side that found
 //!   it sends a Terminate and closes with

@@ -337,3 +337,52 @@ async fn request_with_markers_is_rejected_on_the_wire() {
     );
     accepting.abort();
 }
+
+/// Sends and Writes the transmit task has not yet sent are flushed by a
+/// disconnect, each exactly once and in posting order (the current-thread
+/// runtime does not run the task between the posts and the disconnect).
+#[tokio::test]
+async fn disconnect_flushes_requests_not_yet_transmitted() {
+    let h = Tcp(SoftConfig::default());
+    let p = connect_pair(&h, 0, 4).await;
+    let mr = p
+        .server_pd
+        .register(BytesMut::zeroed(64), Access::REMOTE_WRITE)
+        .unwrap();
+    for i in 0..4u64 {
+        p.cqp
+            .post_send(SendWr {
+                wr_id: 2 * i,
+                data: vec![Bytes::from_static(b"s")],
+                ..Default::default()
+            })
+            .unwrap();
+        let wr = WriteWr {
+            wr_id: 2 * i + 1,
+            data: vec![Bytes::from_static(b"w")],
+            remote_stag: mr.stag(),
+            remote_to: 0,
+        };
+        p.cqp.post_write(wr).unwrap();
+    }
+    p.cqp.disconnect();
+    for i in 0..8u64 {
+        let wc = p.cqp.send_cq().poll().unwrap().expect("flushed at once");
+        let opcode = if i % 2 == 0 {
+            WcOpcode::Send
+        } else {
+            WcOpcode::RdmaWrite
+        };
+        assert_eq!(
+            (wc.wr_id, wc.opcode, wc.status),
+            (i, opcode, WcStatus::FlushError)
+        );
+    }
+    assert!(p.cqp.send_cq().poll().unwrap().is_none());
+    // The server saw nothing but the close.
+    for _ in 0..4 {
+        assert_eq!(next(p.sqp.recv_cq()).await.status, WcStatus::FlushError);
+    }
+    assert_eq!(p.sqp.close_reason(), Some(CloseReason::PeerDisconnect));
+    assert_eq!(&mr.invalidate().buf[..], &[0u8; 64]);
+}
