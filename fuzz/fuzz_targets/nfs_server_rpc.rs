@@ -1,0 +1,169 @@
+//! The whole server program table (`nfs_server::rpc_server`: NFSv3,
+//! NFSv4.1/4.2 COMPOUND, MOUNT v3, rpcbind) behind
+//! `oncrpc::Server::handle_call`, on a fresh export in a temporary
+//! directory for every input. Arbitrary RPC records must never panic, and
+//! every reply must carry a decodable reply header.
+//!
+//! Input: one flag byte, then records, each `[kind][len: u16 BE][len bytes]`
+//! (a short tail is taken as it is). `kind % 5`:
+//! - 0: the bytes are a whole RPC record;
+//! - 1: an NFSv3 call built by the harness (AUTH_SYS root): procedure
+//!   `bytes[0] % 22`, arguments = a file handle (`bytes[1] % 3`: the
+//!   export root, file `f` or directory `d`) followed by `bytes[2..]`;
+//! - 2: an NFSv4 COMPOUND (program 100003 version 4 procedure 1) whose
+//!   arguments are the bytes;
+//! - 3: a MOUNT v3 call, procedure `bytes[0] % 6`, arguments `bytes[1..]`;
+//! - 4: an NFSv4 COMPOUND whose arguments start with a tag-less header
+//!   (minor version `bytes[0] % 3`) and op count `bytes[1] % 16`, then the
+//!   ops in `bytes[2..]`.
+//!
+//! Flag bit 0 exports read-only.
+#![no_main]
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use libfuzzer_sys::fuzz_target;
+use nfs::v3::{Filename3, NfsFh3};
+use nfs_server::{LocalFs, Storage};
+use oncrpc::{PeerInfo, TransportKind};
+
+/// The export directory, one per fuzzing process.
+fn export_dir() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("nfs_server_rpc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("temp export");
+        d
+    })
+}
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    })
+}
+
+/// Empties the export and puts back file `f` (100 bytes) and directory `d`.
+fn reset(dir: &PathBuf) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
+        }
+    }
+    std::fs::write(dir.join("f"), [7u8; 100]).expect("file f");
+    std::fs::create_dir(dir.join("d")).expect("dir d");
+}
+
+fn call_header(out: &mut BytesMut, xid: u32, prog: u32, vers: u32, proc_: u32) {
+    out.put_u32(xid);
+    out.put_u32(0); // CALL
+    out.put_u32(2); // rpcvers
+    out.put_u32(prog);
+    out.put_u32(vers);
+    out.put_u32(proc_);
+    // AUTH_SYS (RFC 5531 Appendix A): stamp, machinename "fz", uid 0, gid 0, no gids.
+    out.put_u32(1);
+    out.put_u32(20);
+    out.put_u32(0);
+    out.put_u32(2);
+    out.put_slice(b"fz\0\0");
+    out.put_u32(0);
+    out.put_u32(0);
+    out.put_u32(0);
+    // AUTH_NONE verifier.
+    out.put_u32(0);
+    out.put_u32(0);
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&flags, mut rest)) = data.split_first() else {
+        return;
+    };
+    let dir = export_dir();
+    reset(dir);
+    let Ok(fs) = LocalFs::new(dir, flags & 1 == 1) else {
+        return;
+    };
+    let fs = Arc::new(fs);
+    let rt = runtime();
+    let root = fs.root();
+    let lookup = |name: &'static str| -> NfsFh3 {
+        rt.block_on(fs.lookup(&root, &Filename3::from_static(name)))
+            .expect("fixture present")
+    };
+    let handles = [root.clone(), lookup("f"), lookup("d")];
+    let server = nfs_server::rpc_server(
+        Arc::clone(&fs),
+        vec![Bytes::from(dir.to_string_lossy().into_owned())],
+        Default::default(),
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+    );
+    let peer = PeerInfo {
+        conn_id: 1,
+        addr: Some(SocketAddr::from(([127, 0, 0, 1], 700))),
+        transport: TransportKind::Tcp,
+    };
+    let mut xid = 1u32;
+    while let Some((&kind, tail)) = rest.split_first() {
+        let (body, next) = match tail {
+            [a, b, more @ ..] => {
+                let n = usize::from(u16::from_be_bytes([*a, *b])).min(more.len());
+                more.split_at(n)
+            }
+            _ => (tail, &[][..]),
+        };
+        rest = next;
+        xid = xid.wrapping_add(1);
+        let mut rec = BytesMut::new();
+        match kind % 5 {
+            0 => rec.put_slice(body),
+            1 => {
+                let (p, h, args) = match body {
+                    [p, h, args @ ..] => (*p, *h, args),
+                    [p] => (*p, 0, &[][..]),
+                    [] => (0, 0, &[][..]),
+                };
+                call_header(&mut rec, xid, 100_003, 3, u32::from(p % 22));
+                let fh = &handles[usize::from(h % 3)];
+                rec.put_slice(&xdr::to_bytes(fh));
+                rec.put_slice(args);
+            }
+            2 => {
+                call_header(&mut rec, xid, 100_003, 4, 1);
+                rec.put_slice(body);
+            }
+            3 => {
+                let (p, args) = body.split_first().map_or((0, &[][..]), |(p, a)| (*p, a));
+                call_header(&mut rec, xid, 100_005, 3, u32::from(p % 6));
+                rec.put_slice(args);
+            }
+            _ => {
+                let (minor, nops, ops) = match body {
+                    [m, n, ops @ ..] => (*m, *n, ops),
+                    _ => (0, 0, &[][..]),
+                };
+                call_header(&mut rec, xid, 100_003, 4, 1);
+                rec.put_u32(0); // empty tag
+                rec.put_u32(u32::from(minor % 3));
+                rec.put_u32(u32::from(nops % 16));
+                rec.put_slice(ops);
+            }
+        }
+        if let Some(reply) = rt.block_on(server.handle_call(rec.freeze(), &peer)) {
+            let flat = reply.to_bytes();
+            assert!(
+                oncrpc::msg::ReplyHeader::decode(&mut xdr::Decoder::new(&flat)).is_ok(),
+                "undecodable reply header"
+            );
+        }
+    }
+});
