@@ -723,6 +723,50 @@ pub async fn messages_keep_order_in_both_directions<H: Harness>(h: &H) {
     }
 }
 
+/// Shared bytes registered read-only serve the peer's RDMA Reads without a
+/// copy; a Write to them is an access rights violation and changes nothing.
+pub async fn read_only_region_serves_reads_and_refuses_writes<H: Harness>(h: &H) {
+    let p = connect_pair(h, 1, 1).await;
+    let data = Bytes::from_static(b"read chunk payload");
+    let ro = p
+        .server_pd
+        .register_read_only(data.clone(), 0x2000)
+        .expect("register");
+    let sink = p
+        .client_pd
+        .register(BytesMut::zeroed(18), Access::LOCAL_WRITE)
+        .expect("register");
+    p.cqp
+        .post_read(ReadWr {
+            wr_id: 1,
+            local_stag: sink.stag(),
+            local_to: 0,
+            len: 18,
+            remote_stag: ro.stag(),
+            remote_to: 0x2000,
+        })
+        .expect("post read");
+    assert_eq!(next(p.cqp.send_cq()).await.status, WcStatus::Success);
+    p.cqp
+        .post_write(WriteWr {
+            wr_id: 2,
+            data: vec![Bytes::from_static(b"x")],
+            remote_stag: ro.stag(),
+            remote_to: 0x2000,
+        })
+        .expect("post write");
+    assert_eq!(next(p.cqp.send_cq()).await.status, WcStatus::Success);
+    expect_flushed_recvs(&p.sqp, 1).await;
+    assert_eq!(
+        p.sqp.close_reason(),
+        Some(CloseReason::TerminateSent(TerminateCause::Access(
+            AccessError::AccessRights(ro.stag())
+        )))
+    );
+    assert_eq!(ro.invalidate().buf, data);
+    assert_eq!(&sink.invalidate().buf[..], &data[..]);
+}
+
 /// Expands to one `#[tokio::test]` per behaviour, each calling the behaviour
 /// with the harness built by `$harness` under a 20-second timeout.
 #[macro_export]
@@ -747,6 +791,7 @@ macro_rules! conformance_suite {
             reject_carries_private_data,
             dropped_request_rejects_and_closed_listener_refuses,
             messages_keep_order_in_both_directions,
+            read_only_region_serves_reads_and_refuses_writes,
         );
     };
     (@tests $harness:expr; $($name:ident),* $(,)?) => {

@@ -12,7 +12,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
 use crate::error::{AccessError, RegisterError};
 use crate::stag::{Access, PdId, Stag};
@@ -48,6 +48,53 @@ pub enum MrState {
     RemotelyInvalidated,
 }
 
+/// The memory behind a region: owned and writable, or shared read-only
+/// bytes registered without a copy.
+enum Mem {
+    Owned(BytesMut),
+    Shared(Bytes),
+}
+
+impl Mem {
+    fn len(&self) -> usize {
+        match self {
+            Mem::Owned(b) => b.len(),
+            Mem::Shared(b) => b.len(),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Mem::Owned(b) => b,
+            Mem::Shared(b) => b,
+        }
+    }
+
+    /// Writable bytes; shared bytes never are.
+    fn as_mut(&mut self) -> Option<&mut [u8]> {
+        match self {
+            Mem::Owned(b) => Some(b),
+            Mem::Shared(_) => None,
+        }
+    }
+
+    fn into_owned(self) -> BytesMut {
+        match self {
+            Mem::Owned(b) => b,
+            // Only a ReadOnlyRegion holds shared bytes, and it takes them
+            // back as Bytes; this arm serves a mismatched handle only.
+            Mem::Shared(b) => BytesMut::from(&b[..]),
+        }
+    }
+
+    fn into_shared(self) -> Bytes {
+        match self {
+            Mem::Owned(b) => b.freeze(),
+            Mem::Shared(b) => b,
+        }
+    }
+}
+
 enum SlotState {
     Free,
     /// Allocated to a [`StagSlot`], holding no memory.
@@ -55,10 +102,10 @@ enum SlotState {
     Valid {
         access: Access,
         base_to: u64,
-        buf: BytesMut,
+        buf: Mem,
     },
     Invalidated {
-        buf: BytesMut,
+        buf: Mem,
     },
 }
 
@@ -233,8 +280,8 @@ impl MrTable {
     /// Reads `[a.to, a.to + a.len)` of a region after checking the access (the
     /// source of an RDMA Read response, RFC 5040 §5.2).
     pub fn fetch<R>(&self, a: TaggedAccess, f: impl FnOnce(&[u8]) -> R) -> Result<R, AccessError> {
-        let mut g = self.lock();
-        let slice = self.count_err(slice_mut(&mut g, a))?;
+        let g = self.lock();
+        let slice = self.count_err(slice_ref(&g, a))?;
         Ok(f(slice))
     }
 
@@ -261,9 +308,10 @@ impl MrTable {
             let (d_idx, d_start) = dst_table
                 .count_err(check_slot(&g, dst))
                 .map_err(TransferError::Sink)?;
-            copy_within_table(&mut g, s_idx, s_start, d_idx, d_start, len as usize);
+            copy_within_table(&mut g, s_idx, s_start, d_idx, d_start, len as usize)
+                .map_err(|()| TransferError::Sink(AccessError::AccessRights(dst.stag)))?;
         } else {
-            let (mut gs, mut gd);
+            let (gs, mut gd);
             if src_table.id < dst_table.id {
                 gs = src_table.lock();
                 gd = dst_table.lock();
@@ -272,7 +320,7 @@ impl MrTable {
                 gs = src_table.lock();
             }
             let s = src_table
-                .count_err(slice_mut(&mut gs, src))
+                .count_err(slice_ref(&gs, src))
                 .map_err(TransferError::Source)?;
             let d = dst_table
                 .count_err(slice_mut(&mut gd, dst))
@@ -352,7 +400,7 @@ impl MrTable {
     }
 
     /// Puts memory under a slot with a fresh key; returns the new key.
-    fn fill_slot(&self, idx: u32, access: Access, base_to: u64, buf: BytesMut) -> u8 {
+    fn fill_slot(&self, idx: u32, access: Access, base_to: u64, buf: Mem) -> u8 {
         let mut g = self.lock();
         match g.slots.get_mut(idx as usize) {
             Some(slot) => {
@@ -369,17 +417,17 @@ impl MrTable {
     }
 
     /// Takes the memory out of a slot, invalidating it; the slot stays allocated.
-    fn empty_slot(&self, idx: u32) -> BytesMut {
+    fn empty_slot(&self, idx: u32) -> Mem {
         let mut g = self.lock();
         match g.slots.get_mut(idx as usize) {
             Some(slot) => match std::mem::replace(&mut slot.state, SlotState::Allocated) {
                 SlotState::Valid { buf, .. } | SlotState::Invalidated { buf } => buf,
                 other => {
                     slot.state = other;
-                    BytesMut::new()
+                    Mem::Owned(BytesMut::new())
                 }
             },
-            None => BytesMut::new(),
+            None => Mem::Owned(BytesMut::new()),
         }
     }
 
@@ -469,13 +517,33 @@ fn slice_mut(g: &mut TableInner, a: TaggedAccess) -> Result<&mut [u8], AccessErr
     };
     let len = usize::try_from(a.len).map_err(|_| oob)?;
     match g.slots.get_mut(idx).map(|s| &mut s.state) {
-        Some(SlotState::Valid { buf, .. }) => {
-            buf.get_mut(start..start.saturating_add(len)).ok_or(oob)
-        }
+        Some(SlotState::Valid { buf, .. }) => match buf.as_mut() {
+            Some(b) => b.get_mut(start..start.saturating_add(len)).ok_or(oob),
+            None => Err(AccessError::AccessRights(a.stag)),
+        },
         _ => Err(AccessError::UnknownStag(a.stag)),
     }
 }
 
+fn slice_ref(g: &TableInner, a: TaggedAccess) -> Result<&[u8], AccessError> {
+    let (idx, start) = check_slot(g, a)?;
+    let oob = AccessError::BoundsViolation {
+        stag: a.stag,
+        to: a.to,
+        len: a.len,
+    };
+    let len = usize::try_from(a.len).map_err(|_| oob)?;
+    match g.slots.get(idx).map(|s| &s.state) {
+        Some(SlotState::Valid { buf, .. }) => buf
+            .as_slice()
+            .get(start..start.saturating_add(len))
+            .ok_or(oob),
+        _ => Err(AccessError::UnknownStag(a.stag)),
+    }
+}
+
+/// Copies between two regions of one table; `Err` if the sink is read-only.
+/// Both ranges were checked by `check_slot`.
 fn copy_within_table(
     g: &mut TableInner,
     s_idx: usize,
@@ -483,32 +551,36 @@ fn copy_within_table(
     d_idx: usize,
     d_start: usize,
     len: usize,
-) {
+) -> Result<(), ()> {
+    let fits = |start: usize, total: usize| start.checked_add(len).is_some_and(|end| end <= total);
     if s_idx == d_idx {
         if let Some(SlotState::Valid { buf, .. }) = g.slots.get_mut(s_idx).map(|s| &mut s.state) {
-            let fits = |start: usize| start.checked_add(len).is_some_and(|end| end <= buf.len());
-            if fits(s_start) && fits(d_start) {
-                buf.copy_within(s_start..s_start + len, d_start);
+            let total = buf.len();
+            let b = buf.as_mut().ok_or(())?;
+            if fits(s_start, total) && fits(d_start, total) {
+                b.copy_within(s_start..s_start + len, d_start);
             }
         }
-        return;
+        return Ok(());
     }
     let (lo, hi) = (s_idx.min(d_idx), s_idx.max(d_idx));
     let (left, right) = g.slots.split_at_mut(hi);
     let (Some(a), Some(b)) = (left.get_mut(lo), right.first_mut()) else {
-        return;
+        return Ok(());
     };
     let (src, dst) = if s_idx < d_idx { (a, b) } else { (b, a) };
     if let (SlotState::Valid { buf: sb, .. }, SlotState::Valid { buf: db, .. }) =
         (&src.state, &mut dst.state)
     {
+        let d = db.as_mut().ok_or(())?;
         if let (Some(s), Some(d)) = (
-            sb.get(s_start..s_start + len),
-            db.get_mut(d_start..d_start + len),
+            sb.as_slice().get(s_start..s_start + len),
+            d.get_mut(d_start..d_start + len),
         ) {
             d.copy_from_slice(s);
         }
     }
+    Ok(())
 }
 
 /// A protection domain: the scope within which STags and queue pairs may be
@@ -565,6 +637,19 @@ impl ProtectionDomain {
     ) -> Result<MemoryRegion, RegisterError> {
         self.alloc_slot()?.fast_register(buf, access, base_to)
     }
+
+    /// Registers shared, immutable bytes for remote reading only, without
+    /// copying them: the source of the peer's RDMA Reads (for example an
+    /// RPC-over-RDMA read chunk, RFC 8166 §3.4.5). Access is
+    /// [`Access::REMOTE_READ`]; any write to the region is an access rights
+    /// violation.
+    pub fn register_read_only(
+        &self,
+        buf: Bytes,
+        base_to: u64,
+    ) -> Result<ReadOnlyRegion, RegisterError> {
+        self.alloc_slot()?.fast_register_read_only(buf, base_to)
+    }
 }
 
 /// An STag index owned by a consumer, with no memory registered under it.
@@ -606,7 +691,9 @@ impl StagSlot {
         if base_to.checked_add(len).is_none() {
             return Err(RegisterError::ToOverflow);
         }
-        let key = self.table.fill_slot(self.index, access, base_to, buf);
+        let key = self
+            .table
+            .fill_slot(self.index, access, base_to, Mem::Owned(buf));
         let stag = Stag::new(self.index, key);
         self.key = key;
         Ok(MemoryRegion {
@@ -615,6 +702,32 @@ impl StagSlot {
             base_to,
             len,
             access,
+        })
+    }
+}
+
+impl StagSlot {
+    /// Fast registration of shared, immutable bytes for remote reading only
+    /// (see [`ProtectionDomain::register_read_only`]), under a fresh key.
+    pub fn fast_register_read_only(
+        mut self,
+        buf: Bytes,
+        base_to: u64,
+    ) -> Result<ReadOnlyRegion, RegisterError> {
+        let len = buf.len() as u64;
+        if base_to.checked_add(len).is_none() {
+            return Err(RegisterError::ToOverflow);
+        }
+        let key = self
+            .table
+            .fill_slot(self.index, Access::REMOTE_READ, base_to, Mem::Shared(buf));
+        let stag = Stag::new(self.index, key);
+        self.key = key;
+        Ok(ReadOnlyRegion {
+            slot: self,
+            stag,
+            base_to,
+            len,
         })
     }
 }
@@ -704,8 +817,81 @@ impl MemoryRegion {
     /// the STag slot (RFC 5040 §2.1, invalidation; the local half of
     /// RFC 8166 §3.4.3's fencing rule). Also used after a remote invalidation.
     pub fn invalidate(self) -> Deregistered {
-        let buf = self.slot.table.empty_slot(self.slot.index);
+        let buf = self.slot.table.empty_slot(self.slot.index).into_owned();
         Deregistered {
+            buf,
+            slot: self.slot,
+        }
+    }
+}
+
+/// A read-only region over shared bytes: the consumer's handle while the peer
+/// may read them. [`invalidate`](Self::invalidate) revokes access and gives
+/// the bytes back; dropping the handle frees the STag.
+pub struct ReadOnlyRegion {
+    slot: StagSlot,
+    stag: Stag,
+    base_to: u64,
+    len: u64,
+}
+
+impl fmt::Debug for ReadOnlyRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReadOnlyRegion")
+            .field("stag", &self.stag)
+            .field("base_to", &self.base_to)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// What [`ReadOnlyRegion::invalidate`] hands back.
+#[derive(Debug)]
+pub struct DeregisteredBytes {
+    /// The bytes, unchanged.
+    pub buf: Bytes,
+    /// The STag index, ready for another fast registration.
+    pub slot: StagSlot,
+}
+
+impl ReadOnlyRegion {
+    /// The STag to advertise to the peer.
+    pub fn stag(&self) -> Stag {
+        self.stag
+    }
+
+    /// The tagged offset of the region's first byte.
+    pub fn base_to(&self) -> u64 {
+        self.base_to
+    }
+
+    /// Length of the region in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the region is zero bytes long.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The protection domain it belongs to.
+    pub fn pd(&self) -> PdId {
+        self.slot.pd
+    }
+
+    /// Current lifecycle state.
+    pub fn state(&self) -> MrState {
+        self.slot
+            .table
+            .region_state(self.slot.index)
+            .unwrap_or(MrState::RemotelyInvalidated)
+    }
+
+    /// Revokes all access at once and gives the bytes back.
+    pub fn invalidate(self) -> DeregisteredBytes {
+        let buf = self.slot.table.empty_slot(self.slot.index).into_shared();
+        DeregisteredBytes {
             buf,
             slot: self.slot,
         }
@@ -961,5 +1147,63 @@ mod tests {
             .unwrap();
         assert_eq!(t.stats().bytes_copied_staging, 3);
         assert_eq!(t.stats().bytes_placed_direct, 0);
+    }
+
+    #[test]
+    fn read_only_region_serves_reads_and_refuses_every_write() {
+        let t = MrTable::new(1);
+        let pd = t.alloc_pd();
+        let data = Bytes::from_static(b"chunk data");
+        let ro = pd.register_read_only(data.clone(), 0x10).unwrap();
+        let s = ro.stag();
+        assert_eq!(
+            t.fetch(acc(&pd, s, 0x10, 5, Access::REMOTE_READ), |b| b.to_vec()),
+            Ok(b"chunk".to_vec())
+        );
+        assert_eq!(
+            write(&t, acc(&pd, s, 0x10, 1, Access::REMOTE_WRITE), 0),
+            Err(AccessError::AccessRights(s))
+        );
+        // Even a placement that asks for no right cannot write shared bytes.
+        assert_eq!(
+            write(&t, acc(&pd, s, 0x10, 1, Access::empty()), 0),
+            Err(AccessError::AccessRights(s))
+        );
+        let sink = pd.register(BytesMut::zeroed(4), rw()).unwrap();
+        MrTable::transfer(
+            &t,
+            acc(&pd, s, 0x16, 4, Access::REMOTE_READ),
+            &t,
+            acc(&pd, sink.stag(), 0, 4, Access::LOCAL_WRITE),
+        )
+        .unwrap();
+        assert_eq!(&sink.invalidate().buf[..], b"data");
+        let back = ro.invalidate();
+        assert_eq!(back.buf, data);
+        assert_eq!(
+            t.check(acc(&pd, s, 0x10, 1, Access::REMOTE_READ)),
+            Err(AccessError::UnknownStag(s))
+        );
+    }
+
+    #[test]
+    fn transfer_into_a_read_only_region_is_refused() {
+        let t = MrTable::new(1);
+        let pd = t.alloc_pd();
+        let src = pd.register(BytesMut::from(&b"abcd"[..]), rw()).unwrap();
+        let ro = pd
+            .register_read_only(Bytes::from_static(b"wxyz"), 0)
+            .unwrap();
+        let r = MrTable::transfer(
+            &t,
+            acc(&pd, src.stag(), 0, 4, Access::REMOTE_READ),
+            &t,
+            acc(&pd, ro.stag(), 0, 4, Access::empty()),
+        );
+        assert_eq!(
+            r,
+            Err(TransferError::Sink(AccessError::AccessRights(ro.stag())))
+        );
+        assert_eq!(&ro.invalidate().buf[..], b"wxyz");
     }
 }
