@@ -49,6 +49,10 @@ impl Default for SessionLimits {
     }
 }
 
+/// Most sessions one client id may hold at once (each keeps a reply cache
+/// of up to `max_slots` × `max_response_cached` bytes).
+pub(crate) const MAX_SESSIONS_PER_CLIENT: usize = 16;
+
 /// One slot of a session's fore channel (RFC 8881 §2.10.6.1).
 #[derive(Debug, Default)]
 pub(crate) struct Slot {
@@ -283,6 +287,11 @@ impl StateTable {
         if a.fore_chan_attrs.maxrequests == 0 || a.fore_chan_attrs.maxoperations == 0 {
             return Res4::Err(Nfsstat4::NFS4ERR_INVAL);
         }
+        // RFC 8881 §18.36.4: out of resources for another reply cache is
+        // NFS4ERR_NOSPC; a client may not pile up sessions without bound.
+        if c.sessions.len() >= MAX_SESSIONS_PER_CLIENT {
+            return Res4::Err(Nfsstat4::NFS4ERR_NOSPC);
+        }
         let fore = self.grant(&a.fore_chan_attrs);
         let mut back = a.back_chan_attrs.clone();
         back.rdma_ird = Bounded(Vec::new());
@@ -484,5 +493,54 @@ impl StateTable {
         }
         c.reclaim_complete = true;
         Nfsstat4::NFS4_OK
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_sessions_beyond_the_per_client_bound() {
+        let mut t = StateTable::new(SessionLimits::default(), 1);
+        let now = Duration::ZERO;
+        let ex = ExchangeId4Args {
+            clientowner: ClientOwner4 {
+                verifier: FixedOpaque([1; 8]),
+                ownerid: Bounded(Bytes::from_static(b"client")),
+            },
+            flags: 0,
+            state_protect: StateProtect4A::None,
+            client_impl_id: Bounded(Vec::new()),
+        };
+        let Res4::Ok(id) = t.exchange_id(&ex, &Bytes::from_static(b"srv"), now) else {
+            panic!("EXCHANGE_ID refused");
+        };
+        let attrs = ChannelAttrs4 {
+            maxrequestsize: 4096,
+            maxresponsesize: 4096,
+            maxresponsesize_cached: 4096,
+            maxoperations: 8,
+            maxrequests: 64,
+            ..ChannelAttrs4::default()
+        };
+        let mut args = CreateSession4Args {
+            clientid: id.clientid,
+            sequence: id.sequenceid,
+            flags: 0,
+            fore_chan_attrs: attrs.clone(),
+            back_chan_attrs: attrs,
+            cb_program: 0,
+            sec_parms: Bounded(Vec::new()),
+        };
+        for _ in 0..MAX_SESSIONS_PER_CLIENT {
+            assert!(matches!(t.create_session(&args, 1, now), Res4::Ok(_)));
+            args.sequence = args.sequence.wrapping_add(1);
+        }
+        assert!(matches!(
+            t.create_session(&args, 1, now),
+            Res4::Err(Nfsstat4::NFS4ERR_NOSPC)
+        ));
+        assert_eq!(t.sessions.len(), MAX_SESSIONS_PER_CLIENT);
     }
 }
