@@ -14,7 +14,7 @@ use libfuzzer_sys::fuzz_target;
 use rnic::conformance::join;
 use rnic::loopback::{LoopbackDevice, LoopbackNetwork, LoopbackQp};
 use rnic::{
-    Access, CompletionQueue, ConnectRequest, Device, Listener, MemoryRegion, MrState, ProtectionDomain, QpConfig, QpState,
+    Access, CompletionQueue, ConnectRequest, Device, Listener, MemoryRegion, MrState, ReadOnlyRegion, ProtectionDomain, QpConfig, QpState,
     QueuePair, ReadWr, RecvWr, SendWr, Stag, WcStatus, WriteWr,
 };
 
@@ -41,8 +41,53 @@ impl Bytes8<'_> {
     }
 }
 
+/// A registration under test: owned and writable, or shared read-only bytes.
+enum Handle {
+    Rw(MemoryRegion),
+    Ro(ReadOnlyRegion),
+}
+
+impl Handle {
+    fn stag(&self) -> Stag {
+        match self {
+            Handle::Rw(m) => m.stag(),
+            Handle::Ro(m) => m.stag(),
+        }
+    }
+    fn base_to(&self) -> u64 {
+        match self {
+            Handle::Rw(m) => m.base_to(),
+            Handle::Ro(m) => m.base_to(),
+        }
+    }
+    fn len(&self) -> u64 {
+        match self {
+            Handle::Rw(m) => m.len(),
+            Handle::Ro(m) => m.len(),
+        }
+    }
+    fn access(&self) -> Access {
+        match self {
+            Handle::Rw(m) => m.access(),
+            Handle::Ro(_) => Access::REMOTE_READ,
+        }
+    }
+    fn state(&self) -> MrState {
+        match self {
+            Handle::Rw(m) => m.state(),
+            Handle::Ro(m) => m.state(),
+        }
+    }
+    fn invalidate(self) -> Vec<u8> {
+        match self {
+            Handle::Rw(m) => m.invalidate().buf.to_vec(),
+            Handle::Ro(m) => m.invalidate().buf.to_vec(),
+        }
+    }
+}
+
 struct Region {
-    mr: MemoryRegion,
+    mr: Handle,
     shadow: Vec<u8>,
 }
 
@@ -80,7 +125,7 @@ fn model_allows(regions: &[Region], stag: Stag, to: u64, len: usize, need: Acces
 
 fn check(r: Region) {
     let back = r.mr.invalidate();
-    assert_eq!(&back.buf[..], &r.shadow[..], "region changed outside a successful access");
+    assert_eq!(&back[..], &r.shadow[..], "region changed outside a successful access");
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -91,7 +136,7 @@ fuzz_target!(|data: &[u8]| {
     let (cqp, sqp) = connect(&client, &server, &cpd, &spd);
     let mut w = World { client, server, cpd, spd, cqp, sqp };
     let mut regions: Vec<Region> = Vec::new();
-    let mut sink = Region { mr: w.cpd.register(BytesMut::zeroed(64), Access::LOCAL_WRITE).expect("sink"), shadow: vec![0; 64] };
+    let mut sink = Region { mr: Handle::Rw(w.cpd.register(BytesMut::zeroed(64), Access::LOCAL_WRITE).expect("sink")), shadow: vec![0; 64] };
     let mut fill = 1u8;
     let mut wr_id = 0u64;
 
@@ -125,7 +170,14 @@ fuzz_target!(|data: &[u8]| {
                 let access = Access::from_bits_truncate(acc);
                 let base_to = u64::from(base) << (acc % 48);
                 let init: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(fill)).collect();
-                if let Ok(mr) = w.spd.register_at(BytesMut::from(&init[..]), access, base_to) {
+                // The top access bit (no right of its own) picks a read-only
+                // registration of shared bytes.
+                let handle = if acc & 0x80 != 0 {
+                    w.spd.register_read_only(Bytes::from(init.clone()), base_to).map(Handle::Ro)
+                } else {
+                    w.spd.register_at(BytesMut::from(&init[..]), access, base_to).map(Handle::Rw)
+                };
+                if let Ok(mr) = handle {
                     regions.push(Region { mr, shadow: init });
                 }
             }
