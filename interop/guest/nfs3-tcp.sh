@@ -1,5 +1,5 @@
 #!/bin/bash
-# interop/guest/nfs3-tcp.sh [PORT] [MOUNTPORT] [PATH] [BULK_MIB]
+# interop/guest/nfs3-tcp.sh [PORT] [MOUNTPORT] [PATH] [BULK_MIB] [RPCBIND]
 # Runs INSIDE the kpeer guest (via /work/shared/kpeer/run.sh, started by
 # scripts/interop.sh). The Linux kernel NFSv3 client mounts the nfsrdma server
 # running on the HOST over TCP through slirp guestfwd: the guest connects to
@@ -7,16 +7,20 @@
 # to host 127.0.0.1. port= and mountport= (with mountproto=tcp) are given, so
 # neither mount.nfs nor the kernel asks a portmapper; nolock because the
 # server has no NLM.
+# With RPCBIND=1 a last phase mounts again with neither port= nor mountport=,
+# so mount.nfs and the kernel ask the server's rpcbind on $HOST_IP:111 (the
+# host maps that to `nfsrdma serve --rpcbind-port`) for MOUNT and NFS.
 #
 # Prints one "PASS <check>" or "FAIL <check>: why" line per check and exits 1
 # if any check failed. Files written: mountstats.txt, summary.txt.
 # Handshake with the host: before the bulk copy the script creates
 # capture-stop in its output dir and waits (up to 20 s) for the host to create
 # capture-stopped, so the host's pcap holds every phase but the 100 MiB
-# copies.
+# copies; before the rpcbind phase it creates capture2-start and waits for
+# capture2-started (second pcap).
 . "$KPEER_IN/guest/lib.sh"
 cd "$KPEER_OUT" || exit 1
-PORT=${1:-2049}; MPORT=${2:-20048}; RPATH=${3:-/export}; BULK=${4:-100}
+PORT=${1:-2049}; MPORT=${2:-20048}; RPATH=${3:-/export}; BULK=${4:-100}; RPCBIND=${5:-0}
 SRV=$HOST_IP
 M=/mnt/h
 OPTS="vers=3,proto=tcp,port=$PORT,mountport=$MPORT,mountproto=tcp,nolock"
@@ -99,6 +103,44 @@ check "rmdir-nonempty-fails" sh -c "! rmdir $M/kp-dir 2>/dev/null"
 check "remove-tree" rm -rf $M/kp-dir $M/kp-link $M/kp-hard $M/kp-fifo
 check "removed" sh -c "! test -e $M/kp-dir"
 
+# --- edge cases: big directories, long names, large offsets, sync/direct I/O
+check "mkdir-big" mkdir $M/kp-big
+check "create-1000-files" sh -c "cd $M/kp-big && for i in \$(seq 1 1000); do : > file-with-a-fairly-long-name-to-fill-readdir-pages-\$i; done"
+check "remount-4" remount
+check "readdir-1000" test "$(ls $M/kp-big | wc -l)" = 1000
+check "readdirplus-1000" test "$(ls -l $M/kp-big | grep -c '^-')" = 1000
+check "rm-rf-1000-while-reading-dir" rm -rf $M/kp-big
+check "rm-rf-1000-gone" sh -c "! test -e $M/kp-big"
+check "name-255-bytes" touch "$M/$(printf 'n%.0s' $(seq 255))"
+check "name-256-bytes-rejected" sh -c "! touch $M/$(printf 'n%.0s' $(seq 256)) 2>/dev/null"
+check "remove-255" rm "$M/$(printf 'n%.0s' $(seq 255))"
+U=$(printf 'kp-\303\251t\303\251-\346\227\245')
+check "utf8-name" sh -c "echo u > '$M/$U' && test \"\$(ls $M | grep -c '^$U\$')\" = 1 && test \"\$(cat '$M/$U')\" = u && rm '$M/$U'"
+check "exclusive-create-new" sh -c "set -C; echo new > $M/kp-excl"
+check "exclusive-create-mode-size" test "$(stat -c '%a %s' $M/kp-excl)" = "644 4"
+check "exclusive-create-mtime-is-now" sh -c "d=\$(( \$(date +%s) - \$(stat -c %Y $M/kp-excl) )); [ \$d -lt 300 ] && [ \$d -gt -300 ]"
+check "rename-over-existing" sh -c "echo a > $M/kp-ra && echo b > $M/kp-rb && mv -f $M/kp-ra $M/kp-rb && test \"\$(cat $M/kp-rb)\" = a && ! test -e $M/kp-ra"
+check "rename-dir-across" sh -c "mkdir -p $M/kp-d1/sub $M/kp-d2 && echo z > $M/kp-d1/sub/z && mv $M/kp-d1/sub $M/kp-d2/ && test \"\$(cat $M/kp-d2/sub/z)\" = z"
+check "deep-tree" sh -c "mkdir -p $M/kp-deep/$(seq -s/ 1 20) && echo deep > $M/kp-deep/$(seq -s/ 1 20)/f"
+check "remount-5" remount
+check "deep-tree-read" test "$(cat $M/kp-deep/$(seq -s/ 1 20)/f)" = deep
+check "sparse-5GB-offset" dd if=/tmp/f10 of=$M/kp-sparse bs=1 seek=5000000000 conv=notrunc status=none
+check "sparse-size" test "$(stat -c %s $M/kp-sparse)" = 5000000010
+check "sparse-tail" test "$(tail -c 10 $M/kp-sparse)" = 0123456789
+check "sparse-hole-zero" test "$(dd if=$M/kp-sparse bs=4096 skip=600000 count=1 status=none | tr -d '\000' | wc -c)" = 0
+check "cp-preserve" sh -c "touch -d '2010-01-01 00:00:00 UTC' /tmp/f10 && chmod 0640 /tmp/f10 && cp -p /tmp/f10 $M/kp-cpp && test \"\$(stat -c '%a %Y' $M/kp-cpp)\" = '640 1262304000'"
+check "atime-set" sh -c "touch -a -d '2005-05-05 05:05:05 UTC' $M/kp-cpp && test \"\$(stat -c %X $M/kp-cpp)\" = 1115269505"
+check "write-oflag-sync" dd if=/tmp/f8m of=$M/kp-sync bs=64k count=32 oflag=sync status=none
+check "write-oflag-direct" dd if=/tmp/f8m of=$M/kp-direct bs=64k count=32 oflag=direct status=none
+check "read-iflag-direct" sh -c "dd if=$M/kp-direct bs=64k iflag=direct status=none | cmp - $M/kp-sync"
+check "parallel-writers" sh -c "for i in 1 2 3 4 5 6; do dd if=/tmp/f8m of=$M/kp-par\$i bs=256k skip=\$i count=8 status=none & done; wait"
+check "remount-6" remount
+check "parallel-byte-exact" sh -c "for i in 1 2 3 4 5 6; do dd if=/tmp/f8m bs=256k skip=\$i count=8 status=none | cmp - $M/kp-par\$i || exit 1; done"
+check "truncate-to-zero" sh -c ": > $M/kp-sync && test \"\$(stat -c %s $M/kp-sync)\" = 0"
+check "statfs" sh -c "stat -f -c '%b %a %c' $M | awk '{exit !(\$1 > 0 && \$2 <= \$1)}'"
+check "remove-edge-files" rm -rf $M/kp-excl $M/kp-rb $M/kp-d1 $M/kp-d2 $M/kp-deep $M/kp-sparse $M/kp-cpp $M/kp-sync $M/kp-direct $M/kp-par1 $M/kp-par2 $M/kp-par3 $M/kp-par4 $M/kp-par5 $M/kp-par6
+check "root-empty-but-test-files" test "$(ls -A $M | sort | tr '\n' ' ')" = "kp-100k.bin kp-10b.bin kp-8m.bin "
+
 # --- stop the host capture before the bulk copies (see header)
 touch capture-stop
 for _ in $(seq 200); do [ -e capture-stopped ] && break; sleep 0.1; done
@@ -129,6 +171,20 @@ check "no-retransmissions-or-timeouts" awk '/^[[:space:]]*[A-Z_]+: [0-9]/ {if ($
 
 check "cleanup" rm -f $M/kp-8m.bin $M/kp-10b.bin $M/kp-100k.bin $M/kp-bulk.bin
 check "umount" umount $M
+
+# --- ports from the server's rpcbind (GETADDR/GETPORT over TCP)
+if [ "$RPCBIND" = 1 ]; then
+    touch capture2-start   # the host captures this phase into a second pcap
+    for _ in $(seq 200); do [ -e capture2-started ] && break; sleep 0.1; done
+    echo "+ mount -t nfs -o vers=3,proto=tcp,nolock $SRV:$RPATH $M"
+    if timeout 120 mount -t nfs -o vers=3,proto=tcp,nolock "$SRV:$RPATH" $M; then
+        pass "rpcbind-mount ($(grep " $M " /proc/mounts | cut -d' ' -f4 | grep -o 'port=[0-9]*,.*mountport=[0-9]*'))"
+        check "rpcbind-write-read" sh -c "cp /tmp/f8m $M/kp-rpcb && cmp /tmp/f8m $M/kp-rpcb && rm $M/kp-rpcb"
+        check "rpcbind-umount" umount $M
+    else
+        fail "rpcbind-mount: mount.nfs failed"
+    fi
+fi
 dmesg | grep -iE 'nfs:|rpc|server .* not responding' | tail -10 | sed 's/^/INFO dmesg /'
 echo "RESULT: $FAILS failed"
 [ "$FAILS" -eq 0 ]
