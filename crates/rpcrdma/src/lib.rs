@@ -46,6 +46,7 @@
 #![warn(missing_docs)]
 
 pub mod credits;
+pub mod layout;
 pub mod plan;
 #[cfg(feature = "transport")]
 pub mod transport;

@@ -10,8 +10,8 @@ use oncrpc::client::{decode_reply, ClientConfig, ClientCore, RetransmitPolicy};
 use oncrpc::server::{PeerInfo, Server, TransportKind};
 use oncrpc::{ClientTransport, RpcCall, RpcError};
 use rnic::{
-    Access, CmError, Device, MemoryRegion, ProtectionDomain, QpConfig, QueuePair, RecvWr, SendWr,
-    WcOpcode, WcStatus, WorkCompletion,
+    Access, CmError, Device, MemoryRegion, ProtectionDomain, QpConfig, QueuePair, ReadOnlyRegion,
+    RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 use tokio::sync::{oneshot, Notify};
 
@@ -89,7 +89,7 @@ pub struct ClientStats {
 
 /// Registered memory of one call, fenced when its reply arrives.
 struct Resources {
-    reads: Vec<MemoryRegion>,
+    reads: Vec<ReadOnlyRegion>,
     write: Option<MemoryRegion>,
     reply: Option<MemoryRegion>,
     ddp_position: Option<usize>,
@@ -360,10 +360,19 @@ impl<D: Device> RdmaClient<D> {
         let mut write_segs = Vec::new();
         let mut reply_seg = None;
         let registered = (|| {
+            // RFC 8166 §3.4.5: the responder only reads these bytes, so
+            // the caller's buffer is registered read-only, without a copy.
             for c in &plan.read_chunks {
-                let (mr, seg) = register(BytesMut::from(&c.data[..]), Access::REMOTE_READ)?;
+                let mr = inner
+                    .pd
+                    .register_read_only(c.data.clone(), 0)
+                    .map_err(|_| RpcError::Transport("memory registration failed"))?;
+                read_segs.push(RdmaSegment {
+                    handle: mr.stag().0,
+                    length: c.data.len() as u32,
+                    offset: mr.base_to(),
+                });
                 reads.push(mr);
-                read_segs.push(seg);
             }
             for &n in &plan.write_chunk_lens {
                 let (mr, seg) = register(BytesMut::zeroed(n as usize), Access::REMOTE_WRITE)?;
@@ -396,8 +405,8 @@ impl<D: Device> RdmaClient<D> {
             (Version::V2, true) => reply
                 .iter()
                 .chain(write.iter())
-                .chain(reads.iter())
                 .map(|mr| mr.stag().0)
+                .chain(reads.iter().map(|mr| mr.stag().0))
                 .next()
                 .unwrap_or(0),
             _ => 0,
@@ -597,12 +606,12 @@ fn on_reply<Q: QueuePair>(inner: &Arc<Inner<Q>>, wc: WorkCompletion) {
     // the buffer back.
     let mut foreign = false;
     if let Some(stag) = invalidated {
-        let ours = res
-            .reads
-            .iter()
-            .chain(res.write.iter())
-            .chain(res.reply.iter())
-            .any(|mr| mr.stag() == stag);
+        let ours = res.reads.iter().any(|mr| mr.stag() == stag)
+            || res
+                .write
+                .iter()
+                .chain(res.reply.iter())
+                .any(|mr| mr.stag() == stag);
         if ours {
             st.stats.remote_invalidations += 1;
         } else {

@@ -17,7 +17,8 @@ use tokio::task::JoinHandle;
 
 use super::hdr::{self, Inbound};
 use crate::credits::{RequesterCredits, ResponderCredits};
-use crate::plan::{plan_reply, reassemble_call, Version};
+use crate::layout::{plan_layout, Piece};
+use crate::plan::{plan_reply, Version};
 use crate::wire::cm::CmPrivateData;
 use crate::wire::v1::{self, Proc};
 use crate::wire::v2::{Properties, RvReqSup};
@@ -544,13 +545,8 @@ impl<Q: QueuePair> Conn<Q> {
             Inbound::ErrorV1(_) | Inbound::ErrorV2(_) => return Ok(()),
         };
         let inline = msg.slice(rx.len..);
-        let pulled = match self.pull(&chunks).await? {
-            Some(p) => p,
-            None => return self.send(bad(), Bytes::new(), None),
-        };
-        let record = match reassemble_call(inline, &pulled) {
-            Ok(full) => full.to_bytes(),
-            Err(_) => return self.send(bad(), Bytes::new(), None),
+        let Some(record) = self.pull(inline, &chunks).await? else {
+            return self.send(bad(), Bytes::new(), None);
         };
         let Some(reply) = self.server.handle_call(record, &self.peer).await else {
             return Ok(());
@@ -602,11 +598,16 @@ impl<Q: QueuePair> Conn<Q> {
         self.send(header, plan.inline, invalidate)
     }
 
-    /// Pulls every read segment by RDMA Read into local sink regions and
-    /// returns `(position, data)` per read chunk (segments with one
-    /// position concatenated). `None` when the chunks cannot be pulled
-    /// (ERR_CHUNK).
-    async fn pull(&self, chunks: &ChunkLists) -> Result<Option<Vec<(u32, Bytes)>>, Closed> {
+    /// Rebuilds the call (RFC 8166 §3.5) in one contiguous buffer: the
+    /// inline parts are copied into place and every read segment is pulled
+    /// by RDMA Read straight to its offset in the same buffer (segments
+    /// with one position are concatenated, RFC 8166 §3.4.5), so chunk data
+    /// is never copied. `None` when the chunks cannot be pulled or do not
+    /// fit the inline stream (ERR_CHUNK).
+    async fn pull(&self, inline: Bytes, chunks: &ChunkLists) -> Result<Option<Bytes>, Closed> {
+        if chunks.reads.is_empty() {
+            return Ok(Some(inline));
+        }
         let total: u64 = chunks
             .reads
             .iter()
@@ -615,32 +616,61 @@ impl<Q: QueuePair> Conn<Q> {
         if total > self.config.max_read_bytes {
             return Ok(None);
         }
-        let mut sinks = Vec::with_capacity(chunks.reads.len());
+        // Items by position, in the order the segments came.
+        let mut items: Vec<(u32, usize)> = Vec::new();
+        let mut first_seg: Vec<usize> = Vec::new();
+        for (i, r) in chunks.reads.iter().enumerate() {
+            match items.last_mut() {
+                Some((p, len)) if *p == r.position => *len += r.target.length as usize,
+                _ => {
+                    items.push((r.position, r.target.length as usize));
+                    first_seg.push(i);
+                }
+            }
+        }
+        let Ok(layout) = plan_layout(&inline, &items) else {
+            return Ok(None);
+        };
+        let mut buf = BytesMut::zeroed(layout.len);
+        if !layout.copy_inline(&inline, &mut buf) {
+            return Ok(None);
+        }
+        let Ok(mr) = self.pd.register(buf, Access::LOCAL_WRITE) else {
+            return Ok(None);
+        };
         let mut waits = Vec::with_capacity(chunks.reads.len());
-        for r in &chunks.reads {
-            let Ok(mr) = self.pd.register(
-                BytesMut::zeroed(r.target.length as usize),
-                Access::LOCAL_WRITE,
-            ) else {
+        for piece in &layout.pieces {
+            let Piece::Chunk { index, dst, .. } = piece else {
+                continue;
+            };
+            let (Some(&start), Some(&(pos, _))) = (first_seg.get(*index), items.get(*index)) else {
                 return Ok(None);
             };
-            let id = self.wr_id();
-            let (tx, rx) = oneshot::channel();
-            self.lock_reads().insert(id, tx);
-            let wr = ReadWr {
-                wr_id: id,
-                local_stag: mr.stag(),
-                local_to: mr.base_to(),
-                len: r.target.length,
-                remote_stag: Stag(r.target.handle),
-                remote_to: r.target.offset,
-            };
-            if self.qp.post_read(wr).is_err() {
-                self.lock_reads().remove(&id);
-                return Err(Closed);
+            let mut off = *dst as u64;
+            for r in chunks
+                .reads
+                .iter()
+                .skip(start)
+                .take_while(|r| r.position == pos)
+            {
+                let id = self.wr_id();
+                let (tx, rx) = oneshot::channel();
+                self.lock_reads().insert(id, tx);
+                let wr = ReadWr {
+                    wr_id: id,
+                    local_stag: mr.stag(),
+                    local_to: mr.base_to() + off,
+                    len: r.target.length,
+                    remote_stag: Stag(r.target.handle),
+                    remote_to: r.target.offset,
+                };
+                off += u64::from(r.target.length);
+                if self.qp.post_read(wr).is_err() {
+                    self.lock_reads().remove(&id);
+                    return Err(Closed);
+                }
+                waits.push(rx);
             }
-            waits.push(rx);
-            sinks.push((r.position, mr));
         }
         for rx in waits {
             match rx.await {
@@ -648,18 +678,6 @@ impl<Q: QueuePair> Conn<Q> {
                 _ => return Err(Closed),
             }
         }
-        let mut out: Vec<(u32, Bytes)> = Vec::new();
-        for (pos, mr) in sinks {
-            let data = mr.invalidate().buf.freeze();
-            match out.last_mut() {
-                Some((p, prev)) if *p == pos => {
-                    let mut joined = BytesMut::from(&prev[..]);
-                    joined.extend_from_slice(&data);
-                    *prev = joined.freeze();
-                }
-                _ => out.push((pos, data)),
-            }
-        }
-        Ok(Some(out))
+        Ok(Some(mr.invalidate().buf.freeze()))
     }
 }
