@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use xdr::{Bounded, Decode, Decoder, Encode, Encoder, Error, ErrorKind};
 
+use super::open::*;
 use super::ops::*;
 use super::session::*;
 use super::{Nfsstat4, Res4, Stateid4, NFS4_MAX_OPS, NFS4_MAX_TAGLEN};

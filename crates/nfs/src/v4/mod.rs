@@ -30,6 +30,7 @@
 pub mod attr;
 pub mod cb;
 mod compound;
+mod open;
 mod ops;
 pub mod session;
 pub mod ulb;
@@ -39,6 +40,7 @@ mod tests;
 
 pub use attr::{Bitmap4, Fattr4};
 pub use compound::*;
+pub use open::*;
 pub use ops::*;
 
 use bytes::Bytes;
