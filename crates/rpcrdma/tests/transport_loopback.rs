@@ -90,6 +90,9 @@ async fn echo_is_byte_exact_across_inline_and_chunk_boundaries() {
     assert!(s.inline_calls > 0, "{s:?}");
     assert!(s.read_chunk_calls > 0, "{s:?}");
     assert!(s.write_chunk_replies > 0, "{s:?}");
+    // Every write-chunk reply was rebuilt around the placed data, with
+    // no copy of it (odd sizes included: their padding is rezeroed).
+    assert_eq!(s.in_place_replies, s.write_chunk_replies, "{s:?}");
 }
 
 /// A call whose large argument is not marked DDP-eligible cannot use a

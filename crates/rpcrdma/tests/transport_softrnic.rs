@@ -64,6 +64,7 @@ async fn run(crc: bool, version: Version, seed: u64) {
         s.inline_calls > 0 && s.read_chunk_calls > 0 && s.write_chunk_replies > 0,
         "{s:?}"
     );
+    assert_eq!(s.in_place_replies, s.write_chunk_replies, "{s:?}");
     assert_eq!(client.version(), version);
     let id = backchannels.conn_ids()[0];
     let cb = EchoClient::new(backchannels.get(id).unwrap());

@@ -17,6 +17,7 @@ use tokio::sync::{oneshot, Notify};
 
 use super::hdr::{self, Inbound};
 use crate::credits::RequesterCredits;
+use crate::layout::plan_layout;
 use crate::plan::{chunk_contents, plan_call, reassemble, InlineThresholds, Version};
 use crate::ulb::ReplyHint;
 use crate::wire::v1::{self, Proc};
@@ -70,6 +71,9 @@ pub struct ClientStats {
     pub position_zero_calls: u64,
     /// Replies with data in a write chunk.
     pub write_chunk_replies: u64,
+    /// Write-chunk replies rebuilt around the placed data in its own
+    /// buffer, with no copy of the data.
+    pub in_place_replies: u64,
     /// Replies conveyed in the reply chunk (RDMA_NOMSG).
     pub reply_chunk_replies: u64,
     /// RDMA_ERROR replies.
@@ -90,7 +94,9 @@ pub struct ClientStats {
 /// Registered memory of one call, fenced when its reply arrives.
 struct Resources {
     reads: Vec<ReadOnlyRegion>,
-    write: Option<MemoryRegion>,
+    /// The write chunk's region and the room before the advertised
+    /// segment.
+    write: Option<(MemoryRegion, usize)>,
     reply: Option<MemoryRegion>,
     ddp_position: Option<usize>,
     /// The version the call was last sent with.
@@ -374,10 +380,22 @@ impl<D: Device> RdmaClient<D> {
                 });
                 reads.push(mr);
             }
+            // The write chunk is advertised inside a buffer with room for
+            // the reply's inline parts around it, so the reply is rebuilt
+            // in place around the placed data (see `place_reply`).
             for &n in &plan.write_chunk_lens {
-                let (mr, seg) = register(BytesMut::zeroed(n as usize), Access::REMOTE_WRITE)?;
-                write = Some(mr);
-                write_segs.push(seg);
+                let room = WRITE_PREFIX_SLACK + ddp.map_or(0, |d| d.position);
+                let total = room + n as usize + 3 + inner.inline_size as usize;
+                let mr = inner
+                    .pd
+                    .register(BytesMut::zeroed(total), Access::REMOTE_WRITE)
+                    .map_err(|_| RpcError::Transport("memory registration failed"))?;
+                write_segs.push(RdmaSegment {
+                    handle: mr.stag().0,
+                    length: n,
+                    offset: mr.base_to() + room as u64,
+                });
+                write = Some((mr, room));
             }
             if let Some(n) = plan.reply_chunk_len {
                 let (mr, seg) = register(BytesMut::zeroed(n as usize), Access::REMOTE_WRITE)?;
@@ -404,7 +422,7 @@ impl<D: Device> RdmaClient<D> {
         let inv_handle = match (version, st.send_with_invalidate_ok) {
             (Version::V2, true) => reply
                 .iter()
-                .chain(write.iter())
+                .chain(write.iter().map(|w| &w.0))
                 .map(|mr| mr.stag().0)
                 .chain(reads.iter().map(|mr| mr.stag().0))
                 .next()
@@ -497,6 +515,82 @@ fn chunk_bytes(echo: &WriteChunk, mr: Option<MemoryRegion>) -> Option<Bytes> {
     let base = mr.base_to();
     let buf = mr.invalidate().buf.freeze();
     chunk_contents(echo, |s| region_bytes(&buf, base, s))
+}
+
+/// How a write chunk's data reached the reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placed {
+    /// The chunk was empty.
+    Nothing,
+    /// Copied out of the region.
+    Copied,
+    /// Left where the server's RDMA Write put it.
+    InPlace,
+}
+
+/// Room before a write chunk's segment for the reply's RPC header (24
+/// bytes with an AUTH_NONE verifier) beyond the DDP item's position.
+const WRITE_PREFIX_SLACK: usize = 128;
+
+/// Rebuilds a reply whose DDP item arrived in the write chunk
+/// (RFC 8166 §3.5) in the write chunk's own buffer: the server placed the
+/// data after `room` bytes, so the inline prefix is copied in just before
+/// it and the inline suffix just after its padding, and the result is one
+/// contiguous slice with no copy of the data. When the echoed segment is
+/// not the one advertised, or the prefix does not fit the room, the data
+/// is copied instead. Returns the reply and how the data was placed.
+fn place_reply(
+    base: &Bytes,
+    echo: &WriteChunk,
+    mr: MemoryRegion,
+    room: usize,
+    off: usize,
+) -> (Option<Bytes>, Placed) {
+    let (stag, base_to, region_len) = (mr.stag(), mr.base_to(), mr.len());
+    let mut buf = mr.invalidate().buf;
+    let data_len: usize = echo.segments.iter().map(|s| s.length as usize).sum();
+    if data_len == 0 {
+        return (Some(base.clone()), Placed::Nothing);
+    }
+    let Ok((_, Ok(results))) = decode_reply(base) else {
+        return (Some(base.clone()), Placed::Copied);
+    };
+    let pos = base.len() - results.len() + off;
+    let mut used = echo.segments.iter().filter(|s| s.length > 0);
+    let one = match (used.next(), used.next()) {
+        (Some(s), None) => {
+            s.handle == stag.0
+                && s.offset == base_to + room as u64
+                && u64::from(s.length) + room as u64 <= region_len
+        }
+        _ => false,
+    };
+    if one && pos <= room {
+        let Ok(layout) = plan_layout(base, &[(pos as u32, data_len)]) else {
+            return (None, Placed::Copied);
+        };
+        let start = room - pos;
+        if let Some(dst) = buf.get_mut(start..start + layout.len) {
+            if layout.copy_inline(base, dst) {
+                let pad_end = (pos + data_len).next_multiple_of(4).min(dst.len());
+                if let Some(p) = dst.get_mut(pos + data_len..pad_end) {
+                    p.fill(0);
+                }
+                return (
+                    Some(buf.freeze().slice(start..start + layout.len)),
+                    Placed::InPlace,
+                );
+            }
+        }
+    }
+    let frozen = buf.freeze();
+    let data = chunk_contents(echo, |s| region_bytes(&frozen, base_to, s));
+    let full = data.and_then(|d| {
+        reassemble(base.clone(), &[(pos as u32, d)])
+            .map(|f| f.to_bytes())
+            .ok()
+    });
+    (full, Placed::Copied)
 }
 
 /// A reverse-direction call (RFC 8167): answered by the backchannel
@@ -610,6 +704,7 @@ fn on_reply<Q: QueuePair>(inner: &Arc<Inner<Q>>, wc: WorkCompletion) {
             || res
                 .write
                 .iter()
+                .map(|w| &w.0)
                 .chain(res.reply.iter())
                 .any(|mr| mr.stag() == stag);
         if ours {
@@ -635,35 +730,29 @@ fn on_reply<Q: QueuePair>(inner: &Arc<Inner<Q>>, wc: WorkCompletion) {
                 fence(res.reply);
                 msg.get(rx.len..).map(|_| msg.slice(rx.len..))
             };
-            let data = match lists.writes.first() {
-                Some(echo) => chunk_bytes(echo, res.write),
-                None => {
-                    fence(res.write);
-                    None
-                }
-            };
             if *nomsg {
                 st.stats.reply_chunk_replies += 1;
             }
-            match base {
-                Some(base) => {
-                    let mut inserts = Vec::new();
-                    if let (Some(d), Some(off)) = (data.filter(|d| !d.is_empty()), res.ddp_position)
-                    {
+            match (base, lists.writes.first(), res.write, res.ddp_position) {
+                (Some(base), Some(echo), Some((mr, room)), Some(off)) => {
+                    let (full, placed) = place_reply(&base, echo, mr, room, off);
+                    if placed != Placed::Nothing {
                         st.stats.write_chunk_replies += 1;
-                        if let Ok((_, Ok(results))) = decode_reply(&base) {
-                            let pos = base.len() - results.len() + off;
-                            inserts.push((pos as u32, d));
-                        }
                     }
-                    reassemble(base, &inserts).map(|full| full.to_bytes()).ok()
+                    if placed == Placed::InPlace {
+                        st.stats.in_place_replies += 1;
+                    }
+                    full
                 }
-                None => None,
+                (base, _, write, _) => {
+                    fence(write.map(|w| w.0));
+                    base
+                }
             }
         }
         _ => {
             st.stats.error_replies += 1;
-            fence(res.write);
+            fence(res.write.map(|w| w.0));
             fence(res.reply);
             None
         }
