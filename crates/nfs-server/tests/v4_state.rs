@@ -254,7 +254,10 @@ async fn byte_range_locks_conflict_between_clients() {
     assert_eq!(a.seq(u).await.status, Nfsstat4::NFS4ERR_OLD_STATEID);
     let mut l = file("f");
     l.push(lock(sb, b.clientid, "lock-b", 50, 10, false));
-    b.ok(l).await;
+    let r = b.ok(l).await;
+    let NfsResop4::Lock(LockRes4::Ok(lb)) = r[3].clone() else {
+        panic!()
+    };
     // FREE_STATEID of A's now empty lock stateid, then CLOSE.
     let r = a
         .ok(vec![NfsArgop4::FreeStateid(FreeStateid4Args {
@@ -272,6 +275,32 @@ async fn byte_range_locks_conflict_between_clients() {
     l = file("f");
     l.push(lock(sb, b.clientid, "lock-b", 0, 0, true));
     assert_eq!(b.seq(l).await.status, Nfsstat4::NFS4ERR_INVAL);
+    // B unlocks and closes, as Linux does, then frees its lock stateid
+    // (kept after CLOSE until FREE_STATEID, but no longer usable).
+    let mut ops = file("f");
+    ops.push(NfsArgop4::Locku(Locku4Args {
+        locktype: NfsLockType4::READ_LT,
+        seqid: 0,
+        lock_stateid: lb,
+        offset: 0,
+        length: NFS4_UINT64_MAX,
+    }));
+    ops.push(NfsArgop4::Close(Close4Args {
+        seqid: 0,
+        open_stateid: sb,
+    }));
+    b.ok(ops).await;
+    let mut ops = file("f");
+    ops.push(read(Stateid4 { seqid: 0, ..lb }));
+    assert_eq!(b.seq(ops).await.status, Nfsstat4::NFS4ERR_BAD_STATEID);
+    let free = NfsArgop4::FreeStateid(FreeStateid4Args {
+        stateid: Stateid4 { seqid: 0, ..lb },
+    });
+    b.ok(vec![free.clone()]).await;
+    assert_eq!(
+        b.seq(vec![free]).await.status,
+        Nfsstat4::NFS4ERR_BAD_STATEID
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -242,8 +242,10 @@ impl StateTable {
     }
 
     /// CLOSE (RFC 8881 §18.2.4): refused with NFS4ERR_LOCKS_HELD while a
-    /// lock owner of this open still holds a range; otherwise the open and
-    /// its lock stateids go.
+    /// lock owner of this open still holds a range; otherwise the open
+    /// goes. Its (now empty) lock stateids stay until FREE_STATEID
+    /// (RFC 8881 §8.2.4), which Linux sends after CLOSE; used for I/O or
+    /// LOCK they are NFS4ERR_BAD_STATEID, as their open is gone.
     pub(crate) fn close(&mut self, sid: &Stateid4, clientid: u64, fh: &Bytes) -> Nfsstat4 {
         if let Err(e) = self.check_open(sid, clientid, fh) {
             return e;
@@ -256,8 +258,7 @@ impl StateTable {
         if held {
             return Nfsstat4::NFS4ERR_LOCKS_HELD;
         }
-        self.states
-            .retain(|key, s| *key != k && !matches!(s, StateKind::Lock(l) if l.open == k));
+        self.states.remove(&k);
         Nfsstat4::NFS4_OK
     }
 
