@@ -767,6 +767,64 @@ pub async fn read_only_region_serves_reads_and_refuses_writes<H: Harness>(h: &H)
     assert_eq!(&sink.invalidate().buf[..], &data[..]);
 }
 
+/// Zero-length operations: a Send delivers an empty message; an RDMA Write or
+/// Read of zero bytes places nothing and its remote STag is not validated
+/// (the RFC 6581 ready-to-receive message is a zero-length Write to STag 0).
+pub async fn zero_length_operations_complete<H: Harness>(h: &H) {
+    let p = connect_pair(h, 0, 2).await;
+    p.cqp
+        .post_send(SendWr {
+            wr_id: 1,
+            data: vec![],
+            ..Default::default()
+        })
+        .expect("send");
+    let wc = next(p.sqp.recv_cq()).await;
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 0));
+    assert_eq!(wc.buf.as_deref(), Some(&[][..]));
+    assert_eq!(next(p.cqp.send_cq()).await.status, WcStatus::Success);
+    let bogus = Stag::new(0x00ab_cdef, 0x34);
+    p.cqp
+        .post_write(WriteWr {
+            wr_id: 2,
+            data: vec![],
+            remote_stag: bogus,
+            remote_to: 0,
+        })
+        .expect("write");
+    assert_eq!(next(p.cqp.send_cq()).await.status, WcStatus::Success);
+    let sink = p
+        .client_pd
+        .register(BytesMut::zeroed(4), Access::LOCAL_WRITE)
+        .expect("register");
+    p.cqp
+        .post_read(ReadWr {
+            wr_id: 3,
+            local_stag: sink.stag(),
+            local_to: 0,
+            len: 0,
+            remote_stag: bogus,
+            remote_to: 0,
+        })
+        .expect("read");
+    let wc = next(p.cqp.send_cq()).await;
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (3, WcStatus::Success, 0)
+    );
+    // The connection is still up: a later Send is delivered.
+    p.cqp
+        .post_send(SendWr {
+            wr_id: 4,
+            data: vec![Bytes::from_static(b"ok")],
+            ..Default::default()
+        })
+        .expect("send");
+    let wc = next(p.sqp.recv_cq()).await;
+    assert_eq!(wc.buf.as_deref(), Some(&b"ok"[..]));
+    assert_eq!(p.sqp.close_reason(), None);
+}
+
 /// Expands to one `#[tokio::test]` per behaviour, each calling the behaviour
 /// with the harness built by `$harness` under a 20-second timeout.
 #[macro_export]
@@ -792,6 +850,7 @@ macro_rules! conformance_suite {
             dropped_request_rejects_and_closed_listener_refuses,
             messages_keep_order_in_both_directions,
             read_only_region_serves_reads_and_refuses_writes,
+            zero_length_operations_complete,
         );
     };
     (@tests $harness:expr; $($name:ident),* $(,)?) => {

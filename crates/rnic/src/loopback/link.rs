@@ -264,6 +264,19 @@ impl Link {
             return Ok(());
         }
         let (m, p) = self.split(me);
+        if len == 0 {
+            // A zero-length tagged message places nothing and its STag is not
+            // validated (the RFC 6581 RTR is a zero-length Write to STag 0).
+            let wc = WorkCompletion::send_side(
+                m.qpn,
+                wr.wr_id,
+                WcOpcode::RdmaWrite,
+                WcStatus::Success,
+                0,
+            );
+            complete(&m.send_cq, wc);
+            return Ok(());
+        }
         let a = TaggedAccess {
             pd: p.pd,
             stag: wr.remote_stag,
@@ -330,6 +343,9 @@ impl Link {
         }
         let outcome = match m.table.check(sink) {
             Err(e) => Outcome::Local(e),
+            // Zero bytes to read: the responder validates nothing (as for a
+            // zero-length Write).
+            Ok(()) if len == 0 => Outcome::Done,
             Ok(()) => match MrTable::transfer(&p.table, src, &m.table, sink) {
                 Ok(()) => Outcome::Done,
                 Err(TransferError::Source(e)) => Outcome::Remote(e),
