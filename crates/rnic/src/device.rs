@@ -123,6 +123,14 @@ pub trait ConnectRequest: Send + 'static {
     /// `(ird, ord)` (RFC 6581 §4).
     fn peer_ird_ord(&self) -> (u32, u32);
 
+    /// The connector's network address, when the device knows one (an
+    /// iWARP device's TCP peer). Upper layers key per-client state on its
+    /// IP part, as the NFS duplicate-request cache does across reconnects.
+    /// `None` by default.
+    fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        None
+    }
+
     /// Accepts, sending `config.private_data`; returns the queue pair in RTS.
     fn accept(
         self,
