@@ -1,44 +1,5 @@
-//! The `Device` trait: what an RDMA device offers its consumers.
-//!
-//! Every upper layer (RPC-over-RDMA in particular) is written generic over
-//! [`Device`], so that the in-memory [`loopback`](crate::loopback) device and the
-//! TCP-based `softrnic` device are interchangeable. Both share
-//! [`MrTable`](crate::MrTable) for every access check.
-//!
-//! # Contract
-//!
-//! - Memory: registration is not a device method; it goes through
-//!   [`ProtectionDomain`] (from [`Device::alloc_pd`]) on the device's own table.
-//! - Connection management (RFC 5044 §7, RFC 6581): [`Device::listen`] gives a
-//!   [`Listener`]; each [`Listener::accept_request`] yields a [`ConnectRequest`]
-//!   whose [`private_data`](ConnectRequest::private_data) can be read *before*
-//!   [`accept`](ConnectRequest::accept) or [`reject`](ConnectRequest::reject),
-//!   each with private data of its own. [`Device::connect`] returns the queue
-//!   pair with the acceptor's private data, or [`CmError::Rejected`] with the
-//!   rejecter's.
-//! - Receive buffers given in [`QpConfig::initial_recvs`] are posted before the
-//!   queue pair reaches RTS, so the peer's first Send always finds them.
-//! - Posting never blocks. Send-queue work runs in order; every request
-//!   produces exactly one [`WorkCompletion`](crate::WorkCompletion) on its queue's
-//!   completion queue, flushed ([`WcStatus::FlushError`](crate::WcStatus)) if the
-//!   connection ends first.
-//! - Completion timing (RFC 5040 §5): iWARP has no acknowledgements, so a
-//!   Send or RDMA Write completes successfully once handed to the transport;
-//!   an RDMA Read completes when its response has been placed. Until then a
-//!   request counts against [`QpAttrs::max_send_wr`](crate::QpAttrs) and
-//!   posting beyond it fails with [`PostError::QueueFull`] (the loopback device
-//!   executes at post time, so only its receive queue ever fills).
-//! - RNIC behaviour (RFC 5040 §5, §7): a tagged access that fails the
-//!   [`MrTable`](crate::MrTable) checks touches no memory; the side that found
-//!   it sends a Terminate and closes with
-//!   [`CloseReason::TerminateSent`], the other side closes with
-//!   [`CloseReason::TerminateReceived`], and every outstanding request on both
-//!   sides is flushed. A refused RDMA Read completes with `RemoteAccessError`.
-//!   A Send that finds no receive buffer, or one too small, terminates the
-//!   connection the same way (the too-small buffer completes with
-//!   `LocalLengthError`). A Send With Invalidate invalidates the named STag of
-//!   the receiver before the receive completes and reports it in
-//!   [`WorkCompletion::invalidated`](crate::WorkCompletion).
+//! The `Device` trait and its companions: what an RDMA device offers its
+//! consumers (the contract is documented on [`Device`]).
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -52,6 +13,46 @@ use crate::stag::{PdId, QpNum};
 use crate::wr::{ReadWr, RecvWr, SendWr, WriteWr};
 
 /// An RDMA device: a memory-region table, connection management, queue pairs.
+///
+/// Every upper layer (RPC-over-RDMA in particular) is written generic over
+/// [`Device`], so that the in-memory [`loopback`](crate::loopback) device and the
+/// TCP-based `softrnic` device are interchangeable. Both share
+/// [`MrTable`](crate::MrTable) for every access check.
+///
+/// # Contract
+///
+/// - Memory: registration is not a device method; it goes through
+///   [`ProtectionDomain`] (from [`Device::alloc_pd`]) on the device's own table.
+/// - Connection management (RFC 5044 §7, RFC 6581): [`Device::listen`] gives a
+///   [`Listener`]; each [`Listener::accept_request`] yields a [`ConnectRequest`]
+///   whose [`private_data`](ConnectRequest::private_data) can be read *before*
+///   [`accept`](ConnectRequest::accept) or [`reject`](ConnectRequest::reject),
+///   each with private data of its own. [`Device::connect`] returns the queue
+///   pair with the acceptor's private data, or [`CmError::Rejected`] with the
+///   rejecter's.
+/// - Receive buffers given in [`QpConfig::initial_recvs`] are posted before the
+///   queue pair reaches RTS, so the peer's first Send always finds them.
+/// - Posting never blocks. Send-queue work runs in order; every request
+///   produces exactly one [`WorkCompletion`](crate::WorkCompletion) on its queue's
+///   completion queue, flushed ([`WcStatus::FlushError`](crate::WcStatus)) if the
+///   connection ends first.
+/// - Completion timing (RFC 5040 §5): iWARP has no acknowledgements, so a
+///   Send or RDMA Write completes successfully once handed to the transport;
+///   an RDMA Read completes when its response has been placed. Until then a
+///   request counts against [`QpAttrs::max_send_wr`](crate::QpAttrs) and
+///   posting beyond it fails with [`PostError::QueueFull`] (the loopback device
+///   executes at post time, so only its receive queue ever fills).
+/// - RNIC behaviour (RFC 5040 §5, §7): a tagged access that fails the
+///   [`MrTable`](crate::MrTable) checks touches no memory; the side that found
+///   it sends a Terminate and closes with
+///   [`CloseReason::TerminateSent`], the other side closes with
+///   [`CloseReason::TerminateReceived`], and every outstanding request on both
+///   sides is flushed. A refused RDMA Read completes with `RemoteAccessError`.
+///   A Send that finds no receive buffer, or one too small, terminates the
+///   connection the same way (the too-small buffer completes with
+///   `LocalLengthError`). A Send With Invalidate invalidates the named STag of
+///   the receiver before the receive completes and reports it in
+///   [`WorkCompletion::invalidated`](crate::WorkCompletion).
 pub trait Device: Send + Sync + 'static {
     /// How peers are addressed (`SocketAddr` for TCP, a name for loopback).
     type Addr: Clone + Debug + Send + Sync + 'static;

@@ -8,7 +8,16 @@
 //! - [`MrTable`]: the one access-check table every device uses. Consumers reach
 //!   it through a [`ProtectionDomain`] and get a [`MemoryRegion`] handle per
 //!   registration; the buffer stays with the table until
-//!   [`MemoryRegion::invalidate`] hands it back.
+//!   [`MemoryRegion::invalidate`] hands it back (a Send With Invalidate
+//!   revokes access at once; the owner then takes the buffer back the same
+//!   way). [`StagSlot::fast_register`] re-registers an index under a fresh key;
+//!   [`ProtectionDomain::register_read_only`] exposes shared [`bytes::Bytes`]
+//!   to remote reads without a copy.
+//! - [`Device`], [`Listener`], [`ConnectRequest`], [`QueuePair`]: the device
+//!   contract (connection management with private data, posting, completion
+//!   timing, RNIC error behaviour), documented on [`Device`].
+//! - [`loopback`]: an in-memory device with seeded fault injection;
+//!   [`conformance`]: the behaviour tests every device must pass.
 //! - [`SendWr`], [`WriteWr`], [`ReadWr`], [`RecvWr`]: work requests;
 //!   [`WorkCompletion`] with [`WcStatus`]: their results, queued on a
 //!   [`CompletionQueue`] that can be polled or awaited without naming a runtime.
