@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use iwarp::negotiation::{
     Established, FrameReader, Initiator, InitiatorConfig, NegotiationError, ReplyOutcome,
@@ -14,6 +15,7 @@ use rnic::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
 
 use crate::qp::{self, SoftQp};
 use crate::SoftDevice;
@@ -66,17 +68,62 @@ async fn read_frame(stream: &mut TcpStream) -> Result<Vec<u8>, CmError> {
     }
 }
 
+/// MPA handshakes a listener runs at once; further TCP connections are closed
+/// at once until one finishes.
+const MAX_HANDSHAKES: usize = 128;
+/// Parsed requests waiting for `accept_request`.
+const MAX_READY: usize = 64;
+
 pub(crate) async fn listen(dev: SoftDevice, addr: SocketAddr) -> Result<SoftListener, CmError> {
     let listener = TcpListener::bind(addr).await.map_err(|e| match e.kind() {
         std::io::ErrorKind::AddrInUse => CmError::AddrInUse,
         _ => setup(e),
     })?;
     let local = listener.local_addr().map_err(setup)?;
+    let (ready_tx, ready) = mpsc::channel(MAX_READY);
     Ok(SoftListener {
         dev,
         listener,
         local,
+        ready_tx,
+        ready,
+        handshakes: Arc::new(Semaphore::new(MAX_HANDSHAKES)),
     })
+}
+
+/// Reads and parses one MPA Request within `timeout`. A Request asking for
+/// markers is answered with an MPA reject, as Linux `siw` does, and dropped.
+async fn handshake(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    timeout: Duration,
+) -> Option<(TcpStream, RequestReceived)> {
+    let frame = match tokio::time::timeout(timeout, read_frame(&mut stream)).await {
+        Ok(Ok(f)) => f,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "dropping connection: bad MPA request");
+            return None;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "dropping connection: MPA request timed out");
+            return None;
+        }
+    };
+    let req = match RequestReceived::parse(&frame) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "dropping connection: bad MPA request");
+            return None;
+        }
+    };
+    if req.markers {
+        if let Ok(bytes) = req.reject(&[]) {
+            let _ = stream.write_all(&bytes).await;
+        }
+        return None;
+    }
+    stream.set_nodelay(true).ok()?;
+    Some((stream, req))
 }
 
 /// Connects: TCP, then the MPA Request with our private data and IRD/ORD;
@@ -127,12 +174,17 @@ fn neg_error(e: NegotiationError) -> CmError {
     }
 }
 
-/// A TCP listener answering MPA Requests.
+/// A TCP listener answering MPA Requests. Each connection's Request is read
+/// by its own task (bounded in number and time), so a slow or silent client
+/// never holds up the others.
 #[derive(Debug)]
 pub struct SoftListener {
     dev: SoftDevice,
     listener: TcpListener,
     local: SocketAddr,
+    ready_tx: mpsc::Sender<(TcpStream, RequestReceived)>,
+    ready: mpsc::Receiver<(TcpStream, RequestReceived)>,
+    handshakes: Arc<Semaphore>,
 }
 
 impl Listener for SoftListener {
@@ -144,45 +196,31 @@ impl Listener for SoftListener {
         self.local
     }
 
-    /// Accepts TCP connections until one delivers a well-formed MPA Request.
-    /// A connection whose Request is malformed, times out, or asks for
-    /// markers is dropped (markers get an MPA reject, as Linux `siw` sends).
+    /// Waits for the next well-formed MPA Request. Connections whose Request
+    /// is malformed, late (after `mpa_timeout`), or asks for markers never
+    /// show up here.
     async fn accept_request(&mut self) -> Result<SoftRequest, CmError> {
         loop {
-            let (mut stream, peer) = self.listener.accept().await.map_err(setup)?;
-            let timeout = self.dev.inner.cfg.mpa_timeout;
-            let frame = match tokio::time::timeout(timeout, read_frame(&mut stream)).await {
-                Ok(Ok(f)) => f,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "dropping connection: bad MPA request");
-                    continue;
+            tokio::select! {
+                Some((stream, req)) = self.ready.recv() => {
+                    return Ok(SoftRequest { dev: self.dev.clone(), stream: Some(stream), req: Some(req) });
                 }
-                Err(_) => {
-                    tracing::debug!(%peer, "dropping connection: MPA request timed out");
-                    continue;
+                accepted = self.listener.accept() => {
+                    let (stream, peer) = accepted.map_err(setup)?;
+                    let Ok(permit) = Arc::clone(&self.handshakes).try_acquire_owned() else {
+                        tracing::debug!(%peer, "dropping connection: too many MPA handshakes");
+                        continue;
+                    };
+                    let tx = self.ready_tx.clone();
+                    let timeout = self.dev.inner.cfg.mpa_timeout;
+                    tokio::spawn(async move {
+                        if let Some(done) = handshake(stream, peer, timeout).await {
+                            let _ = tx.send(done).await;
+                        }
+                        drop(permit);
+                    });
                 }
-            };
-            let req = match RequestReceived::parse(&frame) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::debug!(%peer, error = %e, "dropping connection: bad MPA request");
-                    continue;
-                }
-            };
-            if req.markers {
-                if let Ok(bytes) = req.reject(&[]) {
-                    let _ = stream.write_all(&bytes).await;
-                }
-                continue;
             }
-            if stream.set_nodelay(true).is_err() {
-                continue;
-            }
-            return Ok(SoftRequest {
-                dev: self.dev.clone(),
-                stream: Some(stream),
-                req: Some(req),
-            });
         }
     }
 }

@@ -386,3 +386,22 @@ async fn disconnect_flushes_requests_not_yet_transmitted() {
     assert_eq!(p.sqp.close_reason(), Some(CloseReason::PeerDisconnect));
     assert_eq!(&mr.invalidate().buf[..], &[0u8; 64]);
 }
+
+/// A client that connects and never sends its MPA Request does not hold up
+/// the next client: each Request is read by its own task.
+#[tokio::test]
+async fn silent_client_does_not_block_the_next_request() {
+    let dev = SoftDevice::new(SoftConfig::default(), 8);
+    let mut l = dev
+        .listen(&SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let addr = l.local_addr();
+    let _silent = TcpStream::connect(addr).await.unwrap();
+    // Well under the 10 s MPA timeout the silent client would otherwise cost.
+    let both = async { tokio::join!(raw_connect(addr), accept_one(&dev, &mut l, 0)) };
+    let (_raw, qp) = tokio::time::timeout(Duration::from_secs(3), both)
+        .await
+        .expect("second client served");
+    assert_eq!(qp.state(), rnic::QpState::Rts);
+}
