@@ -544,3 +544,122 @@ mod tests {
         assert_eq!(t.sessions.len(), MAX_SESSIONS_PER_CLIENT);
     }
 }
+
+#[cfg(test)]
+mod exchange_tests {
+    use super::*;
+
+    fn xid(owner: &'static [u8], verf: u8, flags: u32) -> ExchangeId4Args {
+        ExchangeId4Args {
+            clientowner: ClientOwner4 {
+                verifier: FixedOpaque([verf; 8]),
+                ownerid: Bounded(Bytes::from_static(owner)),
+            },
+            flags,
+            state_protect: StateProtect4A::None,
+            client_impl_id: Bounded(vec![]),
+        }
+    }
+
+    fn cs(clientid: u64, sequence: u32) -> CreateSession4Args {
+        let ch = ChannelAttrs4 {
+            maxrequestsize: 1 << 30,
+            maxresponsesize: 4096,
+            maxresponsesize_cached: 1 << 30,
+            maxoperations: 1000,
+            maxrequests: 1000,
+            ..ChannelAttrs4::default()
+        };
+        CreateSession4Args {
+            clientid,
+            sequence,
+            flags: CREATE_SESSION4_FLAG_PERSIST | CREATE_SESSION4_FLAG_CONN_RDMA,
+            fore_chan_attrs: ch.clone(),
+            back_chan_attrs: ch,
+            cb_program: 1,
+            sec_parms: Bounded(vec![]),
+        }
+    }
+
+    #[test]
+    fn exchange_id_refuses_unknown_flags_protection_and_missing_updates() {
+        let mut t = StateTable::new(SessionLimits::default(), 7);
+        let owner = Bytes::from_static(b"srv");
+        let now = Duration::ZERO;
+        assert_eq!(
+            t.exchange_id(&xid(b"c", 1, 0x0800_0000), &owner, now)
+                .status(),
+            Nfsstat4::NFS4ERR_INVAL
+        );
+        let mut a = xid(b"c", 1, 0);
+        a.state_protect = StateProtect4A::MachCred(StateProtectOps4 {
+            must_enforce: Default::default(),
+            must_allow: Default::default(),
+        });
+        assert_eq!(
+            t.exchange_id(&a, &owner, now).status(),
+            Nfsstat4::NFS4ERR_NOTSUPP
+        );
+        let upd = xid(b"c", 1, EXCHGID4_FLAG_UPD_CONFIRMED_REC_A);
+        assert_eq!(
+            t.exchange_id(&upd, &owner, now).status(),
+            Nfsstat4::NFS4ERR_NOENT
+        );
+        let Res4::Ok(r) = t.exchange_id(&xid(b"c", 1, 0), &owner, now) else {
+            panic!()
+        };
+        assert_eq!(r.clientid >> 32, 7);
+        assert!(matches!(
+            t.create_session(&cs(r.clientid, r.sequenceid), 1, now),
+            Res4::Ok(_)
+        ));
+        let other = xid(b"c", 2, EXCHGID4_FLAG_UPD_CONFIRMED_REC_A);
+        assert_eq!(
+            t.exchange_id(&other, &owner, now).status(),
+            Nfsstat4::NFS4ERR_NOT_SAME
+        );
+        assert!(
+            matches!(t.exchange_id(&upd, &owner, now), Res4::Ok(u) if u.clientid == r.clientid)
+        );
+    }
+
+    #[test]
+    fn create_session_cuts_channels_to_the_server_limits() {
+        let mut t = StateTable::new(SessionLimits::default(), 7);
+        let Res4::Ok(r) = t.exchange_id(&xid(b"c", 1, 0), &Bytes::new(), Duration::ZERO) else {
+            panic!()
+        };
+        let Res4::Ok(s) = t.create_session(&cs(r.clientid, r.sequenceid), 1, Duration::ZERO) else {
+            panic!()
+        };
+        let l = SessionLimits::default();
+        let f = &s.fore_chan_attrs;
+        assert_eq!(f.maxrequestsize, l.max_request);
+        assert_eq!(f.maxresponsesize, 4096);
+        assert_eq!(f.maxresponsesize_cached, l.max_response_cached);
+        assert_eq!((f.maxoperations, f.maxrequests), (l.max_ops, l.max_slots));
+        assert_eq!(s.flags, 0);
+        let mut zero = cs(r.clientid, r.sequenceid + 1);
+        zero.fore_chan_attrs.maxrequests = 0;
+        assert_eq!(
+            t.create_session(&zero, 1, Duration::ZERO).status(),
+            Nfsstat4::NFS4ERR_INVAL
+        );
+    }
+
+    #[test]
+    fn an_unconfirmed_client_expires_after_a_lease() {
+        let mut t = StateTable::new(SessionLimits::default(), 7);
+        let Res4::Ok(r) = t.exchange_id(&xid(b"c", 1, 0), &Bytes::new(), Duration::ZERO) else {
+            panic!()
+        };
+        t.expire(Duration::from_secs(90));
+        assert!(t.clients.contains_key(&r.clientid));
+        t.expire(Duration::from_secs(91));
+        assert_eq!(
+            t.create_session(&cs(r.clientid, 1), 1, Duration::from_secs(91))
+                .status(),
+            Nfsstat4::NFS4ERR_STALE_CLIENTID
+        );
+    }
+}
