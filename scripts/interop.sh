@@ -26,7 +26,10 @@
 # the server's own rpcbind (`serve --rpcbind-port $RPCBIND_PORT`, forwarded
 # as guest :111) and connect to the ports it returns, which are forwarded
 # 1:1 (guest 10.0.2.100:$NFS_PORT -> host 127.0.0.1:$NFS_PORT). That phase
-# is captured into a second pcap.
+# is captured into a second pcap. The guest also checks AUTH_SYS identities
+# (uid 1000 vs mode bits), a MOUNT of a subdirectory, a second server run
+# with --read-only on the same directory (EROFS), and a restart of the
+# server under the live mount (handles of open files stay valid).
 #
 # Prints PASS/FAIL per check and exits non-zero if any check fails.
 # Wall time on the 2-core dev VM (TCG guest, other jobs running): 3-10
@@ -44,6 +47,8 @@ OUT=${OUT:-/tmp/interop-$(date +%Y%m%d-%H%M%S)}
 NFS_PORT=${NFS_PORT:-12049}
 MOUNT_PORT=${MOUNT_PORT:-12048}
 RPCBIND_PORT=${RPCBIND_PORT:-12111}
+RO_PORT=${RO_PORT:-12059}
+RO_MOUNT_PORT=${RO_MOUNT_PORT:-12058}
 BULK_MIB=${BULK_MIB:-100}
 CAPTURE=${CAPTURE:-1}
 mkdir -p "$OUT/guest"; OUT=$(cd "$OUT" && pwd)
@@ -52,8 +57,11 @@ FAILS=0
 pass() { echo "PASS $*"; }
 fail() { echo "FAIL $*"; FAILS=$((FAILS + 1)); }
 
-SRV_PID=; TCPDUMP_PID=; WATCH_PID=; EXPORT=
+SRV_PID=; RO_PID=; TCPDUMP_PID=; WATCH_PID=; RESTART_PID=; EXPORT=
 cleanup() {
+    [ -n "$RESTART_PID" ] && kill "$RESTART_PID" 2>/dev/null
+    [ -s "$OUT/server.pid" ] && SRV_PID=$(cat "$OUT/server.pid")
+    [ -n "$RO_PID" ] && kill -INT "$RO_PID" 2>/dev/null
     [ -n "$WATCH_PID" ] && kill "$WATCH_PID" 2>/dev/null
     [ -n "$TCPDUMP_PID" ] && kill -INT "$TCPDUMP_PID" 2>/dev/null
     [ -s "$OUT/tcpdump2.pid" ] && kill -INT "$(cat "$OUT/tcpdump2.pid")" 2>/dev/null
@@ -63,9 +71,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for p in "$NFS_PORT" "$MOUNT_PORT" "$RPCBIND_PORT"; do
+for p in "$NFS_PORT" "$MOUNT_PORT" "$RPCBIND_PORT" "$RO_PORT" "$RO_MOUNT_PORT"; do
     if [ -n "$(ss -Hltn "sport = :$p")" ]; then
-        echo "host port $p is in use; set NFS_PORT/MOUNT_PORT/RPCBIND_PORT" >&2; exit 2
+        echo "host port $p is in use; set NFS_PORT/MOUNT_PORT/RPCBIND_PORT/RO_PORT/RO_MOUNT_PORT" >&2; exit 2
     fi
 done
 
@@ -84,22 +92,44 @@ bash "$KPEER/build.sh" > "$OUT/kpeer-build.log" 2>&1 ||
 EXPORT=$(mktemp -d /tmp/interop-export.XXXXXX)
 chmod 0777 "$EXPORT"
 echo "== nfsrdma serve $EXPORT on 127.0.0.1:$NFS_PORT (MOUNT :$MOUNT_PORT, rpcbind :$RPCBIND_PORT)"
-RUST_LOG=${RUST_LOG:-warn} "$BIN" serve "$EXPORT" --addr 127.0.0.1 --port "$NFS_PORT" \
-    --mount-port "$MOUNT_PORT" --rpcbind-port "$RPCBIND_PORT" --alias /export \
-    > "$OUT/server.log" 2>&1 &
-SRV_PID=$!
-for _ in $(seq 50); do
-    [ -n "$(ss -Hltn "sport = :$RPCBIND_PORT")" ] && break
-    kill -0 "$SRV_PID" 2>/dev/null || break
-    sleep 0.1
-done
-if ! kill -0 "$SRV_PID" 2>/dev/null || [ -z "$(ss -Hltn "sport = :$RPCBIND_PORT")" ]; then
-    echo "server did not start:" >&2; cat "$OUT/server.log" >&2; exit 2
-fi
+listening() { [ -n "$(ss -Hltn "sport = :$1")" ]; }
+start_server() { # writes the pid to $OUT/server.pid; 0 once all listeners are up
+    RUST_LOG=${RUST_LOG:-warn} "$BIN" serve "$EXPORT" --transports tcp --addr 127.0.0.1 --port "$NFS_PORT" \
+        --mount-port "$MOUNT_PORT" --rpcbind-port "$RPCBIND_PORT" --alias /export \
+        >> "$OUT/server.log" 2>&1 &
+    echo $! > "$OUT/server.pid"
+    for _ in $(seq 50); do
+        listening "$RPCBIND_PORT" && return 0
+        kill -0 "$(cat "$OUT/server.pid")" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}
+start_server || { echo "server did not start:" >&2; cat "$OUT/server.log" >&2; exit 2; }
+SRV_PID=$(cat "$OUT/server.pid")
+RUST_LOG=${RUST_LOG:-warn} "$BIN" serve "$EXPORT" --transports tcp --addr 127.0.0.1 --port "$RO_PORT" \
+    --mount-port "$RO_MOUNT_PORT" --read-only --alias /export > "$OUT/server-ro.log" 2>&1 &
+RO_PID=$!
+for _ in $(seq 50); do listening "$RO_MOUNT_PORT" && break; sleep 0.1; done
+listening "$RO_MOUNT_PORT" || { echo "read-only server did not start:" >&2; cat "$OUT/server-ro.log" >&2; exit 2; }
+
+# Restart the server when the guest asks (restart phase of the guest script).
+(
+    while [ ! -e "$OUT/guest/restart-server" ]; do
+        [ -e "$OUT/guest/rc" ] && exit 0
+        sleep 0.2
+    done
+    p=$(cat "$OUT/server.pid")
+    kill -INT "$p"
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    echo "--- restarted" >> "$OUT/server.log"
+    start_server && touch "$OUT/guest/server-restarted"
+) &
+RESTART_PID=$!
 
 PCAP=$OUT/nfs3-tcp.pcap
 PCAP2=$OUT/nfs3-tcp-rpcbind.pcap
-FILTER="tcp port $NFS_PORT or tcp port $MOUNT_PORT or tcp port $RPCBIND_PORT"
+FILTER="tcp port $NFS_PORT or tcp port $MOUNT_PORT or tcp port $RPCBIND_PORT or tcp port $RO_PORT or tcp port $RO_MOUNT_PORT"
 start_capture() { # PCAP LOG -> prints tcpdump's pid once it listens
     tcpdump -i lo -s 0 -B 262144 -U -w "$1" "$FILTER" > /dev/null 2> "$2" &
     local pid=$!
@@ -130,9 +160,9 @@ fi
 
 echo "== kpeer: kernel NFSv3/TCP client -> our server"
 KPEER_HOSTFWD=none \
-KPEER_GUESTFWD="2049:$NFS_PORT 20048:$MOUNT_PORT 111:$RPCBIND_PORT $NFS_PORT:$NFS_PORT $MOUNT_PORT:$MOUNT_PORT" \
+KPEER_GUESTFWD="2049:$NFS_PORT 20048:$MOUNT_PORT 111:$RPCBIND_PORT $NFS_PORT:$NFS_PORT $MOUNT_PORT:$MOUNT_PORT 2059:$RO_PORT 20058:$RO_MOUNT_PORT" \
     bash "$KPEER/run.sh" "$ROOT/interop/guest/nfs3-tcp.sh" "$OUT/guest" \
-    -- 2049 20048 /export "$BULK_MIB" 1 > "$OUT/run.log" 2>&1
+    -- 2049 20048 /export "$BULK_MIB" 1 2059 20058 > "$OUT/run.log" 2>&1
 rc=$?
 grep -E '^(PASS|FAIL|INFO)' "$OUT/guest/guest.log" 2>/dev/null | sed 's/^/  guest: /'
 n_pass=$(grep -c '^PASS' "$OUT/guest/guest.log" 2>/dev/null)
@@ -147,7 +177,8 @@ check_pcap() { # NAME PCAP
     local name=$1 pcap=$2 txt=$OUT/check-$1.txt
     if [ ! -s "$pcap" ]; then fail "$name: no capture ($pcap)"; return; fi
     if bash "$PEERS/check-pcap.sh" "$pcap" -d "tcp.port==$NFS_PORT,rpc" -d "tcp.port==$MOUNT_PORT,rpc" \
-        -d "tcp.port==$RPCBIND_PORT,rpc" > "$txt" 2>&1; then
+        -d "tcp.port==$RPCBIND_PORT,rpc" -d "tcp.port==$RO_PORT,rpc" -d "tcp.port==$RO_MOUNT_PORT,rpc" \
+        > "$txt" 2>&1; then
         pass "$name: $(grep -m1 '^==' "$txt" | sed 's/.*: //'), no malformed frames"
     else
         fail "$name: $(grep -E 'malformed frames|RESULT|tshark failed' "$txt" | tr '\n' ' ') (see $txt)"
@@ -166,11 +197,13 @@ if [ "$CAPTURE" = 1 ]; then
     check_pcap pcap-tshark-rpcbind-phase "$PCAP2"
 fi
 
-if ! kill -0 "$SRV_PID" 2>/dev/null; then
-    fail "server-alive: nfsrdma serve exited (log: $OUT/server.log)"
+kill "$RESTART_PID" 2>/dev/null; RESTART_PID=
+SRV_PID=$(cat "$OUT/server.pid")
+if kill -0 "$SRV_PID" 2>/dev/null && kill -0 "$RO_PID" 2>/dev/null; then
+    pass "servers-alive"
 else
-    pass "server-alive"
+    fail "servers-alive: an nfsrdma serve exited (logs: $OUT/server*.log)"
 fi
-grep -iE 'panic|error' "$OUT/server.log" | head -5 | sed 's/^/  server: /'
+grep -iE 'panic|error' "$OUT"/server*.log | head -5 | sed 's/^/  server: /'
 echo "wall time: $(( $(date +%s) - T0 )) s; results in $OUT"
 [ "$FAILS" -eq 0 ]

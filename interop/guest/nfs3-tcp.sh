@@ -1,5 +1,5 @@
 #!/bin/bash
-# interop/guest/nfs3-tcp.sh [PORT] [MOUNTPORT] [PATH] [BULK_MIB] [RPCBIND]
+# interop/guest/nfs3-tcp.sh [PORT] [MOUNTPORT] [PATH] [BULK_MIB] [RPCBIND] [RO_PORT RO_MOUNTPORT]
 # Runs INSIDE the kpeer guest (via /work/shared/kpeer/run.sh, started by
 # scripts/interop.sh). The Linux kernel NFSv3 client mounts the nfsrdma server
 # running on the HOST over TCP through slirp guestfwd: the guest connects to
@@ -17,10 +17,15 @@
 # capture-stop in its output dir and waits (up to 20 s) for the host to create
 # capture-stopped, so the host's pcap holds every phase but the 100 MiB
 # copies; before the rpcbind phase it creates capture2-start and waits for
-# capture2-started (second pcap).
+# capture2-started (second pcap). In the middle it creates restart-server
+# and waits for server-restarted: the host restarts `nfsrdma serve` under the
+# live mount (same export, new process: new write verifier, empty handle
+# cache). RO_PORT/RO_MOUNTPORT name a second server run with --read-only on
+# the same directory.
 . "$KPEER_IN/guest/lib.sh"
 cd "$KPEER_OUT" || exit 1
 PORT=${1:-2049}; MPORT=${2:-20048}; RPATH=${3:-/export}; BULK=${4:-100}; RPCBIND=${5:-0}
+RO_PORT=${6:-}; RO_MPORT=${7:-}
 SRV=$HOST_IP
 M=/mnt/h
 OPTS="vers=3,proto=tcp,port=$PORT,mountport=$MPORT,mountproto=tcp,nolock"
@@ -140,6 +145,50 @@ check "truncate-to-zero" sh -c ": > $M/kp-sync && test \"\$(stat -c %s $M/kp-syn
 check "statfs" sh -c "stat -f -c '%b %a %c' $M | awk '{exit !(\$1 > 0 && \$2 <= \$1)}'"
 check "remove-edge-files" rm -rf $M/kp-excl $M/kp-rb $M/kp-d1 $M/kp-d2 $M/kp-deep $M/kp-sparse $M/kp-cpp $M/kp-sync $M/kp-direct $M/kp-par1 $M/kp-par2 $M/kp-par3 $M/kp-par4 $M/kp-par5 $M/kp-par6
 check "root-empty-but-test-files" test "$(ls -A $M | sort | tr '\n' ' ')" = "kp-100k.bin kp-10b.bin kp-8m.bin "
+
+# --- AUTH_SYS identities: the server checks mode bits for the caller's uid
+as1000() { setpriv --reuid 1000 --regid 1000 --clear-groups "$@"; }
+check "uid1000-create-in-0777-root" as1000 sh -c "echo mine > $M/kp-u1000"
+check "uid1000-owns-new-file" test "$(stat -c %u:%g $M/kp-u1000)" = 1000:1000
+check "root-private-dir-0700" sh -c "mkdir -m 0700 $M/kp-private && echo secret > $M/kp-private/s && chmod 0600 $M/kp-private/s"
+check "uid1000-denied-in-0700-dir" sh -c "! setpriv --reuid 1000 --regid 1000 --clear-groups touch $M/kp-private/x 2>/dev/null"
+check "uid1000-denied-reading-0600" sh -c "chmod 0755 $M/kp-private && ! setpriv --reuid 1000 --regid 1000 --clear-groups cat $M/kp-private/s 2>/dev/null"
+check "uid1000-cannot-chown" sh -c "! setpriv --reuid 1000 --regid 1000 --clear-groups chown 0 $M/kp-u1000 2>/dev/null"
+check "uid1000-can-chmod-own" as1000 chmod 0640 $M/kp-u1000
+check "remove-identity-files" rm -rf $M/kp-u1000 $M/kp-private
+
+# --- MOUNT of a subdirectory of the export
+check "subdir-prepare" sh -c "mkdir -p $M/kp-sub/inner && echo sub > $M/kp-sub/inner/f && sync"
+S=/mnt/sub; mkdir -p $S
+check "subdir-mount" timeout 120 mount -t nfs -o "$OPTS" "$SRV:$RPATH/kp-sub" $S
+check "subdir-read" test "$(cat $S/inner/f 2>&1)" = sub
+check "subdir-umount" umount $S
+check "subdir-missing-refused" sh -c "! timeout 60 mount -t nfs -o $OPTS,retry=0 $SRV:$RPATH/kp-no-such $S 2>/dev/null"
+check "subdir-cleanup" rm -rf $M/kp-sub
+
+# --- the read-only export (a second server, `serve --read-only`)
+if [ -n "$RO_PORT" ]; then
+    R=/mnt/ro; mkdir -p $R
+    check "ro-mount" timeout 120 mount -t nfs -o "vers=3,proto=tcp,port=$RO_PORT,mountport=$RO_MPORT,mountproto=tcp,nolock" "$SRV:$RPATH" $R
+    check "ro-read" test "$(cat $R/kp-10b.bin)" = 0123456
+    check "ro-write-refused-erofs" sh -c "! sh -c 'echo x > $R/kp-ro-new' 2> ro.err && grep -q 'Read-only file system' ro.err"
+    check "ro-remove-refused" sh -c "! rm -f $R/kp-10b.bin 2>/dev/null && test -e $M/kp-10b.bin"
+    check "ro-umount" umount $R
+fi
+
+# --- server restart under a live mount: handles must stay valid
+check "restart-prepare" sh -c "mkdir -p $M/kp-rs && echo before > $M/kp-rs/f && sync"
+exec 7< $M/kp-rs/f   # an open file: its handle must survive the restart
+touch restart-server
+for _ in $(seq 300); do [ -e server-restarted ] && break; sleep 0.1; done
+check "server-restarted" test -e server-restarted
+echo 3 > /proc/sys/vm/drop_caches
+check "restart-read-open-file" test "$(cat <&7)" = before
+check "restart-read-by-path" test "$(cat $M/kp-rs/f)" = before
+check "restart-listdir" test "$(ls $M/kp-rs)" = f
+check "restart-write" sh -c "echo after >> $M/kp-rs/f && sync && test \"\$(cat $M/kp-rs/f)\" = \"\$(printf 'before\nafter')\""
+exec 7<&-
+check "restart-cleanup" rm -rf $M/kp-rs
 
 # --- stop the host capture before the bulk copies (see header)
 touch capture-stop
