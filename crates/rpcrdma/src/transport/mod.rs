@@ -44,9 +44,11 @@
 
 mod client;
 mod hdr;
+mod reply;
 mod server;
 
 pub use client::{ClientStats, RdmaClient, RdmaClientConfig};
+pub use oncrpc::tcp::ReconnectPolicy;
 pub use server::{Backchannel, Backchannels, RdmaListener, RdmaServerConfig};
 
 use crate::plan::InlineThresholds;

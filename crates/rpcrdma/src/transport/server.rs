@@ -163,6 +163,9 @@ async fn accept<R: ConnectRequest>(
     let local = super::private_data(config.inline_size, false);
     let peer = CmPrivateData::from_peer(Some(req.private_data()));
     let thresholds = super::thresholds(&local, req.private_data());
+    // The duplicate-request cache keys clients on this address, so a
+    // call retransmitted on a new connection finds its cached reply.
+    let peer_addr = req.peer_addr();
     let cq = rnic::CompletionQueue::new(8 * config.credits as usize + 64);
     let mut qp_cfg = QpConfig::new(cq);
     let posted = config.credits + config.backchannel_credits;
@@ -203,7 +206,7 @@ async fn accept<R: ConnectRequest>(
         reverse,
         peer: PeerInfo {
             conn_id,
-            addr: None,
+            addr: peer_addr,
             transport: TransportKind::Rdma,
         },
     });

@@ -1,0 +1,190 @@
+//! The requester's receive path: replies (fenced, reassembled, matched to
+//! their calls) and reverse-direction calls (RFC 8166 §3.4.3, §3.5;
+//! RFC 8167).
+
+use super::*;
+
+/// A reverse-direction call (RFC 8167): answered by the backchannel
+/// service on its own task, inline (draft-ietf-nfsv4-rpcrdma-bidirection-01
+/// §2.6); without a service, or when the reply would not fit inline, no
+/// reply is sent.
+fn on_reverse_call<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, xid: u32, rpc: Bytes) {
+    let Some((service, credits)) = inner.backchannel.clone() else {
+        return;
+    };
+    inner.lock().stats.backchannel_calls += 1;
+    let inner = Arc::clone(inner);
+    let qp = Arc::clone(qp);
+    tokio::spawn(async move {
+        let peer = PeerInfo {
+            conn_id: 0,
+            addr: None,
+            transport: TransportKind::Rdma,
+        };
+        let Some(reply) = service.handle_call(rpc, &peer).await else {
+            return;
+        };
+        let header = xdr::to_bytes(&v1::Header {
+            xid,
+            credits,
+            body: v1::Body::Msg(ChunkLists::default()),
+        });
+        let body = reply.to_bytes();
+        if header.len() + body.len() > inner.lock().thresholds.send {
+            return;
+        }
+        let wr = SendWr {
+            wr_id: inner.next_wr.fetch_add(1, Ordering::Relaxed),
+            data: vec![header, body],
+            solicited: false,
+            invalidate: None,
+        };
+        let _ = qp.post_send(wr);
+    });
+}
+
+pub(super) fn on_reply<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, wc: WorkCompletion) {
+    let invalidated = wc.invalidated;
+    let mut buf = wc.buf.unwrap_or_default();
+    buf.truncate(wc.byte_len as usize);
+    let msg = buf.freeze();
+    let _ = qp.post_recv(recv_wr(inner.wr_id(), inner.config.inline_size));
+    if let Some((h, len, 0)) = crate::transport::server::inline_msg_type(&msg, &Limits::default()) {
+        // msg_type CALL: the server calls us (RFC 8167).
+        on_reverse_call(inner, qp, h.xid, msg.slice(len..));
+        return;
+    }
+    let Ok(rx) = hdr::decode(&msg, &Limits::default(), 2) else {
+        return;
+    };
+    let mut st = inner.lock();
+    if let Inbound::ConnProp(Ok(p)) = &rx.inbound {
+        // v2 draft §4.2.1: never send more than the peer's receive buffers.
+        st.thresholds.send = st.thresholds.send.min(p.receive_buffer_size as usize);
+        return;
+    }
+    let refused = matches!(
+        rx.inbound,
+        Inbound::ErrorV1(v1::ErrorBody::Vers { low, .. })
+            | Inbound::ErrorV2(crate::wire::v2::ErrorBody::Vers { low, .. })
+            if low <= v1::VERSION
+    );
+    if refused && st.version == Version::V2 {
+        st.version = Version::V1;
+    }
+    let Some(mut res) = st.resources.remove(&rx.xid) else {
+        return;
+    };
+    st.credits.on_reply(rx.credits);
+    drain_backlog(inner, &mut st, qp);
+    inner.credit_wait.notify_waiters();
+    if refused && res.sent == Version::V2 {
+        // v2 draft §7.2: the server speaks only version 1; send the call
+        // again as version 1 with the same XID and chunks.
+        if st.credits.try_send().is_ok() {
+            let header = hdr::encode_rpc(
+                Version::V1,
+                rx.xid,
+                st.credits.requested(),
+                false,
+                res.resend.nomsg,
+                res.resend.lists.clone(),
+                0,
+            );
+            let wr = SendWr {
+                wr_id: inner.next_wr.fetch_add(1, Ordering::Relaxed),
+                data: vec![header, res.resend.inline.clone()],
+                solicited: false,
+                invalidate: None,
+            };
+            if qp.post_send(wr).is_ok() {
+                res.sent = Version::V1;
+                st.stats.version_fallbacks += 1;
+                st.resources.insert(rx.xid, res);
+                return;
+            }
+            st.credits.on_abandon();
+        }
+    }
+    // Remote invalidation (draft-cel-nfsv4-reminv-design §4.2): the STag
+    // must be one of this call's; every region is still invalidated
+    // locally below, which for the remotely invalidated one only hands
+    // the buffer back.
+    let mut foreign = false;
+    if let Some(stag) = invalidated {
+        let ours = res.reads.iter().any(|mr| mr.stag() == stag)
+            || res
+                .write
+                .iter()
+                .map(|w| &w.0)
+                .chain(res.reply.iter())
+                .any(|mr| mr.stag() == stag);
+        if ours {
+            st.stats.remote_invalidations += 1;
+        } else {
+            st.stats.foreign_invalidations += 1;
+            foreign = true;
+        }
+    }
+    // Fence: every region goes back to its owner before the call completes
+    // (RFC 8166 §3.4.3).
+    for mr in res.reads {
+        drop(mr.invalidate());
+    }
+    let result = match &rx.inbound {
+        Inbound::Rpc { nomsg, lists, .. } => {
+            let base = if *nomsg {
+                lists
+                    .reply
+                    .as_ref()
+                    .and_then(|echo| chunk_bytes(echo, res.reply))
+            } else {
+                fence(res.reply);
+                msg.get(rx.len..).map(|_| msg.slice(rx.len..))
+            };
+            if *nomsg {
+                st.stats.reply_chunk_replies += 1;
+            }
+            match (base, lists.writes.first(), res.write, res.ddp_position) {
+                (Some(base), Some(echo), Some((mr, room)), Some(off)) => {
+                    let (full, placed) = place_reply(&base, echo, mr, room, off);
+                    if placed != Placed::Nothing {
+                        st.stats.write_chunk_replies += 1;
+                    }
+                    if placed == Placed::InPlace {
+                        st.stats.in_place_replies += 1;
+                    }
+                    full
+                }
+                (base, _, write, _) => {
+                    fence(write.map(|w| w.0));
+                    base
+                }
+            }
+        }
+        _ => {
+            st.stats.error_replies += 1;
+            fence(res.write.map(|w| w.0));
+            fence(res.reply);
+            None
+        }
+    };
+    let result = result.filter(|_| !foreign);
+    let reason = match &rx.inbound {
+        Inbound::ErrorV1(v1::ErrorBody::Chunk) => "RDMA_ERROR ERR_CHUNK",
+        Inbound::ErrorV1(v1::ErrorBody::Vers { .. }) => "RDMA_ERROR ERR_VERS",
+        Inbound::ErrorV2(e) => e.code().name().unwrap_or("RDMA2_ERROR"),
+        _ if foreign => "Send With Invalidate of a foreign STag",
+        _ => "reply could not be reassembled",
+    };
+    match result.and_then(|full| st.core.handle_reply(&full)) {
+        Some((_, tx, r)) => {
+            let _ = tx.send(r);
+        }
+        None => {
+            if let Some(tx) = st.core.cancel(rx.xid) {
+                let _ = tx.send(Err(RpcError::Transport(reason)));
+            }
+        }
+    }
+}
