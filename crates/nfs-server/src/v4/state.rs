@@ -49,6 +49,10 @@ impl Default for SessionLimits {
     }
 }
 
+/// Most client records at once; EXCHANGE_ID for a new client beyond it is
+/// NFS4ERR_DELAY (unconfirmed records expire after a lease).
+pub(crate) const MAX_CLIENTS: usize = 1 << 14;
+
 /// Most sessions one client id may hold at once (each keeps a reply cache
 /// of up to `max_slots` × `max_response_cached` bytes).
 pub(crate) const MAX_SESSIONS_PER_CLIENT: usize = 16;
@@ -205,6 +209,9 @@ impl StateTable {
         } else {
             if let Some((old, _, _)) = find(false) {
                 self.purge_client(old);
+            }
+            if self.clients.len() >= MAX_CLIENTS {
+                return Res4::Err(Nfsstat4::NFS4ERR_DELAY);
             }
             self.next_client = self.next_client.wrapping_add(1);
             let id = (u64::from(self.boot) << 32) | u64::from(self.next_client);

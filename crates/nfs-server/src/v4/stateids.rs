@@ -17,6 +17,13 @@ use super::state::StateTable;
 
 /// One past the last byte: a lock "to the end of file".
 const INF: u128 = 1 << 64;
+/// Most open and lock stateids held at once, over all clients; beyond,
+/// OPEN and LOCK answer NFS4ERR_NOSPC (a peer cannot grow the table
+/// without bound).
+pub(crate) const MAX_STATES: usize = 1 << 20;
+/// Most separate ranges one lock owner holds on one file; a LOCK that
+/// would split beyond it is NFS4ERR_NOSPC.
+pub(crate) const MAX_RANGES: usize = 1024;
 
 /// A share reservation held by an open owner on a file (RFC 8881 §9.7).
 #[derive(Debug, Clone)]
@@ -200,6 +207,9 @@ impl StateTable {
             o.deny |= deny;
             o.seqid = o.seqid.wrapping_add(1);
             return Ok(with_seqid(k, o.seqid));
+        }
+        if self.states.len() >= MAX_STATES {
+            return Err(Nfsstat4::NFS4ERR_NOSPC);
         }
         let k = self.new_other(clientid);
         self.states.insert(
@@ -398,6 +408,9 @@ impl StateTable {
         }
         let key = match key {
             Some(k) => k,
+            None if self.states.len() >= MAX_STATES => {
+                return LockRes4::Err(Nfsstat4::NFS4ERR_NOSPC)
+            }
             None => {
                 let k = self.new_other(clientid);
                 self.states.insert(
@@ -416,7 +429,12 @@ impl StateTable {
         };
         match self.states.get_mut(&key) {
             Some(StateKind::Lock(l)) => {
-                subtract(&mut l.ranges, start, end);
+                let mut ranges = l.ranges.clone();
+                subtract(&mut ranges, start, end);
+                if ranges.len() >= MAX_RANGES {
+                    return LockRes4::Err(Nfsstat4::NFS4ERR_NOSPC);
+                }
+                l.ranges = ranges;
                 l.ranges.push(Range { start, end, write });
                 l.seqid = l.seqid.wrapping_add(1);
                 LockRes4::Ok(with_seqid(key, l.seqid))
@@ -598,6 +616,26 @@ mod tests {
             ..lock_new(o1, b"x", 0, 1, true)
         };
         assert!(matches!(t.lock(1, &fh, &again), LockRes4::Ok(s) if s.seqid == l1.seqid + 1));
+    }
+
+    #[test]
+    fn one_owner_cannot_hold_unbounded_ranges() {
+        let mut t = table();
+        let fh = Bytes::from_static(b"f");
+        let o = t.open(1, &Bytes::from_static(b"a"), &fh, 3, 0).unwrap();
+        for i in 0..MAX_RANGES as u64 {
+            assert!(matches!(
+                t.lock(1, &fh, &lock_new(o, b"x", i * 2, 1, true)),
+                LockRes4::Ok(_)
+            ));
+        }
+        let r = t.lock(1, &fh, &lock_new(o, b"x", MAX_RANGES as u64 * 2, 1, true));
+        assert_eq!(r.status(), Nfsstat4::NFS4ERR_NOSPC);
+        // Replacing held ranges is still possible.
+        assert!(matches!(
+            t.lock(1, &fh, &lock_new(o, b"x", 0, 1, false)),
+            LockRes4::Ok(_)
+        ));
     }
 
     #[test]
