@@ -32,6 +32,10 @@ use crate::wr::{ReadWr, RecvWr, SendWr, WriteWr};
 ///   rejecter's.
 /// - Receive buffers given in [`QpConfig::initial_recvs`] are posted before the
 ///   queue pair reaches RTS, so the peer's first Send always finds them.
+/// - Learning of a close: every posted receive completes with `FlushError`
+///   when the connection ends, so a consumer that keeps receives posted (as
+///   RPC-over-RDMA does for its credits) sees the close on its receive
+///   completion queue; [`QueuePair::close_reason`] then says why.
 /// - Posting never blocks. Send-queue work runs in order; every request
 ///   produces exactly one [`WorkCompletion`](crate::WorkCompletion) on its queue's
 ///   completion queue, flushed ([`WcStatus::FlushError`](crate::WcStatus)) if the
