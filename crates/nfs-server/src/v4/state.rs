@@ -123,6 +123,8 @@ pub(crate) struct StateTable {
     sessions: HashMap<[u8; 16], Session>,
     pub(crate) expired: HashSet<u64>,
     pub(crate) states: HashMap<[u8; 12], StateKind>,
+    /// The stateids of each file, for conflict checks.
+    pub(crate) by_fh: HashMap<Bytes, Vec<[u8; 12]>>,
 }
 
 impl StateTable {
@@ -139,6 +141,7 @@ impl StateTable {
             sessions: HashMap::new(),
             expired: HashSet::new(),
             states: HashMap::new(),
+            by_fh: HashMap::new(),
         }
     }
 
@@ -165,7 +168,15 @@ impl StateTable {
                 self.sessions.remove(&s);
             }
         }
-        self.states.retain(|_, s| s.clientid() != id);
+        let keys: Vec<[u8; 12]> = self
+            .states
+            .iter()
+            .filter(|(_, s)| s.clientid() == id)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            self.remove_state(&k);
+        }
     }
 
     /// EXCHANGE_ID (RFC 8881 §18.35.4), for the cases a client without

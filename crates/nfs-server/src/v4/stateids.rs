@@ -139,6 +139,34 @@ impl StateTable {
         o
     }
 
+    fn insert_state(&mut self, k: [u8; 12], st: StateKind) {
+        self.by_fh.entry(st.fh().clone()).or_default().push(k);
+        self.states.insert(k, st);
+    }
+
+    pub(crate) fn remove_state(&mut self, k: &[u8; 12]) -> Option<StateKind> {
+        let st = self.states.remove(k)?;
+        if let Some(v) = self.by_fh.get_mut(st.fh()) {
+            v.retain(|x| x != k);
+            if v.is_empty() {
+                self.by_fh.remove(st.fh());
+            }
+        }
+        Some(st)
+    }
+
+    /// The states on `fh`.
+    fn on_file<'a>(
+        &'a self,
+        fh: &Bytes,
+    ) -> impl Iterator<Item = (&'a [u8; 12], &'a StateKind)> + 'a {
+        self.by_fh
+            .get(fh)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.states.get_key_value(k))
+    }
+
     /// Finds the state of `sid` for `clientid` and checks its seqid (RFC
     /// 8881 §8.2.2: 0 means "current"; older is NFS4ERR_OLD_STATEID, newer
     /// NFS4ERR_BAD_STATEID). Special stateids are NFS4ERR_BAD_STATEID here.
@@ -172,8 +200,8 @@ impl StateTable {
     }
 
     fn opens_on<'a>(&'a self, fh: &'a Bytes) -> impl Iterator<Item = &'a OpenState> + 'a {
-        self.states.values().filter_map(move |s| match s {
-            StateKind::Open(o) if o.fh == *fh => Some(o),
+        self.on_file(fh).filter_map(|(_, s)| match s {
+            StateKind::Open(o) => Some(o),
             _ => None,
         })
     }
@@ -196,23 +224,23 @@ impl StateTable {
         if conflict {
             return Err(Nfsstat4::NFS4ERR_SHARE_DENIED);
         }
-        let mine = self.states.iter_mut().find_map(|(k, s)| match s {
-            StateKind::Open(o) if o.clientid == clientid && o.owner == *owner && o.fh == *fh => {
-                Some((*k, o))
-            }
+        let mine = self.on_file(fh).find_map(|(k, s)| match s {
+            StateKind::Open(o) if o.clientid == clientid && o.owner == *owner => Some(*k),
             _ => None,
         });
-        if let Some((k, o)) = mine {
-            o.access |= access;
-            o.deny |= deny;
-            o.seqid = o.seqid.wrapping_add(1);
-            return Ok(with_seqid(k, o.seqid));
+        if let Some(k) = mine {
+            if let Some(StateKind::Open(o)) = self.states.get_mut(&k) {
+                o.access |= access;
+                o.deny |= deny;
+                o.seqid = o.seqid.wrapping_add(1);
+                return Ok(with_seqid(k, o.seqid));
+            }
         }
         if self.states.len() >= MAX_STATES {
             return Err(Nfsstat4::NFS4ERR_NOSPC);
         }
         let k = self.new_other(clientid);
-        self.states.insert(
+        self.insert_state(
             k,
             StateKind::Open(OpenState {
                 clientid,
@@ -262,13 +290,12 @@ impl StateTable {
         }
         let k = sid.other.0;
         let held = self
-            .states
-            .values()
-            .any(|s| matches!(s, StateKind::Lock(l) if l.open == k && !l.ranges.is_empty()));
+            .on_file(fh)
+            .any(|(_, s)| matches!(s, StateKind::Lock(l) if l.open == k && !l.ranges.is_empty()));
         if held {
             return Nfsstat4::NFS4ERR_LOCKS_HELD;
         }
-        self.states.remove(&k);
+        self.remove_state(&k);
         Nfsstat4::NFS4_OK
     }
 
@@ -327,29 +354,28 @@ impl StateTable {
         end: u128,
         write: bool,
     ) -> Option<Lock4Denied> {
-        self.states.values().find_map(|s| match s {
-            StateKind::Lock(l) if l.fh == *fh && !(l.clientid == clientid && l.owner == *owner) => {
-                l.ranges
-                    .iter()
-                    .find(|r| overlaps(r, start, end) && (write || r.write))
-                    .map(|r| Lock4Denied {
-                        offset: u64::try_from(r.start).unwrap_or(u64::MAX),
-                        length: if r.end >= INF {
-                            NFS4_UINT64_MAX
-                        } else {
-                            u64::try_from(r.end - r.start).unwrap_or(u64::MAX)
-                        },
-                        locktype: if r.write {
-                            NfsLockType4::WRITE_LT
-                        } else {
-                            NfsLockType4::READ_LT
-                        },
-                        owner: StateOwner4 {
-                            clientid: l.clientid,
-                            owner: Bounded(l.owner.clone()),
-                        },
-                    })
-            }
+        self.on_file(fh).find_map(|(_, s)| match s {
+            StateKind::Lock(l) if !(l.clientid == clientid && l.owner == *owner) => l
+                .ranges
+                .iter()
+                .find(|r| overlaps(r, start, end) && (write || r.write))
+                .map(|r| Lock4Denied {
+                    offset: u64::try_from(r.start).unwrap_or(u64::MAX),
+                    length: if r.end >= INF {
+                        NFS4_UINT64_MAX
+                    } else {
+                        u64::try_from(r.end - r.start).unwrap_or(u64::MAX)
+                    },
+                    locktype: if r.write {
+                        NfsLockType4::WRITE_LT
+                    } else {
+                        NfsLockType4::READ_LT
+                    },
+                    owner: StateOwner4 {
+                        clientid: l.clientid,
+                        owner: Bounded(l.owner.clone()),
+                    },
+                }),
             _ => None,
         })
     }
@@ -372,12 +398,8 @@ impl StateTable {
                     Err(e) => return LockRes4::Err(e),
                 };
                 let owner = n.lock_owner.owner.0.clone();
-                let existing = self.states.iter().find_map(|(k, s)| match s {
-                    StateKind::Lock(l)
-                        if l.clientid == clientid && l.owner == owner && l.fh == *fh =>
-                    {
-                        Some(*k)
-                    }
+                let existing = self.on_file(fh).find_map(|(k, s)| match s {
+                    StateKind::Lock(l) if l.clientid == clientid && l.owner == owner => Some(*k),
                     _ => None,
                 });
                 (existing, owner, (n.open_stateid.other.0, open))
@@ -413,7 +435,7 @@ impl StateTable {
             }
             None => {
                 let k = self.new_other(clientid);
-                self.states.insert(
+                self.insert_state(
                     k,
                     StateKind::Lock(LockState {
                         clientid,
@@ -493,7 +515,7 @@ impl StateTable {
         match self.check(sid, clientid) {
             Err(e) => e,
             Ok(StateKind::Lock(l)) if l.ranges.is_empty() => {
-                self.states.remove(&sid.other.0);
+                self.remove_state(&sid.other.0);
                 Nfsstat4::NFS4_OK
             }
             Ok(_) => Nfsstat4::NFS4ERR_LOCKS_HELD,
@@ -636,6 +658,28 @@ mod tests {
             t.lock(1, &fh, &lock_new(o, b"x", 0, 1, false)),
             LockRes4::Ok(_)
         ));
+    }
+
+    #[test]
+    fn per_file_index_follows_the_states() {
+        let mut t = table();
+        let fh = Bytes::from_static(b"f");
+        let o = t.open(1, &Bytes::from_static(b"a"), &fh, 3, 0).unwrap();
+        let LockRes4::Ok(l) = t.lock(1, &fh, &lock_new(o, b"x", 0, 1, true)) else {
+            panic!()
+        };
+        t.open(2, &Bytes::from_static(b"b"), &fh, 1, 0).unwrap();
+        assert_eq!(t.by_fh.get(&fh).map(Vec::len), Some(3));
+        let l = t.locku(&l, 1, &fh, 0, 1).unwrap();
+        assert_eq!(t.close(&o, 1, &fh), Nfsstat4::NFS4_OK);
+        assert_eq!(t.free_stateid(&l, 1), Nfsstat4::NFS4_OK);
+        assert_eq!(t.by_fh.get(&fh).map(Vec::len), Some(1));
+        // Drop the rest the way client expiry does.
+        let keys: Vec<_> = t.states.keys().copied().collect();
+        for k in keys {
+            t.remove_state(&k);
+        }
+        assert!(t.by_fh.is_empty() && t.states.is_empty());
     }
 
     #[test]
