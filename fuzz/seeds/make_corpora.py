@@ -83,6 +83,21 @@ def rpcrdma_server_seeds():
         yield pcap + "-all", b"".join(recs)[:64 * 1024]
 
 
+def rpc_call_header(msg):
+    """(prog, vers, proc, args) of an RPC call message, or None."""
+    try:
+        xid, mtype, rpcvers, prog, vers, proc = struct.unpack(">6I", msg[:24])
+        off = 24
+        for _ in range(2):  # credential, verifier
+            _flavor, n = struct.unpack(">2I", msg[off:off + 8])
+            off += 8 + ((n + 3) & ~3)
+    except struct.error:
+        return None
+    if mtype != 0 or off > len(msg):
+        return None
+    return prog, vers, proc, msg[off:]
+
+
 def main():
     for name, data in rpcrdma_server_seeds():
         write("rpcrdma_server", name, data)
@@ -105,6 +120,36 @@ def main():
         return bytes([0]) + struct.pack(">H", len(m)) + m
     for name, msg in calls.items():
         write("nfs_server_rpc", name, bytes([0]) + rec(msg))
+    # Harness-built kinds: the call's arguments after the RPC header; an
+    # NFSv3 call's first file handle replaced by the harness's (kind 1),
+    # a COMPOUND's arguments as they are (kind 2).
+    def rec_kind(kind, body):
+        body = body[:0xffff]
+        return bytes([kind]) + struct.pack(">H", len(body)) + body
+    k5 = []
+    for name, msg in calls.items():
+        hdr = rpc_call_header(msg)
+        if hdr is None:
+            continue
+        prog, vers, proc, args = hdr
+        if (prog, vers) == (100003, 3) and len(args) >= 4:
+            fhlen = struct.unpack(">I", args[:4])[0]
+            rest = args[4 + ((fhlen + 3) & ~3):]
+            write("nfs_server_rpc", name + "-k1", bytes([0]) + rec_kind(1, bytes([proc, 0]) + rest))
+        if (prog, vers, proc) == (100003, 4, 1):
+            write("nfs_server_rpc", name + "-k2", bytes([0]) + rec_kind(2, args))
+            # Kind 5: the ops after the kernel's SEQUENCE, in our session.
+            try:
+                taglen = struct.unpack(">I", args[:4])[0]
+                off = 4 + ((taglen + 3) & ~3)
+                _minor, nops, first = struct.unpack(">3I", args[off:off + 12])
+            except struct.error:
+                continue
+            if first == 53 and nops >= 1:
+                ops = args[off + 8 + 4 + 36:]
+                k5.append(rec_kind(5, bytes([0, nops - 1]) + ops))
+                write("nfs_server_rpc", name + "-k5", bytes([0]) + k5[-1])
+    write("nfs_server_rpc", "v4.1-session-k5", bytes([0]) + b"".join(k5)[:32768])
     for pcap in ("nfsrdma-v3", "nfsrdma-v4.1"):
         stream = b"".join(rec(m) for n, m in calls.items() if n.startswith(pcap + "-"))
         write("nfs_server_rpc", pcap + "-session", bytes([0]) + stream)
