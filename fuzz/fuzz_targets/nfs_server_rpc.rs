@@ -28,13 +28,12 @@ use bytes::{BufMut, Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
 use nfs::v3::{Filename3, NfsFh3};
 use nfs::v4::session::{
-    ChannelAttrs4, ClientOwner4, CreateSession4Args, ExchangeId4Args, Sequence4Args,
-    StateProtect4A,
+    ChannelAttrs4, ClientOwner4, CreateSession4Args, ExchangeId4Args, Sequence4Args, StateProtect4A,
 };
 use nfs::v4::{Compound4Args, Compound4Res, NfsArgop4, NfsResop4, Res4};
-use xdr::{Bounded, FixedOpaque};
 use nfs_server::{LocalFs, Storage};
 use oncrpc::{PeerInfo, TransportKind};
+use xdr::{Bounded, FixedOpaque};
 
 /// The export directory, one per fuzzing process.
 fn export_dir() -> &'static PathBuf {
@@ -135,9 +134,14 @@ fn open_session(
         state_protect: StateProtect4A::None,
         client_impl_id: Bounded(Vec::new()),
     };
-    let res = call(rt, server, peer, compound(0xe1, vec![NfsArgop4::ExchangeId(ex)]))
-        .and_then(|b| xdr::from_slice::<Compound4Res>(&b).ok())
-        .expect("EXCHANGE_ID answered");
+    let res = call(
+        rt,
+        server,
+        peer,
+        compound(0xe1, vec![NfsArgop4::ExchangeId(ex)]),
+    )
+    .and_then(|b| xdr::from_slice::<Compound4Res>(&b).ok())
+    .expect("EXCHANGE_ID answered");
     let Some(NfsResop4::ExchangeId(Res4::Ok(id))) = res.resarray.first() else {
         panic!("EXCHANGE_ID refused: {res:?}");
     };
@@ -158,9 +162,14 @@ fn open_session(
         cb_program: 0,
         sec_parms: Bounded(Vec::new()),
     };
-    let res = call(rt, server, peer, compound(0xe2, vec![NfsArgop4::CreateSession(cs)]))
-        .and_then(|b| xdr::from_slice::<Compound4Res>(&b).ok())
-        .expect("CREATE_SESSION answered");
+    let res = call(
+        rt,
+        server,
+        peer,
+        compound(0xe2, vec![NfsArgop4::CreateSession(cs)]),
+    )
+    .and_then(|b| xdr::from_slice::<Compound4Res>(&b).ok())
+    .expect("CREATE_SESSION answered");
     let Some(NfsResop4::CreateSession(Res4::Ok(s))) = res.resarray.first() else {
         panic!("CREATE_SESSION refused: {res:?}");
     };
