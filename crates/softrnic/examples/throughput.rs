@@ -2,7 +2,7 @@
 //! in this process, against plain TCP moving the same bytes; prints MB/s,
 //! process CPU time per MiB, and the placement counters.
 //!
-//! `cargo run --release -p softrnic --example throughput [MiB]`
+//! `cargo run --release -p softrnic --example throughput [MiB] [MULPDU]`
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -71,7 +71,10 @@ async fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(512);
     let total = mib * CHUNK as u64;
-    let cfg = SoftConfig::default();
+    let mut cfg = SoftConfig::default();
+    if let Some(m) = std::env::args().nth(2).and_then(|a| a.parse().ok()) {
+        cfg.mulpdu = m;
+    }
     let (client, server) = (SoftDevice::new(cfg, 1), SoftDevice::new(cfg, 2));
     let (cpd, spd) = (client.alloc_pd(), server.alloc_pd());
     let mut l = server
