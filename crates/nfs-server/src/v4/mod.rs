@@ -159,7 +159,7 @@ struct SlotGuard {
 }
 
 impl SlotGuard {
-    fn finish(mut self, reply: Option<Bytes>) {
+    fn finish(mut self, reply: Option<XdrBuf>) {
         if let Ok(mut st) = self.state.lock() {
             st.finish_slot(&self.sid, self.slot, reply);
         }
@@ -283,7 +283,7 @@ impl Nfs4Service {
                             cx.sess = Some(sc);
                             NfsResop4::Sequence(Res4::Ok(ok))
                         }
-                        SeqOutcome::Replay(b) => return Ok(XdrBuf::from_bytes(b)),
+                        SeqOutcome::Replay(b) => return Ok(b),
                         SeqOutcome::Err(e) => NfsResop4::Sequence(Res4::Err(e)),
                     }
                 }
@@ -317,7 +317,7 @@ impl Nfs4Service {
         let buf = xdr::to_xdr_buf(&res);
         if let Some(g) = guard {
             let cache = cx.sess.is_some_and(|s| s.cachethis);
-            g.finish(cache.then(|| buf.to_bytes()));
+            g.finish(cache.then(|| buf.clone()));
         }
         Ok(buf)
     }

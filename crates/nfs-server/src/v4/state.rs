@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use nfs::v4::session::*;
 use nfs::v4::{Nfsstat4, Res4};
-use xdr::{Bounded, FixedOpaque};
+use xdr::{Bounded, FixedOpaque, XdrBuf};
 
 use super::stateids::StateKind;
 
@@ -63,7 +63,7 @@ pub(crate) struct Slot {
     used: bool,
     seqid: u32,
     busy: bool,
-    reply: Option<Bytes>,
+    reply: Option<XdrBuf>,
     args_hash: u64,
 }
 
@@ -95,7 +95,7 @@ pub(crate) enum SeqOutcome {
     /// A new request on the slot: run the rest of the COMPOUND.
     New(Sequence4ResOk, SessCtx),
     /// A retry of the slot's last request: send this cached reply.
-    Replay(Bytes),
+    Replay(XdrBuf),
     /// An error for the SEQUENCE result.
     Err(Nfsstat4),
 }
@@ -433,7 +433,7 @@ impl StateTable {
     }
 
     /// Ends the request on a slot, keeping `reply` for retries.
-    pub(crate) fn finish_slot(&mut self, sessionid: &[u8; 16], slot: u32, reply: Option<Bytes>) {
+    pub(crate) fn finish_slot(&mut self, sessionid: &[u8; 16], slot: u32, reply: Option<XdrBuf>) {
         if let Some(s) = self
             .sessions
             .get_mut(sessionid)
