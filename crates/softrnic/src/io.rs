@@ -14,9 +14,13 @@
 use std::io;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use std::collections::VecDeque;
+use std::io::IoSlice;
+
+use bytes::{Buf, Bytes, BytesMut};
 use iwarp::conn::{PlaceTarget, Placement};
 use iwarp::segment::{PayloadRef, Transmit};
+use iwarp::wire::fpdu::Crc;
 use iwarp::wire::{ddp, fpdu};
 use rnic::{Access, CloseReason, QpEvent, Stag, TaggedAccess};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -251,20 +255,81 @@ fn place_recv(
     Ok(r)
 }
 
-/// Appends one FPDU to `out`: head, payload gathered from the work request's
-/// buffers or the RDMA Read source region, then pad and CRC.
-fn gather(sh: &Shared, core: &Core, t: &Transmit, out: &mut Vec<u8>) -> Result<(), ()> {
-    let mark = out.len();
-    out.extend_from_slice(&t.head);
-    let start = out.len();
-    let ok = match t.payload {
-        None => Ok(()),
-        Some(PayloadRef::Wr { wr_id, offset, len }) => core
-            .sends
-            .get(&wr_id)
-            .and_then(|entry| slice_gather(&entry.data, offset, len))
-            .map(|pieces| pieces.iter().for_each(|p| out.extend_from_slice(p)))
-            .ok_or(()),
+/// FPDUs waiting to be written, in gather form: framing bytes (and Read
+/// Response payload, copied from the region under its lock) accumulate in
+/// `small`; Send and Write payload is queued as the consumer's own `Bytes`,
+/// never copied.
+#[derive(Default)]
+struct Outbox {
+    chunks: VecDeque<Bytes>,
+    small: BytesMut,
+}
+
+impl Outbox {
+    fn push_small(&mut self, b: &[u8]) {
+        self.small.extend_from_slice(b);
+    }
+
+    fn push_shared(&mut self, b: Bytes) {
+        if !self.small.is_empty() {
+            self.chunks.push_back(self.small.split().freeze());
+        }
+        self.chunks.push_back(b);
+    }
+
+    fn seal(&mut self) {
+        if !self.small.is_empty() {
+            self.chunks.push_back(self.small.split().freeze());
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.chunks.is_empty() && self.small.is_empty()
+    }
+
+    /// Writes everything with vectored writes.
+    async fn write_to(&mut self, wr: &mut OwnedWriteHalf) -> io::Result<()> {
+        self.seal();
+        while !self.chunks.is_empty() {
+            let slices: Vec<IoSlice<'_>> = self
+                .chunks
+                .iter()
+                .take(64)
+                .map(|c| IoSlice::new(c))
+                .collect();
+            let mut n = wr.write_vectored(&slices).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            while n > 0 {
+                let Some(front) = self.chunks.front_mut() else {
+                    break;
+                };
+                if n >= front.len() {
+                    n -= front.len();
+                    self.chunks.pop_front();
+                } else {
+                    front.advance(n);
+                    n = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Queues one FPDU: head, payload (the work request's buffers, or the RDMA
+/// Read source region), then pad and CRC (RFC 5044 §4.4: CRC32c over length
+/// field, ULPDU and pad; zero when CRC is off).
+fn gather(sh: &Shared, core: &Core, t: &Transmit, out: &mut Outbox) -> Result<(), ()> {
+    let mut crc = Crc::new();
+    crc.update(&t.head);
+    let pieces: Vec<Bytes> = match t.payload {
+        None => Vec::new(),
+        Some(PayloadRef::Wr { wr_id, offset, len }) => {
+            let entry = core.sends.get(&wr_id).ok_or(())?;
+            slice_gather(&entry.data, offset, len).ok_or(())?
+        }
         Some(PayloadRef::Region { stag, to, len }) => {
             // The Read Response source (RFC 5040 §5.2), checked again now.
             let a = TaggedAccess {
@@ -274,21 +339,29 @@ fn gather(sh: &Shared, core: &Core, t: &Transmit, out: &mut Vec<u8>) -> Result<(
                 len: len as u64,
                 need: Access::REMOTE_READ,
             };
+            let mut copy = BytesMut::with_capacity(len);
             sh.table
-                .fetch(a, |src| out.extend_from_slice(src))
-                .map_err(drop)
+                .fetch(a, |src| copy.extend_from_slice(src))
+                .map_err(drop)?;
+            vec![copy.freeze()]
         }
     };
-    if ok.is_err() {
-        out.truncate(mark);
-        return Err(());
+    out.push_small(&t.head);
+    for p in pieces {
+        if sh.crc {
+            crc.update(&p);
+        }
+        out.push_shared(p);
     }
-    let trailer = if sh.crc {
-        t.trailer(&out[start..])
+    let pad = [0u8; 3];
+    let pad = pad.get(..fpdu::pad_len(t.ulpdu_len())).ok_or(())?;
+    out.push_small(pad);
+    if sh.crc {
+        crc.update(pad);
+        out.push_small(&crc.to_wire());
     } else {
-        t.trailer(&[])
-    };
-    out.extend_from_slice(trailer.as_ref());
+        out.push_small(&[0u8; fpdu::CRC_LEN]);
+    }
     Ok(())
 }
 
@@ -312,7 +385,7 @@ fn slice_gather(data: &[Bytes], mut offset: usize, mut len: usize) -> Option<Vec
 }
 
 pub(crate) async fn tx_task(sh: Arc<Shared>, mut wr: OwnedWriteHalf) {
-    let mut out = Vec::new();
+    let mut out = Outbox::default();
     loop {
         let (closing, failed) = {
             let mut core = sh.lock();
@@ -336,13 +409,10 @@ pub(crate) async fn tx_task(sh: Arc<Shared>, mut wr: OwnedWriteHalf) {
                 .finish(&sh, CloseReason::ConnectionLost, &[QpEvent::LlpError]);
             break;
         }
-        if !out.is_empty() {
-            if wr.write_all(&out).await.is_err() {
-                sh.lock()
-                    .finish(&sh, CloseReason::ConnectionLost, &[QpEvent::LlpError]);
-                break;
-            }
-            out.clear();
+        if !out.is_empty() && out.write_to(&mut wr).await.is_err() {
+            sh.lock()
+                .finish(&sh, CloseReason::ConnectionLost, &[QpEvent::LlpError]);
+            break;
         }
         if closing {
             break;
