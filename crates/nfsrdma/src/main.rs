@@ -24,7 +24,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Serve a local directory over NFS: NFSv3 and MOUNT v3 over TCP.
+    /// Serve a local directory over NFS: NFSv3, NFSv4.1/4.2 and MOUNT v3,
+    /// over TCP and over RPC-over-RDMA (software iWARP).
     ///
     /// File handles stay valid across restarts; the write verifier changes
     /// on each start. Runs until interrupted.
