@@ -131,3 +131,110 @@ fn bench_rejects_zero_reads_in_flight() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--in-flight"));
 }
+
+/// `nfsrdma serve` on ephemeral ports, killed on drop.
+struct Serve {
+    child: std::process::Child,
+    line: String,
+}
+
+impl Serve {
+    fn start(dir: &std::path::Path) -> Self {
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .arg(dir)
+            .args(["--addr", "127.0.0.1", "--port", "0", "--rdma-port", "0"])
+            .args(["--mount-port", "0"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start nfsrdma serve");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        Self { child, line }
+    }
+
+    fn port(&self, label: &str) -> u16 {
+        let rest = self
+            .line
+            .split(label)
+            .nth(1)
+            .unwrap_or_else(|| panic!("{}", self.line));
+        let addr = rest.split(',').next().unwrap().trim();
+        addr.rsplit(':').next().unwrap().parse().unwrap()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn bench_against_an_external_server_leaves_its_cpu_unknown_and_reuses_the_file() {
+    let dir = TempDir::new("url");
+    let export = std::fs::canonicalize(&dir.0).unwrap();
+    let srv = Serve::start(&export);
+    let mount = srv.port("mount over tcp ");
+    let rdma = format!(
+        "nfs+rdma://127.0.0.1:{}{}/?mountport={mount}",
+        srv.port("nfs over rdma "),
+        export.display()
+    );
+    let tcp = format!(
+        "nfs://127.0.0.1:{}{}/?mountport={mount}",
+        srv.port("nfs over tcp "),
+        export.display()
+    );
+    let csv = export.join("points.csv");
+    let bench = || {
+        let out = Command::new(BIN)
+            .args([
+                "bench",
+                "--size",
+                "1M",
+                "--read-sizes",
+                "64k",
+                "--in-flight",
+                "2",
+            ])
+            .args(["--ops", "read", "--url", &rdma, "--url", &tcp, "--csv"])
+            .arg(&csv)
+            .output()
+            .expect("run nfsrdma bench");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let stdout = bench();
+    assert!(stdout.contains("external server"), "{stdout}");
+    let file = export.join("nfsrdma-bench-read.bin");
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), 1 << 20);
+    let written = std::fs::metadata(&file).unwrap().modified().unwrap();
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let rows: Vec<&str> = text.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    for row in rows {
+        let f: Vec<&str> = row.split(',').collect();
+        assert!(f[1] == "rdma" || f[1] == "tcp", "{row}");
+        assert_eq!(f[9], "", "server CPU must be unknown: {row}");
+        assert_eq!(f[11], "", "server CPU must be unknown: {row}");
+        assert!(f[7].parse::<f64>().unwrap() > 0.0, "{row}");
+    }
+    // A second run reads the same file without writing it again.
+    bench();
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().modified().unwrap(),
+        written
+    );
+}

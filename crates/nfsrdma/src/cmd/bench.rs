@@ -234,9 +234,17 @@ impl RunCtx<'_> {
             let fh = match op {
                 Op::Read => {
                     if !*file_ready {
-                        // External server: write the file once, untimed.
-                        let fh = m.mount.create_file(&dir.fh, READ_FILE, 0o644).await?;
-                        measure::write_remote(&m.mount, &fh, self.args.size).await?;
+                        // External server: reuse a file of the right size
+                        // left by an earlier run, else write it, untimed.
+                        let found = m.mount.client().lookup(&dir.fh, READ_FILE).await;
+                        let reuse = matches!(&found, Ok(r) if r
+                            .obj_attributes
+                            .as_ref()
+                            .is_some_and(|a| a.size == self.args.size));
+                        if !reuse {
+                            let fh = m.mount.create_file(&dir.fh, READ_FILE, 0o644).await?;
+                            measure::write_remote(&m.mount, &fh, self.args.size).await?;
+                        }
                         *file_ready = true;
                     }
                     m.mount.client().lookup(&dir.fh, READ_FILE).await?.object
