@@ -158,6 +158,12 @@ impl StateTable {
         for id in dead {
             tracing::debug!(clientid = id, "NFSv4 lease expired");
             self.purge_client(id);
+            // At most MAX_CLIENTS expired ids are remembered; past that
+            // the set starts over, and stateids of the forgotten clients
+            // answer NFS4ERR_BAD_STATEID instead of NFS4ERR_EXPIRED.
+            if self.expired.len() >= MAX_CLIENTS {
+                self.expired.clear();
+            }
             self.expired.insert(id);
         }
     }
@@ -517,6 +523,27 @@ impl StateTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remembers_a_bounded_number_of_expired_clients() {
+        let mut t = StateTable::new(SessionLimits::default(), 1);
+        t.expired.extend(0..MAX_CLIENTS as u64);
+        let ex = ExchangeId4Args {
+            clientowner: ClientOwner4 {
+                verifier: FixedOpaque([2; 8]),
+                ownerid: Bounded(Bytes::from_static(b"late")),
+            },
+            flags: 0,
+            state_protect: StateProtect4A::None,
+            client_impl_id: Bounded(Vec::new()),
+        };
+        let Res4::Ok(id) = t.exchange_id(&ex, &Bytes::from_static(b"srv"), Duration::ZERO) else {
+            panic!("EXCHANGE_ID refused");
+        };
+        t.expire(t.limits.lease + Duration::from_secs(1));
+        assert!(t.expired.len() <= MAX_CLIENTS);
+        assert!(t.expired.contains(&id.clientid));
+    }
 
     #[test]
     fn refuses_sessions_beyond_the_per_client_bound() {
