@@ -8,7 +8,7 @@ use core::time::Duration;
 use std::collections::HashMap;
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use xdr::{Decoder, Encode, XdrBuf};
 
 use crate::msg::{
@@ -123,6 +123,27 @@ pub struct RpcCall {
 pub trait ClientTransport: Send + Sync {
     /// Performs one call.
     fn call(&self, call: RpcCall) -> impl Future<Output = Result<Bytes, RpcError>> + Send;
+
+    /// Performs one call whose results are built in the caller's buffer
+    /// `dst` (its capacity is reused; its contents are overwritten). An
+    /// RPC-over-RDMA transport registers `dst` as the Write chunk of the
+    /// call's DDP-eligible result (`call.reply_hint.ddp`), so the server's
+    /// RDMA Write places that item (e.g. READ data) straight into it and
+    /// the results returned are a slice of `dst`'s memory (RFC 8166
+    /// §3.4.6). By default the results are copied into `dst`.
+    fn call_into(
+        &self,
+        call: RpcCall,
+        mut dst: BytesMut,
+    ) -> impl Future<Output = Result<Bytes, RpcError>> + Send {
+        let fut = self.call(call);
+        async move {
+            let results = fut.await?;
+            dst.clear();
+            dst.extend_from_slice(&results);
+            Ok(dst.freeze())
+        }
+    }
 }
 
 /// Retransmission policy. Over TCP a timeout is usually left unset (the
@@ -391,6 +412,29 @@ mod tests {
             args,
             reply_hint: ReplyHint::default(),
         }
+    }
+
+    /// A transport answering every call with fixed results.
+    struct Fixed(Bytes);
+
+    impl ClientTransport for Fixed {
+        fn call(&self, _call: RpcCall) -> impl Future<Output = Result<Bytes, RpcError>> + Send {
+            let b = self.0.clone();
+            async move { Ok(b) }
+        }
+    }
+
+    #[tokio::test]
+    async fn call_into_by_default_copies_results_into_the_callers_buffer() {
+        let mut dst = BytesMut::with_capacity(64);
+        dst.extend_from_slice(&[0xa5; 10]);
+        let at = dst.as_ptr();
+        let got = Fixed(Bytes::from_static(b"results"))
+            .call_into(call(), dst)
+            .await
+            .unwrap();
+        assert_eq!(&got[..], b"results");
+        assert_eq!(got.as_ptr(), at, "results live in the caller's buffer");
     }
 
     fn reply(xid: u32, stat: Accepted, results: &[u8]) -> Bytes {
