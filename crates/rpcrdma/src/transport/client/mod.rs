@@ -400,10 +400,11 @@ impl<D: Device> RdmaClient<D> {
         self.inner.credit_wait.notify_waiters();
     }
 
-    async fn call_inner(&self, call: RpcCall) -> Result<Bytes, RpcError> {
+    async fn call_inner(&self, call: RpcCall, dst: Option<BytesMut>) -> Result<Bytes, RpcError> {
         let inner = &self.inner;
         // RFC 8166 §3.3.1: never more calls outstanding than granted; calls
         // waiting to be sent again after a reconnect go first.
+        let mut dst = dst;
         let rx = loop {
             let notified = inner.credit_wait.notified();
             tokio::pin!(notified);
@@ -415,7 +416,7 @@ impl<D: Device> RdmaClient<D> {
                 }
                 if let Some(qp) = st.qp.clone() {
                     if st.backlog.is_empty() && st.credits.try_send().is_ok() {
-                        match start_call(inner, &mut st, &qp, &call) {
+                        match start_call(inner, &mut st, &qp, &call, dst.take()) {
                             Ok(rx) => break rx,
                             Err(e) => {
                                 st.credits.on_abandon();
@@ -441,13 +442,14 @@ fn start_call<D: Device>(
     st: &mut State<D::Qp>,
     qp: &D::Qp,
     call: &RpcCall,
+    dst: Option<BytesMut>,
 ) -> Result<ReplyRx, RpcError> {
     let (tx, rx) = oneshot::channel();
     let (xid, msg) = st
         .core
         .start_call(call, tx, Instant::now())
         .map_err(|(_, e)| e)?;
-    match convey(inner, st, qp, xid, &msg, call.reply_hint) {
+    match convey(inner, st, qp, xid, &msg, call.reply_hint, dst) {
         Ok(()) => Ok(rx),
         // With reconnection the call stays in flight: the loss of the
         // connection is seen by the completion task, which sends it again.
@@ -470,6 +472,7 @@ fn convey<D: Device>(
     xid: u32,
     msg: &XdrBuf,
     reply_hint: oncrpc::ReplyHint,
+    mut dst: Option<BytesMut>,
 ) -> Result<(), RpcError> {
     let ddp = reply_hint.ddp;
     let hint = ReplyHint::from(reply_hint);
@@ -503,9 +506,18 @@ fn convey<D: Device>(
         for &n in &plan.write_chunk_lens {
             let room = WRITE_PREFIX_SLACK + ddp.map_or(0, |d| d.position);
             let total = room + n as usize + 3 + inner.config.inline_size as usize;
+            // The caller's buffer when it gave one (`call_into`).
+            let buf = match dst.take() {
+                Some(mut b) => {
+                    b.clear();
+                    b.resize(total, 0);
+                    b
+                }
+                None => BytesMut::zeroed(total),
+            };
             let mr = inner
                 .pd
-                .register(BytesMut::zeroed(total), Access::REMOTE_WRITE)
+                .register(buf, Access::REMOTE_WRITE)
                 .map_err(|_| RpcError::Transport("memory registration failed"))?;
             write_segs.push(RdmaSegment {
                 handle: mr.stag().0,
@@ -612,7 +624,7 @@ fn drain_backlog<D: Device>(inner: &Inner<D>, st: &mut State<D::Qp>, qp: &D::Qp)
         let Some(b) = st.backlog.pop_front() else {
             break;
         };
-        match convey(inner, st, qp, b.xid, &b.msg, b.hint) {
+        match convey(inner, st, qp, b.xid, &b.msg, b.hint, None) {
             Ok(()) => st.stats.retransmissions += 1,
             Err(RpcError::ConnectionClosed) => {
                 // Lost again: the completion task resends it.
@@ -634,7 +646,21 @@ impl<D: Device> ClientTransport for RdmaClient<D> {
         &self,
         call: RpcCall,
     ) -> impl std::future::Future<Output = Result<Bytes, RpcError>> + Send {
-        self.call_inner(call)
+        self.call_inner(call, None)
+    }
+
+    /// The call's Write chunk is registered inside `dst`, so the DDP item
+    /// is placed there by the server's RDMA Write and the results are a
+    /// slice of `dst` (RFC 8166 §3.4.6). Without a Write chunk (no DDP
+    /// hint, or a reply sent otherwise) the results are wherever the reply
+    /// arrived, and `dst` is dropped; a call sent again after a reconnect
+    /// uses a fresh buffer.
+    fn call_into(
+        &self,
+        call: RpcCall,
+        dst: BytesMut,
+    ) -> impl std::future::Future<Output = Result<Bytes, RpcError>> + Send {
+        self.call_inner(call, Some(dst))
     }
 }
 
