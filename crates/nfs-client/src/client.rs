@@ -1,7 +1,7 @@
 //! [`Nfs3Client`]: one typed async method per NFSv3 procedure over any
 //! [`ClientTransport`].
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use nfs::ulb::{NfsV3Binding, UpperLayerBinding};
 use nfs::v3::{
     Access3Args, Access3ResOk, Commit3Args, Commit3ResOk, Cookieverf3, Create3Args, Create3ResOk,
@@ -146,7 +146,16 @@ impl<T: ClientTransport> Nfs3Client<T> {
         F: for<'a> Decode<'a>,
     {
         let results = self.raw(proc, args).await?;
-        let mut dec = Decoder::from_bytes(&results);
+        Self::decode_res::<R, F>(proc, &results)
+    }
+
+    /// Decodes the `Res3` union of `results`.
+    fn decode_res<R, F>(proc: Nfsproc3, results: &Bytes) -> Result<R>
+    where
+        R: for<'a> Decode<'a>,
+        F: for<'a> Decode<'a>,
+    {
+        let mut dec = Decoder::from_bytes(results);
         let res: Res3<R, F> = dec.decode()?;
         dec.finish()?;
         match res {
@@ -226,13 +235,40 @@ impl<T: ClientTransport> Nfs3Client<T> {
             count,
         };
         let ok: Read3ResOk = self.call::<_, PostOpAttr>(Nfsproc3::READ, args(&a)).await?;
-        if ok.data.0.len() != ok.count as usize {
-            return Err(Error::Protocol("READ count differs from its data length"));
-        }
-        if ok.count > count {
-            return Err(Error::Protocol("READ returned more than asked"));
-        }
-        Ok(ok)
+        check_read(ok, count)
+    }
+
+    /// READ like [`Nfs3Client::read`], with the reply built in the caller's
+    /// buffer `buf` (its allocation is reused, its contents overwritten).
+    /// Over RPC-over-RDMA `buf` is the call's Write chunk: the server's
+    /// RDMA Write places the data straight into it and the returned `data`
+    /// is a slice of `buf`'s memory (RFC 8166 §3.4.6); over TCP the reply
+    /// is copied into it once. Give `buf` a capacity of `count` plus a few
+    /// KiB (the reply's inline parts) to avoid a reallocation.
+    pub async fn read_into(
+        &self,
+        file: &NfsFh3,
+        offset: u64,
+        count: u32,
+        buf: BytesMut,
+    ) -> Result<Read3ResOk> {
+        let a = Read3Args {
+            file: file.clone(),
+            offset,
+            count,
+        };
+        let args = args(&a);
+        let call = RpcCall {
+            prog: NFS_PROGRAM,
+            vers: NFS_V3,
+            proc_: Nfsproc3::READ.0,
+            cred: self.cred.clone(),
+            reply_hint: reply_hint(Nfsproc3::READ, &args),
+            args,
+        };
+        let results = self.rpc.call_into(call, buf).await?;
+        let ok: Read3ResOk = Self::decode_res::<_, PostOpAttr>(Nfsproc3::READ, &results)?;
+        check_read(ok, count)
     }
 
     /// WRITE (RFC 1813 §3.3.7) of `data` at `offset`. The data goes out as
@@ -456,6 +492,18 @@ fn fsroot(object: &NfsFh3) -> XdrBuf {
     })
 }
 
+/// A READ reply whose `count` disagrees with its data, or with more data
+/// than asked, is an [`Error::Protocol`].
+fn check_read(ok: Read3ResOk, count: u32) -> Result<Read3ResOk> {
+    if ok.data.0.len() != ok.count as usize {
+        return Err(Error::Protocol("READ count differs from its data length"));
+    }
+    if ok.count > count {
+        return Err(Error::Protocol("READ returned more than asked"));
+    }
+    Ok(ok)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -467,6 +515,74 @@ mod tests {
         assert!(filename("").is_err());
         assert!(filename("x".repeat(256)).is_err());
         assert_eq!(filename("ok").unwrap().0, Bytes::from_static(b"ok"));
+    }
+
+    /// Over RPC-over-RDMA (loopback device) against the project's server,
+    /// READ data lands in the caller's buffer: the Write chunk is that
+    /// buffer (RFC 8166 §3.4.6).
+    #[tokio::test]
+    async fn read_into_places_data_in_the_callers_buffer_over_rdma() {
+        use std::net::{IpAddr, Ipv4Addr};
+        use std::sync::{Arc, Mutex};
+
+        use rnic::loopback::LoopbackNetwork;
+        use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerConfig};
+
+        let dir = std::env::temp_dir().join(format!("nfs-client-read-into-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let content: Vec<u8> = (0..200_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        std::fs::write(dir.join("f"), &content).unwrap();
+        let fs = Arc::new(nfs_server::LocalFs::new(&dir, false).unwrap());
+        let export = Bytes::copy_from_slice(dir.to_str().unwrap().as_bytes());
+        let server = nfs_server::rpc_server(
+            fs,
+            vec![export],
+            Arc::new(Mutex::new(Vec::new())),
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+        );
+        let net = LoopbackNetwork::new(3);
+        let (sdev, cdev) = (net.device(), net.device());
+        let listener = RdmaListener::bind(
+            &sdev,
+            &String::new(),
+            Arc::new(server),
+            RdmaServerConfig::default(),
+        )
+        .await
+        .unwrap();
+        let addr = listener.local_addr();
+        listener.spawn();
+        let rpc = RdmaClient::connect(&cdev, &addr, RdmaClientConfig::default())
+            .await
+            .unwrap();
+        let cred = AuthSys {
+            uid: 0,
+            gid: 0,
+            ..AuthSys::default()
+        }
+        .to_opaque_auth();
+        let root = crate::MountClient::new(rpc.clone(), cred.clone())
+            .mnt(dir.to_str().unwrap())
+            .await
+            .unwrap()
+            .fhandle;
+        let nfs = Nfs3Client::new(rpc.clone(), cred);
+        let fh = nfs.lookup(&root, "f").await.unwrap().object;
+        for (offset, count) in [(1000u64, 65_536u32), (150_000, 65_536), (3, 8193)] {
+            let buf = BytesMut::with_capacity(count as usize + 8192);
+            let (lo, cap) = (buf.as_ptr() as usize, buf.capacity());
+            let ok = nfs.read_into(&fh, offset, count, buf).await.unwrap();
+            let end = (offset as usize + count as usize).min(content.len());
+            assert_eq!(&ok.data.0[..], &content[offset as usize..end]);
+            assert_eq!(ok.eof, end == content.len());
+            let at = ok.data.0.as_ptr() as usize;
+            assert!(
+                at >= lo && at + ok.data.0.len() <= lo + cap,
+                "not in the caller's buffer"
+            );
+        }
+        assert_eq!(rpc.stats().in_place_replies, 3);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -10,9 +10,12 @@
 //! call carries a [`ReplyHint`](oncrpc::ReplyHint) whose DDP item is the
 //! READ data ([`crate::client::reply_hint`]), so an RPC-over-RDMA
 //! transport provisions a Write chunk of exactly the requested size
-//! (RFC 8166 §3.4.6); placing that chunk straight into the caller's
-//! slice needs a transport call that accepts a destination buffer, which
-//! `oncrpc::ClientTransport` does not have yet.
+//! (RFC 8166 §3.4.6); the reply is rebuilt around the placed data, so
+//! the one copy is from that buffer into the caller's slice. To have the
+//! data placed straight into memory the caller owns, with no copy at all,
+//! use [`Nfs3Client::read_into`](crate::Nfs3Client::read_into) with a
+//! `BytesMut` (a `&mut [u8]` cannot be lent to the device across the
+//! call).
 
 use std::collections::BTreeMap;
 
