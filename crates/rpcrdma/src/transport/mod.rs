@@ -46,6 +46,7 @@ mod client;
 mod hdr;
 mod reply;
 mod server;
+mod v2;
 
 pub use client::{ClientStats, RdmaClient, RdmaClientConfig};
 pub use oncrpc::tcp::ReconnectPolicy;

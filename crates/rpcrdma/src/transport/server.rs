@@ -1,7 +1,7 @@
 //! The responder: [`RdmaListener`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{Bytes, BytesMut};
@@ -200,6 +200,7 @@ async fn accept<R: ConnectRequest>(
         config,
         send_threshold: AtomicUsize::new(thresholds.send),
         send_inv: config.send_with_invalidate && peer.flags.send_with_invalidate_ok(),
+        peer_rvreqsup: AtomicU32::new(RvReqSup::RDMA2_RVREQSUP_INLINE.0),
         credits: Mutex::new(credits),
         reads: Mutex::new(HashMap::new()),
         next_wr: AtomicU64::new(u64::from(posted)),
@@ -339,11 +340,15 @@ impl<Q: QueuePair> Backchannel<Q> {
                 st.credits.on_abandon();
                 e
             };
-            if header.len() + body.len() > self.conn.send_threshold.load(Ordering::Relaxed) {
-                return Err(fail(
-                    &mut st,
-                    RpcError::Transport("backchannel call exceeds the inline threshold"),
-                ));
+            let level = RvReqSup(self.conn.peer_rvreqsup.load(Ordering::Relaxed));
+            let threshold = self.conn.send_threshold.load(Ordering::Relaxed);
+            if !super::v2::reverse_allowed(level, false, header.len() + body.len(), threshold) {
+                let why = if level == RvReqSup::RDMA2_RVREQSUP_NONE {
+                    "client's Reverse Request Support is NONE"
+                } else {
+                    "backchannel call exceeds the inline threshold"
+                };
+                return Err(fail(&mut st, RpcError::Transport(why)));
             }
             if self.conn.send(header, body, None).is_err() {
                 return Err(fail(&mut st, RpcError::ConnectionClosed));
@@ -409,6 +414,9 @@ struct Conn<Q> {
     /// lower it (v2 draft §4.2.1).
     send_threshold: AtomicUsize,
     send_inv: bool,
+    /// The client's Reverse Request Support (v2 draft §4.2.2): INLINE
+    /// until an RDMA2_CONNPROP says otherwise.
+    peer_rvreqsup: AtomicU32,
     credits: Mutex<ResponderCredits>,
     /// RDMA Reads in flight: completion status to the call that posted it.
     reads: Mutex<HashMap<u64, oneshot::Sender<WcStatus>>>,
@@ -535,9 +543,13 @@ impl<Q: QueuePair> Conn<Q> {
                 // buffers (v2 draft §4.2.1); answer with our properties.
                 self.send_threshold
                     .fetch_min(props.receive_buffer_size as usize, Ordering::Relaxed);
+                self.peer_rvreqsup
+                    .store(props.reverse_request_support.0, Ordering::Relaxed);
                 let ours = Properties {
                     receive_buffer_size: self.config.inline_size,
-                    reverse_request_support: RvReqSup::RDMA2_RVREQSUP_NONE,
+                    reverse_request_support: super::v2::server_level(
+                        self.config.backchannel_credits,
+                    ),
                 };
                 let h = hdr::encode_connprop(xid, self.grant(asked), true, &ours);
                 return self.send(h, Bytes::new(), None);

@@ -26,7 +26,7 @@ use crate::credits::RequesterCredits;
 use crate::plan::{plan_call, InlineThresholds, Version};
 use crate::ulb::ReplyHint;
 use crate::wire::v1::{self, Proc};
-use crate::wire::v2::{Properties, RvReqSup};
+use crate::wire::v2::Properties;
 use crate::wire::{ChunkLists, Limits, RdmaSegment};
 
 /// Client settings.
@@ -92,6 +92,10 @@ pub struct ClientStats {
     /// Calls sent again as version 1 after a version 2 ERR_VERS
     /// (v2 draft §7.2).
     pub version_fallbacks: u64,
+    /// Version 2 calls sent again with larger reply resources after
+    /// RDMA2_ERR_WRITE_RESOURCE or RDMA2_ERR_REPLY_RESOURCE
+    /// (v2 draft §5.3.3).
+    pub resource_resends: u64,
     /// Reverse-direction calls answered (RFC 8167).
     pub backchannel_calls: u64,
     /// Connections re-established after a loss.
@@ -115,6 +119,12 @@ struct Resources {
     sent: Version,
     /// What to send again after a version fallback.
     resend: Resend,
+    /// The call, kept for version 2 calls only: sent again with larger
+    /// resources after RDMA2_ERR_WRITE_RESOURCE / REPLY_RESOURCE
+    /// (v2 draft §5.3.3).
+    msg: Option<XdrBuf>,
+    /// Times it was sent again with larger resources.
+    resizes: u8,
 }
 
 impl Resources {
@@ -215,9 +225,10 @@ impl<D: Device> Inner<D> {
     fn send_connprop(&self, qp: &D::Qp) -> Result<(), rnic::PostError> {
         let props = Properties {
             receive_buffer_size: self.config.inline_size,
-            reverse_request_support: RvReqSup::RDMA2_RVREQSUP_NONE,
+            reverse_request_support: super::v2::client_level(self.backchannel.is_some()),
         };
         let h = hdr::encode_connprop(0, self.config.max_requests, false, &props);
+        let h = super::v2::first_message(h)?;
         qp.post_send(SendWr {
             wr_id: self.wr_id(),
             data: vec![h],
@@ -552,6 +563,8 @@ fn convey<D: Device>(
             lists: ChunkLists::default(),
             inline: plan.inline.clone(),
         },
+        msg: (version == Version::V2).then(|| msg.clone()),
+        resizes: 0,
     };
     if let Err(e) = registered {
         res.fence();

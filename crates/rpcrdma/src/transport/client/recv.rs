@@ -43,6 +43,42 @@ fn on_reverse_call<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, xid: u32, 
     });
 }
 
+/// Sends call `xid` again with the larger reply resources `hint` after a
+/// resource error (v2 draft §5.3.3), same XID, new regions; when it cannot
+/// be sent the call fails.
+fn resend_larger<D: Device>(
+    inner: &Inner<D>,
+    st: &mut State<D::Qp>,
+    qp: &D::Qp,
+    xid: u32,
+    msg: &XdrBuf,
+    hint: oncrpc::ReplyHint,
+    resizes: u8,
+) {
+    let sent = match st.credits.try_send() {
+        Ok(()) => convey(inner, st, qp, xid, msg, hint, None),
+        Err(_) => Err(RpcError::Transport(
+            "no credit to resend with larger resources",
+        )),
+    };
+    match sent {
+        Ok(()) => {
+            st.stats.resource_resends += 1;
+            if let Some(r) = st.resources.get_mut(&xid) {
+                r.resizes = resizes;
+            }
+        }
+        // Lost connection: the completion task sends it again.
+        Err(RpcError::ConnectionClosed) if inner.dialer.is_some() => st.credits.on_abandon(),
+        Err(e) => {
+            st.credits.on_abandon();
+            if let Some(tx) = st.core.cancel(xid) {
+                let _ = tx.send(Err(e));
+            }
+        }
+    }
+}
+
 pub(super) fn on_reply<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, wc: WorkCompletion) {
     let invalidated = wc.invalidated;
     let mut buf = wc.buf.unwrap_or_default();
@@ -104,6 +140,20 @@ pub(super) fn on_reply<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, wc: Wo
                 return;
             }
             st.credits.on_abandon();
+        }
+    }
+    // v2 draft §5.3.3: after WRITE_RESOURCE / REPLY_RESOURCE the call is
+    // sent again with the resources the responder said it needs.
+    if let Inbound::ErrorV2(e) = &rx.inbound {
+        let bigger = super::super::v2::enlarged_hint(res.hint, e)
+            .filter(|_| res.resizes < super::super::v2::MAX_RESIZES);
+        if let Some(hint) = bigger {
+            if let Some(msg) = res.msg.take() {
+                let resizes = res.resizes + 1;
+                res.fence();
+                resend_larger(inner, &mut st, qp, rx.xid, &msg, hint, resizes);
+                return;
+            }
         }
     }
     // Remote invalidation (draft-cel-nfsv4-reminv-design §4.2): the STag

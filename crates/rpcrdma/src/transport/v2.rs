@@ -1,0 +1,214 @@
+//! Version 2 rules of the endpoints that are not header coding
+//! (draft-cel-nfsv4-rpcrdma-version-two-09): the size of the first
+//! message (§7.1), the requester's answer to a resource error (§5.3.3)
+//! and the reverse-direction support level (§4.2.2).
+
+use bytes::Bytes;
+use oncrpc::client::DdpReplyHint;
+
+use crate::wire::v2::{ErrorBody, RvReqSup};
+
+/// v2 draft §7.1: until the peer's version is known, a requester's first
+/// message is at most 1024 bytes (the version 1 default inline size), so
+/// a version 1 responder can receive it and answer ERR_VERS.
+pub(super) const FIRST_MESSAGE_MAX: usize = 1024;
+
+/// How many times one call is sent again with larger reply resources
+/// before its resource error is returned to the caller: one for the write
+/// chunk and one for the reply chunk, so a responder that keeps asking
+/// for more cannot make the requester loop.
+pub(super) const MAX_RESIZES: u8 = 2;
+
+/// The first message of a version 2 connection (RDMA2_CONNPROP), refused
+/// when it exceeds [`FIRST_MESSAGE_MAX`] (v2 draft §7.1).
+pub(super) fn first_message(header: Bytes) -> Result<Bytes, rnic::PostError> {
+    if header.len() > FIRST_MESSAGE_MAX {
+        return Err(rnic::PostError::TooLong {
+            len: header.len() as u64,
+            max: FIRST_MESSAGE_MAX as u64,
+        });
+    }
+    Ok(header)
+}
+
+/// The Reverse Request Support a requester advertises (v2 draft §4.2.2):
+/// INLINE when it answers reverse-direction calls (its backchannel takes
+/// inline messages only), NONE otherwise.
+pub(super) fn client_level(has_backchannel: bool) -> RvReqSup {
+    if has_backchannel {
+        RvReqSup::RDMA2_RVREQSUP_INLINE
+    } else {
+        RvReqSup::RDMA2_RVREQSUP_NONE
+    }
+}
+
+/// The Reverse Request Support a responder advertises (v2 draft §4.2.2):
+/// INLINE when it issues reverse-direction calls (it receives their
+/// replies inline only), NONE otherwise.
+pub(super) fn server_level(backchannel_credits: u32) -> RvReqSup {
+    client_level(backchannel_credits > 0)
+}
+
+/// The reply hint to send a call again with after the responder answered
+/// RDMA2_ERR_WRITE_RESOURCE or RDMA2_ERR_REPLY_RESOURCE (v2 draft
+/// §5.3.3: "the requester can retry the request with larger resources").
+///
+/// WRITE_RESOURCE names the 1-based write chunk and the bytes it needed:
+/// the DDP item's bound grows to that. REPLY_RESOURCE names the bytes of
+/// reply chunk needed: the bound on the rest of the reply grows to that.
+/// `None` when the error is not a resource error, names a chunk this
+/// requester did not offer, or asks for no more than was offered (a
+/// resend would fail the same way).
+pub(super) fn enlarged_hint(hint: oncrpc::ReplyHint, err: &ErrorBody) -> Option<oncrpc::ReplyHint> {
+    let ddp_padded = hint.ddp.map_or(0, |d| xdr::padded_len(d.max_len));
+    match *err {
+        ErrorBody::WriteResource {
+            chunk_index,
+            length_needed,
+        } => {
+            // This requester offers at most one write chunk (index 1, or 0
+            // when the responder could not say which).
+            let d = hint.ddp.filter(|_| chunk_index <= 1)?;
+            let needed = length_needed as usize;
+            if needed <= d.max_len {
+                return None;
+            }
+            let rest = hint.max_reply_len.saturating_sub(ddp_padded);
+            Some(oncrpc::ReplyHint {
+                max_reply_len: rest + xdr::padded_len(needed),
+                ddp: Some(DdpReplyHint {
+                    max_len: needed,
+                    ..d
+                }),
+            })
+        }
+        ErrorBody::ReplyResource { length_needed } => {
+            let needed = length_needed as usize;
+            let rest = hint.max_reply_len.saturating_sub(ddp_padded);
+            if needed <= rest {
+                return None;
+            }
+            Some(oncrpc::ReplyHint {
+                max_reply_len: needed + ddp_padded,
+                ddp: hint.ddp,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Whether a reverse-direction call of `len` bytes inline, or with
+/// chunks when `chunks`, may be sent to a peer that advertised `level`
+/// (v2 draft §4.2.2): NONE refuses every reverse-direction call, INLINE
+/// accepts only those that fit its receive buffer, GENL accepts chunks too.
+pub(super) fn reverse_allowed(level: RvReqSup, chunks: bool, len: usize, peer_rbs: usize) -> bool {
+    match level {
+        RvReqSup::RDMA2_RVREQSUP_INLINE => !chunks && len <= peer_rbs,
+        RvReqSup::RDMA2_RVREQSUP_GENL => chunks || len <= peer_rbs,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hint(max_reply_len: usize, ddp: Option<usize>) -> oncrpc::ReplyHint {
+        oncrpc::ReplyHint {
+            max_reply_len,
+            ddp: ddp.map(|max_len| DdpReplyHint {
+                position: 4,
+                max_len,
+            }),
+        }
+    }
+
+    #[test]
+    fn write_resource_grows_the_ddp_bound_and_keeps_the_rest() {
+        let h = hint(100 + 1000, Some(1000));
+        let err = ErrorBody::WriteResource {
+            chunk_index: 1,
+            length_needed: 5001,
+        };
+        let g = enlarged_hint(h, &err).unwrap();
+        assert_eq!(g.ddp.unwrap().max_len, 5001);
+        assert_eq!(g.ddp.unwrap().position, 4);
+        assert_eq!(g.max_reply_len, 100 + 5004);
+    }
+
+    #[test]
+    fn write_resource_for_an_unoffered_chunk_is_not_retried() {
+        let err = ErrorBody::WriteResource {
+            chunk_index: 2,
+            length_needed: 5000,
+        };
+        assert_eq!(enlarged_hint(hint(1100, Some(1000)), &err), None);
+        let err1 = ErrorBody::WriteResource {
+            chunk_index: 1,
+            length_needed: 5000,
+        };
+        assert_eq!(enlarged_hint(hint(1100, None), &err1), None);
+    }
+
+    #[test]
+    fn resource_error_asking_no_more_is_not_retried() {
+        let w = ErrorBody::WriteResource {
+            chunk_index: 1,
+            length_needed: 1000,
+        };
+        assert_eq!(enlarged_hint(hint(1100, Some(1000)), &w), None);
+        let r = ErrorBody::ReplyResource { length_needed: 100 };
+        assert_eq!(enlarged_hint(hint(1100, Some(1000)), &r), None);
+    }
+
+    #[test]
+    fn reply_resource_grows_the_reply_bound() {
+        let r = ErrorBody::ReplyResource {
+            length_needed: 9000,
+        };
+        let g = enlarged_hint(hint(1100, Some(1000)), &r).unwrap();
+        assert_eq!(g.max_reply_len, 9000 + 1000);
+        assert_eq!(g.ddp.unwrap().max_len, 1000);
+        let g = enlarged_hint(hint(200, None), &r).unwrap();
+        assert_eq!(g.max_reply_len, 9000);
+    }
+
+    #[test]
+    fn other_errors_are_not_retried() {
+        for e in [ErrorBody::BadXdr, ErrorBody::System, ErrorBody::InvalHtype] {
+            assert_eq!(enlarged_hint(hint(1100, Some(1000)), &e), None);
+        }
+    }
+
+    #[test]
+    fn first_message_over_1024_bytes_is_refused() {
+        assert!(first_message(Bytes::from(vec![0; 1024])).is_ok());
+        assert!(first_message(Bytes::from(vec![0; 1025])).is_err());
+    }
+
+    #[test]
+    fn levels_advertised_follow_the_backchannel() {
+        assert_eq!(client_level(true), RvReqSup::RDMA2_RVREQSUP_INLINE);
+        assert_eq!(client_level(false), RvReqSup::RDMA2_RVREQSUP_NONE);
+        assert_eq!(server_level(2), RvReqSup::RDMA2_RVREQSUP_INLINE);
+        assert_eq!(server_level(0), RvReqSup::RDMA2_RVREQSUP_NONE);
+    }
+
+    #[test]
+    fn reverse_levels_gate_inline_and_chunked_calls() {
+        use RvReqSup as L;
+        assert!(!reverse_allowed(L::RDMA2_RVREQSUP_NONE, false, 10, 4096));
+        assert!(reverse_allowed(L::RDMA2_RVREQSUP_INLINE, false, 4096, 4096));
+        assert!(!reverse_allowed(
+            L::RDMA2_RVREQSUP_INLINE,
+            false,
+            4097,
+            4096
+        ));
+        assert!(!reverse_allowed(L::RDMA2_RVREQSUP_INLINE, true, 10, 4096));
+        assert!(reverse_allowed(L::RDMA2_RVREQSUP_GENL, true, 10, 4096));
+        assert!(reverse_allowed(L::RDMA2_RVREQSUP_GENL, false, 10, 4096));
+        assert!(!reverse_allowed(L::RDMA2_RVREQSUP_GENL, false, 5000, 4096));
+        assert!(!reverse_allowed(RvReqSup(7), false, 10, 4096));
+    }
+}
