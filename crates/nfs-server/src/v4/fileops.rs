@@ -247,6 +247,7 @@ impl Nfs4Service {
             self.state()?.io_check(&sid, clientid, &key(&fh), true)?;
         }
         check_setattr(&attr, &cx.caller, &s).map_err(st4)?;
+        self.deleg_conflict(&fh, cx, true)?;
         self.fs.setattr(&fh, &s, None).await.map_err(st4)?;
         Ok(mask)
     }
@@ -319,6 +320,7 @@ impl Nfs4Service {
     /// WRITE (RFC 8881 §18.32.4).
     async fn write(&self, a: &Write4Args, cx: &Cx) -> R<Write4ResOk> {
         let fh = self.io_prep(&a.stateid, cx, true).await?;
+        self.deleg_conflict(&fh, cx, true)?;
         let how = StableHow(a.stable.0.min(2));
         let count = u32::try_from(a.data.0.len()).map_err(|_| Nfsstat4::NFS4ERR_INVAL)?;
         let done = self
@@ -390,6 +392,7 @@ impl Nfs4Service {
         let before = self.dir(&dir).await?;
         self.allow(&before, cx, DIR_REMOVE, false)?;
         let child = self.fs.lookup(&dir, &n).await.map_err(st4)?;
+        self.deleg_conflict(&child, cx, true)?;
         let r = if self.attr(&child).await?.ftype == Ftype3::NF3DIR {
             self.fs.rmdir(&dir, &n).await
         } else {
@@ -411,6 +414,14 @@ impl Nfs4Service {
         let tb = self.dir(&to).await?;
         self.allow(&sb, cx, DIR_REMOVE, false)?;
         self.allow(&tb, cx, DIR_ADD, false)?;
+        // RFC 8881 §10.4.1: renaming a delegated file, or over one, is a
+        // conflicting change.
+        if let Ok(f) = self.fs.lookup(&from, &old).await {
+            self.deleg_conflict(&f, cx, true)?;
+        }
+        if let Ok(f) = self.fs.lookup(&to, &new).await {
+            self.deleg_conflict(&f, cx, true)?;
+        }
         self.fs.rename(&from, &old, &to, &new).await.map_err(st4)?;
         let (sa, ta) = (self.attr(&from).await?, self.attr(&to).await?);
         Ok(Rename4ResOk {

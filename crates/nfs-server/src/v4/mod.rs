@@ -15,9 +15,11 @@
 //!   NFS4ERR_REP_TOO_BIG on the operation that overflowed it.
 //! - State: leases renewed by SEQUENCE and expiring on the injected
 //!   [`Clock`]; open and lock stateids with seqid checks; share
-//!   reservations; byte-range locks. Delegations are never granted: the
-//!   server has no backchannel yet, so OPEN always answers
-//!   OPEN_DELEGATE_NONE. There is no grace period: reclaims
+//!   reservations; byte-range locks.
+//! - Back channel and delegations ([`deleg`]): read and write delegations
+//!   while the client's back channel (from a [`BackchannelSource`] put in
+//!   the [`BackchannelSlot`] of [`Nfs4Service::with_backchannels`]) works;
+//!   CB_RECALL on conflict. There is no grace period: reclaims
 //!   (CLAIM_PREVIOUS, LOCK with `reclaim`) are NFS4ERR_NO_GRACE.
 //! - Operations not listed in [`nfs::v4::NfsArgop4`] are NFS4ERR_NOTSUPP,
 //!   undefined ones NFS4ERR_OP_ILLEGAL (NFSv4.2 operations in a minor
@@ -26,6 +28,7 @@
 //!   send with AUTH_SYS; only AUTH_SYS is offered by SECINFO_NO_NAME.
 
 mod attrs;
+pub mod deleg;
 mod fileops;
 mod fsext;
 mod openops;
@@ -45,6 +48,7 @@ use xdr::{Decode, Decoder, Encode, XdrBuf};
 
 use crate::perm::Caller;
 use crate::LocalFs;
+pub use deleg::{backchannel_fn, BackchannelSlot, BackchannelSource, CbTransport};
 pub use state::SessionLimits;
 use state::{SeqOutcome, SessCtx, StateTable};
 
@@ -131,6 +135,7 @@ pub struct Nfs4Service {
     clock: Arc<dyn Clock>,
     owner: Bytes,
     paths: fsext::PathCache,
+    cbs: deleg::Callbacks,
 }
 
 impl core::fmt::Debug for Nfs4Service {
@@ -148,6 +153,7 @@ struct Cx {
     sess: Option<SessCtx>,
     caller: Caller,
     conn: u64,
+    peer: oncrpc::PeerInfo,
 }
 
 /// Marks the slot free again if the COMPOUND is abandoned mid-way.
@@ -208,7 +214,20 @@ impl Nfs4Service {
             clock: cfg.clock,
             owner: cfg.server_owner,
             paths: fsext::PathCache::default(),
+            cbs: deleg::Callbacks::default(),
         }
+    }
+
+    /// Takes back channels (and so grants delegations) from `slot`, which
+    /// may be filled later, once the transport is listening.
+    pub fn with_backchannels(mut self, slot: BackchannelSlot) -> Self {
+        self.cbs.slot = slot;
+        self
+    }
+
+    /// Delegations currently held by clients.
+    pub fn delegations_held(&self) -> usize {
+        self.state().map(|s| s.delegs.held()).unwrap_or(0)
     }
 
     fn state(&self) -> Result<MutexGuard<'_, StateTable>, Nfsstat4> {
@@ -243,6 +262,7 @@ impl Nfs4Service {
             sess: None,
             caller: Caller::of(&ctx.credential),
             conn: ctx.peer.conn_id,
+            peer: ctx.peer,
         };
         let mut guard = None;
         let mut size = res.encoded_len();
@@ -259,44 +279,66 @@ impl Nfs4Service {
                     break;
                 }
             };
-            let mut r = match op {
-                None => NfsResop4::Other(Opnum4::OP_ILLEGAL, Nfsstat4::NFS4ERR_OP_ILLEGAL),
-                Some(NfsArgop4::Sequence(a)) if i == 0 => {
-                    let mut h = std::collections::hash_map::DefaultHasher::new();
-                    args.hash(&mut h);
-                    let req = args.len() + 40 + xdr::padded_len(ctx.cred.body.len());
-                    let out = match self.state() {
-                        Ok(mut st) => {
-                            st.expire(now);
-                            st.sequence(&a, hdr.numops, req, h.finish(), now)
-                        }
-                        Err(e) => SeqOutcome::Err(e),
-                    };
-                    match out {
-                        SeqOutcome::New(ok, sc) => {
-                            guard = Some(SlotGuard {
-                                state: Arc::clone(&self.state),
-                                sid: sc.sessionid,
-                                slot: sc.slot,
-                                done: false,
-                            });
-                            cx.sess = Some(sc);
-                            NfsResop4::Sequence(Res4::Ok(ok))
-                        }
-                        SeqOutcome::Replay(b) => return Ok(b),
-                        SeqOutcome::Err(e) => NfsResop4::Sequence(Res4::Err(e)),
+            let delegreturn =
+                matches!(&op, Some(NfsArgop4::Unsupported(o)) if o.0 == deleg::OP_DELEGRETURN);
+            let mut r = if delegreturn {
+                match Stateid4::decode(&mut dec) {
+                    Err(_) => {
+                        let r = NfsResop4::error(Opnum4(opnum), Nfsstat4::NFS4ERR_BADXDR);
+                        res.status = r.status();
+                        res.resarray.push(r);
+                        break;
                     }
+                    Ok(_) if i == 0 => NfsResop4::Other(
+                        Opnum4(deleg::OP_DELEGRETURN),
+                        Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION,
+                    ),
+                    Ok(sid) => self.delegreturn(&sid, &mut cx),
                 }
-                Some(op) if i > 0 && matches!(op, NfsArgop4::Sequence(_)) => {
-                    NfsResop4::error(op.opnum(), Nfsstat4::NFS4ERR_SEQUENCE_POS)
+            } else {
+                match op {
+                    None => NfsResop4::Other(Opnum4::OP_ILLEGAL, Nfsstat4::NFS4ERR_OP_ILLEGAL),
+                    Some(NfsArgop4::Sequence(a)) if i == 0 => {
+                        let mut h = std::collections::hash_map::DefaultHasher::new();
+                        args.hash(&mut h);
+                        let req = args.len() + 40 + xdr::padded_len(ctx.cred.body.len());
+                        let out = match self.state() {
+                            Ok(mut st) => {
+                                st.expire(now);
+                                let mut o = st.sequence(&a, hdr.numops, req, h.finish(), now);
+                                if let SeqOutcome::New(ok, sc) = &mut o {
+                                    ok.status_flags |= st.delegs.status_flags(sc.clientid);
+                                }
+                                o
+                            }
+                            Err(e) => SeqOutcome::Err(e),
+                        };
+                        match out {
+                            SeqOutcome::New(ok, sc) => {
+                                guard = Some(SlotGuard {
+                                    state: Arc::clone(&self.state),
+                                    sid: sc.sessionid,
+                                    slot: sc.slot,
+                                    done: false,
+                                });
+                                cx.sess = Some(sc);
+                                NfsResop4::Sequence(Res4::Ok(ok))
+                            }
+                            SeqOutcome::Replay(b) => return Ok(b),
+                            SeqOutcome::Err(e) => NfsResop4::Sequence(Res4::Err(e)),
+                        }
+                    }
+                    Some(op) if i > 0 && matches!(op, NfsArgop4::Sequence(_)) => {
+                        NfsResop4::error(op.opnum(), Nfsstat4::NFS4ERR_SEQUENCE_POS)
+                    }
+                    Some(op) if i == 0 && !sessionless(&op) => {
+                        NfsResop4::error(op.opnum(), Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)
+                    }
+                    Some(op) if i == 0 && hdr.numops > 1 => {
+                        NfsResop4::error(op.opnum(), Nfsstat4::NFS4ERR_NOT_ONLY_OP)
+                    }
+                    Some(op) => self.exec(&op, &mut cx, now).await,
                 }
-                Some(op) if i == 0 && !sessionless(&op) => {
-                    NfsResop4::error(op.opnum(), Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)
-                }
-                Some(op) if i == 0 && hdr.numops > 1 => {
-                    NfsResop4::error(op.opnum(), Nfsstat4::NFS4ERR_NOT_ONLY_OP)
-                }
-                Some(op) => self.exec(&op, &mut cx, now).await,
             };
             let len = r.encoded_len();
             if let Some(sc) = &cx.sess {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use nfs::v3::{Createhow3, Ftype3, Nfsstat3, Sattr3, ACCESS3_MODIFY, ACCESS3_READ};
 use nfs::v4::attr::Bitmap4;
-use nfs::v4::session::TestStateid4ResOk;
+use nfs::v4::session::{ChannelDir4, TestStateid4ResOk, CREATE_SESSION4_FLAG_CONN_BACK_CHAN};
 use nfs::v4::*;
 use xdr::Bounded;
 
@@ -71,7 +71,14 @@ impl Nfs4Service {
             A::CreateSession(a) => Z::CreateSession(match self.state() {
                 Ok(mut st) => {
                     st.expire(now);
-                    st.create_session(a, cx.conn, now)
+                    let r = st.create_session(a, cx.conn, now);
+                    if let Res4::Ok(ok) = &r {
+                        if ok.flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0 {
+                            st.delegs
+                                .bind(a.clientid, ok.sessionid.0, cx.peer, a.cb_program);
+                        }
+                    }
+                    r
                 }
                 Err(e) => Res4::Err(e),
             }),
@@ -84,7 +91,17 @@ impl Nfs4Service {
                 Err(e) => e,
             }),
             A::BindConnToSession(a) => Z::BindConnToSession(match self.state() {
-                Ok(mut st) => st.bind_conn(a, cx.conn, now),
+                Ok(mut st) => {
+                    let r = st.bind_conn(a, cx.conn, now);
+                    if let Res4::Ok(ok) = &r {
+                        if ok.dir != ChannelDir4::CDFC4_FORE {
+                            if let Some((c, p)) = st.cb_program_of(&a.sessid.0) {
+                                st.delegs.bind(c, a.sessid.0, cx.peer, p);
+                            }
+                        }
+                    }
+                    r
+                }
                 Err(e) => Res4::Err(e),
             }),
             other => NfsResop4::error(other.opnum(), Nfsstat4::NFS4ERR_NOTSUPP),
@@ -93,8 +110,11 @@ impl Nfs4Service {
 
     /// OPEN (RFC 8881 §18.16.4): CLAIM_NULL with or without create
     /// (UNCHECKED4, GUARDED4, EXCLUSIVE4, EXCLUSIVE4_1) and CLAIM_FH; the
-    /// share reservation is taken last. Reclaims are NFS4ERR_NO_GRACE and
-    /// delegation claims NFS4ERR_NOTSUPP (no delegations are granted).
+    /// share reservation is taken last, after other clients' conflicting
+    /// delegations are recalled (NFS4ERR_DELAY until they are returned);
+    /// a delegation is offered when the back channel works (RFC 8881
+    /// §10.4). Reclaims are NFS4ERR_NO_GRACE and delegation claims
+    /// NFS4ERR_NOTSUPP.
     async fn open(&self, a: &Open4Args, cx: &mut Cx) -> R<Open4ResOk> {
         let cid = clientid(cx)?;
         let access = a.share_access & !OPEN4_SHARE_WANT_MASK;
@@ -167,6 +187,11 @@ impl Nfs4Service {
                 self.allow(&attr, cx, ACCESS3_MODIFY, true)?;
             }
         }
+        self.deleg_conflict(
+            &fh,
+            cx,
+            access & OPEN4_SHARE_ACCESS_WRITE != 0 || truncate.is_some(),
+        )?;
         let sid = self
             .state()?
             .open(cid, &a.owner.owner.0, &key(&fh), access, a.share_deny)?;
@@ -177,6 +202,9 @@ impl Nfs4Service {
             };
             self.fs.setattr(&fh, &s, None).await.map_err(st4)?;
         }
+        let delegation = self
+            .open_delegation(cid, &fh, access, a.share_access & OPEN4_SHARE_WANT_MASK)
+            .await;
         cx.cur = Some(fh);
         cx.cur_sid = Some(sid);
         Ok(Open4ResOk {
@@ -184,7 +212,7 @@ impl Nfs4Service {
             cinfo: change,
             rflags: OPEN4_RESULT_LOCKTYPE_POSIX,
             attrset,
-            delegation: OpenDelegation4::None,
+            delegation,
         })
     }
 

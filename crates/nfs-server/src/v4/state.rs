@@ -74,6 +74,8 @@ pub(crate) struct Session {
     pub(crate) fore: ChannelAttrs4,
     slots: Vec<Slot>,
     conns: HashSet<u64>,
+    /// `csa_cb_program` (RFC 8881 §18.36.3).
+    cb_program: u32,
 }
 
 /// A client record (RFC 8881 §2.4).
@@ -125,6 +127,8 @@ pub(crate) struct StateTable {
     pub(crate) states: HashMap<[u8; 12], StateKind>,
     /// The stateids of each file, for conflict checks.
     pub(crate) by_fh: HashMap<Bytes, Vec<[u8; 12]>>,
+    /// Delegations and back-channel paths.
+    pub(crate) delegs: super::deleg::DelegTable,
 }
 
 impl StateTable {
@@ -142,6 +146,7 @@ impl StateTable {
             expired: HashSet::new(),
             states: HashMap::new(),
             by_fh: HashMap::new(),
+            delegs: Default::default(),
         }
     }
 
@@ -169,6 +174,7 @@ impl StateTable {
     }
 
     fn purge_client(&mut self, id: u64) {
+        self.delegs.purge(id);
         if let Some(c) = self.clients.remove(&id) {
             for s in c.sessions {
                 self.sessions.remove(&s);
@@ -288,9 +294,9 @@ impl StateTable {
 
     /// CREATE_SESSION (RFC 8881 §18.36.4): the client-id sequence check
     /// with its one-entry reply cache, confirmation of the client id, and
-    /// the channel attributes cut to the server's limits. The back channel
-    /// is recorded but never used: this server sends no callbacks and so
-    /// grants no delegations.
+    /// the channel attributes cut to the server's limits. With
+    /// CREATE_SESSION4_FLAG_CONN_BACK_CHAN the connection becomes the
+    /// client's back channel (RFC 8881 §2.10.3.1, §18.36.3).
     pub(crate) fn create_session(
         &mut self,
         a: &CreateSession4Args,
@@ -351,6 +357,7 @@ impl StateTable {
                 fore,
                 slots,
                 conns: HashSet::from([conn]),
+                cb_program: a.cb_program,
             },
         );
         let Some(c) = self.clients.get_mut(&a.clientid) else {
@@ -450,11 +457,17 @@ impl StateTable {
         }
     }
 
+    /// The client and `csa_cb_program` of a session.
+    pub(crate) fn cb_program_of(&self, sid: &[u8; 16]) -> Option<(u64, u32)> {
+        self.sessions.get(sid).map(|s| (s.clientid, s.cb_program))
+    }
+
     /// DESTROY_SESSION (RFC 8881 §18.37.3).
     pub(crate) fn destroy_session(&mut self, sid: &[u8; 16]) -> Nfsstat4 {
         let Some(s) = self.sessions.remove(sid) else {
             return Nfsstat4::NFS4ERR_BADSESSION;
         };
+        self.delegs.session_gone(sid);
         if let Some(c) = self.clients.get_mut(&s.clientid) {
             c.sessions.retain(|x| x != sid);
         }
@@ -475,7 +488,8 @@ impl StateTable {
     }
 
     /// BIND_CONN_TO_SESSION (RFC 8881 §18.34.3): the connection joins the
-    /// fore channel (and, as asked, the unused back channel).
+    /// fore channel and, as asked, the back channel (RFC 8881 §2.10.3.1):
+    /// callbacks then go on it.
     pub(crate) fn bind_conn(
         &mut self,
         a: &BindConnToSession4Args,
@@ -493,6 +507,7 @@ impl StateTable {
         };
         s.conns.insert(conn);
         let id = s.clientid;
+
         if let Some(c) = self.clients.get_mut(&id) {
             c.last_renew = now;
         }

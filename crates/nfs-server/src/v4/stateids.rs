@@ -199,6 +199,11 @@ impl StateTable {
         }
     }
 
+    /// (client, access) of every open of `fh`.
+    pub(crate) fn opens_of(&self, fh: &Bytes) -> Vec<(u64, u32)> {
+        self.opens_on(fh).map(|o| (o.clientid, o.access)).collect()
+    }
+
     fn opens_on<'a>(&'a self, fh: &'a Bytes) -> impl Iterator<Item = &'a OpenState> + 'a {
         self.on_file(fh).filter_map(|(_, s)| match s {
             StateKind::Open(o) => Some(o),
@@ -326,6 +331,9 @@ impl StateTable {
             } else {
                 Ok(())
             };
+        }
+        if self.delegs.io_allowed(sid, clientid, fh, write) {
+            return Ok(());
         }
         let st = self.check(sid, clientid)?;
         if st.fh() != fh {
@@ -511,7 +519,14 @@ impl StateTable {
     /// FREE_STATEID (RFC 8881 §18.38.3): a lock stateid without locks;
     /// an open, or a lock stateid still holding ranges, is
     /// NFS4ERR_LOCKS_HELD.
+    /// A revoked delegation's stateid is freed here too (§8.2.3).
     pub(crate) fn free_stateid(&mut self, sid: &Stateid4, clientid: u64) -> Nfsstat4 {
+        if let Some(s) = self.delegs.free_revoked(sid, clientid) {
+            return s;
+        }
+        if self.delegs.knows(sid) == Some(Nfsstat4::NFS4_OK) {
+            return Nfsstat4::NFS4ERR_LOCKS_HELD;
+        }
         match self.check(sid, clientid) {
             Err(e) => e,
             Ok(StateKind::Lock(l)) if l.ranges.is_empty() => {
@@ -526,6 +541,9 @@ impl StateTable {
     pub(crate) fn test_stateid(&self, sid: &Stateid4, clientid: u64) -> Nfsstat4 {
         if sid.is_special() {
             return Nfsstat4::NFS4ERR_BAD_STATEID;
+        }
+        if let Some(s) = self.delegs.knows(sid) {
+            return s;
         }
         match self.check(sid, clientid) {
             Ok(_) => Nfsstat4::NFS4_OK,

@@ -1,0 +1,554 @@
+//! NFSv4.1 delegations over RPC-over-RDMA with the backchannel on the
+//! client's own connection (RFC 8881 §10.2, §10.4, §20;
+//! draft-ietf-nfsv4-rpcrdma-bidirection-01 §1.4.2): two scripted clients on
+//! the rnic loopback device, each answering CB_NULL and CB_COMPOUND with
+//! its own callback service.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use nfs::v4::attr::{Bitmap4, FileAttrs};
+use nfs::v4::cb::*;
+use nfs::v4::session::*;
+use nfs::v4::*;
+use nfs_server::v4::{
+    backchannel_fn, BackchannelSlot, ManualClock, Nfs4Config, Nfs4Service, SessionLimits,
+};
+use nfs_server::LocalFs;
+use oncrpc::client::{ReplyHint, RpcCall};
+use oncrpc::msg::{AuthSys, OpaqueAuth};
+use oncrpc::{CallContext, ClientTransport, RpcService, ServiceError};
+use rnic::loopback::{LoopbackDevice, LoopbackNetwork};
+use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerConfig};
+use tokio::sync::mpsc;
+use xdr::{Bounded, Encode, FixedOpaque, XdrBuf};
+
+const CB_PROGRAM: u32 = 0x4000_0000;
+const LEASE: Duration = Duration::from_secs(90);
+const OP_DELEGRETURN: u32 = 8;
+
+/// The client's callback program: CB_NULL, and CB_COMPOUND answering
+/// CB_SEQUENCE and reporting each CB_RECALL on a channel.
+struct CbService {
+    recalls: mpsc::UnboundedSender<(CbSequence4Args, CbRecall4Args)>,
+    nulls: Arc<AtomicU32>,
+}
+
+impl RpcService for CbService {
+    fn program(&self) -> u32 {
+        CB_PROGRAM
+    }
+    fn versions(&self) -> std::ops::RangeInclusive<u32> {
+        NFS4_CALLBACK_VERSION..=NFS4_CALLBACK_VERSION
+    }
+    async fn call(&self, ctx: CallContext, args: Bytes) -> Result<XdrBuf, ServiceError> {
+        match ctx.proc_ {
+            CB_NULL => {
+                self.nulls.fetch_add(1, Ordering::SeqCst);
+                Ok(XdrBuf::new())
+            }
+            CB_COMPOUND => {
+                let a: CbCompound4Args =
+                    xdr::from_slice(&args).map_err(ServiceError::GarbageArgs)?;
+                let mut seq = None;
+                let mut res = Vec::new();
+                for op in a.argarray {
+                    match op {
+                        NfsCbArgop4::Sequence(s) => {
+                            res.push(NfsCbResop4::Sequence(Res4::Ok(CbSequence4ResOk {
+                                sessionid: s.sessionid,
+                                sequenceid: s.sequenceid,
+                                slotid: s.slotid,
+                                highest_slotid: 0,
+                                target_highest_slotid: 0,
+                            })));
+                            seq = Some(s);
+                        }
+                        NfsCbArgop4::Recall(r) => {
+                            let s = seq.clone().expect("CB_SEQUENCE first");
+                            let _ = self.recalls.send((s, r));
+                            res.push(NfsCbResop4::Recall(Nfsstat4::NFS4_OK));
+                        }
+                        NfsCbArgop4::Other(n) => {
+                            res.push(NfsCbResop4::Other(n, Nfsstat4::NFS4ERR_NOTSUPP))
+                        }
+                    }
+                }
+                Ok(xdr::to_xdr_buf(&CbCompound4Res {
+                    status: Nfsstat4::NFS4_OK,
+                    tag: Bounded(a.tag),
+                    resarray: Bounded(res),
+                }))
+            }
+            _ => Err(ServiceError::ProcUnavail),
+        }
+    }
+}
+
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Srv {
+    net: LoopbackNetwork,
+    addr: String,
+    clock: Arc<ManualClock>,
+    uid: u32,
+    _dir: TempDir,
+}
+
+/// The NFSv4 server on RPC-over-RDMA; `backchannel_credits` 0 means the
+/// transport offers no back channel.
+async fn serve(tag: &str, backchannel_credits: u32) -> Srv {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::SeqCst);
+    let p = std::env::temp_dir().join(format!("nfs4-deleg-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&p).unwrap());
+    let clock = Arc::new(ManualClock::new());
+    let fs = Arc::new(LocalFs::new(&p, false).unwrap());
+    let slot = BackchannelSlot::new();
+    let mut server = oncrpc::Server::new();
+    server.register(
+        Nfs4Service::with_config(
+            fs,
+            Nfs4Config {
+                limits: SessionLimits::default(),
+                clock: clock.clone(),
+                server_owner: Bytes::from_static(b"deleg"),
+            },
+        )
+        .with_backchannels(slot.clone()),
+    );
+    let net = LoopbackNetwork::new(7 + u64::from(n));
+    let sdev = net.device();
+    let cfg = RdmaServerConfig {
+        backchannel_credits,
+        ..RdmaServerConfig::default()
+    };
+    let listener = RdmaListener::bind(&sdev, &String::new(), Arc::new(server), cfg)
+        .await
+        .unwrap();
+    let addr = listener.local_addr();
+    let bcs = listener.backchannels();
+    slot.set(backchannel_fn(move |p: &oncrpc::PeerInfo| {
+        bcs.get(p.conn_id)
+    }));
+    listener.spawn();
+    Srv {
+        net,
+        addr,
+        clock,
+        uid,
+        _dir: TempDir(p),
+    }
+}
+
+/// One scripted NFSv4.1 client over RDMA with its callback service.
+struct Client {
+    rpc: RdmaClient<LoopbackDevice>,
+    cred: OpaqueAuth,
+    clientid: u64,
+    session: [u8; 16],
+    seq: AtomicU32,
+    recalls: mpsc::UnboundedReceiver<(CbSequence4Args, CbRecall4Args)>,
+    nulls: Arc<AtomicU32>,
+    tx: mpsc::UnboundedSender<(CbSequence4Args, CbRecall4Args)>,
+}
+
+async fn connect_rpc(
+    srv: &Srv,
+    tx: &mpsc::UnboundedSender<(CbSequence4Args, CbRecall4Args)>,
+    nulls: &Arc<AtomicU32>,
+) -> RdmaClient<LoopbackDevice> {
+    let mut cb = oncrpc::Server::new();
+    cb.register(CbService {
+        recalls: tx.clone(),
+        nulls: nulls.clone(),
+    });
+    RdmaClient::connect_with_backchannel(
+        &srv.net.device(),
+        &srv.addr,
+        RdmaClientConfig::default(),
+        Arc::new(cb),
+    )
+    .await
+    .unwrap()
+}
+
+impl Client {
+    async fn connect(srv: &Srv, name: &str) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let nulls = Arc::new(AtomicU32::new(0));
+        let rpc = connect_rpc(srv, &tx, &nulls).await;
+        let mut c = Self {
+            rpc,
+            cred: AuthSys {
+                stamp: 1,
+                machinename: Bytes::from_static(b"deleg"),
+                uid: srv.uid,
+                gid: srv.uid,
+                gids: vec![],
+            }
+            .to_opaque_auth(),
+            clientid: 0,
+            session: [0; 16],
+            seq: AtomicU32::new(0),
+            recalls: rx,
+            nulls,
+            tx,
+        };
+        c.establish(name).await;
+        c
+    }
+
+    async fn raw(&self, args: Bytes) -> Bytes {
+        self.rpc
+            .call(RpcCall {
+                prog: NFS4_PROGRAM,
+                vers: NFS_V4,
+                proc_: NFSPROC4_COMPOUND,
+                cred: self.cred.clone(),
+                args: XdrBuf::from_bytes(args),
+                reply_hint: ReplyHint::default(),
+            })
+            .await
+            .unwrap()
+    }
+
+    async fn ops(&self, ops: Vec<NfsArgop4>) -> Compound4Res {
+        let args = Compound4Args {
+            tag: Bytes::new(),
+            minorversion: 1,
+            argarray: ops,
+        };
+        xdr::from_slice(&self.raw(xdr::to_bytes(&args)).await).unwrap()
+    }
+
+    async fn establish(&mut self, name: &str) {
+        let r = self
+            .ops(vec![NfsArgop4::ExchangeId(ExchangeId4Args {
+                clientowner: ClientOwner4 {
+                    verifier: FixedOpaque([1; 8]),
+                    ownerid: Bounded(Bytes::from(name.to_string())),
+                },
+                flags: EXCHGID4_FLAG_SUPP_MOVED_REFER,
+                state_protect: StateProtect4A::None,
+                client_impl_id: Bounded(vec![]),
+            })])
+            .await;
+        let Some(NfsResop4::ExchangeId(Res4::Ok(x))) = r.resarray.first() else {
+            panic!("EXCHANGE_ID: {r:?}")
+        };
+        self.clientid = x.clientid;
+        let attrs = |n| ChannelAttrs4 {
+            headerpadsize: 0,
+            maxrequestsize: 65536,
+            maxresponsesize: 65536,
+            maxresponsesize_cached: 7584,
+            maxoperations: 16,
+            maxrequests: n,
+            rdma_ird: Bounded(vec![]),
+        };
+        let r = self
+            .ops(vec![NfsArgop4::CreateSession(CreateSession4Args {
+                clientid: x.clientid,
+                sequence: x.sequenceid,
+                flags: CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+                fore_chan_attrs: attrs(16),
+                back_chan_attrs: attrs(1),
+                cb_program: CB_PROGRAM,
+                sec_parms: Bounded(vec![CallbackSecParms4::None]),
+            })])
+            .await;
+        let Some(NfsResop4::CreateSession(Res4::Ok(s))) = r.resarray.first() else {
+            panic!("CREATE_SESSION: {r:?}")
+        };
+        self.session = s.sessionid.0;
+    }
+
+    fn sequence(&self) -> NfsArgop4 {
+        NfsArgop4::Sequence(Sequence4Args {
+            sessionid: FixedOpaque(self.session),
+            sequenceid: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
+            slotid: 0,
+            highest_slotid: 0,
+            cachethis: false,
+        })
+    }
+
+    async fn seq(&self, ops: Vec<NfsArgop4>) -> Compound4Res {
+        let mut all = vec![self.sequence()];
+        all.extend(ops);
+        self.ops(all).await
+    }
+
+    /// SEQUENCE's status flags.
+    async fn flags(&self) -> u32 {
+        match self.seq(vec![]).await.resarray.first() {
+            Some(NfsResop4::Sequence(Res4::Ok(s))) => s.status_flags,
+            r => panic!("SEQUENCE: {r:?}"),
+        }
+    }
+
+    /// PUTROOTFH; OPEN `file` (created if missing) with `access`; GETFH.
+    async fn open(&self, file: &'static str, access: u32) -> Compound4Res {
+        self.seq(vec![
+            NfsArgop4::Putrootfh(()),
+            NfsArgop4::Open(Open4Args {
+                seqid: 0,
+                share_access: access,
+                share_deny: OPEN4_SHARE_DENY_NONE,
+                owner: StateOwner4 {
+                    clientid: self.clientid,
+                    owner: Bounded(Bytes::from_static(b"owner")),
+                },
+                openhow: OpenHow4(Some(Createhow4::Unchecked(
+                    FileAttrs {
+                        mode: Some(0o644),
+                        ..Default::default()
+                    }
+                    .to_fattr4(&Bitmap4::from_bits(&[nfs::v4::attr::FATTR4_MODE])),
+                ))),
+                claim: OpenClaim4::Null(Component4::from_static(file)),
+            }),
+            NfsArgop4::Getfh(()),
+        ])
+        .await
+    }
+
+    /// SEQUENCE; PUTFH; DELEGRETURN (encoded here: `NfsArgop4` does not
+    /// model it). Returns the COMPOUND status.
+    async fn delegreturn(&self, fh: &NfsFh4, sid: &Stateid4) -> Nfsstat4 {
+        let mut b = BytesMut::new();
+        Bytes::new().encode(&mut b);
+        1u32.encode(&mut b);
+        3u32.encode(&mut b);
+        self.sequence().encode(&mut b);
+        NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }).encode(&mut b);
+        OP_DELEGRETURN.encode(&mut b);
+        sid.encode(&mut b);
+        let r = self.raw(b.freeze()).await;
+        xdr::from_slice::<Nfsstat4>(&r[..4]).unwrap()
+    }
+
+    async fn recall(&mut self) -> (CbSequence4Args, CbRecall4Args) {
+        tokio::time::timeout(Duration::from_secs(10), self.recalls.recv())
+            .await
+            .expect("a CB_RECALL within 10 s")
+            .unwrap()
+    }
+}
+
+fn opened(r: &Compound4Res) -> (Stateid4, OpenDelegation4, NfsFh4) {
+    assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+    let o = r
+        .resarray
+        .iter()
+        .find_map(|x| match x {
+            NfsResop4::Open(Res4::Ok(o)) => Some(o.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let fh = r
+        .resarray
+        .iter()
+        .find_map(|x| match x {
+            NfsResop4::Getfh(Res4::Ok(g)) => Some(g.object.clone()),
+            _ => None,
+        })
+        .unwrap();
+    (o.stateid, o.delegation, fh)
+}
+
+fn open_status(r: &Compound4Res) -> Nfsstat4 {
+    r.resarray.last().map(NfsResop4::status).unwrap()
+}
+
+/// B's OPEN until it stops answering NFS4ERR_DELAY (bounded).
+async fn open_after_delay(b: &Client, file: &'static str, access: u32) -> (u32, Compound4Res) {
+    for n in 0..100 {
+        let r = b.open(file, access).await;
+        if r.status != Nfsstat4::NFS4ERR_DELAY {
+            return (n, r);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("still NFS4ERR_DELAY");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_delegation_is_recalled_when_another_client_opens_for_write() {
+    let srv = serve("read", 4).await;
+    let mut a = Client::connect(&srv, "client-a").await;
+    let b = Client::connect(&srv, "client-b").await;
+    let (_, deleg, fh) = opened(&a.open("f", OPEN4_SHARE_ACCESS_READ).await);
+    let OpenDelegation4::Read(dsid, false, _) = deleg else {
+        panic!("read delegation expected: {deleg:?}")
+    };
+    assert_eq!(
+        a.nulls.load(Ordering::SeqCst),
+        1,
+        "probed with CB_NULL once"
+    );
+    // B wants to write: DELAY while A's delegation is recalled.
+    let r = b.open("f", OPEN4_SHARE_ACCESS_WRITE).await;
+    assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
+    let (cbseq, recall) = a.recall().await;
+    assert_eq!(cbseq.sessionid.0, a.session);
+    assert_eq!((cbseq.sequenceid, cbseq.slotid), (1, 0));
+    assert_eq!(recall.stateid, dsid);
+    assert_eq!(recall.fh, fh);
+    let r = b.open("f", OPEN4_SHARE_ACCESS_WRITE).await;
+    assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY, "not returned yet");
+    assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    let (_, r) = open_after_delay(&b, "f", OPEN4_SHARE_ACCESS_WRITE).await;
+    let (_, bdeleg, _) = opened(&r);
+    assert_eq!(bdeleg, OpenDelegation4::None, "A still has the file open");
+    assert_eq!(
+        a.delegreturn(&fh, &dsid).await,
+        Nfsstat4::NFS4ERR_BAD_STATEID,
+        "returned once"
+    );
+    assert_eq!(a.flags().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_delegation_is_recalled_when_another_client_reads() {
+    let srv = serve("write", 4).await;
+    let mut a = Client::connect(&srv, "client-a").await;
+    let b = Client::connect(&srv, "client-b").await;
+    let (_, deleg, fh) = opened(&a.open("w", OPEN4_SHARE_ACCESS_BOTH).await);
+    let OpenDelegation4::Write(dsid, false, _, _) = deleg else {
+        panic!("write delegation expected: {deleg:?}")
+    };
+    // A writes under its delegation stateid.
+    let r = a
+        .seq(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+            NfsArgop4::Write(Write4Args {
+                stateid: dsid,
+                offset: 0,
+                stable: StableHow4(2),
+                data: xdr::DdpOpaque(Bytes::from_static(b"hello")),
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+    let r = b.open("w", OPEN4_SHARE_ACCESS_READ).await;
+    assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
+    let (cbseq, recall) = a.recall().await;
+    assert_eq!(recall.stateid, dsid);
+    assert_eq!(cbseq.sequenceid, 1);
+    assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    let (_, r) = open_after_delay(&b, "w", OPEN4_SHARE_ACCESS_READ).await;
+    opened(&r);
+    // A second conflict on another file uses the next callback sequence id.
+    let (_, deleg, fh2) = opened(&a.open("w2", OPEN4_SHARE_ACCESS_BOTH).await);
+    let OpenDelegation4::Write(dsid2, ..) = deleg else {
+        panic!("write delegation expected: {deleg:?}")
+    };
+    let r = b
+        .seq(vec![
+            NfsArgop4::Putrootfh(()),
+            NfsArgop4::Remove(Remove4Args {
+                target: Component4::from_static("w2"),
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_DELAY, "REMOVE conflicts");
+    let (cbseq, recall) = a.recall().await;
+    assert_eq!((cbseq.sequenceid, recall.stateid), (2, dsid2));
+    assert_eq!(a.delegreturn(&fh2, &dsid2).await, Nfsstat4::NFS4_OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_backchannel_means_no_delegation_and_cb_path_down() {
+    let srv = serve("nobc", 0).await;
+    let a = Client::connect(&srv, "client-a").await;
+    assert_eq!(a.flags().await, 0);
+    let (_, deleg, _) = opened(&a.open("f", OPEN4_SHARE_ACCESS_READ).await);
+    assert_eq!(deleg, OpenDelegation4::None);
+    assert_eq!(
+        a.flags().await & SEQ4_STATUS_CB_PATH_DOWN,
+        SEQ4_STATUS_CB_PATH_DOWN
+    );
+    assert_eq!(a.nulls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreturned_delegation_is_revoked_after_a_lease() {
+    let srv = serve("revoke", 4).await;
+    let mut a = Client::connect(&srv, "client-a").await;
+    let b = Client::connect(&srv, "client-b").await;
+    let (_, deleg, fh) = opened(&a.open("f", OPEN4_SHARE_ACCESS_READ).await);
+    let OpenDelegation4::Read(dsid, ..) = deleg else {
+        panic!("read delegation expected: {deleg:?}")
+    };
+    let r = b.open("f", OPEN4_SHARE_ACCESS_WRITE).await;
+    assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
+    a.recall().await;
+    // A keeps its lease but never returns the delegation.
+    srv.clock.advance(LEASE / 2);
+    assert_eq!(a.flags().await, 0);
+    let r = b.open("f", OPEN4_SHARE_ACCESS_WRITE).await;
+    assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY, "within the lease");
+    srv.clock.advance(LEASE / 2 + Duration::from_secs(1));
+    let r = b.open("f", OPEN4_SHARE_ACCESS_WRITE).await;
+    opened(&r);
+    const REVOKED: u32 = 0x40; // SEQ4_STATUS_RECALLABLE_STATE_REVOKED
+    assert_eq!(a.flags().await, REVOKED);
+    assert_eq!(
+        a.delegreturn(&fh, &dsid).await,
+        Nfsstat4::NFS4ERR_DELEG_REVOKED
+    );
+    let r = a
+        .seq(vec![NfsArgop4::FreeStateid(FreeStateid4Args {
+            stateid: dsid,
+        })])
+        .await;
+    assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+    assert_eq!(a.flags().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recall_waits_for_the_client_to_bind_a_new_connection() {
+    let srv = serve("rebind", 4).await;
+    let mut a = Client::connect(&srv, "client-a").await;
+    let b = Client::connect(&srv, "client-b").await;
+    let (_, deleg, fh) = opened(&a.open("f", OPEN4_SHARE_ACCESS_READ).await);
+    let OpenDelegation4::Read(dsid, ..) = deleg else {
+        panic!("read delegation expected: {deleg:?}")
+    };
+    a.rpc.close();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let r = b.open("f", OPEN4_SHARE_ACCESS_WRITE).await;
+    assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        a.recalls.try_recv().is_err(),
+        "no connection, no recall yet"
+    );
+    // A reconnects and binds the new connection to both channels.
+    a.rpc = connect_rpc(&srv, &a.tx, &a.nulls).await;
+    let r = a
+        .ops(vec![NfsArgop4::BindConnToSession(BindConnToSession4Args {
+            sessid: FixedOpaque(a.session),
+            dir: ChannelDir4::CDFC4_BACK_OR_BOTH,
+            use_conn_in_rdma_mode: false,
+        })])
+        .await;
+    assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+    let (_, recall) = a.recall().await;
+    assert_eq!(recall.stateid, dsid);
+    assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    let (_, r) = open_after_delay(&b, "f", OPEN4_SHARE_ACCESS_WRITE).await;
+    opened(&r);
+}
