@@ -1,0 +1,469 @@
+//! RPC-over-RDMA version 2 on the wire (draft-cel-nfsv4-rpcrdma-version-two-09):
+//! a hand-driven requester sends hand-built version 2 headers to an
+//! [`RdmaListener`] over the loopback device and checks each answer: the
+//! RDMA2_ERROR bodies of §5.3.3, RDMA2_CONNPROP (§4.1, §4.2, §5.3.4), the
+//! reply version (§7) and remote invalidation by rdma_inv_handle (§3.3).
+#![cfg(feature = "transport")]
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use oncrpc::echo::{EchoService, ECHO_PROGRAM, ECHO_VERSION, PROC_ECHO, PROC_NULL};
+use oncrpc::Server;
+use rnic::loopback::{LoopbackDevice, LoopbackNetwork};
+use rnic::{
+    Access, CompletionQueue, Device, MemoryRegion, ProtectionDomain, QpConfig, QueuePair, RecvWr,
+    SendWr, Stag, WcOpcode,
+};
+use rpcrdma::transport::{RdmaListener, RdmaServerConfig};
+use rpcrdma::wire::v2::{
+    Body, ChunkLists2, ErrorBody, Flags, Header, PropId, PropVal, Properties, RvReqSup,
+};
+use rpcrdma::wire::{v1, ChunkLists, Limits, RdmaSegment, ReadSegment, WriteChunk};
+
+type Qp = <LoopbackDevice as Device>::Qp;
+
+/// A requester that speaks raw headers.
+struct Raw {
+    qp: Qp,
+    pd: ProtectionDomain,
+    next: u64,
+}
+
+/// The received message and the STag its Send With Invalidate named.
+struct Received {
+    bytes: BytesMut,
+    invalidated: Option<Stag>,
+}
+
+impl Raw {
+    async fn connect(seed: u64, config: RdmaServerConfig) -> Self {
+        let net = LoopbackNetwork::new(seed);
+        let (sdev, cdev) = (net.device(), net.device());
+        let mut server = Server::new();
+        server.register(EchoService::default());
+        let listener = RdmaListener::bind(&sdev, &String::new(), Arc::new(server), config)
+            .await
+            .unwrap();
+        let addr = listener.local_addr();
+        listener.spawn();
+        let pd = cdev.alloc_pd();
+        let mut cfg = QpConfig::new(CompletionQueue::new(64));
+        cfg.initial_recvs = (0..8)
+            .map(|i| RecvWr {
+                wr_id: i,
+                buf: BytesMut::with_capacity(4096),
+            })
+            .collect();
+        let qp = cdev.connect(&pd, &addr, cfg).await.unwrap().qp;
+        Self { qp, pd, next: 100 }
+    }
+
+    /// Sends `msg` and waits for the next received message.
+    async fn exchange(&mut self, msg: Vec<Bytes>) -> Received {
+        self.next += 1;
+        self.qp
+            .post_send(SendWr {
+                wr_id: self.next,
+                data: msg,
+                solicited: false,
+                invalidate: None,
+            })
+            .unwrap();
+        loop {
+            let wc = self.qp.recv_cq().next().await.unwrap();
+            if wc.opcode == WcOpcode::Recv {
+                let mut bytes = wc.buf.unwrap();
+                bytes.truncate(wc.byte_len as usize);
+                self.qp
+                    .post_recv(RecvWr {
+                        wr_id: self.next + 1000,
+                        buf: BytesMut::with_capacity(4096),
+                    })
+                    .unwrap();
+                return Received {
+                    bytes,
+                    invalidated: wc.invalidated,
+                };
+            }
+        }
+    }
+
+    /// Sends `msg` and decodes the version 2 answer, checking the XID
+    /// and RPCRDMA2_F_RESPONSE (v2 draft §3.2).
+    async fn answer(&mut self, xid: u32, msg: Vec<Bytes>) -> (Header, Received) {
+        let r = self.exchange(msg).await;
+        let (h, _) = Header::parse(&r.bytes, &Limits::default()).unwrap();
+        assert_eq!(h.xid, xid);
+        assert!(h.flags.is_response(), "RPCRDMA2_F_RESPONSE on {h:?}");
+        assert!(h.credits >= 1);
+        (h, r)
+    }
+
+    fn region(&self, len: usize) -> MemoryRegion {
+        self.pd
+            .register(BytesMut::zeroed(len), Access::REMOTE_WRITE)
+            .unwrap()
+    }
+}
+
+fn header(xid: u32, body: Body) -> Bytes {
+    xdr::to_bytes(&Header {
+        xid,
+        credits: 8,
+        flags: Flags::default(),
+        body,
+    })
+}
+
+fn msg(xid: u32, inv_handle: u32, lists: ChunkLists) -> Bytes {
+    header(xid, Body::Msg(ChunkLists2 { inv_handle, lists }))
+}
+
+/// An RPC call to the echo program, AUTH_NONE, with `data` as argument.
+fn rpc_call(xid: u32, proc_: u32, data: &[u8]) -> Bytes {
+    let mut v = Vec::new();
+    for w in [xid, 0, 2, ECHO_PROGRAM, ECHO_VERSION, proc_, 0, 0, 0, 0] {
+        v.extend_from_slice(&u32::to_be_bytes(w));
+    }
+    if proc_ == PROC_ECHO {
+        v.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        v.extend_from_slice(data);
+        v.resize(v.len().next_multiple_of(4), 0);
+    }
+    v.into()
+}
+
+fn seg(handle: u32, length: u32) -> RdmaSegment {
+    RdmaSegment {
+        handle,
+        length,
+        offset: 0x1000,
+    }
+}
+
+fn connprop(xid: u32, props: Vec<PropVal>) -> Bytes {
+    header(xid, Body::ConnProp(props))
+}
+
+fn rbsiz(size: u32) -> PropVal {
+    PropVal {
+        which: PropId::RDMA2_PROPID_RBSIZ,
+        data: Bytes::copy_from_slice(&size.to_be_bytes()),
+    }
+}
+
+/// v2 draft §5.3.3, §5.2: an unknown header type is RDMA2_ERR_INVAL_HTYPE.
+#[tokio::test]
+async fn unknown_header_type_is_answered_with_inval_htype() {
+    let mut raw = Raw::connect(21, RdmaServerConfig::default()).await;
+    let bytes: Vec<u8> = [0x21u32, 2, 8, 9, 0, 0, 0, 0]
+        .iter()
+        .flat_map(|w| w.to_be_bytes())
+        .collect();
+    let (h, r) = raw.answer(0x21, vec![bytes.into()]).await;
+    assert_eq!(h.body, Body::Error(ErrorBody::InvalHtype));
+    // The error is version 2 with a void body: prefix, flags, code.
+    assert_eq!(
+        &r.bytes[..],
+        &[
+            0,
+            0,
+            0,
+            0x21,
+            0,
+            0,
+            0,
+            2,
+            0,
+            0,
+            0,
+            h.credits as u8,
+            0,
+            0,
+            0,
+            4,
+            0,
+            0,
+            0,
+            1,
+            0,
+            0,
+            0,
+            3
+        ]
+    );
+}
+
+/// v2 draft §5.3.3: a header that does not decode is RDMA2_ERR_BAD_XDR.
+#[tokio::test]
+async fn truncated_chunk_lists_are_answered_with_bad_xdr() {
+    let mut raw = Raw::connect(22, RdmaServerConfig::default()).await;
+    // RDMA2_MSG, flags 0, inv_handle 0, a read list entry cut short.
+    let bytes: Vec<u8> = [0x22u32, 2, 8, 0, 0, 0, 1, 0]
+        .iter()
+        .flat_map(|w| w.to_be_bytes())
+        .collect();
+    let (h, _) = raw.answer(0x22, vec![bytes.into()]).await;
+    assert_eq!(h.body, Body::Error(ErrorBody::BadXdr));
+}
+
+/// v2 draft §4.1: a property value that does not fit its type is
+/// RDMA2_ERR_BAD_XDR; unknown properties are ignored.
+#[tokio::test]
+async fn ill_typed_property_is_bad_xdr_and_unknown_property_is_ignored() {
+    let mut raw = Raw::connect(23, RdmaServerConfig::default()).await;
+    let short = PropVal {
+        which: PropId::RDMA2_PROPID_RBSIZ,
+        data: Bytes::from_static(&[0, 1]),
+    };
+    let (h, _) = raw.answer(0x23, vec![connprop(0x23, vec![short])]).await;
+    assert_eq!(h.body, Body::Error(ErrorBody::BadXdr));
+
+    let unknown = PropVal {
+        which: PropId(99),
+        data: Bytes::from_static(b"whatever"),
+    };
+    let (h, _) = raw
+        .answer(0x24, vec![connprop(0x24, vec![unknown, rbsiz(8192)])])
+        .await;
+    let Body::ConnProp(props) = &h.body else {
+        panic!("not RDMA2_CONNPROP: {h:?}");
+    };
+    let p = Properties::from_propset(props).unwrap();
+    assert_eq!(p.receive_buffer_size, 4096);
+    assert_eq!(p.reverse_request_support, RvReqSup::RDMA2_RVREQSUP_NONE);
+}
+
+/// v2 draft §4.2.2: a server that issues reverse-direction calls says it
+/// takes their replies inline.
+#[tokio::test]
+async fn server_with_backchannel_advertises_inline_reverse_support() {
+    let cfg = RdmaServerConfig {
+        backchannel_credits: 2,
+        ..RdmaServerConfig::default()
+    };
+    let mut raw = Raw::connect(24, cfg).await;
+    let (h, _) = raw.answer(7, vec![connprop(7, vec![rbsiz(4096)])]).await;
+    let Body::ConnProp(props) = &h.body else {
+        panic!("not RDMA2_CONNPROP: {h:?}");
+    };
+    let p = Properties::from_propset(props).unwrap();
+    assert_eq!(p.reverse_request_support, RvReqSup::RDMA2_RVREQSUP_INLINE);
+}
+
+/// v2 draft §5.3.3: RDMA2_ERR_READ_CHUNKS, RDMA2_ERR_WRITE_CHUNKS and
+/// RDMA2_ERR_SEGMENTS carry the responder's limits.
+#[tokio::test]
+async fn too_many_chunks_or_segments_are_answered_with_the_limits() {
+    let mut raw = Raw::connect(25, RdmaServerConfig::default()).await;
+    let limits = Limits::default();
+    let reads = ChunkLists {
+        reads: (0..=limits.max_read_segments)
+            .map(|i| ReadSegment {
+                position: 40,
+                target: seg(i + 1, 8),
+            })
+            .collect(),
+        ..ChunkLists::default()
+    };
+    let writes = ChunkLists {
+        writes: (0..=limits.max_write_chunks)
+            .map(|i| WriteChunk {
+                segments: vec![seg(i + 1, 64)],
+            })
+            .collect(),
+        ..ChunkLists::default()
+    };
+    let segments = ChunkLists {
+        reply: Some(WriteChunk {
+            segments: (0..=limits.max_segments_per_chunk)
+                .map(|i| seg(i + 1, 64))
+                .collect(),
+        }),
+        ..ChunkLists::default()
+    };
+    let cases = [
+        (
+            reads,
+            ErrorBody::ReadChunks {
+                max_chunks: limits.max_read_segments,
+            },
+        ),
+        (
+            writes,
+            ErrorBody::WriteChunks {
+                max_chunks: limits.max_write_chunks,
+            },
+        ),
+        (
+            segments,
+            ErrorBody::Segments {
+                max_segments: limits.max_segments_per_chunk,
+            },
+        ),
+    ];
+    for (i, (lists, want)) in cases.into_iter().enumerate() {
+        let xid = 0x30 + i as u32;
+        let call = vec![msg(xid, 0, lists), rpc_call(xid, PROC_NULL, &[])];
+        let (h, _) = raw.answer(xid, call).await;
+        assert_eq!(h.body, Body::Error(want), "case {i}");
+    }
+}
+
+/// v2 draft §5.3.3: a write chunk smaller than the DDP-eligible result is
+/// RDMA2_ERR_WRITE_RESOURCE naming the chunk (1-based) and the length.
+#[tokio::test]
+async fn small_write_chunk_is_answered_with_write_resource() {
+    let mut raw = Raw::connect(26, RdmaServerConfig::default()).await;
+    let mr = raw.region(100);
+    let lists = ChunkLists {
+        writes: vec![WriteChunk {
+            segments: vec![RdmaSegment {
+                handle: mr.stag().0,
+                length: 100,
+                offset: mr.base_to(),
+            }],
+        }],
+        ..ChunkLists::default()
+    };
+    let data = vec![0x5a; 2000];
+    let call = vec![msg(0x40, 0, lists), rpc_call(0x40, PROC_ECHO, &data)];
+    let (h, _) = raw.answer(0x40, call).await;
+    assert_eq!(
+        h.body,
+        Body::Error(ErrorBody::WriteResource {
+            chunk_index: 1,
+            length_needed: 2000,
+        })
+    );
+}
+
+/// v2 draft §4.2.1, §5.3.3: after the requester says its receive buffers
+/// are 1024 bytes, a 2028-byte reply needs a reply chunk; none, or one
+/// too small, is RDMA2_ERR_REPLY_RESOURCE with the length needed; a large
+/// enough one carries the reply (RDMA2_NOMSG).
+#[tokio::test]
+async fn small_reply_chunk_is_answered_with_reply_resource() {
+    let mut raw = Raw::connect(27, RdmaServerConfig::default()).await;
+    let (h, _) = raw.answer(1, vec![connprop(1, vec![rbsiz(1024)])]).await;
+    assert!(matches!(h.body, Body::ConnProp(_)));
+    let data = vec![0x3c; 2000];
+    // RPC reply header (24) + length word (4) + data.
+    let needed = 24 + 4 + 2000;
+    let small = raw.region(100);
+    let reply_chunk = |mr: &MemoryRegion, length| ChunkLists {
+        reply: Some(WriteChunk {
+            segments: vec![RdmaSegment {
+                handle: mr.stag().0,
+                length,
+                offset: mr.base_to(),
+            }],
+        }),
+        ..ChunkLists::default()
+    };
+    for (xid, lists) in [
+        (0x50, ChunkLists::default()),
+        (0x51, reply_chunk(&small, 100)),
+    ] {
+        let call = vec![msg(xid, 0, lists), rpc_call(xid, PROC_ECHO, &data)];
+        let (h, _) = raw.answer(xid, call).await;
+        assert_eq!(
+            h.body,
+            Body::Error(ErrorBody::ReplyResource {
+                length_needed: needed
+            })
+        );
+    }
+    let big = raw.region(4096);
+    let call = vec![
+        msg(0x52, 0, reply_chunk(&big, 4096)),
+        rpc_call(0x52, PROC_ECHO, &data),
+    ];
+    let (h, _) = raw.answer(0x52, call).await;
+    let Body::NoMsg(c) = &h.body else {
+        panic!("not RDMA2_NOMSG: {h:?}");
+    };
+    assert_eq!(
+        c.lists.reply.as_ref().unwrap().total_len(),
+        u64::from(needed)
+    );
+    let buf = big.invalidate().buf;
+    assert_eq!(&buf[28..2028], &data[..]);
+}
+
+/// v2 draft §3.3, §8.4: the responder uses Send With Invalidate with the
+/// handle the requester named in rdma_inv_handle, and never when it is
+/// zero.
+#[tokio::test]
+async fn send_with_invalidate_names_rdma_inv_handle_and_never_zero() {
+    let mut raw = Raw::connect(28, RdmaServerConfig::default()).await;
+    raw.answer(1, vec![connprop(1, vec![rbsiz(1024)])]).await;
+    let data = vec![0x11; 2000];
+    for (xid, named) in [(0x60u32, true), (0x61, false)] {
+        let mr = raw.region(4096);
+        let lists = ChunkLists {
+            reply: Some(WriteChunk {
+                segments: vec![RdmaSegment {
+                    handle: mr.stag().0,
+                    length: 4096,
+                    offset: mr.base_to(),
+                }],
+            }),
+            ..ChunkLists::default()
+        };
+        let inv = if named { mr.stag().0 } else { 0 };
+        let call = vec![msg(xid, inv, lists), rpc_call(xid, PROC_ECHO, &data)];
+        let (h, r) = raw.answer(xid, call).await;
+        assert!(matches!(h.body, Body::NoMsg(_)), "{h:?}");
+        if named {
+            assert_eq!(r.invalidated, Some(mr.stag()));
+        } else {
+            assert_eq!(r.invalidated, None);
+        }
+    }
+    // An inline reply to a call with no chunks: rdma_inv_handle zero, no
+    // invalidation.
+    let call = vec![
+        msg(0x62, 0, ChunkLists::default()),
+        rpc_call(0x62, PROC_NULL, &[]),
+    ];
+    let (h, r) = raw.answer(0x62, call).await;
+    assert!(matches!(h.body, Body::Msg(_)));
+    assert_eq!(r.invalidated, None);
+}
+
+/// v2 draft §7: the server replies in the version the call used.
+#[tokio::test]
+async fn server_replies_in_the_version_of_the_call() {
+    let mut raw = Raw::connect(29, RdmaServerConfig::default()).await;
+    let v1_call = xdr::to_bytes(&v1::Header {
+        xid: 0x70,
+        credits: 8,
+        body: v1::Body::Msg(ChunkLists::default()),
+    });
+    let r = raw
+        .exchange(vec![v1_call, rpc_call(0x70, PROC_NULL, &[])])
+        .await;
+    let (h, len) = v1::Header::parse(&r.bytes, &Limits::default()).unwrap();
+    assert_eq!(
+        (h.xid, h.body),
+        (0x70, v1::Body::Msg(ChunkLists::default()))
+    );
+    assert_eq!(&r.bytes[len + 4..len + 8], &[0, 0, 0, 1], "RPC REPLY");
+
+    let call = vec![
+        msg(0x71, 0, ChunkLists::default()),
+        rpc_call(0x71, PROC_NULL, &[]),
+    ];
+    let (h, r) = raw.answer(0x71, call).await;
+    let Body::Msg(c) = &h.body else {
+        panic!("not RDMA2_MSG: {h:?}");
+    };
+    assert_eq!(c.inv_handle, 0);
+    assert_eq!(
+        &r.bytes[40..44],
+        &[0, 0, 0, 1],
+        "RPC REPLY after a 36-byte header"
+    );
+}
