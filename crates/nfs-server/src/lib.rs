@@ -102,10 +102,30 @@ pub fn rpc_server(
     registry: Registry,
     advertise: IpAddr,
 ) -> oncrpc::Server {
+    rpc_server_with_backchannels(
+        fs,
+        mount_paths,
+        registry,
+        advertise,
+        v4::BackchannelSlot::new(),
+    )
+}
+
+/// Like [`rpc_server`], with the NFSv4.1 service taking callback paths
+/// from `backchannels` (RFC 8881 §2.10.3.1): once a transport that offers
+/// back channels fills it (RPC-over-RDMA, RFC 8167), NFSv4.1 clients get
+/// delegations.
+pub fn rpc_server_with_backchannels(
+    fs: Arc<LocalFs>,
+    mount_paths: Vec<Bytes>,
+    registry: Registry,
+    advertise: IpAddr,
+    backchannels: v4::BackchannelSlot,
+) -> oncrpc::Server {
     let mut server = oncrpc::Server::new().with_drc(DrcConfig::default());
     server.register(MountService::new(Arc::clone(&fs), mount_paths));
     server.register(RpcbindService::new(registry, advertise));
-    server.register(v4::Nfs4Service::new(Arc::clone(&fs)));
+    server.register(v4::Nfs4Service::new(Arc::clone(&fs)).with_backchannels(backchannels));
     server.register_arc(Arc::new(Nfs3Service::new(fs)));
     server
 }
@@ -119,6 +139,7 @@ pub struct RunningServer {
     mount_addr: Option<SocketAddr>,
     rpcbind_addr: Option<SocketAddr>,
     tasks: Vec<JoinHandle<io::Result<()>>>,
+    backchannels: v4::BackchannelSlot,
 }
 
 impl RunningServer {
@@ -159,6 +180,13 @@ impl RunningServer {
         &self.fs
     }
 
+    /// Where the NFSv4.1 service finds back channels: fill it with
+    /// [`v4::BackchannelSlot::set`] once an RPC-over-RDMA listener offers
+    /// them.
+    pub fn v4_backchannels(&self) -> &v4::BackchannelSlot {
+        &self.backchannels
+    }
+
     /// Stops accepting connections. Connections already open are served
     /// until their peers close them.
     pub fn stop(self) {
@@ -182,11 +210,13 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
     let mut paths = vec![Bytes::copy_from_slice(fs.path().as_os_str().as_bytes())];
     paths.extend(config.aliases.iter().map(|a| Bytes::from(a.clone())));
     let registry: Registry = Arc::new(Mutex::new(Vec::new()));
-    let server = Arc::new(rpc_server(
+    let backchannels = v4::BackchannelSlot::new();
+    let server = Arc::new(rpc_server_with_backchannels(
         Arc::clone(&fs),
         paths,
         Arc::clone(&registry),
         config.nfs_addr.ip(),
+        backchannels.clone(),
     ));
     let tcp = TcpConfig::default();
     let nfs = TcpServer::bind(config.nfs_addr, Arc::clone(&server), tcp).await?;
@@ -234,5 +264,6 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
         mount_addr,
         rpcbind_addr,
         tasks: listeners.into_iter().map(TcpServer::spawn).collect(),
+        backchannels,
     })
 }
