@@ -1,5 +1,6 @@
-//! `serve`: the NFS server (NFSv3 + MOUNT v3, optional rpcbind) on a local
-//! directory, over TCP and over RPC-over-RDMA on the software iWARP device.
+//! `serve`: the NFS server (NFSv3 + MOUNT v3, NFSv4.1/4.2, optional
+//! rpcbind) on a local directory, over TCP and over RPC-over-RDMA on the
+//! software iWARP device; RDMA connections carry the NFSv4.1 backchannel.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -38,6 +39,12 @@ pub(crate) struct ServeArgs {
     /// Credits granted per RDMA connection (receive buffers posted).
     #[arg(long, default_value_t = 64)]
     rdma_credits: u32,
+    /// Receive buffers posted per RDMA connection for replies to the
+    /// server's reverse-direction calls (NFSv4.1 callbacks on the client's
+    /// own connection, RFC 8167); 0 disables the backchannel, and with it
+    /// NFSv4.1 delegations.
+    #[arg(long, default_value_t = 8)]
+    rdma_backchannel_credits: u32,
     /// MOUNT v3 port over TCP (MOUNT is also served on the NFS port).
     #[arg(long, default_value_t = 20048)]
     mount_port: u16,
@@ -102,12 +109,25 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let addr = SocketAddr::new(args.addr, args.rdma_port);
         let rdma_config = rpcrdma::transport::RdmaServerConfig {
             credits: args.rdma_credits.max(1),
+            backchannel_credits: args.rdma_backchannel_credits,
             ..rpcrdma::transport::RdmaServerConfig::default()
         };
         let listener =
             rpcrdma::transport::RdmaListener::bind(&device, &addr, server.rpc(), rdma_config)
                 .await
                 .with_context(|| format!("listening for RPC-over-RDMA on {addr}"))?;
+        if args.rdma_backchannel_credits > 0 {
+            // NFSv4.1 callbacks go on the client's RDMA connection
+            // (draft-ietf-nfsv4-rpcrdma-bidirection-01 §1.4.2); connection
+            // ids are numbered per transport, so only RDMA calls match.
+            let backchannels = listener.backchannels();
+            server.v4_backchannels().set(nfs_server::v4::backchannel_fn(
+                move |p: &oncrpc::PeerInfo| match p.transport {
+                    oncrpc::TransportKind::Rdma => backchannels.get(p.conn_id),
+                    _ => None,
+                },
+            ));
+        }
         listening.push(format!("nfs over rdma {}", listener.local_addr()));
         Some(listener.spawn())
     } else {
