@@ -617,15 +617,26 @@ fn convey<D: Device>(
         solicited: false,
         invalidate: None,
     };
-    if qp.post_send(wr).is_err() {
-        if inner.dialer.is_none() {
+    match qp.post_send(wr) {
+        Ok(()) => Ok(()),
+        // The queue pair left RTS: the connection is lost, and with
+        // reconnection the call is sent again on the next one.
+        Err(rnic::PostError::InvalidState(_)) => {
+            if inner.dialer.is_none() {
+                if let Some(res) = st.resources.remove(&xid) {
+                    res.fence();
+                }
+            }
+            Err(RpcError::ConnectionClosed)
+        }
+        // Anything else will not get better by waiting: fail the call.
+        Err(_) => {
             if let Some(res) = st.resources.remove(&xid) {
                 res.fence();
             }
+            Err(RpcError::Transport("work request refused by the device"))
         }
-        return Err(RpcError::ConnectionClosed);
     }
-    Ok(())
 }
 
 /// Sends backlogged calls while credits allow (RFC 8166 §3.3.1).
