@@ -51,7 +51,9 @@ pub(super) fn decode(
     let pre = Prefix::peek(buf)?;
     // An ERR_VERS in version 1 format that echoes the refused version
     // (Linux svcrdma does this).
-    if let Some((xid, credits, low, high)) = v1::peek_foreign_err_vers(buf) {
+    let foreign = v1::peek_foreign_err_vers(buf)
+        .filter(|&(_, _, low, high)| super::v2::is_err_vers_range(low, high));
+    if let Some((xid, credits, low, high)) = foreign {
         return Ok(Received {
             version: Version::V1,
             xid,

@@ -31,6 +31,18 @@ pub(super) fn first_message(header: Bytes) -> Result<Bytes, rnic::PostError> {
     Ok(header)
 }
 
+/// Whether the last two words of a 28-byte error that looks like a
+/// version 1 ERR_VERS echoing version 2 (as Linux svcrdma sends) are a
+/// version range. A version 2 RDMA2_ERROR of the same length
+/// (READ_CHUNKS, WRITE_CHUNKS, SEGMENTS, REPLY_RESOURCE, v2 draft §5.3.3)
+/// has RPCRDMA2_F_RESPONSE (1, the value of ERR_VERS) where the version 1
+/// error code would be, and its own code, 4 or more, where rdma_vers_low
+/// would be; a real ERR_VERS has rdma_vers_low a version (1 or 2, below
+/// every such code) and no higher than rdma_vers_high.
+pub(super) fn is_err_vers_range(low: u32, high: u32) -> bool {
+    (1..=crate::wire::v2::VERSION).contains(&low) && low <= high
+}
+
 /// The Reverse Request Support a requester advertises (v2 draft §4.2.2):
 /// INLINE when it answers reverse-direction calls (its backchannel takes
 /// inline messages only), NONE otherwise.
@@ -184,6 +196,17 @@ mod tests {
     fn first_message_over_1024_bytes_is_refused() {
         assert!(first_message(Bytes::from(vec![0; 1024])).is_ok());
         assert!(first_message(Bytes::from(vec![0; 1025])).is_err());
+    }
+
+    #[test]
+    fn a_v2_error_of_28_bytes_is_not_taken_for_err_vers() {
+        // svcrdma's ERR_VERS: low 1, high 1.
+        assert!(is_err_vers_range(1, 1));
+        assert!(is_err_vers_range(1, 2));
+        // RDMA2_ERR_REPLY_RESOURCE (8) needing 6028 bytes, ERR_SEGMENTS (6).
+        assert!(!is_err_vers_range(8, 6028));
+        assert!(!is_err_vers_range(6, 64));
+        assert!(!is_err_vers_range(2, 1));
     }
 
     #[test]
