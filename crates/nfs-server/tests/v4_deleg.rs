@@ -324,6 +324,25 @@ impl Client {
         .await
     }
 
+    /// PUTFH; OPEN (no create) with `claim` on the current file.
+    async fn open_claim(&self, fh: &NfsFh4, claim: OpenClaim4, access: u32) -> Compound4Res {
+        self.seq(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+            NfsArgop4::Open(Open4Args {
+                seqid: 0,
+                share_access: access,
+                share_deny: OPEN4_SHARE_DENY_NONE,
+                owner: StateOwner4 {
+                    clientid: self.clientid,
+                    owner: Bounded(Bytes::from_static(b"owner2")),
+                },
+                openhow: OpenHow4(None),
+                claim,
+            }),
+        ])
+        .await
+    }
+
     /// SEQUENCE; PUTFH; DELEGRETURN (encoded here: `NfsArgop4` does not
     /// model it). Returns the COMPOUND status.
     async fn delegreturn(&self, fh: &NfsFh4, sid: &Stateid4) -> Nfsstat4 {
@@ -408,6 +427,23 @@ async fn read_delegation_is_recalled_when_another_client_opens_for_write() {
     assert_eq!(recall.fh, fh);
     let r = b.open("f", OPEN4_SHARE_ACCESS_WRITE).await;
     assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY, "not returned yet");
+    // Before returning it, A turns a local open into a real one.
+    let r = a
+        .open_claim(&fh, OpenClaim4::DelegCurFh(dsid), OPEN4_SHARE_ACCESS_READ)
+        .await;
+    assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+    let bogus = Stateid4 {
+        seqid: 1,
+        other: FixedOpaque([9; 12]),
+    };
+    let r = b
+        .open_claim(&fh, OpenClaim4::DelegCurFh(dsid), OPEN4_SHARE_ACCESS_READ)
+        .await;
+    assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_BAD_STATEID, "not B's");
+    let r = a
+        .open_claim(&fh, OpenClaim4::DelegCurFh(bogus), OPEN4_SHARE_ACCESS_READ)
+        .await;
+    assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_BAD_STATEID);
     assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
     let (_, r) = open_after_delay(&b, "f", OPEN4_SHARE_ACCESS_WRITE).await;
     let (_, bdeleg, _) = opened(&r);

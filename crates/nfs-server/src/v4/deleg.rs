@@ -442,6 +442,8 @@ impl Callbacks {
             PathStatus::Unprobed => {}
         }
         let ok = match self.slot.get(&p.conn) {
+            // CB_NULL (RFC 8881 §20.1) proves the path before any
+            // delegation depends on it.
             Some(t) => {
                 let _one = self.busy.lock().await;
                 let call = t.call_boxed(cb_call(p.program, CB_NULL, XdrBuf::new()));
@@ -449,6 +451,12 @@ impl Callbacks {
             }
             None => false,
         };
+        tracing::info!(
+            clientid,
+            conn = p.conn.conn_id,
+            ok,
+            "CB_NULL probe of the back channel"
+        );
         let status = if ok { PathStatus::Up } else { PathStatus::Down };
         set_status(state, clientid, p.conn, status);
         ok
@@ -529,7 +537,15 @@ impl Callbacks {
                             }
                         }
                         match res {
-                            Ok(x) if x.status.is_ok() => return,
+                            Ok(x) if x.status.is_ok() => {
+                                tracing::info!(
+                                    clientid = r.clientid,
+                                    conn = p.conn.conn_id,
+                                    cb_seq = seq.wrapping_add(1),
+                                    "CB_RECALL answered NFS4_OK"
+                                );
+                                return;
+                            }
                             Ok(x) => tracing::info!(status = ?x.status, "CB_RECALL refused"),
                             Err(e) => tracing::info!(error = %e, "CB_COMPOUND reply undecodable"),
                         }
@@ -577,6 +593,24 @@ impl Nfs4Service {
         NfsResop4::Other(Opnum4(OP_DELEGRETURN), r.err().unwrap_or(Nfsstat4::NFS4_OK))
     }
 
+    /// Checks that `sid` is a delegation of `clientid` on `fh` (OPEN with
+    /// CLAIM_DELEGATE_CUR or CLAIM_DELEG_CUR_FH, RFC 8881 §18.16.3).
+    pub(super) fn own_delegation(
+        &self,
+        sid: &Stateid4,
+        clientid: u64,
+        fh: &NfsFh3,
+    ) -> Result<(), Nfsstat4> {
+        let st = self.state()?;
+        if st.delegs.io_allowed(sid, clientid, &key(fh), false) {
+            Ok(())
+        } else if st.delegs.knows(sid) == Some(Nfsstat4::NFS4ERR_DELEG_REVOKED) {
+            Err(Nfsstat4::NFS4ERR_DELEG_REVOKED)
+        } else {
+            Err(Nfsstat4::NFS4ERR_BAD_STATEID)
+        }
+    }
+
     /// Recalls other clients' delegations on `fh` that an access by this
     /// COMPOUND's client conflicts with (RFC 8881 §10.4.1, §20.2):
     /// NFS4ERR_DELAY while any is outstanding.
@@ -620,7 +654,11 @@ impl Nfs4Service {
             access_mask: 0,
             who: Default::default(),
         };
-        match st.offer_delegation(clientid, &key(fh), access, want) {
+        let offered = st.offer_delegation(clientid, &key(fh), access, want);
+        if let Some((_, write)) = &offered {
+            tracing::info!(clientid, write, "delegation granted");
+        }
+        match offered {
             Some((sid, false)) => OpenDelegation4::Read(sid, false, perms),
             Some((sid, true)) => {
                 OpenDelegation4::Write(sid, false, SpaceLimit4::Size(u64::MAX), perms)

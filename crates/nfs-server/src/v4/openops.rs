@@ -113,8 +113,9 @@ impl Nfs4Service {
     /// share reservation is taken last, after other clients' conflicting
     /// delegations are recalled (NFS4ERR_DELAY until they are returned);
     /// a delegation is offered when the back channel works (RFC 8881
-    /// §10.4). Reclaims are NFS4ERR_NO_GRACE and delegation claims
-    /// NFS4ERR_NOTSUPP.
+    /// §10.4). CLAIM_DELEGATE_CUR and CLAIM_DELEG_CUR_FH need the caller's
+    /// delegation on the file. Reclaims are NFS4ERR_NO_GRACE and
+    /// CLAIM_DELEGATE_PREV/CLAIM_DELEG_PREV_FH NFS4ERR_NOTSUPP.
     async fn open(&self, a: &Open4Args, cx: &mut Cx) -> R<Open4ResOk> {
         let cid = clientid(cx)?;
         let access = a.share_access & !OPEN4_SHARE_WANT_MASK;
@@ -175,6 +176,19 @@ impl Nfs4Service {
                 (fh, cinfo(&before, &after))
             }
             OpenClaim4::Fh => (cur(cx)?, ChangeInfo4::default()),
+            // RFC 8881 §10.4.3, §18.16.3: the holder of a delegation turns
+            // opens it made locally into real ones (before DELEGRETURN).
+            OpenClaim4::DelegCurFh(d) => {
+                let fh = cur(cx)?;
+                self.own_delegation(d, cid, &fh)?;
+                (fh, ChangeInfo4::default())
+            }
+            OpenClaim4::DelegateCur(d, name) => {
+                let dir = cur(cx)?;
+                let fh = self.fs.lookup(&dir, &name3(name)?).await.map_err(st4)?;
+                self.own_delegation(d, cid, &fh)?;
+                (fh, ChangeInfo4::default())
+            }
             OpenClaim4::Previous(_) => return Err(Nfsstat4::NFS4ERR_NO_GRACE),
             _ => return Err(Nfsstat4::NFS4ERR_NOTSUPP),
         };
