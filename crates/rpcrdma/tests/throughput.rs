@@ -3,6 +3,8 @@
 //! over plain TCP, both sides in this process, reporting wall-clock
 //! throughput and process CPU time per MiB moved. Run with
 //! `cargo test -p rpcrdma --release --test throughput -- --ignored --nocapture`.
+//! `THROUGHPUT_SCALE=n` runs n times as many calls; `THROUGHPUT_MULPDU=b`
+//! sets softrnic's largest FPDU payload on both ends.
 #![cfg(feature = "transport")]
 
 use std::net::SocketAddr;
@@ -58,8 +60,14 @@ async fn rdma_versus_tcp_echo_throughput() {
     let services = Arc::new(services);
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
 
-    let sdev = SoftDevice::new(SoftConfig::default(), 1);
-    let cdev = SoftDevice::new(SoftConfig::default(), 2);
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
+    let scale = env("THROUGHPUT_SCALE").unwrap_or(1).max(1);
+    let mut soft = SoftConfig::default();
+    if let Some(m) = env("THROUGHPUT_MULPDU") {
+        soft.mulpdu = m;
+    }
+    let sdev = SoftDevice::new(soft, 1);
+    let cdev = SoftDevice::new(soft, 2);
     let listener = RdmaListener::bind(
         &sdev,
         &any,
@@ -92,6 +100,7 @@ async fn rdma_versus_tcp_echo_throughput() {
     );
 
     for (size, count) in [(1 << 20, 64), (64 * 1024, 512), (1024, 4000)] {
+        let count = count * scale;
         let r = measure(&rdma, size, count).await;
         let t = measure(&tcp, size, count).await;
         println!(
