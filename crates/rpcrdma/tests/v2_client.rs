@@ -404,3 +404,42 @@ async fn version_two_client_works_against_a_version_one_only_server() {
         "{s:?}"
     );
 }
+
+/// v2 draft §4.2.2, RFC 8167: a version 2 client with a backchannel
+/// (INLINE) answers the server's reverse-direction calls in version 2;
+/// a call larger than the client's receive buffers is refused.
+#[tokio::test]
+async fn version_two_backchannel_round_trips() {
+    let net = LoopbackNetwork::new(48);
+    let sdev = net.device();
+    let mut server = Server::new();
+    server.register(EchoService::default());
+    let cfg = RdmaServerConfig {
+        backchannel_credits: 2,
+        ..RdmaServerConfig::default()
+    };
+    let listener = RdmaListener::bind(&sdev, &String::new(), Arc::new(server), cfg)
+        .await
+        .unwrap();
+    let addr = listener.local_addr();
+    let backchannels = listener.backchannels();
+    listener.spawn();
+    let mut svc = Server::new();
+    svc.register(EchoService::default());
+    let client =
+        RdmaClient::connect_with_backchannel(&net.device(), &addr, v2_config(), Arc::new(svc))
+            .await
+            .unwrap();
+    EchoClient::new(client.clone()).null().await.unwrap();
+    let ids = backchannels.conn_ids();
+    let cb = EchoClient::new(backchannels.get(ids[0]).unwrap());
+    let data = pattern(1000, 9);
+    assert_eq!(cb.echo(data.clone()).await.unwrap(), data);
+    let err = cb.echo(pattern(5000, 1)).await.unwrap_err();
+    assert_eq!(
+        err,
+        RpcError::Transport("backchannel call exceeds the inline threshold")
+    );
+    assert_eq!(client.version(), Version::V2);
+    assert_eq!(client.stats().backchannel_calls, 1);
+}

@@ -15,7 +15,7 @@ use rnic::{
     Access, CompletionQueue, Device, MemoryRegion, ProtectionDomain, QpConfig, QueuePair, RecvWr,
     SendWr, Stag, WcOpcode,
 };
-use rpcrdma::transport::{RdmaListener, RdmaServerConfig};
+use rpcrdma::transport::{Backchannels, RdmaListener, RdmaServerConfig};
 use rpcrdma::wire::v2::{
     Body, ChunkLists2, ErrorBody, Flags, Header, PropId, PropVal, Properties, RvReqSup,
 };
@@ -28,6 +28,7 @@ struct Raw {
     qp: Qp,
     pd: ProtectionDomain,
     next: u64,
+    backchannels: Backchannels<Qp>,
 }
 
 /// The received message and the STag its Send With Invalidate named.
@@ -46,6 +47,7 @@ impl Raw {
             .await
             .unwrap();
         let addr = listener.local_addr();
+        let backchannels = listener.backchannels();
         listener.spawn();
         let pd = cdev.alloc_pd();
         let mut cfg = QpConfig::new(CompletionQueue::new(64));
@@ -56,7 +58,12 @@ impl Raw {
             })
             .collect();
         let qp = cdev.connect(&pd, &addr, cfg).await.unwrap().qp;
-        Self { qp, pd, next: 100 }
+        Self {
+            qp,
+            pd,
+            next: 100,
+            backchannels,
+        }
     }
 
     /// Sends `msg` and waits for the next received message.
@@ -466,4 +473,99 @@ async fn server_replies_in_the_version_of_the_call() {
         &[0, 0, 0, 1],
         "RPC REPLY after a 36-byte header"
     );
+}
+
+fn brs(level: RvReqSup) -> PropVal {
+    PropVal {
+        which: PropId::RDMA2_PROPID_BRS,
+        data: Bytes::copy_from_slice(&level.0.to_be_bytes()),
+    }
+}
+
+/// v2 draft §3.2, §4.2.2, §8.4.1: on a version 2 connection whose client
+/// takes inline reverse-direction messages, the server's reverse call is
+/// an RDMA2_MSG with RPCRDMA2_F_RESPONSE clear (msg_type CALL) and
+/// rdma_inv_handle zero; the client's RDMA2_MSG reply with the flag set
+/// completes it.
+#[tokio::test]
+async fn reverse_call_on_a_v2_connection_uses_v2_headers() {
+    let cfg = RdmaServerConfig {
+        backchannel_credits: 2,
+        ..RdmaServerConfig::default()
+    };
+    let mut raw = Raw::connect(31, cfg).await;
+    let props = vec![rbsiz(4096), brs(RvReqSup::RDMA2_RVREQSUP_INLINE)];
+    raw.answer(1, vec![connprop(1, props)]).await;
+    let ids = raw.backchannels.conn_ids();
+    let bc = raw.backchannels.get(ids[0]).unwrap();
+    let cb = oncrpc::echo::EchoClient::new(bc);
+    let call = tokio::spawn(async move { cb.null().await });
+    let r = loop {
+        let wc = raw.qp.recv_cq().next().await.unwrap();
+        if wc.opcode == WcOpcode::Recv {
+            let mut b = wc.buf.unwrap();
+            b.truncate(wc.byte_len as usize);
+            break b;
+        }
+    };
+    let (h, len) = Header::parse(&r, &Limits::default()).unwrap();
+    assert_eq!(
+        h.flags,
+        Flags::default(),
+        "a call: RPCRDMA2_F_RESPONSE clear"
+    );
+    assert_eq!(
+        h.body,
+        Body::Msg(ChunkLists2::default()),
+        "inline, rdma_inv_handle 0"
+    );
+    assert_eq!(&r[len + 4..len + 8], &[0, 0, 0, 0], "msg_type CALL");
+    let rpc_xid = u32::from_be_bytes([r[len], r[len + 1], r[len + 2], r[len + 3]]);
+    assert_eq!(rpc_xid, h.xid);
+    let mut reply = xdr::to_bytes(&Header {
+        xid: h.xid,
+        credits: 2,
+        flags: Flags::RESPONSE,
+        body: Body::Msg(ChunkLists2::default()),
+    })
+    .to_vec();
+    for w in [h.xid, 1, 0, 0, 0, 0] {
+        reply.extend_from_slice(&w.to_be_bytes());
+    }
+    raw.qp
+        .post_send(SendWr {
+            wr_id: 7,
+            data: vec![reply.into()],
+            solicited: false,
+            invalidate: None,
+        })
+        .unwrap();
+    call.await.unwrap().unwrap();
+}
+
+/// v2 draft §4.2.2: a client that advertised RDMA2_RVREQSUP_NONE is
+/// never sent a reverse-direction call.
+#[tokio::test]
+async fn no_reverse_call_to_a_client_that_said_none() {
+    let cfg = RdmaServerConfig {
+        backchannel_credits: 2,
+        ..RdmaServerConfig::default()
+    };
+    let mut raw = Raw::connect(32, cfg).await;
+    let props = vec![brs(RvReqSup::RDMA2_RVREQSUP_NONE)];
+    raw.answer(1, vec![connprop(1, props)]).await;
+    let ids = raw.backchannels.conn_ids();
+    let bc = raw.backchannels.get(ids[0]).unwrap();
+    let err = oncrpc::echo::EchoClient::new(bc).null().await.unwrap_err();
+    assert_eq!(
+        err,
+        oncrpc::RpcError::Transport("client's Reverse Request Support is NONE")
+    );
+    // Nothing was sent: the next message is the answer to a forward call.
+    let call = vec![
+        msg(0x80, 0, ChunkLists::default()),
+        rpc_call(0x80, PROC_NULL, &[]),
+    ];
+    let (h, _) = raw.answer(0x80, call).await;
+    assert!(matches!(h.body, Body::Msg(_)));
 }

@@ -1,7 +1,7 @@
 //! The responder: [`RdmaListener`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{Bytes, BytesMut};
@@ -20,7 +20,7 @@ use crate::credits::{RequesterCredits, ResponderCredits};
 use crate::layout::{plan_layout, Piece};
 use crate::plan::{plan_reply, Version};
 use crate::wire::cm::CmPrivateData;
-use crate::wire::v1::{self, Proc};
+use crate::wire::v1::Proc;
 use crate::wire::v2::{Properties, RvReqSup};
 use crate::wire::{ChunkLists, Limits};
 
@@ -201,6 +201,7 @@ async fn accept<R: ConnectRequest>(
         send_threshold: AtomicUsize::new(thresholds.send),
         send_inv: config.send_with_invalidate && peer.flags.send_with_invalidate_ok(),
         peer_rvreqsup: AtomicU32::new(RvReqSup::RDMA2_RVREQSUP_INLINE.0),
+        v2: AtomicBool::new(false),
         credits: Mutex::new(credits),
         reads: Mutex::new(HashMap::new()),
         next_wr: AtomicU64::new(u64::from(posted)),
@@ -254,20 +255,6 @@ impl Reverse {
     fn lock(&self) -> MutexGuard<'_, ReverseState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
-
-/// The `msg_type` word of the RPC message after a header with no chunks:
-/// inline-only reverse-direction messages keep it at a fixed place
-/// (draft-ietf-nfsv4-rpcrdma-bidirection-01 §1.5.4, §2.5, §2.6).
-pub(super) fn inline_msg_type(msg: &[u8], limits: &Limits) -> Option<(v1::Header, usize, u32)> {
-    let (h, len) = v1::Header::parse(msg, limits).ok()?;
-    match &h.body {
-        v1::Body::Msg(c) if c.is_empty() => {}
-        _ => return None,
-    }
-    let w = msg.get(len + 4..len + 8)?;
-    let t = u32::from_be_bytes([w[0], w[1], w[2], w[3]]);
-    Some((h, len, t))
 }
 
 /// The server's side of the backchannel of one connection: an
@@ -329,11 +316,12 @@ impl<Q: QueuePair> Backchannel<Q> {
                     return Err(e);
                 }
             };
-            let header = xdr::to_bytes(&v1::Header {
-                xid,
-                credits: st.credits.requested(),
-                body: v1::Body::Msg(ChunkLists::default()),
-            });
+            let version = if self.conn.v2.load(Ordering::Relaxed) {
+                Version::V2
+            } else {
+                Version::V1
+            };
+            let header = super::v2::reverse_header(version, xid, st.credits.requested(), false);
             let body = msg.to_bytes();
             let fail = |st: &mut ReverseState, e| {
                 st.core.cancel(xid);
@@ -417,6 +405,9 @@ struct Conn<Q> {
     /// The client's Reverse Request Support (v2 draft §4.2.2): INLINE
     /// until an RDMA2_CONNPROP says otherwise.
     peer_rvreqsup: AtomicU32,
+    /// The client speaks version 2: reverse-direction messages use
+    /// version 2 headers (v2 draft §3.2).
+    v2: AtomicBool,
     credits: Mutex<ResponderCredits>,
     /// RDMA Reads in flight: completion status to the call that posted it.
     reads: Mutex<HashMap<u64, oneshot::Sender<WcStatus>>>,
@@ -466,15 +457,16 @@ impl<Q: QueuePair> Conn<Q> {
         let Some(rev) = &self.reverse else {
             return false;
         };
-        let Some((h, len, 1)) = inline_msg_type(msg, &self.config.limits) else {
+        let Some(r) = super::v2::inline_rpc(msg, &self.config.limits).filter(|r| r.msg_type == 1)
+        else {
             return false;
         };
         let mut st = rev.lock();
-        if let Some((_, tx, r)) = st.core.handle_reply(&msg.slice(len..)) {
+        if let Some((_, tx, reply)) = st.core.handle_reply(&msg.slice(r.len..)) {
             // draft-ietf-nfsv4-rpcrdma-bidirection-01 §2.1.2: the grant in
             // a reverse reply is the client's backchannel credit.
-            st.credits.on_reply(h.credits);
-            let _ = tx.send(r);
+            st.credits.on_reply(r.credits);
+            let _ = tx.send(reply);
         }
         drop(st);
         rev.wait.notify_waiters();
@@ -530,6 +522,9 @@ impl<Q: QueuePair> Conn<Q> {
             }
         };
         let (ver, xid, asked) = (rx.version, rx.xid, rx.credits);
+        if ver == Version::V2 {
+            self.v2.store(true, Ordering::Relaxed);
+        }
         let bad = || hdr::encode_bad(ver, xid, self.grant(asked));
         // The RPC message is inline (RDMA_MSG) or in a Position-Zero Read
         // chunk (RDMA_NOMSG); reassembly handles both.

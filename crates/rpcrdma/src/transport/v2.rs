@@ -6,7 +6,9 @@
 use bytes::Bytes;
 use oncrpc::client::DdpReplyHint;
 
-use crate::wire::v2::{ErrorBody, RvReqSup};
+use crate::plan::Version;
+use crate::wire::v2::{self, ChunkLists2, ErrorBody, Flags, RvReqSup};
+use crate::wire::{v1, ChunkLists, Limits};
 
 /// v2 draft §7.1: until the peer's version is known, a requester's first
 /// message is at most 1024 bytes (the version 1 default inline size), so
@@ -121,6 +123,86 @@ pub(super) fn reverse_allowed(level: RvReqSup, chunks: bool, len: usize, peer_rb
     }
 }
 
+/// An RPC message conveyed inline with no chunks, as reverse-direction
+/// messages are at the INLINE level (v2 draft §4.2.2; RFC 8167 §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct InlineRpc {
+    /// The header's version.
+    pub(super) version: Version,
+    /// rdma_xid.
+    pub(super) xid: u32,
+    /// rdma_credits.
+    pub(super) credits: u32,
+    /// Header length: the RPC message starts here.
+    pub(super) len: usize,
+    /// The RPC message's msg_type: 0 CALL, 1 REPLY.
+    pub(super) msg_type: u32,
+}
+
+/// Reads an RDMA_MSG / RDMA2_MSG with empty chunk lists and the msg_type
+/// of the RPC message after it. In version 2 RPCRDMA2_F_RESPONSE must
+/// equal msg_type (v2 draft §3.2); a message where they differ is not
+/// taken for a reverse-direction message.
+pub(super) fn inline_rpc(msg: &[u8], limits: &Limits) -> Option<InlineRpc> {
+    let word = |len: usize| -> Option<u32> {
+        let w = msg.get(len + 4..len + 8)?;
+        Some(u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
+    };
+    let pre = crate::wire::Prefix::peek(msg).ok()?;
+    if pre.vers == v2::VERSION {
+        let (h, len) = v2::Header::parse(msg, limits).ok()?;
+        let v2::Body::Msg(c) = &h.body else {
+            return None;
+        };
+        let msg_type = word(len)?;
+        (c.lists.is_empty() && h.flags.is_response() == (msg_type == 1)).then_some(InlineRpc {
+            version: Version::V2,
+            xid: h.xid,
+            credits: h.credits,
+            len,
+            msg_type,
+        })
+    } else {
+        let (h, len) = v1::Header::parse(msg, limits).ok()?;
+        let v1::Body::Msg(c) = &h.body else {
+            return None;
+        };
+        c.is_empty().then_some(())?;
+        Some(InlineRpc {
+            version: Version::V1,
+            xid: h.xid,
+            credits: h.credits,
+            len,
+            msg_type: word(len)?,
+        })
+    }
+}
+
+/// The header of an inline reverse-direction message in the
+/// connection's version: a call (`response` false) or a reply. In
+/// version 2, RPCRDMA2_F_RESPONSE follows the RPC msg_type (v2 draft
+/// §3.2) and rdma_inv_handle is zero, as there are no chunks to
+/// invalidate (§3.3, §8.4.1).
+pub(super) fn reverse_header(version: Version, xid: u32, credits: u32, response: bool) -> Bytes {
+    match version {
+        Version::V1 => xdr::to_bytes(&v1::Header {
+            xid,
+            credits,
+            body: v1::Body::Msg(ChunkLists::default()),
+        }),
+        Version::V2 => xdr::to_bytes(&v2::Header {
+            xid,
+            credits,
+            flags: if response {
+                Flags::RESPONSE
+            } else {
+                Flags::default()
+            },
+            body: v2::Body::Msg(ChunkLists2::default()),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +289,54 @@ mod tests {
         assert!(!is_err_vers_range(8, 6028));
         assert!(!is_err_vers_range(6, 64));
         assert!(!is_err_vers_range(2, 1));
+    }
+
+    #[test]
+    fn reverse_headers_round_trip_through_inline_rpc() {
+        for (version, response, msg_type) in [
+            (Version::V1, false, 0u32),
+            (Version::V1, true, 1),
+            (Version::V2, false, 0),
+            (Version::V2, true, 1),
+        ] {
+            let h = reverse_header(version, 0x77, 3, response);
+            let mut m = h.to_vec();
+            m.extend_from_slice(&[0, 0, 0, 0x77, 0, 0, 0, msg_type as u8]);
+            let r = inline_rpc(&m, &Limits::default()).unwrap();
+            assert_eq!(
+                r,
+                InlineRpc {
+                    version,
+                    xid: 0x77,
+                    credits: 3,
+                    len: h.len(),
+                    msg_type,
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn v2_reverse_header_is_literal_rdma2_msg() {
+        let h = reverse_header(Version::V2, 5, 2, false);
+        let want: Vec<u8> = [5u32, 2, 2, 0, 0, 0, 0, 0, 0]
+            .iter()
+            .flat_map(|w| w.to_be_bytes())
+            .collect();
+        assert_eq!(&h[..], &want[..]);
+    }
+
+    #[test]
+    fn v2_message_whose_flag_contradicts_msg_type_is_not_reverse() {
+        // A CALL with RPCRDMA2_F_RESPONSE set, and a REPLY without it.
+        for (response, msg_type) in [(true, 0u8), (false, 1)] {
+            let mut m = reverse_header(Version::V2, 9, 1, response).to_vec();
+            m.extend_from_slice(&[0, 0, 0, 9, 0, 0, 0, msg_type]);
+            assert_eq!(inline_rpc(&m, &Limits::default()), None);
+        }
+        // Truncated before msg_type.
+        let m = reverse_header(Version::V2, 9, 1, false);
+        assert_eq!(inline_rpc(&m, &Limits::default()), None);
     }
 
     #[test]

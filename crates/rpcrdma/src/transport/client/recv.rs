@@ -8,7 +8,13 @@ use super::*;
 /// service on its own task, inline (draft-ietf-nfsv4-rpcrdma-bidirection-01
 /// §2.6); without a service, or when the reply would not fit inline, no
 /// reply is sent.
-fn on_reverse_call<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, xid: u32, rpc: Bytes) {
+fn on_reverse_call<D: Device>(
+    inner: &Arc<Inner<D>>,
+    qp: &Arc<D::Qp>,
+    xid: u32,
+    version: Version,
+    rpc: Bytes,
+) {
     let Some((service, credits)) = inner.backchannel.clone() else {
         return;
     };
@@ -24,11 +30,8 @@ fn on_reverse_call<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, xid: u32, 
         let Some(reply) = service.handle_call(rpc, &peer).await else {
             return;
         };
-        let header = xdr::to_bytes(&v1::Header {
-            xid,
-            credits,
-            body: v1::Body::Msg(ChunkLists::default()),
-        });
+        // Answered in the version of the call (v2 draft §3.2, §7).
+        let header = super::super::v2::reverse_header(version, xid, credits, true);
         let body = reply.to_bytes();
         if header.len() + body.len() > inner.lock().thresholds.send {
             return;
@@ -85,9 +88,10 @@ pub(super) fn on_reply<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, wc: Wo
     buf.truncate(wc.byte_len as usize);
     let msg = buf.freeze();
     let _ = qp.post_recv(recv_wr(inner.wr_id(), inner.config.inline_size));
-    if let Some((h, len, 0)) = crate::transport::server::inline_msg_type(&msg, &Limits::default()) {
+    let inline = super::super::v2::inline_rpc(&msg, &Limits::default());
+    if let Some(r) = inline.filter(|r| r.msg_type == 0) {
         // msg_type CALL: the server calls us (RFC 8167).
-        on_reverse_call(inner, qp, h.xid, msg.slice(len..));
+        on_reverse_call(inner, qp, r.xid, r.version, msg.slice(r.len..));
         return;
     }
     let Ok(rx) = hdr::decode(&msg, &Limits::default(), 2) else {
