@@ -476,3 +476,51 @@ async fn random_losses_never_lose_or_repeat_a_call() {
     assert!(s.reconnects >= 3, "too few losses injected: {s:?}");
     assert_eq!(cdev.mr_table().valid_regions(), 0);
 }
+
+/// When every reconnection attempt fails (the listener is gone), the call
+/// in flight completes with an error the caller sees, and so do later
+/// calls.
+#[tokio::test]
+async fn failed_reconnection_fails_the_calls_in_flight() {
+    let net = LoopbackNetwork::new(44);
+    let trip = Arc::new(AtomicU8::new(TRIP_NONE));
+    let sdev = Flaky {
+        dev: net.device(),
+        trip: Arc::clone(&trip),
+    };
+    let count = Arc::new(AtomicU32::new(0));
+    let mut services = Server::new();
+    services.register(Counter(Arc::clone(&count)));
+    let listener = RdmaListener::bind(
+        &sdev,
+        &String::new(),
+        Arc::new(services),
+        RdmaServerConfig::default(),
+    )
+    .await
+    .unwrap();
+    let addr = listener.local_addr();
+    let serving = listener.spawn();
+    let policy = ReconnectPolicy {
+        max_attempts: 3,
+        delay: Duration::from_millis(5),
+    };
+    let cdev = net.device();
+    let c = RdmaClient::connect_with_reconnect(&cdev, &addr, RdmaClientConfig::default(), policy)
+        .await
+        .unwrap();
+    bump(&c, pattern(10, 0)).await.unwrap();
+    // Stop listening; the established connection lives on until the
+    // reply of the next call is lost.
+    serving.abort();
+    let _ = serving.await;
+    trip.store(TRIP_SEND, Ordering::SeqCst);
+    let r = bump(&c, pattern(50_000, 1)).await;
+    assert_eq!(r, Err(RpcError::ConnectionClosed));
+    assert_eq!(c.stats().reconnects, 0);
+    assert_eq!(
+        bump(&c, pattern(10, 2)).await,
+        Err(RpcError::ConnectionClosed)
+    );
+    assert_eq!(cdev.mr_table().valid_regions(), 0);
+}
