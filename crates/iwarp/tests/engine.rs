@@ -378,8 +378,73 @@ fn terminates_a_send_longer_than_the_receive() {
         .collect();
     assert_eq!(
         flushed,
-        vec![(4, WcStatus::FlushError), (5, WcStatus::FlushError)]
+        vec![(4, WcStatus::LocalLengthError), (5, WcStatus::FlushError)]
     );
+}
+
+#[test]
+fn completes_the_receive_too_small_for_a_later_segment_with_a_length_error() {
+    // The first segment fits, the second overflows the buffer.
+    // MULPDU 26: an 18-byte untagged header and 8 bytes of payload.
+    let mut a = Side::new(cfg(false, 4, 4, 26));
+    let mut b = Side::new(cfg(false, 4, 4, 26));
+    a.mem.sends.insert(1, vec![1; 12]);
+    b.mem.recvs.insert(4, vec![0; 10]);
+    b.conn.post_recv(4, 10).unwrap();
+    a.conn.post_send(1, SendKind::Send, 12).unwrap();
+    let (_, eb) = pump(&mut a, &mut b, 100);
+    assert_eq!(eb, Some(ConnError::Terminated(TermError::DDP_MSG_TOO_LONG)));
+    let statuses: Vec<(u64, WcStatus)> = b
+        .completions()
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(statuses, vec![(4, WcStatus::LocalLengthError)]);
+}
+
+#[test]
+fn abort_flushes_every_outstanding_request_without_a_terminate() {
+    let mut a = Side::new(cfg(false, 4, 1, 4096));
+    a.mem.sends.insert(1, vec![1; 10]);
+    a.mem.sends.insert(2, vec![2; 10]);
+    a.conn.post_recv(7, 64).unwrap();
+    a.conn.post_recv(8, 64).unwrap();
+    a.conn.post_send(1, SendKind::Send, 10).unwrap();
+    a.conn.post_write(2, Stag(0x99), 0, 10).unwrap();
+    // ORD 1: the first Read goes out, the second waits.
+    a.conn.post_read(3, Stag(1), 0, Stag(0x77), 0, 16).unwrap();
+    a.conn.post_read(4, Stag(1), 0, Stag(0x77), 0, 16).unwrap();
+    // The Send leaves the engine before the abort and completes normally.
+    let first = a.conn.poll_transmit().expect("the Send");
+    assert!(first.payload.is_some());
+    a.conn.abort();
+    a.collect();
+    let statuses: Vec<(u64, WcOpcode, WcStatus)> = a
+        .completions()
+        .iter()
+        .map(|c| (c.wr_id, c.opcode, c.status))
+        .collect();
+    assert_eq!(
+        statuses,
+        vec![
+            (1, WcOpcode::Send, WcStatus::Success),
+            (3, WcOpcode::RdmaRead, WcStatus::FlushError),
+            (4, WcOpcode::RdmaRead, WcStatus::FlushError),
+            (2, WcOpcode::RdmaWrite, WcStatus::FlushError),
+            (7, WcOpcode::Recv, WcStatus::FlushError),
+            (8, WcOpcode::Recv, WcStatus::FlushError),
+        ]
+    );
+    assert!(!a
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::TerminateSent(_))));
+    assert!(!a.conn.is_open());
+    assert!(a.conn.poll_transmit().is_none());
+    assert_eq!(a.conn.post_recv(9, 10), Err(iwarp::conn::PostError::Closed));
+    // A second abort adds nothing.
+    a.conn.abort();
+    assert!(a.conn.poll_event().is_none());
 }
 
 #[test]
@@ -696,4 +761,12 @@ fn terminates_a_send_with_invalidate_of_an_unknown_stag() {
         b.feed(&wire, 100),
         Err(ConnError::Terminated(TermError::RDMAP_CANNOT_INVALIDATE))
     );
+    // The receive the Send consumed is flushed, not lost.
+    b.collect();
+    let statuses: Vec<(u64, WcStatus)> = b
+        .completions()
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(statuses, vec![(3, WcStatus::FlushError)]);
 }

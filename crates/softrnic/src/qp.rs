@@ -28,7 +28,6 @@ use crate::SoftDevice;
 /// gathers its payload from here.
 pub(crate) struct SendEntry {
     pub(crate) wr_id: WrId,
-    pub(crate) opcode: WcOpcode,
     pub(crate) data: Vec<Bytes>,
 }
 
@@ -47,8 +46,6 @@ pub(crate) struct Core {
     /// The last access-check failure the engine saw (for the close reason).
     access_err: Cell<Option<AccessError>>,
     inval_err: Option<AccessError>,
-    /// The next flushed receive is the one too small for its Send.
-    len_error_pending: bool,
     /// Closed by this side: transmit nothing more.
     pub(crate) local_closed: bool,
     /// The connection is over: the receive side must stop.
@@ -184,7 +181,6 @@ impl Core {
                 Event::Completion(c) => self.complete(sh, c),
                 Event::TerminateSent(e) => {
                     let cause = self.sent_cause(e);
-                    self.len_error_pending = e == TermError::DDP_MSG_TOO_LONG;
                     if self.reason.is_none() {
                         self.reason = Some(CloseReason::TerminateSent(cause));
                         self.transition(&[QpEvent::TerminateSent, QpEvent::CloseComplete]);
@@ -206,12 +202,7 @@ impl Core {
                 let Some((wr_id, mut buf)) = self.recvs.remove(&c.wr_id) else {
                     return;
                 };
-                let mut status = c.status;
-                if status == WcStatus::FlushError && self.len_error_pending {
-                    // RFC 5041 §7.2: the buffer the oversized Send consumed.
-                    status = WcStatus::LocalLengthError;
-                    self.len_error_pending = false;
-                }
+                let status = c.status;
                 let ok = status.is_success();
                 if ok {
                     buf.truncate(c.byte_len as usize);
@@ -250,7 +241,9 @@ impl Core {
     }
 
     /// Ends the connection: records `reason` (unless one is known), moves to
-    /// Error and flushes every request still outstanding (RFC 5040 §7).
+    /// Error and has the engine flush every request still outstanding
+    /// ([`Connection::abort`], RFC 5040 §7); send-queue flushes complete in
+    /// posting order.
     pub(crate) fn finish(&mut self, sh: &Shared, reason: CloseReason, events: &[QpEvent]) {
         self.pump(sh);
         if self.reason.is_none() {
@@ -259,34 +252,19 @@ impl Core {
         }
         self.transition(&[QpEvent::CloseComplete]);
         self.finished = true;
-        let mut flushed: Vec<(u64, WorkCompletion)> = Vec::new();
-        for (id, e) in std::mem::take(&mut self.sends) {
-            flushed.push((
-                id,
-                WorkCompletion::send_side(sh.qpn, e.wr_id, e.opcode, WcStatus::FlushError, 0),
-            ));
+        self.conn.abort();
+        let mut flushed = Vec::new();
+        while let Some(ev) = self.conn.poll_event() {
+            if let Event::Completion(c) = ev {
+                flushed.push(c);
+            }
         }
-        for (id, wr_id) in std::mem::take(&mut self.reads) {
-            flushed.push((
-                id,
-                WorkCompletion::send_side(
-                    sh.qpn,
-                    wr_id,
-                    WcOpcode::RdmaRead,
-                    WcStatus::FlushError,
-                    0,
-                ),
-            ));
-        }
-        flushed.sort_by_key(|(id, _)| *id);
-        for (_, wc) in flushed {
-            complete(&sh.send_cq, wc);
-        }
-        for (_, (wr_id, buf)) in std::mem::take(&mut self.recvs) {
-            complete(
-                &sh.recv_cq,
-                WorkCompletion::recv_flushed(sh.qpn, RecvWr { wr_id, buf }),
-            );
+        // The engine flushes Reads before Sends and Writes; internal ids
+        // grow with posting, so sorting restores the posting order. Receives
+        // keep theirs (the sort is stable and keys them after the sends).
+        flushed.sort_by_key(|c| (c.opcode == WcOpcode::Recv, c.wr_id));
+        for c in flushed {
+            self.complete(sh, c);
         }
     }
 
@@ -328,7 +306,6 @@ pub(crate) fn prepare(
         next_id: 0,
         access_err: Cell::new(None),
         inval_err: None,
-        len_error_pending: false,
         local_closed: false,
         finished: false,
     };
@@ -497,7 +474,6 @@ impl QueuePair for SoftQp {
             id,
             SendEntry {
                 wr_id: wr.wr_id,
-                opcode: WcOpcode::Send,
                 data: wr.data,
             },
         );
@@ -520,7 +496,6 @@ impl QueuePair for SoftQp {
             id,
             SendEntry {
                 wr_id: wr.wr_id,
-                opcode: WcOpcode::RdmaWrite,
                 data: wr.data,
             },
         );

@@ -69,6 +69,23 @@ impl Connection {
         ConnError::Terminated(error)
     }
 
+    /// Closes the stream from this side without a Terminate (a local
+    /// disconnect or a lost connection): every outstanding work request —
+    /// RDMA Reads in flight or waiting for ORD, Sends and Writes not yet fully
+    /// transmitted, posted receives — completes with `FlushError`, in that
+    /// order, as [`Event::Completion`]s (RFC 5040 §6.2: the stream moves to
+    /// Error and the queues are flushed). Afterwards nothing is transmitted
+    /// and posting fails with `PostError::Closed`. Does nothing on a stream
+    /// already closed.
+    pub fn abort(&mut self) {
+        if self.state == State::Closed {
+            return;
+        }
+        self.close(WcStatus::FlushError);
+        self.jobs.clear();
+        self.awaiting_rtr = None;
+    }
+
     /// Closes the stream: outstanding reads end with `status`, everything
     /// else is flushed.
     pub(super) fn close(&mut self, status: WcStatus) {

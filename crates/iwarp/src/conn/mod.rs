@@ -614,6 +614,19 @@ impl Connection {
             return Err(self.terminate(TermError::DDP_INVALID_MO, true));
         }
         if got + len > buf.len {
+            // RFC 5041 §7.2 (DDP untagged "message too long"): the buffer the
+            // Send consumed completes with a local length error, the rest of
+            // the queue is flushed by the Terminate.
+            if let Some((r, _)) = self.cur_recv.take() {
+                self.events.push_back(Event::Completion(Completion {
+                    wr_id: r.wr_id,
+                    opcode: WcOpcode::Recv,
+                    status: WcStatus::LocalLengthError,
+                    byte_len: 0,
+                    invalidated: None,
+                    solicited: false,
+                }));
+            }
             return Err(self.terminate(TermError::DDP_MSG_TOO_LONG, true));
         }
         self.rx = Rx::Place {
@@ -697,16 +710,20 @@ impl Connection {
         if !h.last {
             return Ok(());
         }
-        let Some((buf, got)) = self.cur_recv.take() else {
+        if self.cur_recv.is_none() {
             return Ok(());
-        };
+        }
         let mut invalidated = None;
         if op.invalidates() {
+            // The receive stays current, so the Terminate flushes it.
             if mem.invalidate(Stag(inv_stag)).is_err() {
                 return Err(self.terminate(TermError::RDMAP_CANNOT_INVALIDATE, true));
             }
             invalidated = Some(Stag(inv_stag));
         }
+        let Some((buf, got)) = self.cur_recv.take() else {
+            return Ok(());
+        };
         self.events.push_back(Event::Completion(Completion {
             wr_id: buf.wr_id,
             opcode: WcOpcode::Recv,

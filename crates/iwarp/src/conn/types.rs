@@ -7,7 +7,7 @@ use crate::deframe::DeframeError;
 use crate::negotiation::{Established, Rtr};
 use crate::segment::SegmentError;
 use crate::wire::ddp::DdpError;
-use crate::wire::terminate::TermError;
+use crate::wire::terminate::{Layer, TermError};
 
 /// Default largest ULPDU this side sends (Linux siw sends up to ~32 KiB).
 pub const DEFAULT_MULPDU: usize = 16384;
@@ -157,26 +157,26 @@ pub enum PostError {
     TooLong(u64),
 }
 
-/// Maps a tagged access failure to the DDP tagged-buffer code (RFC 5041
-/// §7); DDP has no rights code, so a rights violation reports an invalid
-/// STag, as Linux siw does.
+/// Maps a tagged access failure to the DDP tagged-buffer error (RFC 5041
+/// §7.2, layer DDP, error type 1); the code is
+/// [`AccessError::ddp_tagged_code`], so the codes live in `rnic` only. DDP has
+/// no rights code: a rights violation reports an invalid STag, as Linux siw
+/// does.
 pub(crate) fn ddp_tagged_error(e: AccessError) -> TermError {
-    match e {
-        AccessError::BoundsViolation { .. } => TermError::DDP_BASE_BOUNDS,
-        AccessError::PdMismatch(_) => TermError::DDP_STAG_NOT_ASSOCIATED,
-        AccessError::ToWrap(_) => TermError::DDP_TO_WRAP,
-        _ => TermError::DDP_INVALID_STAG,
+    TermError {
+        layer: Layer::DDP,
+        etype: 1,
+        code: e.ddp_tagged_code(),
     }
 }
 
-/// Maps an access failure to the RDMAP remote protection code (RFC 5040 §7).
+/// Maps an access failure to the RDMAP remote protection error (RFC 5040
+/// §7.2, layer RDMAP, error type 1), code [`AccessError::rdmap_protection_code`].
 pub(crate) fn rdmap_protection_error(e: AccessError) -> TermError {
-    match e {
-        AccessError::BoundsViolation { .. } => TermError::RDMAP_BASE_BOUNDS,
-        AccessError::AccessRights(_) => TermError::RDMAP_ACCESS_RIGHTS,
-        AccessError::PdMismatch(_) => TermError::RDMAP_STAG_NOT_ASSOCIATED,
-        AccessError::ToWrap(_) => TermError::RDMAP_TO_WRAP,
-        _ => TermError::RDMAP_INVALID_STAG,
+    TermError {
+        layer: Layer::RDMAP,
+        etype: 1,
+        code: e.rdmap_protection_code(),
     }
 }
 
@@ -192,5 +192,59 @@ pub(crate) fn deframe_error(e: DeframeError, tagged: bool) -> TermError {
         DeframeError::Ddp(DdpError::DdpVersion(_)) => TermError::DDP_UNTAGGED_VERSION,
         DeframeError::Ddp(DdpError::RdmapVersion(_)) => TermError::RDMAP_VERSION,
         DeframeError::Ddp(_) => TermError::RDMAP_UNEXPECTED_OPCODE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_access_error() -> [AccessError; 7] {
+        let s = Stag(0x1234);
+        [
+            AccessError::UnknownStag(s),
+            AccessError::KeyMismatch(s),
+            AccessError::Invalidated(s),
+            AccessError::PdMismatch(s),
+            AccessError::AccessRights(s),
+            AccessError::ToWrap(s),
+            AccessError::BoundsViolation {
+                stag: s,
+                to: 8,
+                len: 9,
+            },
+        ]
+    }
+
+    #[test]
+    fn tagged_access_errors_map_to_the_ddp_tagged_terminates() {
+        let want = [
+            TermError::DDP_INVALID_STAG,
+            TermError::DDP_INVALID_STAG,
+            TermError::DDP_INVALID_STAG,
+            TermError::DDP_STAG_NOT_ASSOCIATED,
+            TermError::DDP_INVALID_STAG,
+            TermError::DDP_TO_WRAP,
+            TermError::DDP_BASE_BOUNDS,
+        ];
+        for (e, w) in every_access_error().into_iter().zip(want) {
+            assert_eq!(ddp_tagged_error(e), w, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn read_source_errors_map_to_the_rdmap_protection_terminates() {
+        let want = [
+            TermError::RDMAP_INVALID_STAG,
+            TermError::RDMAP_INVALID_STAG,
+            TermError::RDMAP_INVALID_STAG,
+            TermError::RDMAP_STAG_NOT_ASSOCIATED,
+            TermError::RDMAP_ACCESS_RIGHTS,
+            TermError::RDMAP_TO_WRAP,
+            TermError::RDMAP_BASE_BOUNDS,
+        ];
+        for (e, w) in every_access_error().into_iter().zip(want) {
+            assert_eq!(rdmap_protection_error(e), w, "{e:?}");
+        }
     }
 }
