@@ -245,6 +245,12 @@ impl ConnectRequest for SoftRequest {
             .unwrap_or(&[])
     }
 
+    /// The connector's TCP address: the NFS duplicate-request cache keys
+    /// on its IP part so a retransmission after a reconnect is recognised.
+    fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.stream.as_ref().and_then(|s| s.peer_addr().ok())
+    }
+
     /// The Request's RFC 6581 words, `(0, 0)` for a revision 1 Request.
     fn peer_ird_ord(&self) -> (u32, u32) {
         self.req

@@ -405,3 +405,25 @@ async fn silent_client_does_not_block_the_next_request() {
         .expect("second client served");
     assert_eq!(qp.state(), rnic::QpState::Rts);
 }
+
+#[tokio::test]
+async fn connect_request_reports_the_connectors_tcp_address() {
+    let server = softrnic::SoftDevice::new(softrnic::SoftConfig::default(), 11);
+    let client = softrnic::SoftDevice::new(softrnic::SoftConfig::default(), 12);
+    let mut listener = server
+        .listen(&"127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = listener.local_addr();
+    let pd = client.alloc_pd();
+    let connect = tokio::spawn(async move {
+        let cfg = QpConfig::new(CompletionQueue::new(16));
+        client.connect(&pd, &addr, cfg).await.map(|_| ())
+    });
+    let req = listener.accept_request().await.unwrap();
+    let peer = req.peer_addr().expect("softrnic knows the TCP peer");
+    assert_eq!(peer.ip(), std::net::IpAddr::from([127, 0, 0, 1]));
+    assert_ne!(peer.port(), addr.port());
+    drop(req);
+    let _ = connect.await;
+}
