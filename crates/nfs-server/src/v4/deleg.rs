@@ -30,10 +30,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use nfs::v4::cb::*;
+use nfs::v4::session::CallbackSecParms4;
 use nfs::v4::session::SEQ4_STATUS_CB_PATH_DOWN;
 use nfs::v4::{NfsFh4, Nfsstat4, Res4, Stateid4};
 use oncrpc::client::{ReplyHint, RpcCall};
-use oncrpc::msg::OpaqueAuth;
+use oncrpc::msg::{AuthSys, OpaqueAuth};
 use oncrpc::{ClientTransport, PeerInfo, RpcError};
 use xdr::{Bounded, FixedOpaque, XdrBuf};
 
@@ -155,13 +156,38 @@ enum PathStatus {
 
 /// The back channel of one client: the session and connection callbacks
 /// use, and callback slot 0 of that session (RFC 8881 §20.9.3).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct CbPath {
     sessionid: [u8; 16],
     conn: PeerInfo,
     program: u32,
+    /// The credential callbacks carry (`csa_sec_parms`).
+    cred: OpaqueAuth,
     seq: u32,
     status: PathStatus,
+}
+
+/// The credential for callbacks from CREATE_SESSION's `csa_sec_parms`
+/// (RFC 8881 §18.36.3: the server uses one of the client's choices):
+/// AUTH_SYS when offered (Linux accepts AUTH_NONE only for CB_NULL), else
+/// AUTH_NONE. RPCSEC_GSS is not supported.
+pub(crate) fn cb_cred(parms: &[CallbackSecParms4]) -> OpaqueAuth {
+    parms
+        .iter()
+        .find_map(|p| match p {
+            CallbackSecParms4::Sys(a) => Some(
+                AuthSys {
+                    stamp: a.stamp,
+                    machinename: a.machinename.0.clone(),
+                    uid: a.uid,
+                    gid: a.gid,
+                    gids: a.gids.0.clone(),
+                }
+                .to_opaque_auth(),
+            ),
+            _ => None,
+        })
+        .unwrap_or(OpaqueAuth::NONE)
 }
 
 /// One delegation (RFC 8881 §10.2).
@@ -195,23 +221,30 @@ pub(crate) struct DelegTable {
 impl DelegTable {
     /// Records the back channel of `clientid` (CREATE_SESSION with
     /// CONN_BACK_CHAN, RFC 8881 §18.36.3; BIND_CONN_TO_SESSION, §18.34.3).
+    /// `cred` is the callback credential of a new session; a connection
+    /// bound to an existing session keeps the session's.
     pub(crate) fn bind(
         &mut self,
         clientid: u64,
         sessionid: [u8; 16],
         conn: PeerInfo,
         program: u32,
+        cred: Option<OpaqueAuth>,
     ) {
-        let e = self.paths.entry(clientid).or_insert(CbPath {
+        let e = self.paths.entry(clientid).or_insert_with(|| CbPath {
             sessionid,
             conn,
             program,
+            cred: OpaqueAuth::NONE,
             seq: 0,
             status: PathStatus::Unprobed,
         });
         if e.sessionid != sessionid {
             e.seq = 0;
             e.program = program;
+        }
+        if let Some(c) = cred {
+            e.cred = c;
         }
         e.sessionid = sessionid;
         e.conn = conn;
@@ -401,16 +434,12 @@ pub(crate) struct Callbacks {
     busy: Arc<tokio::sync::Mutex<()>>,
 }
 
-fn auth_none() -> OpaqueAuth {
-    OpaqueAuth::NONE
-}
-
-fn cb_call(program: u32, proc_: u32, args: XdrBuf) -> RpcCall {
+fn cb_call(p: &CbPath, proc_: u32, args: XdrBuf) -> RpcCall {
     RpcCall {
-        prog: program,
+        prog: p.program,
         vers: NFS4_CALLBACK_VERSION,
         proc_,
-        cred: auth_none(),
+        cred: p.cred.clone(),
         args,
         reply_hint: ReplyHint::default(),
     }
@@ -421,7 +450,7 @@ impl Callbacks {
     /// §20.1) unless already known good; `true` when it works.
     pub(crate) async fn usable(&self, state: &Mutex<StateTable>, clientid: u64) -> bool {
         let path = match state.lock() {
-            Ok(st) => st.delegs.paths.get(&clientid).copied(),
+            Ok(st) => st.delegs.paths.get(&clientid).cloned(),
             Err(_) => None,
         };
         let Some(p) = path else { return false };
@@ -446,7 +475,7 @@ impl Callbacks {
             // delegation depends on it.
             Some(t) => {
                 let _one = self.busy.lock().await;
-                let call = t.call_boxed(cb_call(p.program, CB_NULL, XdrBuf::new()));
+                let call = t.call_boxed(cb_call(&p, CB_NULL, XdrBuf::new()));
                 matches!(tokio::time::timeout(CB_TIMEOUT, call).await, Ok(Ok(_)))
             }
             None => false,
@@ -489,7 +518,7 @@ impl Callbacks {
         loop {
             let path = match state.lock() {
                 Ok(st) if st.delegs.delegs.contains_key(&r.stateid.other.0) => {
-                    st.delegs.paths.get(&r.clientid).copied()
+                    st.delegs.paths.get(&r.clientid).cloned()
                 }
                 _ => return,
             };
@@ -520,7 +549,7 @@ impl Callbacks {
                         }),
                     ],
                 };
-                let call = cb_call(p.program, CB_COMPOUND, xdr::to_xdr_buf(&args));
+                let call = cb_call(&p, CB_COMPOUND, xdr::to_xdr_buf(&args));
                 match tokio::time::timeout(CB_TIMEOUT, t.call_boxed(call)).await {
                     Ok(Ok(reply)) => {
                         let res = xdr::from_slice::<CbCompound4Res>(&reply);
@@ -559,7 +588,14 @@ impl Callbacks {
                             }
                         }
                     }
-                    _ => set_status(state, r.clientid, p.conn, PathStatus::Down),
+                    Ok(Err(e)) => {
+                        tracing::info!(clientid = r.clientid, error = %e, "CB_RECALL failed");
+                        set_status(state, r.clientid, p.conn, PathStatus::Down);
+                    }
+                    Err(_) => {
+                        tracing::info!(clientid = r.clientid, "CB_RECALL timed out");
+                        set_status(state, r.clientid, p.conn, PathStatus::Down);
+                    }
                 }
             }
             if tokio::time::Instant::now() >= deadline {
@@ -729,7 +765,7 @@ mod tests {
     #[test]
     fn read_delegation_conflicts_only_with_writers_and_is_revoked_after_a_lease() {
         let mut t = DelegTable::default();
-        t.bind(1, [1; 16], peer(10), 0x4000_0000);
+        t.bind(1, [1; 16], peer(10), 0x4000_0000, None);
         t.paths.get_mut(&1).unwrap().status = PathStatus::Up;
         assert!(t.may_grant(1, &fh()));
         let sid = t.grant(1, &fh(), false);
@@ -777,12 +813,12 @@ mod tests {
     #[test]
     fn a_down_path_is_reported_and_grants_nothing() {
         let mut t = DelegTable::default();
-        t.bind(1, [1; 16], peer(10), 1);
+        t.bind(1, [1; 16], peer(10), 1, None);
         assert!(!t.may_grant(1, &fh()), "unprobed");
         t.paths.get_mut(&1).unwrap().status = PathStatus::Down;
         assert_eq!(t.status_flags(1), SEQ4_STATUS_CB_PATH_DOWN);
         assert!(!t.may_grant(1, &fh()));
-        t.bind(1, [1; 16], peer(11), 1);
+        t.bind(1, [1; 16], peer(11), 1, None);
         assert_eq!(t.status_flags(1), 0, "a new connection is probed afresh");
     }
 }

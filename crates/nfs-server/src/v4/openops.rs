@@ -74,8 +74,14 @@ impl Nfs4Service {
                     let r = st.create_session(a, cx.conn, now);
                     if let Res4::Ok(ok) = &r {
                         if ok.flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0 {
-                            st.delegs
-                                .bind(a.clientid, ok.sessionid.0, cx.peer, a.cb_program);
+                            let cred = super::deleg::cb_cred(&a.sec_parms.0);
+                            st.delegs.bind(
+                                a.clientid,
+                                ok.sessionid.0,
+                                cx.peer,
+                                a.cb_program,
+                                Some(cred),
+                            );
                         }
                     }
                     r
@@ -96,7 +102,7 @@ impl Nfs4Service {
                     if let Res4::Ok(ok) = &r {
                         if ok.dir != ChannelDir4::CDFC4_FORE {
                             if let Some((c, p)) = st.cb_program_of(&a.sessid.0) {
-                                st.delegs.bind(c, a.sessid.0, cx.peer, p);
+                                st.delegs.bind(c, a.sessid.0, cx.peer, p, None);
                             }
                         }
                     }
