@@ -214,8 +214,8 @@ fn v1_null_reply(xid: u32) -> Bytes {
 
 /// v2 draft §7.1, §4.2: the first message is an RDMA2_CONNPROP of at
 /// most 1024 bytes carrying the client's receive buffer size and its
-/// reverse-direction support (NONE without a backchannel, INLINE with
-/// one).
+/// reverse-direction support (NONE without a backchannel, INLINE with an
+/// inline-only one, GENL with one that takes chunks).
 #[tokio::test]
 async fn first_message_is_a_connprop_of_at_most_1024_bytes() {
     let net = LoopbackNetwork::new(44);
@@ -223,14 +223,16 @@ async fn first_message_is_a_connprop_of_at_most_1024_bytes() {
     let mut listener = sdev.listen(&String::new()).await.unwrap();
     let addr = listener.local_addr();
     let pd = sdev.alloc_pd();
-    for (with_backchannel, level) in [
-        (false, RvReqSup::RDMA2_RVREQSUP_NONE),
-        (true, RvReqSup::RDMA2_RVREQSUP_INLINE),
+    for (with_backchannel, chunks, level) in [
+        (false, true, RvReqSup::RDMA2_RVREQSUP_NONE),
+        (true, false, RvReqSup::RDMA2_RVREQSUP_INLINE),
+        (true, true, RvReqSup::RDMA2_RVREQSUP_GENL),
     ] {
         let cdev = net.device();
         let connecting = async {
             let cfg = RdmaClientConfig {
                 inline_size: 2048,
+                backchannel_chunks: chunks,
                 ..v2_config()
             };
             if with_backchannel {
@@ -405,12 +407,17 @@ async fn version_two_client_works_against_a_version_one_only_server() {
     );
 }
 
-/// v2 draft §4.2.2, RFC 8167: a version 2 client with a backchannel
-/// (INLINE) answers the server's reverse-direction calls in version 2;
-/// a call larger than the client's receive buffers is refused.
-#[tokio::test]
-async fn version_two_backchannel_round_trips() {
-    let net = LoopbackNetwork::new(48);
+/// A listener with a backchannel and a version 2 client with one
+/// (`chunks`: GENL, else INLINE); returns both ends' handles.
+async fn backchannel_pair(
+    seed: u64,
+    chunks: bool,
+) -> (
+    RdmaClient<LoopbackDevice>,
+    EchoClient<rpcrdma::transport::Backchannel<<LoopbackDevice as Device>::Qp>>,
+    [LoopbackDevice; 2],
+) {
+    let net = LoopbackNetwork::new(seed);
     let sdev = net.device();
     let mut server = Server::new();
     server.register(EchoService::default());
@@ -426,20 +433,61 @@ async fn version_two_backchannel_round_trips() {
     listener.spawn();
     let mut svc = Server::new();
     svc.register(EchoService::default());
-    let client =
-        RdmaClient::connect_with_backchannel(&net.device(), &addr, v2_config(), Arc::new(svc))
-            .await
-            .unwrap();
+    let ccfg = RdmaClientConfig {
+        backchannel_chunks: chunks,
+        ..v2_config()
+    };
+    let cdev = net.device();
+    let client = RdmaClient::connect_with_backchannel(&cdev, &addr, ccfg, Arc::new(svc))
+        .await
+        .unwrap();
+    // The forward call is answered after the CONNPROP was read.
     EchoClient::new(client.clone()).null().await.unwrap();
     let ids = backchannels.conn_ids();
     let cb = EchoClient::new(backchannels.get(ids[0]).unwrap());
+    (client, cb, [sdev, cdev])
+}
+
+/// v2 draft §4.2.2 GENL, RFC 8167: reverse-direction calls too large for
+/// inline travel in a Position-Zero Read chunk the client pulls, and long
+/// replies come back in the server's reply chunk, byte-exact; every region
+/// of the server is fenced afterwards.
+#[tokio::test]
+async fn genl_backchannel_carries_calls_and_replies_in_chunks() {
+    let (client, cb, devs) = backchannel_pair(48, true).await;
+    for (i, n) in [10usize, 3000, 5000, 20_000, 100_000]
+        .into_iter()
+        .enumerate()
+    {
+        let data = pattern(n, i as u8);
+        let got = cb.echo(data.clone()).await;
+        assert!(
+            got.as_ref().is_ok_and(|g| *g == data),
+            "{n} bytes: {:?}",
+            got.err()
+        );
+    }
+    assert_eq!(client.version(), Version::V2);
+    assert_eq!(client.stats().backchannel_calls, 5);
+    for d in devs {
+        assert_eq!(d.mr_table().valid_regions(), 0);
+    }
+}
+
+/// v2 draft §4.2.2 INLINE: a client that takes inline reverse-direction
+/// messages only is never sent chunks; a call too large for inline is
+/// refused at the server.
+#[tokio::test]
+async fn inline_backchannel_refuses_calls_that_need_chunks() {
+    let (client, cb, _) = backchannel_pair(49, false).await;
     let data = pattern(1000, 9);
     assert_eq!(cb.echo(data.clone()).await.unwrap(), data);
-    let err = cb.echo(pattern(5000, 1)).await.unwrap_err();
+    let err = cb.echo(pattern(5000, 1)).await.err();
     assert_eq!(
         err,
-        RpcError::Transport("backchannel call exceeds the inline threshold")
+        Some(RpcError::Transport(
+            "backchannel call exceeds the inline threshold"
+        ))
     );
-    assert_eq!(client.version(), Version::V2);
     assert_eq!(client.stats().backchannel_calls, 1);
 }

@@ -243,9 +243,9 @@ async fn ill_typed_property_is_bad_xdr_and_unknown_property_is_ignored() {
 }
 
 /// v2 draft §4.2.2: a server that issues reverse-direction calls says it
-/// takes their replies inline.
+/// takes their replies in general form (inline or in its reply chunk).
 #[tokio::test]
-async fn server_with_backchannel_advertises_inline_reverse_support() {
+async fn server_with_backchannel_advertises_genl_reverse_support() {
     let cfg = RdmaServerConfig {
         backchannel_credits: 2,
         ..RdmaServerConfig::default()
@@ -256,7 +256,7 @@ async fn server_with_backchannel_advertises_inline_reverse_support() {
         panic!("not RDMA2_CONNPROP: {h:?}");
     };
     let p = Properties::from_propset(props).unwrap();
-    assert_eq!(p.reverse_request_support, RvReqSup::RDMA2_RVREQSUP_INLINE);
+    assert_eq!(p.reverse_request_support, RvReqSup::RDMA2_RVREQSUP_GENL);
 }
 
 /// v2 draft §5.3.3: RDMA2_ERR_READ_CHUNKS, RDMA2_ERR_WRITE_CHUNKS and

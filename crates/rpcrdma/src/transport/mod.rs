@@ -47,6 +47,7 @@ mod hdr;
 mod reply;
 mod server;
 mod v2;
+mod v2_reverse;
 
 pub use client::{ClientStats, RdmaClient, RdmaClientConfig};
 pub use oncrpc::tcp::ReconnectPolicy;

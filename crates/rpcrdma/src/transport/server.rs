@@ -190,6 +190,7 @@ async fn accept<R: ConnectRequest>(
             ),
             credits: RequesterCredits::new(config.backchannel_credits),
             closed: false,
+            regions: HashMap::new(),
         }),
         wait: Notify::new(),
     });
@@ -228,6 +229,9 @@ async fn accept<R: ConnectRequest>(
     if let Some(rev) = &conn.reverse {
         let mut st = rev.lock();
         st.closed = true;
+        for (_, r) in st.regions.drain() {
+            r.finish(None);
+        }
         for (tx, e) in st.core.fail_all(RpcError::ConnectionClosed) {
             let _ = tx.send(Err(e));
         }
@@ -249,6 +253,8 @@ struct ReverseState {
     core: ClientCore<ReplyTx>,
     credits: RequesterCredits,
     closed: bool,
+    /// Registered memory of reverse calls sent with chunks (GENL).
+    regions: HashMap<u32, super::v2_reverse::Regions>,
 }
 
 impl Reverse {
@@ -330,7 +336,33 @@ impl<Q: QueuePair> Backchannel<Q> {
             };
             let level = RvReqSup(self.conn.peer_rvreqsup.load(Ordering::Relaxed));
             let threshold = self.conn.send_threshold.load(Ordering::Relaxed);
-            if !super::v2::reverse_allowed(level, false, header.len() + body.len(), threshold) {
+            let own = self.conn.config.inline_size as usize;
+            let reply_max = call.reply_hint.max_reply_len;
+            // v2 draft §4.2.2: chunks only to a GENL client.
+            let (header, body) = if version == Version::V2
+                && level == RvReqSup::RDMA2_RVREQSUP_GENL
+                && super::v2::reverse_needs_chunks(
+                    header.len() + body.len(),
+                    threshold,
+                    reply_max,
+                    own,
+                ) {
+                let requested = st.credits.requested();
+                let pd = &self.conn.pd;
+                match super::v2_reverse::prepare_call(
+                    pd, xid, requested, body, reply_max, threshold, own,
+                ) {
+                    Ok(p) => {
+                        st.regions.insert(xid, p.regions);
+                        (p.header, p.inline)
+                    }
+                    Err(e) => return Err(fail(&mut st, e)),
+                }
+            } else {
+                (header, body)
+            };
+            let chunks = st.regions.contains_key(&xid);
+            if !super::v2::reverse_allowed(level, chunks, header.len() + body.len(), threshold) {
                 let why = if level == RvReqSup::RDMA2_RVREQSUP_NONE {
                     "client's Reverse Request Support is NONE"
                 } else {
@@ -339,6 +371,9 @@ impl<Q: QueuePair> Backchannel<Q> {
                 return Err(fail(&mut st, RpcError::Transport(why)));
             }
             if self.conn.send(header, body, None).is_err() {
+                if let Some(r) = st.regions.remove(&xid) {
+                    r.finish(None);
+                }
                 return Err(fail(&mut st, RpcError::ConnectionClosed));
             }
             rx
@@ -422,8 +457,9 @@ async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
         let wc = conn.qp.recv_cq().next().await.map_err(|_| Closed)?;
         match (wc.opcode, wc.status) {
             (WcOpcode::Recv, WcStatus::Success) => {
+                let invalidated = wc.invalidated;
                 let msg = conn.on_receive(wc)?;
-                if conn.on_reverse_reply(&msg) {
+                if conn.on_reverse_reply(&msg, invalidated) {
                     continue;
                 }
                 let c = Arc::clone(conn);
@@ -453,19 +489,27 @@ impl<Q: QueuePair> Conn<Q> {
     /// A reply to one of our reverse-direction calls (msg_type REPLY after
     /// an inline version 1 header) completes that call; returns false for
     /// anything else.
-    fn on_reverse_reply(&self, msg: &Bytes) -> bool {
+    fn on_reverse_reply(&self, msg: &Bytes, invalidated: Option<Stag>) -> bool {
         let Some(rev) = &self.reverse else {
             return false;
         };
-        let Some(r) = super::v2::inline_rpc(msg, &self.config.limits).filter(|r| r.msg_type == 1)
-        else {
+        let Some(r) = super::v2_reverse::reverse_reply(msg, &self.config.limits) else {
             return false;
         };
         let mut st = rev.lock();
-        if let Some((_, tx, reply)) = st.core.handle_reply(&msg.slice(r.len..)) {
+        let (xid, credits) = (r.xid, r.credits);
+        let regions = st.regions.remove(&xid).unwrap_or_default();
+        let done = match r.resolve(msg, regions, invalidated) {
+            Ok(bytes) => st
+                .core
+                .handle_reply(&bytes)
+                .map(|(_, tx, reply)| (tx, reply)),
+            Err(e) => st.core.cancel(xid).map(|tx| (tx, Err(e))),
+        };
+        if let Some((tx, reply)) = done {
             // draft-ietf-nfsv4-rpcrdma-bidirection-01 §2.1.2: the grant in
             // a reverse reply is the client's backchannel credit.
-            st.credits.on_reply(r.credits);
+            st.credits.on_reply(credits);
             let _ = tx.send(reply);
         }
         drop(st);

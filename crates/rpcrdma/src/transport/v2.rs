@@ -46,21 +46,21 @@ pub(super) fn is_err_vers_range(low: u32, high: u32) -> bool {
 }
 
 /// The Reverse Request Support a requester advertises (v2 draft §4.2.2):
-/// INLINE when it answers reverse-direction calls (its backchannel takes
-/// inline messages only), NONE otherwise.
-pub(super) fn client_level(has_backchannel: bool) -> RvReqSup {
-    if has_backchannel {
-        RvReqSup::RDMA2_RVREQSUP_INLINE
-    } else {
-        RvReqSup::RDMA2_RVREQSUP_NONE
+/// NONE without a backchannel; with one, GENL when it takes
+/// reverse-direction calls with chunks, else INLINE.
+pub(super) fn client_level(has_backchannel: bool, chunks: bool) -> RvReqSup {
+    match (has_backchannel, chunks) {
+        (false, _) => RvReqSup::RDMA2_RVREQSUP_NONE,
+        (true, false) => RvReqSup::RDMA2_RVREQSUP_INLINE,
+        (true, true) => RvReqSup::RDMA2_RVREQSUP_GENL,
     }
 }
 
 /// The Reverse Request Support a responder advertises (v2 draft §4.2.2):
-/// INLINE when it issues reverse-direction calls (it receives their
-/// replies inline only), NONE otherwise.
+/// GENL when it issues reverse-direction calls (it takes their replies
+/// inline or in the reply chunk it provides), NONE otherwise.
 pub(super) fn server_level(backchannel_credits: u32) -> RvReqSup {
-    client_level(backchannel_credits > 0)
+    client_level(backchannel_credits > 0, true)
 }
 
 /// The reply hint to send a call again with after the responder answered
@@ -203,6 +203,19 @@ pub(super) fn reverse_header(version: Version, xid: u32, credits: u32, response:
     }
 }
 
+/// Whether a reverse-direction call to a GENL client needs chunks
+/// (v2 draft §4.2.2, RFC 8166 §3.5): the call of `call_len` bytes does
+/// not fit the client's receive buffers (`peer_rbs`), or a reply of up to
+/// `reply_max` bytes may not fit the server's own (`own_rbs`).
+pub(super) fn reverse_needs_chunks(
+    call_len: usize,
+    peer_rbs: usize,
+    reply_max: usize,
+    own_rbs: usize,
+) -> bool {
+    call_len > peer_rbs || crate::plan::header_len(Version::V2, 0, &[], None) + reply_max > own_rbs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,9 +354,10 @@ mod tests {
 
     #[test]
     fn levels_advertised_follow_the_backchannel() {
-        assert_eq!(client_level(true), RvReqSup::RDMA2_RVREQSUP_INLINE);
-        assert_eq!(client_level(false), RvReqSup::RDMA2_RVREQSUP_NONE);
-        assert_eq!(server_level(2), RvReqSup::RDMA2_RVREQSUP_INLINE);
+        assert_eq!(client_level(true, false), RvReqSup::RDMA2_RVREQSUP_INLINE);
+        assert_eq!(client_level(true, true), RvReqSup::RDMA2_RVREQSUP_GENL);
+        assert_eq!(client_level(false, true), RvReqSup::RDMA2_RVREQSUP_NONE);
+        assert_eq!(server_level(2), RvReqSup::RDMA2_RVREQSUP_GENL);
         assert_eq!(server_level(0), RvReqSup::RDMA2_RVREQSUP_NONE);
     }
 

@@ -50,6 +50,11 @@ pub struct RdmaClientConfig {
     /// receive buffers are posted and granted
     /// (draft-ietf-nfsv4-rpcrdma-bidirection-01 §2.1.2, §2.2.1).
     pub backchannel_credits: u32,
+    /// With a backchannel on a version 2 connection, accept
+    /// reverse-direction calls with chunks (advertise
+    /// RDMA2_RVREQSUP_GENL rather than INLINE, v2 draft §4.2.2): the call
+    /// is pulled by RDMA Read and a long reply written to its reply chunk.
+    pub backchannel_chunks: bool,
 }
 
 impl Default for RdmaClientConfig {
@@ -61,6 +66,7 @@ impl Default for RdmaClientConfig {
             xid_seed: 0x1000,
             version: Version::V1,
             backchannel_credits: 2,
+            backchannel_chunks: true,
         }
     }
 }
@@ -186,6 +192,8 @@ struct Inner<D: Device> {
     state: Mutex<State<D::Qp>>,
     credit_wait: Notify,
     next_wr: AtomicU64,
+    /// RDMA Reads of reverse-direction calls in flight (GENL).
+    reads: super::v2_reverse::ReadWaiters,
 }
 
 impl<D: Device> Inner<D> {
@@ -225,7 +233,10 @@ impl<D: Device> Inner<D> {
     fn send_connprop(&self, qp: &D::Qp) -> Result<(), rnic::PostError> {
         let props = Properties {
             receive_buffer_size: self.config.inline_size,
-            reverse_request_support: super::v2::client_level(self.backchannel.is_some()),
+            reverse_request_support: super::v2::client_level(
+                self.backchannel.is_some(),
+                self.config.backchannel_chunks,
+            ),
         };
         let h = hdr::encode_connprop(0, self.config.max_requests, false, &props);
         let h = super::v2::first_message(h)?;
@@ -356,6 +367,7 @@ impl<D: Device> RdmaClient<D> {
             }),
             credit_wait: Notify::new(),
             next_wr: AtomicU64::new(0),
+            reads: Default::default(),
         });
         let (qp, thresholds) = inner.dial(device, addr).await?;
         let qp = Arc::new(qp);
@@ -697,6 +709,12 @@ async fn reap<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>) {
         };
         match (wc.opcode, wc.status) {
             (WcOpcode::Recv, WcStatus::Success) => on_reply(inner, qp, wc),
+            (WcOpcode::RdmaRead, status) => {
+                inner.reads.complete(wc.wr_id, status);
+                if status != WcStatus::Success {
+                    break;
+                }
+            }
             (_, WcStatus::Success) => {}
             _ => break,
         }
@@ -726,6 +744,7 @@ async fn run<D: Device>(inner: Arc<Inner<D>>, mut qp: Arc<D::Qp>) {
     loop {
         reap(&inner, &qp).await;
         qp.disconnect();
+        inner.reads.clear();
         // RFC 8166 §3.4.3: the regions of calls in flight are invalidated
         // now; the retransmissions register their memory afresh.
         let mut hints: HashMap<u32, oncrpc::ReplyHint> = HashMap::new();

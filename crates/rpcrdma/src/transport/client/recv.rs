@@ -82,12 +82,73 @@ fn resend_larger<D: Device>(
     }
 }
 
+/// A version 2 reverse-direction call with chunks (v2 draft §4.2.2
+/// GENL): pulled by RDMA Read, answered by the backchannel service, the
+/// reply inline or in the call's reply chunk, by Send With Invalidate of
+/// its rdma_inv_handle (§8.4.1). A client that did not advertise GENL
+/// ignores it, as it does any call without a service.
+fn on_chunked_reverse_call<D: Device>(
+    inner: &Arc<Inner<D>>,
+    qp: &Arc<D::Qp>,
+    call: super::super::v2_reverse::V2Rpc,
+    msg: Bytes,
+) {
+    let Some((service, credits)) = inner.backchannel.clone() else {
+        return;
+    };
+    if !inner.config.backchannel_chunks {
+        return;
+    }
+    inner.lock().stats.backchannel_calls += 1;
+    let inner = Arc::clone(inner);
+    let qp = Arc::clone(qp);
+    tokio::spawn(async move {
+        use super::super::v2_reverse::{pull, send_reply, PULL_MAX};
+        let wr_id = || inner.wr_id();
+        let inline = msg.slice(call.len..);
+        let pulled = pull(
+            &*qp,
+            &inner.pd,
+            &inner.reads,
+            wr_id,
+            inline,
+            &call.lists,
+            PULL_MAX,
+        );
+        let Some(rpc) = pulled.await else {
+            let h = hdr::encode_bad(Version::V2, call.xid, credits);
+            let _ = qp.post_send(SendWr {
+                wr_id: wr_id(),
+                data: vec![h],
+                solicited: false,
+                invalidate: None,
+            });
+            return;
+        };
+        let peer = PeerInfo {
+            conn_id: 0,
+            addr: None,
+            transport: TransportKind::Rdma,
+        };
+        let Some(reply) = service.handle_call(rpc, &peer).await else {
+            return;
+        };
+        let send = inner.lock().thresholds.send;
+        let _ = send_reply(&*qp, wr_id, &call, credits, &reply, send);
+    });
+}
+
 pub(super) fn on_reply<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, wc: WorkCompletion) {
     let invalidated = wc.invalidated;
     let mut buf = wc.buf.unwrap_or_default();
     buf.truncate(wc.byte_len as usize);
     let msg = buf.freeze();
     let _ = qp.post_recv(recv_wr(inner.wr_id(), inner.config.inline_size));
+    if let Some(call) = super::super::v2_reverse::chunked(&msg, &Limits::default(), false) {
+        // A version 2 reverse-direction call with chunks (GENL).
+        on_chunked_reverse_call(inner, qp, call, msg);
+        return;
+    }
     let inline = super::super::v2::inline_rpc(&msg, &Limits::default());
     if let Some(r) = inline.filter(|r| r.msg_type == 0) {
         // msg_type CALL: the server calls us (RFC 8167).
