@@ -491,3 +491,88 @@ async fn inline_backchannel_refuses_calls_that_need_chunks() {
     );
     assert_eq!(client.stats().backchannel_calls, 1);
 }
+
+/// v2 draft §3.3, §8.4.1, reverse direction with the client as
+/// responder: a reverse call with chunks is answered by Send With
+/// Invalidate of the STag the server named in rdma_inv_handle, and by a
+/// plain Send when that is zero.
+#[tokio::test]
+async fn reverse_reply_invalidates_the_named_stag_and_never_zero() {
+    use rnic::Access;
+    use rpcrdma::wire::v2::ChunkLists2;
+    use rpcrdma::wire::{ChunkLists, RdmaSegment, ReadSegment};
+
+    let net = LoopbackNetwork::new(50);
+    let sdev = net.device();
+    let cdev = net.device();
+    let mut listener = sdev.listen(&String::new()).await.unwrap();
+    let addr = listener.local_addr();
+    let pd = sdev.alloc_pd();
+    let mut svc = Server::new();
+    svc.register(EchoService::default());
+    let connecting = RdmaClient::connect_with_backchannel(&cdev, &addr, v2_config(), Arc::new(svc));
+    let (qp, client) = tokio::join!(accept_one(&mut listener, &pd), connecting);
+    let client = client.unwrap();
+    let first = next_msg(&qp).await.unwrap();
+    let (h, _) = Header::parse(&first, &Limits::default()).unwrap();
+    let v2::Body::ConnProp(props) = &h.body else {
+        panic!("not RDMA2_CONNPROP");
+    };
+    let level = Properties::from_propset(props)
+        .unwrap()
+        .reverse_request_support;
+    assert_eq!(level, RvReqSup::RDMA2_RVREQSUP_GENL);
+    for (xid, named) in [(0x9000u32, true), (0x9001, false)] {
+        // A NULL call to the client's echo service, in a Position-Zero
+        // Read chunk.
+        let mut rpc = Vec::new();
+        for w in [xid, 0, 2, ECHO_PROGRAM, ECHO_VERSION, 0, 0, 0, 0, 0] {
+            rpc.extend_from_slice(&u32::to_be_bytes(w));
+        }
+        let len = rpc.len() as u32;
+        let mr = pd.register_read_only(Bytes::from(rpc), 0).unwrap();
+        let lists = ChunkLists {
+            reads: vec![ReadSegment {
+                position: 0,
+                target: RdmaSegment {
+                    handle: mr.stag().0,
+                    length: len,
+                    offset: mr.base_to(),
+                },
+            }],
+            ..ChunkLists::default()
+        };
+        let inv_handle = if named { mr.stag().0 } else { 0 };
+        let call = Header {
+            xid,
+            credits: 2,
+            flags: Flags::default(),
+            body: v2::Body::NoMsg(ChunkLists2 { inv_handle, lists }),
+        };
+        send(&qp, xdr::to_bytes(&call));
+        let wc = loop {
+            let wc = qp.recv_cq().next().await.unwrap();
+            if wc.opcode == WcOpcode::Recv {
+                break wc;
+            }
+        };
+        let mut b = wc.buf.clone().unwrap();
+        b.truncate(wc.byte_len as usize);
+        let (h, hlen) = Header::parse(&b, &Limits::default()).unwrap();
+        assert_eq!(h.xid, xid);
+        assert!(h.flags.is_response(), "a reply: RPCRDMA2_F_RESPONSE set");
+        assert!(matches!(h.body, v2::Body::Msg(_)), "{h:?}");
+        assert_eq!(&b[hlen + 4..hlen + 8], &[0, 0, 0, 1], "msg_type REPLY");
+        if named {
+            assert_eq!(wc.invalidated, Some(mr.stag()));
+        } else {
+            assert_eq!(wc.invalidated, None);
+            drop(mr.invalidate());
+        }
+        let _ = qp.post_recv(RecvWr {
+            wr_id: 98,
+            buf: BytesMut::with_capacity(4096),
+        });
+    }
+    assert_eq!(client.stats().backchannel_calls, 2);
+}

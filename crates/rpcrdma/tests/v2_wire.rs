@@ -569,3 +569,118 @@ async fn no_reverse_call_to_a_client_that_said_none() {
     let (h, _) = raw.answer(0x80, call).await;
     assert!(matches!(h.body, Body::Msg(_)));
 }
+
+/// v2 draft §3.3, §8.4.1, reverse direction with the server as
+/// requester: to a GENL client, a reverse call too large for inline is an
+/// RDMA2_NOMSG with a Position-Zero Read chunk whose STag is named in
+/// rdma_inv_handle; the client's reply by Send With Invalidate of that
+/// STag completes the call; one invalidating an STag the server does not
+/// have ends the connection and fails the call.
+#[tokio::test]
+async fn reverse_call_names_its_read_chunk_for_remote_invalidation() {
+    use rnic::ReadWr;
+    let cfg = RdmaServerConfig {
+        backchannel_credits: 2,
+        ..RdmaServerConfig::default()
+    };
+    let mut raw = Raw::connect(33, cfg).await;
+    let props = vec![rbsiz(1024), brs(RvReqSup::RDMA2_RVREQSUP_GENL)];
+    raw.answer(1, vec![connprop(1, props)]).await;
+    let ids = raw.backchannels.conn_ids();
+    let bc = raw.backchannels.get(ids[0]).unwrap();
+    let data = Bytes::from(vec![0x77; 2000]);
+    for foreign in [false, true] {
+        let cb = oncrpc::echo::EchoClient::new(bc.clone());
+        let d = data.clone();
+        let call = tokio::spawn(async move { cb.echo(d).await });
+        let m = loop {
+            let wc = raw.qp.recv_cq().next().await.unwrap();
+            if wc.opcode == WcOpcode::Recv {
+                let mut b = wc.buf.unwrap();
+                b.truncate(wc.byte_len as usize);
+                break b;
+            }
+        };
+        raw.qp
+            .post_recv(RecvWr {
+                wr_id: 500,
+                buf: BytesMut::with_capacity(4096),
+            })
+            .unwrap();
+        let (h, len) = Header::parse(&m, &Limits::default()).unwrap();
+        assert_eq!(len, m.len());
+        assert_eq!(h.flags, Flags::default());
+        let Body::NoMsg(c) = &h.body else {
+            panic!("not RDMA2_NOMSG: {h:?}");
+        };
+        assert_eq!(c.lists.reads.len(), 1);
+        let seg = c.lists.reads[0];
+        assert_eq!(seg.position, 0, "Position-Zero Read chunk");
+        assert_eq!(c.inv_handle, seg.target.handle, "names the read chunk");
+        assert!(c.lists.writes.is_empty() && c.lists.reply.is_none());
+        // Pull the call by RDMA Read.
+        let local = raw
+            .pd
+            .register(
+                BytesMut::zeroed(seg.target.length as usize),
+                Access::LOCAL_WRITE,
+            )
+            .unwrap();
+        raw.qp
+            .post_read(ReadWr {
+                wr_id: 600,
+                local_stag: local.stag(),
+                local_to: local.base_to(),
+                len: seg.target.length,
+                remote_stag: Stag(seg.target.handle),
+                remote_to: seg.target.offset,
+            })
+            .unwrap();
+        loop {
+            let wc = raw.qp.recv_cq().next().await.unwrap();
+            if wc.opcode == WcOpcode::RdmaRead {
+                assert_eq!(wc.status, rnic::WcStatus::Success);
+                break;
+            }
+        }
+        let rpc = local.invalidate().buf;
+        assert_eq!(&rpc[0..4], &h.xid.to_be_bytes());
+        assert_eq!(&rpc[4..8], &[0, 0, 0, 0], "msg_type CALL");
+        assert_eq!(&rpc[rpc.len() - 2000..], &data[..]);
+        // Reply inline: RPC reply header, then the echoed opaque.
+        let mut reply = xdr::to_bytes(&Header {
+            xid: h.xid,
+            credits: 2,
+            flags: Flags::RESPONSE,
+            body: Body::Msg(ChunkLists2::default()),
+        })
+        .to_vec();
+        for w in [h.xid, 1, 0, 0, 0, 0, 2000] {
+            reply.extend_from_slice(&w.to_be_bytes());
+        }
+        reply.extend_from_slice(&data);
+        let other = raw.region(64);
+        let invalidate = if foreign {
+            other.stag()
+        } else {
+            Stag(c.inv_handle)
+        };
+        raw.qp
+            .post_send(SendWr {
+                wr_id: 700,
+                data: vec![reply.into()],
+                solicited: false,
+                invalidate: Some(invalidate),
+            })
+            .unwrap();
+        let got = call.await.unwrap();
+        if foreign {
+            // The server's device has no such STag: the Send With
+            // Invalidate is a remote access error that terminates the
+            // connection (RFC 5040 remote access error), and the call fails.
+            assert_eq!(got.err(), Some(oncrpc::RpcError::ConnectionClosed));
+        } else {
+            assert!(got.as_ref().is_ok_and(|g| *g == data), "{:?}", got.err());
+        }
+    }
+}
