@@ -498,7 +498,6 @@ async fn inline_backchannel_refuses_calls_that_need_chunks() {
 /// plain Send when that is zero.
 #[tokio::test]
 async fn reverse_reply_invalidates_the_named_stag_and_never_zero() {
-    use rnic::Access;
     use rpcrdma::wire::v2::ChunkLists2;
     use rpcrdma::wire::{ChunkLists, RdmaSegment, ReadSegment};
 
