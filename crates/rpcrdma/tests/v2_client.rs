@@ -575,3 +575,26 @@ async fn reverse_reply_invalidates_the_named_stag_and_never_zero() {
     }
     assert_eq!(client.stats().backchannel_calls, 2);
 }
+
+/// v2 draft §5.3.3 in the reverse direction: a reverse call whose reply
+/// hint was too small gets no reply chunk; the client, as responder,
+/// answers RDMA2_ERR_REPLY_RESOURCE and the server's call fails with it.
+#[tokio::test]
+async fn reverse_reply_too_long_for_its_resources_is_reply_resource() {
+    let (_client, cb, _) = backchannel_pair(51, true).await;
+    let hint = ReplyHint {
+        max_reply_len: 64,
+        ddp: None,
+    };
+    let r = cb
+        .transport()
+        .call(echo_call(&pattern(6000, 2), hint))
+        .await;
+    assert_eq!(
+        r.err(),
+        Some(RpcError::Transport("RDMA2_ERR_REPLY_RESOURCE"))
+    );
+    // The backchannel still works.
+    let data = pattern(6000, 3);
+    assert_eq!(cb.echo(data.clone()).await.unwrap(), data);
+}
