@@ -178,7 +178,9 @@ impl Deframer {
                 if n == 0 {
                     return Ok((0, None));
                 }
-                self.crc.update(&input[..n]);
+                if self.crc_on {
+                    self.crc.update(&input[..n]);
+                }
                 self.payload_left -= n;
                 if self.payload_left == 0 {
                     self.enter_trailer();
@@ -202,7 +204,11 @@ impl Deframer {
         if data.is_empty() {
             return Ok(());
         }
-        self.crc.update(data);
+        // RFC 5044 §4.4: without CRC the field is not checked, so the
+        // payload is not summed either.
+        if self.crc_on {
+            self.crc.update(data);
+        }
         self.payload_left -= data.len();
         if self.payload_left == 0 {
             self.enter_trailer();
@@ -249,7 +255,9 @@ impl Deframer {
         }
         let (header, _) = DdpRepr::parse_bytes(&self.head[fpdu::LEN_FIELD..want])?;
         self.crc = Crc::new();
-        self.crc.update(&self.head[..want]);
+        if self.crc_on {
+            self.crc.update(&self.head[..want]);
+        }
         let payload_len = self.ulpdu_len - hlen;
         self.payload_left = payload_len;
         if payload_len == 0 {

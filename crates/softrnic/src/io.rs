@@ -15,7 +15,7 @@ use std::io;
 use std::sync::Arc;
 
 use std::collections::VecDeque;
-use std::io::IoSlice;
+use std::io::{IoSlice, IoSliceMut};
 
 use bytes::{Buf, Bytes, BytesMut};
 use iwarp::conn::{PlaceTarget, Placement};
@@ -56,16 +56,23 @@ async fn read_exact(rd: &mut OwnedReadHalf, buf: &mut [u8]) -> Result<(), RxEnd>
     rd.read_exact(buf).await.map(drop).map_err(|_| RxEnd::Lost)
 }
 
-/// Bytes of the next FPDU's header read together with the current trailer:
-/// the length field and the DDP control octet, never payload.
-const LOOKAHEAD: usize = 3;
+/// Bytes of the next FPDU read together with the current trailer: the
+/// shortest header (length field and tagged DDP header), so a read never takes
+/// a payload byte before its destination is known; a tagged header arrives
+/// whole with the previous FPDU's trailer.
+const LOOKAHEAD: usize = fpdu::LEN_FIELD + ddp::TAGGED_HEADER_LEN;
+
+/// Pad, CRC and the next FPDU's lookahead, read in the same system call as
+/// the end of the payload.
+const TAIL: usize = 3 + fpdu::CRC_LEN + LOOKAHEAD;
 
 async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
     let mut head = [0u8; iwarp::deframe::MAX_HEADER];
+    let mut tail = [0u8; TAIL];
     let mut got = 0;
     loop {
         // Length field and the DDP control octet, whose T bit sizes the header.
-        while got < LOOKAHEAD {
+        while got < fpdu::LEN_FIELD + 1 {
             match rd.read(&mut head[got..LOOKAHEAD]).await {
                 Ok(0) if got == 0 => return RxEnd::Eof,
                 Ok(0) | Err(_) => return RxEnd::Lost,
@@ -78,17 +85,19 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
         } else {
             ddp::UNTAGGED_HEADER_LEN
         };
-        let head_len = (fpdu::LEN_FIELD + ddp_len)
-            .min(fpdu::LEN_FIELD + ulpdu)
-            .max(LOOKAHEAD);
-        if let Err(e) = read_exact(rd, &mut head[LOOKAHEAD..head_len]).await {
+        let head_len = (fpdu::LEN_FIELD + ddp_len).max(got);
+        if let Err(e) = read_exact(rd, &mut head[got..head_len]).await {
             return e;
         }
+        // The engine refuses a ULPDU shorter than its header.
         if let Err(e) = feed(sh, &head[..head_len]) {
             return e;
         }
         got = 0;
-        let mut remaining = fpdu::fpdu_len(ulpdu) - head_len;
+        let Some(mut remaining) = fpdu::fpdu_len(ulpdu).checked_sub(head_len) else {
+            return RxEnd::Lost;
+        };
+        let trailer = fpdu::pad_len(ulpdu) + fpdu::CRC_LEN;
         while remaining > 0 {
             let placement = {
                 let core = sh.lock();
@@ -98,10 +107,29 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
                 core.conn.poll_placement()
             };
             match placement {
-                Some(p) => match place(sh, rd, p, remaining).await {
-                    Ok(n) => remaining -= n,
-                    Err(e) => return e,
-                },
+                Some(p) => {
+                    // The last payload piece reads trailer and lookahead too.
+                    let want = p.len.min(remaining);
+                    let t = if want + trailer == remaining {
+                        &mut tail[..trailer + LOOKAHEAD]
+                    } else {
+                        &mut tail[..0]
+                    };
+                    let (n, extra) = match place(sh, rd, p, want, t).await {
+                        Ok(r) => r,
+                        Err(e) => return e,
+                    };
+                    remaining -= n;
+                    if extra > 0 {
+                        let k = extra.min(remaining);
+                        if let Err(e) = feed(sh, &tail[..k]) {
+                            return e;
+                        }
+                        remaining -= k;
+                        got = extra - k;
+                        head[..got].copy_from_slice(&tail[k..extra]);
+                    }
+                }
                 None => {
                     // Inline body or trailer. The last piece of the FPDU is
                     // read together with up to LOOKAHEAD bytes of the next one.
@@ -163,15 +191,17 @@ fn would_block(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::WouldBlock
 }
 
-/// Reads up to `placement.len` payload bytes from the socket straight into
-/// their destination; returns how many were placed.
+/// Reads up to `want` payload bytes from the socket straight into their
+/// destination, and after them (when `tail` is not empty, for the end of the
+/// payload) trailer and lookahead bytes into `tail`, in one system call;
+/// returns the payload bytes placed and the `tail` bytes read.
 async fn place(
     sh: &Shared,
     rd: &mut OwnedReadHalf,
     p: Placement,
-    remaining: usize,
-) -> Result<usize, RxEnd> {
-    let want = p.len.min(remaining);
+    want: usize,
+    tail: &mut [u8],
+) -> Result<(usize, usize), RxEnd> {
     loop {
         rd.readable().await.map_err(|_| RxEnd::Lost)?;
         let mut core = sh.lock();
@@ -179,11 +209,15 @@ async fn place(
             return Err(RxEnd::Closed);
         }
         let read = match p.target {
-            PlaceTarget::Tagged { stag, to } => place_tagged(sh, &mut core, rd, stag, to, want)?,
-            PlaceTarget::Recv { wr_id, offset } => place_recv(&mut core, rd, wr_id, offset, want)?,
+            PlaceTarget::Tagged { stag, to } => {
+                place_tagged(sh, &mut core, rd, stag, to, want, &mut *tail)?
+            }
+            PlaceTarget::Recv { wr_id, offset } => {
+                place_recv(&mut core, rd, wr_id, offset, want, &mut *tail)?
+            }
         };
         match read {
-            Ok(0) => return Err(RxEnd::Lost),
+            Ok((0, _)) => return Err(RxEnd::Lost),
             Ok(n) => {
                 core.pump(sh);
                 return Ok(n);
@@ -194,6 +228,14 @@ async fn place(
     }
 }
 
+/// One vectored read into `dest` then `tail`: (bytes in `dest`, in `tail`).
+fn read_into(rd: &OwnedReadHalf, dest: &mut [u8], tail: &mut [u8]) -> io::Result<(usize, usize)> {
+    let cap = dest.len();
+    let n = rd.try_read_vectored(&mut [IoSliceMut::new(dest), IoSliceMut::new(tail)])?;
+    let k = n.min(cap);
+    Ok((k, n - k))
+}
+
 /// Tagged payload: the region slice is the read buffer (no staging copy).
 fn place_tagged(
     sh: &Shared,
@@ -202,7 +244,8 @@ fn place_tagged(
     stag: Stag,
     to: u64,
     want: usize,
-) -> Result<io::Result<usize>, RxEnd> {
+    tail: &mut [u8],
+) -> Result<io::Result<(usize, usize)>, RxEnd> {
     // The engine checked the access; the table checks again under its lock, so
     // a region invalidated since then is never written.
     let a = TaggedAccess {
@@ -213,14 +256,18 @@ fn place_tagged(
         need: Access::empty(),
     };
     let conn = &mut core.conn;
+    let mut extra = 0;
     let placed = sh.table.place_direct(a, |slice| {
-        let n = rd.try_read(slice)?;
-        if n > 0 {
-            conn.placed(&slice[..n]).map_err(io::Error::other)?;
+        let (k, e) = read_into(rd, slice, tail)?;
+        extra = e;
+        if k > 0 {
+            conn.placed(&slice[..k]).map_err(io::Error::other)?;
         }
-        Ok(n)
+        Ok(k)
     });
-    placed.map_err(|_| RxEnd::Lost)
+    placed
+        .map(|r| r.map(|k| (k, extra)))
+        .map_err(|_| RxEnd::Lost)
 }
 
 /// Send payload: the posted receive buffer is the read buffer.
@@ -230,7 +277,8 @@ fn place_recv(
     wr_id: u64,
     offset: usize,
     want: usize,
-) -> Result<io::Result<usize>, RxEnd> {
+    tail: &mut [u8],
+) -> Result<io::Result<(usize, usize)>, RxEnd> {
     let Core { conn, recvs, .. } = core;
     let Some((_, buf)) = recvs.get_mut(&wr_id) else {
         return Err(RxEnd::Lost);
@@ -243,11 +291,11 @@ fn place_recv(
     let Some(slice) = buf.get_mut(offset..end) else {
         return Err(RxEnd::Lost);
     };
-    let r = rd.try_read(slice);
-    if let Ok(n) = r {
-        buf.truncate(offset + n);
-        if n > 0 {
-            if let Some(done) = buf.get(offset..offset + n) {
+    let r = read_into(rd, slice, tail);
+    if let Ok((k, _)) = r {
+        buf.truncate(offset + k);
+        if k > 0 {
+            if let Some(done) = buf.get(offset..offset + k) {
                 conn.placed(done).map_err(|_| RxEnd::Closed)?;
             }
         }
@@ -323,7 +371,9 @@ impl Outbox {
 /// field, ULPDU and pad; zero when CRC is off).
 fn gather(sh: &Shared, core: &Core, t: &Transmit, out: &mut Outbox) -> Result<(), ()> {
     let mut crc = Crc::new();
-    crc.update(&t.head);
+    if sh.crc {
+        crc.update(&t.head);
+    }
     let pieces: Vec<Bytes> = match t.payload {
         None => Vec::new(),
         Some(PayloadRef::Wr { wr_id, offset, len }) => {

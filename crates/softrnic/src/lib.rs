@@ -33,6 +33,13 @@ use rnic::{CmError, Connected, Device, MrTable, ProtectionDomain, QpConfig};
 pub use cm::{SoftListener, SoftRequest};
 pub use qp::SoftQp;
 
+/// The default MULPDU: the largest ULPDU Linux `siw` itself sends (it
+/// segments to 32762-byte ULPDUs), so a `siw` receiver takes it. MPA has no
+/// MULPDU negotiation (RFC 5044 §4.1 leaves it to the sender's knowledge of
+/// the path); a larger value halves the per-FPDU work again but is not known
+/// to be accepted by every `siw` receiver.
+pub const SIW_MULPDU: usize = 32762;
+
 /// Settings of a [`SoftDevice`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SoftConfig {
@@ -57,7 +64,7 @@ impl Default for SoftConfig {
             crc: false,
             max_ird: 16,
             max_ord: 16,
-            mulpdu: iwarp::conn::DEFAULT_MULPDU,
+            mulpdu: SIW_MULPDU,
             max_message_size: 1 << 30,
             mpa_timeout: Duration::from_secs(10),
         }
