@@ -598,3 +598,53 @@ async fn reverse_reply_too_long_for_its_resources_is_reply_resource() {
     let data = pattern(6000, 3);
     assert_eq!(cb.echo(data.clone()).await.unwrap(), data);
 }
+
+/// v2 draft §4.2.1: the server's Receive Buffer Size in its
+/// RDMA2_CONNPROP lowers the client's send threshold below what the
+/// connection private data said (4096 here).
+#[tokio::test]
+async fn client_sends_no_more_than_the_servers_receive_buffer_size() {
+    let net = LoopbackNetwork::new(52);
+    let sdev = net.device();
+    let cdev = net.device();
+    let mut listener = sdev.listen(&String::new()).await.unwrap();
+    let addr = listener.local_addr();
+    let pd = sdev.alloc_pd();
+    let connecting = RdmaClient::connect(&cdev, &addr, v2_config());
+    let (qp, client) = tokio::join!(accept_one(&mut listener, &pd), connecting);
+    let client = client.unwrap();
+    assert_eq!(client.thresholds().send, 4096);
+    let first = next_msg(&qp).await.unwrap();
+    let (h, _) = Header::parse(&first, &Limits::default()).unwrap();
+    let props = Properties {
+        receive_buffer_size: 1024,
+        reverse_request_support: RvReqSup::RDMA2_RVREQSUP_NONE,
+    };
+    let answer = Header {
+        xid: h.xid,
+        credits: 8,
+        flags: Flags::RESPONSE,
+        body: v2::Body::ConnProp(props.to_propset()),
+    };
+    send(&qp, xdr::to_bytes(&answer));
+    // A NULL call round trip orders the CONNPROP before the check.
+    let echo = EchoClient::new(client.clone());
+    let (r, ()) = tokio::join!(echo.null(), async {
+        let m = next_msg(&qp).await.unwrap();
+        let (h, len) = Header::parse(&m, &Limits::default()).unwrap();
+        assert_eq!(m.len() - len, 40, "NULL call inline");
+        let mut out = xdr::to_bytes(&Header {
+            xid: h.xid,
+            credits: 8,
+            flags: Flags::RESPONSE,
+            body: v2::Body::Msg(Default::default()),
+        })
+        .to_vec();
+        for w in [h.xid, 1, 0, 0, 0, 0] {
+            out.extend_from_slice(&w.to_be_bytes());
+        }
+        send(&qp, out.into());
+    });
+    r.unwrap();
+    assert_eq!(client.thresholds().send, 1024);
+}
