@@ -588,3 +588,56 @@ async fn recall_waits_for_the_client_to_bind_a_new_connection() {
     let (_, r) = open_after_delay(&b, "f", OPEN4_SHARE_ACCESS_WRITE).await;
     opened(&r);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_and_setattr_from_another_client_recall_a_read_delegation() {
+    let srv = serve("io", 4).await;
+    let mut a = Client::connect(&srv, "client-a").await;
+    let b = Client::connect(&srv, "client-b").await;
+    let (_, deleg, fh) = opened(&a.open("f", OPEN4_SHARE_ACCESS_READ).await);
+    let OpenDelegation4::Read(dsid, ..) = deleg else {
+        panic!("read delegation expected: {deleg:?}")
+    };
+    // B reads with the anonymous stateid: no conflict with a read delegation.
+    let r = b
+        .seq(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+            NfsArgop4::Read(Read4Args {
+                stateid: Stateid4::ANONYMOUS,
+                offset: 0,
+                count: 16,
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+    assert!(a.recalls.try_recv().is_err());
+    let write = vec![
+        NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+        NfsArgop4::Write(Write4Args {
+            stateid: Stateid4::ANONYMOUS,
+            offset: 0,
+            stable: StableHow4(2),
+            data: xdr::DdpOpaque(Bytes::from_static(b"B")),
+        }),
+    ];
+    assert_eq!(b.seq(write.clone()).await.status, Nfsstat4::NFS4ERR_DELAY);
+    let (_, recall) = a.recall().await;
+    assert_eq!(recall.stateid, dsid);
+    let setattr = b
+        .seq(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+            NfsArgop4::Setattr(Setattr4Args {
+                stateid: Stateid4::ANONYMOUS,
+                obj_attributes: FileAttrs {
+                    mode: Some(0o600),
+                    ..Default::default()
+                }
+                .to_fattr4(&Bitmap4::from_bits(&[nfs::v4::attr::FATTR4_MODE])),
+            }),
+        ])
+        .await;
+    assert_eq!(setattr.status, Nfsstat4::NFS4ERR_DELAY);
+    assert!(a.recalls.try_recv().is_err(), "recalled once");
+    assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    assert_eq!(b.seq(write.clone()).await.status, Nfsstat4::NFS4_OK);
+}
