@@ -50,6 +50,14 @@ impl ReadWaiters {
     }
 }
 
+/// rdma_flags of a version 2 header, read without decoding the rest, so
+/// forward traffic is not decoded twice; `None` for other versions.
+fn v2_flags(msg: &[u8]) -> Option<v2::Flags> {
+    let pre = crate::wire::Prefix::peek(msg).ok()?;
+    let w = msg.get(v2::HDR_PREFIX_LEN - 4..v2::HDR_PREFIX_LEN)?;
+    (pre.vers == v2::VERSION).then(|| v2::Flags(u32::from_be_bytes([w[0], w[1], w[2], w[3]])))
+}
+
 /// A version 2 Msg / NoMsg header and where the RPC message starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct V2Rpc {
@@ -73,8 +81,7 @@ pub(super) struct V2Rpc {
 /// reverse-direction reply (v2 draft §3.2). Inline-only messages are left
 /// to [`super::v2::inline_rpc`].
 pub(super) fn chunked(msg: &[u8], limits: &Limits, response: bool) -> Option<V2Rpc> {
-    let pre = crate::wire::Prefix::peek(msg).ok()?;
-    if pre.vers != v2::VERSION {
+    if v2_flags(msg)?.is_response() != response {
         return None;
     }
     let (h, len) = v2::Header::parse(msg, limits).ok()?;
@@ -120,6 +127,11 @@ enum ReplyKind {
 /// msg_type REPLY (either version), a version 2 message with chunks and
 /// RPCRDMA2_F_RESPONSE set, or an RDMA2_ERROR (v2 draft §3.2).
 pub(super) fn reverse_reply(msg: &[u8], limits: &Limits) -> Option<ReplyIn> {
+    // A forward call (version 2 with the flag clear) is not looked at
+    // further.
+    if v2_flags(msg).is_some_and(|f| !f.is_response()) {
+        return None;
+    }
     if let Some(r) = super::v2::inline_rpc(msg, limits).filter(|r| r.msg_type == 1) {
         return Some(ReplyIn {
             xid: r.xid,
@@ -134,10 +146,7 @@ pub(super) fn reverse_reply(msg: &[u8], limits: &Limits) -> Option<ReplyIn> {
             kind: ReplyKind::Chunked(c),
         });
     }
-    let pre = crate::wire::Prefix::peek(msg).ok()?;
-    if pre.vers != v2::VERSION {
-        return None;
-    }
+    v2_flags(msg)?;
     match v2::Header::parse(msg, limits).ok()? {
         (
             v2::Header {
