@@ -151,7 +151,14 @@ impl BackchannelSlot {
 enum PathStatus {
     Unprobed,
     Up,
+    /// Failed, or lost: SEQ4_STATUS_CB_PATH_DOWN until the client binds
+    /// a connection again.
     Down,
+    /// The transport offers no back channel on this connection (ONC RPC
+    /// over TCP here), and the client was told once and bound it again:
+    /// no delegations, and no more CB_PATH_DOWN, which would only make
+    /// the client repeat BIND_CONN_TO_SESSION.
+    Absent,
 }
 
 /// The back channel of one client: the session and connection callbacks
@@ -163,6 +170,8 @@ struct CbPath {
     program: u32,
     /// The credential callbacks carry (`csa_sec_parms`).
     cred: OpaqueAuth,
+    /// The connection already reported down for having no back channel.
+    told: Option<u64>,
     seq: u32,
     status: PathStatus,
 }
@@ -236,6 +245,7 @@ impl DelegTable {
             conn,
             program,
             cred: OpaqueAuth::NONE,
+            told: None,
             seq: 0,
             status: PathStatus::Unprobed,
         });
@@ -467,10 +477,15 @@ impl Callbacks {
                 set_status(state, clientid, p.conn, PathStatus::Down);
                 return false;
             }
-            PathStatus::Down => return false,
+            PathStatus::Down | PathStatus::Absent => return false,
             PathStatus::Unprobed => {}
         }
-        let ok = match self.slot.get(&p.conn) {
+        let transport = self.slot.get(&p.conn);
+        if transport.is_none() && p.told == Some(p.conn.conn_id) {
+            set_status(state, clientid, p.conn, PathStatus::Absent);
+            return false;
+        }
+        let ok = match transport {
             // CB_NULL (RFC 8881 §20.1) proves the path before any
             // delegation depends on it.
             Some(t) => {
@@ -488,6 +503,13 @@ impl Callbacks {
         );
         let status = if ok { PathStatus::Up } else { PathStatus::Down };
         set_status(state, clientid, p.conn, status);
+        if !ok {
+            if let Ok(mut st) = state.lock() {
+                if let Some(x) = st.delegs.paths.get_mut(&clientid) {
+                    x.told = Some(p.conn.conn_id);
+                }
+            }
+        }
         ok
     }
 
@@ -522,8 +544,13 @@ impl Callbacks {
                 }
                 _ => return,
             };
-            if let Some(t) = path.and_then(|p| self.slot.get(&p.conn).map(|t| (p, t))) {
-                let (p, t) = t;
+            let transport = path.as_ref().and_then(|p| self.slot.get(&p.conn));
+            if let (Some(p), None) = (&path, &transport) {
+                // The connection went away: report the path down so the
+                // client binds a new one (RFC 8881 §18.46.3).
+                set_status(state, r.clientid, p.conn, PathStatus::Down);
+            }
+            if let (Some(p), Some(t)) = (path, transport) {
                 let _one = self.busy.lock().await;
                 let seq = match state.lock() {
                     Ok(st) => st.delegs.paths.get(&r.clientid).map_or(p.seq, |x| x.seq),
