@@ -12,7 +12,7 @@
 //! - Send/Receive ping-pong vs TCP ping-pong (`TCP_NODELAY`), median round
 //!   trip.
 //!
-//! `cargo bench -p softrnic --bench rnic -- [MiB per point] [repetitions]`
+//! `cargo bench -p softrnic --bench rnic -- [MiB per point] [repetitions] [ping|bulk]`
 
 use std::net::SocketAddr;
 use std::sync::mpsc;
@@ -348,6 +348,14 @@ fn main() {
         .skip(1)
         .filter_map(|a| a.parse().ok())
         .collect();
+    // `ping` or `bulk` runs only that part.
+    let only = std::env::args()
+        .skip(1)
+        .find(|a| a == "ping" || a == "bulk");
+    let (bulk, ping) = (
+        only.as_deref() != Some("ping"),
+        only.as_deref() != Some("bulk"),
+    );
     let mib = args.first().copied().unwrap_or(128);
     let reps = args.get(1).copied().unwrap_or(3).max(1) as usize;
     let cfg = SoftConfig::default();
@@ -389,7 +397,8 @@ fn main() {
             "{:<6} {:>5} | {:>8} {:>8} {:>5} | {:>27}",
             "", "", "MB/s", "MB/s", "", "CPU s/GiB (A initiator, B peer)"
         );
-        for op in ["write", "read"] {
+        let ops: &[&str] = if bulk { &["write", "read"] } else { &[] };
+        for &op in ops {
             for size in SIZES {
                 let n = (mib << 20) / size as u64;
                 let bytes = n * size as u64;
@@ -427,7 +436,8 @@ fn main() {
             "{:<6} {:>5} | {:>8} {:>8} {:>5} | median round trip, {PINGS} rounds",
             "ping", "size", "RDMA us", "TCP us", "ratio"
         );
-        for size in PING_SIZES {
+        let pings: &[usize] = if ping { &PING_SIZES } else { &[] };
+        for &size in pings {
             let (mut r, mut t) = (Vec::new(), Vec::new());
             for _ in 0..reps {
                 r.push(median(rdma_ping(&qp, size, PINGS).await).as_secs_f64() * 1e6);

@@ -23,7 +23,7 @@ use iwarp::segment::{PayloadRef, Transmit};
 use iwarp::wire::fpdu::Crc;
 use iwarp::wire::{ddp, fpdu};
 use rnic::{Access, CloseReason, QpEvent, Stag, TaggedAccess};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::qp::{Core, Shared};
@@ -71,6 +71,12 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
     let mut tail = [0u8; TAIL];
     let mut got = 0;
     loop {
+        if got == 0 {
+            // Between FPDUs with nothing of the next one read: let the
+            // consumer woken by this FPDU's completion run (and post its
+            // answer) before this task asks the socket again.
+            tokio::task::yield_now().await;
+        }
         // Length field and the DDP control octet, whose T bit sizes the header.
         while got < fpdu::LEN_FIELD + 1 {
             match rd.read(&mut head[got..LOOKAHEAD]).await {
@@ -183,6 +189,8 @@ fn feed(sh: &Shared, bytes: &[u8]) -> Result<(), RxEnd> {
     }
     core.pump(sh);
     drop(core);
+    // Responses (Read Responses, a Terminate) go out from the transmit task,
+    // which batches those of several inbound FPDUs into one write.
     sh.tx_wake.notify_one();
     result
 }
@@ -308,7 +316,7 @@ fn place_recv(
 /// `small`; Send and Write payload is queued as the consumer's own `Bytes`,
 /// never copied.
 #[derive(Default)]
-struct Outbox {
+pub(crate) struct Outbox {
     chunks: VecDeque<Bytes>,
     small: BytesMut,
 }
@@ -331,24 +339,27 @@ impl Outbox {
         }
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.chunks.is_empty() && self.small.is_empty()
     }
 
-    /// Writes everything with vectored writes.
-    async fn write_to(&mut self, wr: &mut OwnedWriteHalf) -> io::Result<()> {
+    /// Writes as much as the socket takes now (vectored, never waiting);
+    /// `Ok` with bytes left means the socket is full.
+    fn try_flush(&mut self, wr: &OwnedWriteHalf) -> io::Result<()> {
         self.seal();
         while !self.chunks.is_empty() {
-            let slices: Vec<IoSlice<'_>> = self
-                .chunks
-                .iter()
-                .take(64)
-                .map(|c| IoSlice::new(c))
-                .collect();
-            let mut n = wr.write_vectored(&slices).await?;
-            if n == 0 {
-                return Err(io::ErrorKind::WriteZero.into());
+            let mut slices = [IoSlice::new(&[]); 64];
+            let mut k = 0;
+            for (slot, c) in slices.iter_mut().zip(self.chunks.iter()) {
+                *slot = IoSlice::new(c);
+                k += 1;
             }
+            let mut n = match wr.try_write_vectored(&slices[..k]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if would_block(&e) => return Ok(()),
+                Err(e) => return Err(e),
+            };
             while n > 0 {
                 let Some(front) = self.chunks.front_mut() else {
                     break;
@@ -364,6 +375,36 @@ impl Outbox {
         }
         Ok(())
     }
+}
+
+/// Transmits what the engine has queued from the task that changed the
+/// engine (the consumer posting to an idle queue pair): gathers the FPDUs
+/// and writes them straight away, without waking the transmit task.
+/// Returns whether the transmit task must run: the socket is full, or the
+/// stream is closing.
+pub(crate) fn flush(core: &mut Core, sh: &Shared) -> bool {
+    let mut out = std::mem::take(&mut core.out);
+    let mut failed = false;
+    if !core.local_closed {
+        while let Some(t) = core.conn.poll_transmit() {
+            if gather(sh, core, &t, &mut out).is_err() {
+                failed = true;
+                break;
+            }
+        }
+        core.pump(sh);
+    }
+    if !failed && !out.is_empty() {
+        if let Some(wr) = &core.wr {
+            failed = out.try_flush(wr).is_err();
+        }
+    }
+    // After a failed write nothing more goes out.
+    core.out = if failed { Outbox::default() } else { out };
+    if failed {
+        core.finish(sh, CloseReason::ConnectionLost, &[QpEvent::LlpError]);
+    }
+    failed || !core.out.is_empty() || core.local_closed || core.finished || !core.conn.is_open()
 }
 
 /// Queues one FPDU: head, payload (the work request's buffers, or the RDMA
@@ -434,41 +475,31 @@ fn slice_gather(data: &[Bytes], mut offset: usize, mut len: usize) -> Option<Vec
     (len == 0).then_some(out)
 }
 
-pub(crate) async fn tx_task(sh: Arc<Shared>, mut wr: OwnedWriteHalf) {
-    let mut out = Outbox::default();
+/// Waits for room in the socket when a direct write left bytes behind, and
+/// ends the stream: FIN after the last FPDU (a Terminate, when one was
+/// queued), when the last handle of the write half drops.
+pub(crate) async fn tx_task(sh: Arc<Shared>, wr: Arc<OwnedWriteHalf>) {
     loop {
-        let (closing, failed) = {
+        let (pending, closing) = {
             let mut core = sh.lock();
-            let mut failed = false;
-            if !core.local_closed {
-                while let Some(t) = core.conn.poll_transmit() {
-                    if gather(&sh, &core, &t, &mut out).is_err() {
-                        failed = true;
-                        break;
-                    }
-                }
-                core.pump(&sh);
-            }
+            flush(&mut core, &sh);
             (
+                !core.out.is_empty(),
                 core.local_closed || core.finished || !core.conn.is_open(),
-                failed,
             )
         };
-        if failed {
-            sh.lock()
-                .finish(&sh, CloseReason::ConnectionLost, &[QpEvent::LlpError]);
-            break;
-        }
-        if !out.is_empty() && out.write_to(&mut wr).await.is_err() {
-            sh.lock()
-                .finish(&sh, CloseReason::ConnectionLost, &[QpEvent::LlpError]);
-            break;
+        if pending {
+            if wr.writable().await.is_err() {
+                sh.lock()
+                    .finish(&sh, CloseReason::ConnectionLost, &[QpEvent::LlpError]);
+                break;
+            }
+            continue;
         }
         if closing {
             break;
         }
         sh.tx_wake.notified().await;
     }
-    // FIN after the last FPDU (a Terminate, when one was queued).
-    let _ = wr.shutdown().await;
+    sh.lock().wr = None;
 }

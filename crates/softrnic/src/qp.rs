@@ -18,7 +18,10 @@ use rnic::{
     QpAttrs, QpConfig, QpEvent, QpNum, QpState, QueuePair, ReadWr, RecvWr, SendWr, Stag,
     TaggedAccess, TerminateCause, WcOpcode, WcStatus, WorkCompletion, WrId, WriteWr,
 };
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
+
+use crate::io::{flush, Outbox};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
@@ -50,6 +53,11 @@ pub(crate) struct Core {
     pub(crate) local_closed: bool,
     /// The connection is over: the receive side must stop.
     pub(crate) finished: bool,
+    /// Gathered FPDU bytes the socket did not take yet.
+    pub(crate) out: Outbox,
+    /// The socket's write half, once launched; written only under this
+    /// lock, so FPDUs never interleave.
+    pub(crate) wr: Option<Arc<OwnedWriteHalf>>,
 }
 
 /// What both IO tasks and the consumer's handle share.
@@ -308,6 +316,8 @@ pub(crate) fn prepare(
         inval_err: None,
         local_closed: false,
         finished: false,
+        out: Outbox::default(),
+        wr: None,
     };
     let shared = Arc::new(Shared {
         core: Mutex::new(core),
@@ -337,6 +347,8 @@ pub(crate) fn prepare(
 /// Connects a prepared queue pair to its socket and starts its IO tasks.
 pub(crate) fn launch(p: Prepared, stream: TcpStream) -> SoftQp {
     let (rd, wr) = stream.into_split();
+    let wr = Arc::new(wr);
+    p.shared.lock().wr = Some(Arc::clone(&wr));
     let rx = tokio::spawn(crate::io::rx_task(Arc::clone(&p.shared), rd));
     tokio::spawn(crate::io::tx_task(Arc::clone(&p.shared), wr));
     p.shared.tx_wake.notify_one();
@@ -380,6 +392,14 @@ fn engine_error(e: EnginePostError, state: QpState, len: u64, sh: &Shared) -> Po
             max: u64::from(sh.attrs.max_message_size),
         },
     }
+}
+
+/// Whether a request just posted is the only work in flight (the consumer
+/// has reaped every send completion, at most this one Read is outstanding):
+/// then it is written at once, from the posting task, for latency; otherwise
+/// the transmit task writes it together with the requests posted meanwhile.
+fn idle(core: &Core, sh: &Shared) -> bool {
+    sh.send_cq.is_empty() && core.reads.len() <= 1 && core.out.is_empty()
 }
 
 /// A queue pair of the software device. Dropping it disconnects.
@@ -477,8 +497,11 @@ impl QueuePair for SoftQp {
                 data: wr.data,
             },
         );
+        let wake = !idle(&core, sh) || flush(&mut core, sh);
         drop(core);
-        sh.tx_wake.notify_one();
+        if wake {
+            sh.tx_wake.notify_one();
+        }
         Ok(())
     }
 
@@ -499,8 +522,11 @@ impl QueuePair for SoftQp {
                 data: wr.data,
             },
         );
+        let wake = !idle(&core, sh) || flush(&mut core, sh);
         drop(core);
-        sh.tx_wake.notify_one();
+        if wake {
+            sh.tx_wake.notify_one();
+        }
         Ok(())
     }
 
@@ -546,6 +572,9 @@ impl QueuePair for SoftQp {
                 .map_err(|e| engine_error(e, core.state, len, sh))?;
             core.reads.insert(id, wr.wr_id);
             core.pump(sh);
+            if idle(&core, sh) && !flush(&mut core, sh) {
+                return Ok(());
+            }
         }
         sh.tx_wake.notify_one();
         Ok(())

@@ -338,53 +338,81 @@ async fn request_with_markers_is_rejected_on_the_wire() {
     accepting.abort();
 }
 
-/// Sends and Writes the transmit task has not yet sent are flushed by a
-/// disconnect, each exactly once and in posting order (the current-thread
-/// runtime does not run the task between the posts and the disconnect).
+/// Posting to an idle queue pair transmits at once (no task hop): a Send and
+/// a Write complete before the disconnect. RDMA Reads still outstanding — on the wire, or
+/// waiting for ORD — are flushed by the disconnect, each exactly once and in
+/// posting order.
 #[tokio::test]
-async fn disconnect_flushes_requests_not_yet_transmitted() {
+async fn disconnect_flushes_reads_still_outstanding_in_order() {
     let h = Tcp(SoftConfig::default());
     let p = connect_pair(&h, 0, 4).await;
     let mr = p
         .server_pd
-        .register(BytesMut::zeroed(64), Access::REMOTE_WRITE)
+        .register(
+            BytesMut::zeroed(64),
+            Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
         .unwrap();
-    for i in 0..4u64 {
-        p.cqp
-            .post_send(SendWr {
-                wr_id: 2 * i,
-                data: vec![Bytes::from_static(b"s")],
-                ..Default::default()
-            })
-            .unwrap();
-        let wr = WriteWr {
-            wr_id: 2 * i + 1,
-            data: vec![Bytes::from_static(b"w")],
+    let sink = p
+        .client_pd
+        .register(BytesMut::zeroed(64), Access::LOCAL_WRITE)
+        .unwrap();
+    p.cqp
+        .post_send(SendWr {
+            wr_id: 100,
+            data: vec![Bytes::from_static(b"s")],
+            ..Default::default()
+        })
+        .unwrap();
+    let sent = p.cqp.send_cq().poll().unwrap().expect("sent at post");
+    let wr = WriteWr {
+        wr_id: 101,
+        data: vec![Bytes::from_static(b"w")],
+        remote_stag: mr.stag(),
+        remote_to: 0,
+    };
+    p.cqp.post_write(wr).unwrap();
+    let written = p.cqp.send_cq().poll().unwrap().expect("sent at post");
+    let ord = u64::from(p.cqp.attrs().ord);
+    for i in 0..ord + 4 {
+        let rd = ReadWr {
+            wr_id: i,
+            local_stag: sink.stag(),
+            local_to: 0,
+            len: 8,
             remote_stag: mr.stag(),
             remote_to: 0,
         };
-        p.cqp.post_write(wr).unwrap();
+        p.cqp.post_read(rd).unwrap();
     }
-    p.cqp.disconnect();
-    for i in 0..8u64 {
-        let wc = p.cqp.send_cq().poll().unwrap().expect("flushed at once");
-        let opcode = if i % 2 == 0 {
-            WcOpcode::Send
-        } else {
-            WcOpcode::RdmaWrite
-        };
+    for (wc, id, op) in [
+        (sent, 100, WcOpcode::Send),
+        (written, 101, WcOpcode::RdmaWrite),
+    ] {
         assert_eq!(
             (wc.wr_id, wc.opcode, wc.status),
-            (i, opcode, WcStatus::FlushError)
+            (id, op, WcStatus::Success)
+        );
+    }
+    p.cqp.disconnect();
+    for i in 0..ord + 4 {
+        let wc = p.cqp.send_cq().poll().unwrap().expect("flushed at once");
+        assert_eq!(
+            (wc.wr_id, wc.opcode, wc.status),
+            (i, WcOpcode::RdmaRead, WcStatus::FlushError)
         );
     }
     assert!(p.cqp.send_cq().poll().unwrap().is_none());
-    // The server saw nothing but the close.
-    for _ in 0..4 {
+    // The server took the Send, then saw the close (or a reset, when its
+    // Read Responses met the closed socket).
+    assert_eq!(next(p.sqp.recv_cq()).await.status, WcStatus::Success);
+    for _ in 0..3 {
         assert_eq!(next(p.sqp.recv_cq()).await.status, WcStatus::FlushError);
     }
-    assert_eq!(p.sqp.close_reason(), Some(CloseReason::PeerDisconnect));
-    assert_eq!(&mr.invalidate().buf[..], &[0u8; 64]);
+    assert!(matches!(
+        p.sqp.close_reason(),
+        Some(CloseReason::PeerDisconnect | CloseReason::ConnectionLost)
+    ));
 }
 
 /// A client that connects and never sends its MPA Request does not hold up
