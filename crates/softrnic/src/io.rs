@@ -387,7 +387,7 @@ pub(crate) fn flush(core: &mut Core, sh: &Shared) -> bool {
     let mut failed = false;
     if !core.local_closed {
         while let Some(t) = core.conn.poll_transmit() {
-            if gather(sh, core, &t, &mut out).is_err() {
+            if gather(sh, core, &t, &mut out, core.wr.as_deref()).is_err() {
                 failed = true;
                 break;
             }
@@ -410,7 +410,16 @@ pub(crate) fn flush(core: &mut Core, sh: &Shared) -> bool {
 /// Queues one FPDU: head, payload (the work request's buffers, or the RDMA
 /// Read source region), then pad and CRC (RFC 5044 §4.4: CRC32c over length
 /// field, ULPDU and pad; zero when CRC is off).
-fn gather(sh: &Shared, core: &Core, t: &Transmit, out: &mut Outbox) -> Result<(), ()> {
+///
+/// A Read Response goes to the socket straight from its source region when
+/// everything queued before it is written (see [`send_region`]).
+fn gather(
+    sh: &Shared,
+    core: &Core,
+    t: &Transmit,
+    out: &mut Outbox,
+    wr: Option<&OwnedWriteHalf>,
+) -> Result<(), ()> {
     let mut crc = Crc::new();
     if sh.crc {
         crc.update(&t.head);
@@ -430,6 +439,12 @@ fn gather(sh: &Shared, core: &Core, t: &Transmit, out: &mut Outbox) -> Result<()
                 len: len as u64,
                 need: Access::REMOTE_READ,
             };
+            if let Some(wr) = wr {
+                out.try_flush(wr).map_err(drop)?;
+                if out.is_empty() {
+                    return send_region(sh, wr, t, a, out);
+                }
+            }
             let mut copy = BytesMut::with_capacity(len);
             sh.table
                 .fetch(a, |src| copy.extend_from_slice(src))
@@ -454,6 +469,53 @@ fn gather(sh: &Shared, core: &Core, t: &Transmit, out: &mut Outbox) -> Result<()
         out.push_small(&[0u8; fpdu::CRC_LEN]);
     }
     Ok(())
+}
+
+/// Writes a Read Response FPDU (RFC 5040 §5.2) with its payload taken from
+/// the source region under the table lock, checked again now: no copy into
+/// a transmit buffer. Only the bytes the socket does not take at once are
+/// copied into `out`, which must be empty.
+fn send_region(
+    sh: &Shared,
+    wr: &OwnedWriteHalf,
+    t: &Transmit,
+    a: TaggedAccess,
+    out: &mut Outbox,
+) -> Result<(), ()> {
+    let pad = fpdu::pad_len(t.ulpdu_len());
+    let tl = pad + fpdu::CRC_LEN;
+    let written = sh.table.fetch(a, |src| {
+        let mut trailer = [0u8; 3 + fpdu::CRC_LEN];
+        if sh.crc {
+            let mut crc = Crc::new();
+            crc.update(&t.head);
+            crc.update(src);
+            crc.update(&trailer[..pad]);
+            trailer[pad..tl].copy_from_slice(&crc.to_wire());
+        }
+        let trailer = &trailer[..tl];
+        let pieces = [
+            IoSlice::new(&t.head),
+            IoSlice::new(src),
+            IoSlice::new(trailer),
+        ];
+        let n = match wr.try_write_vectored(&pieces) {
+            Ok(n) => n,
+            Err(e) if would_block(&e) => 0,
+            Err(_) => return Err(()),
+        };
+        let mut skip = n;
+        for piece in [&t.head[..], src, trailer] {
+            if skip >= piece.len() {
+                skip -= piece.len();
+                continue;
+            }
+            out.push_small(&piece[skip..]);
+            skip = 0;
+        }
+        Ok(())
+    });
+    written.map_err(drop)?
 }
 
 /// The bytes `offset..offset + len` of a gather list, as zero-copy slices.
