@@ -6,8 +6,13 @@
 //! the posted receive buffer), then pad and CRC — so payload never passes
 //! through a staging buffer (RFC 5041 §3, direct data placement).
 //!
-//! Transmit: drains the engine's FPDUs, gathers their payload (the posted
-//! work request's buffers, or the RDMA Read source region) and writes them.
+//! The last payload piece of an FPDU is read with one vectored read together
+//! with pad, CRC and the next FPDU's first 16 bytes (a whole tagged header).
+//!
+//! Transmit ([`flush`]): drains the engine's FPDUs, gathers their payload
+//! (the posted work request's buffers, or the RDMA Read source region,
+//! written under the table lock) and writes them without waiting; the
+//! transmit task waits for room when the socket is full.
 //!
 //! [`MrTable::place_direct`]: rnic::MrTable::place_direct
 

@@ -15,7 +15,12 @@
 //!   Terminate or a lost connection flushes every outstanding work request.
 //!
 //! Two tokio tasks serve each queue pair: one reads and places, one transmits.
-//! The device must be used from within a tokio runtime.
+//! A post to an idle queue pair (its send completions reaped) writes its
+//! FPDUs from the posting task itself, without a task hop; a busy one leaves
+//! them to the transmit task, which batches them into one vectored write.
+//! The device must be used from within a tokio runtime. Throughput and
+//! latency against plain TCP: `cargo bench -p softrnic --bench rnic`
+//! (docs/softrnic.md).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
