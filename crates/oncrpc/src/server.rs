@@ -37,12 +37,22 @@ pub enum TransportKind {
 /// address when known, and the transport kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PeerInfo {
-    /// Connection id assigned by the transport shell.
+    /// Connection id assigned by the transport shell from
+    /// [`next_conn_id`], unique within the process across transports.
     pub conn_id: u64,
     /// Peer address (the DRC uses only its IP part).
     pub addr: Option<SocketAddr>,
     /// Transport kind.
     pub transport: TransportKind,
+}
+
+/// A connection id unique within the process, shared by every transport
+/// shell (TCP, RPC-over-RDMA), so a `conn_id` never names two live
+/// connections of different transports.
+pub fn next_conn_id() -> u64 {
+    use core::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl PeerInfo {

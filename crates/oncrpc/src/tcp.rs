@@ -3,7 +3,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -39,8 +39,6 @@ impl Default for TcpConfig {
         }
     }
 }
-
-static NEXT_CONN_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Writes one record: fragment headers and the message's slices, using
 /// vectored writes so bulk payloads are not copied.
@@ -145,7 +143,7 @@ pub async fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let peer = PeerInfo {
-        conn_id: NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed),
+        conn_id: crate::server::next_conn_id(),
         addr,
         transport: TransportKind::Tcp,
     };

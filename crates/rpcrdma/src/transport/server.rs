@@ -93,8 +93,6 @@ impl<D: Device> std::fmt::Debug for RdmaListener<D> {
     }
 }
 
-static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
-
 impl<D: Device> RdmaListener<D> {
     /// Listens at `addr` on `device`.
     pub async fn bind(
@@ -178,7 +176,7 @@ async fn accept<R: ConnectRequest>(
     let qp = req.accept(&pd, qp_cfg).await?;
     let mut credits = ResponderCredits::new(config.credits);
     credits.on_receives_posted(posted);
-    let conn_id = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
+    let conn_id = oncrpc::server::next_conn_id();
     let reverse = (config.backchannel_credits > 0).then(|| Reverse {
         state: Mutex::new(ReverseState {
             core: ClientCore::new(
