@@ -51,6 +51,13 @@ RO_PORT=${RO_PORT:-12059}
 RO_MOUNT_PORT=${RO_MOUNT_PORT:-12058}
 BULK_MIB=${BULK_MIB:-100}
 CAPTURE=${CAPTURE:-1}
+PHASES=${PHASES:-tcp rdma knfsd}
+RDMA_PORT=${RDMA_PORT:-12050}
+RDMA_MOUNT_PORT=${RDMA_MOUNT_PORT:-12051}
+RDMA_TCP_PORT=${RDMA_TCP_PORT:-12052}
+RDMA_VERS=${RDMA_VERS:-3 4.1}
+KNFSD_BULK_MIB=${KNFSD_BULK_MIB:-100}
+has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 mkdir -p "$OUT/guest"; OUT=$(cd "$OUT" && pwd)
 T0=$(date +%s)
 FAILS=0
@@ -67,15 +74,194 @@ cleanup() {
     [ -s "$OUT/tcpdump2.pid" ] && kill -INT "$(cat "$OUT/tcpdump2.pid")" 2>/dev/null
     [ -n "$SRV_PID" ] && kill -INT "$SRV_PID" 2>/dev/null && wait "$SRV_PID" 2>/dev/null
     [ -n "$EXPORT" ] && rm -rf "$EXPORT"
+    rdma_cleanup
+    knfsd_cleanup
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for p in "$NFS_PORT" "$MOUNT_PORT" "$RPCBIND_PORT" "$RO_PORT" "$RO_MOUNT_PORT"; do
-    if [ -n "$(ss -Hltn "sport = :$p")" ]; then
-        echo "host port $p is in use; set NFS_PORT/MOUNT_PORT/RPCBIND_PORT/RO_PORT/RO_MOUNT_PORT" >&2; exit 2
+# ---- phase rdma (issue 9 check 2): the kernel NFS client mounts `nfsrdma
+# serve --transports tcp,rdma` over RPC-over-RDMA. The guest's siw0 is the
+# active iWARP side: it connects to 10.0.2.100:20049, which slirp forwards to
+# host 127.0.0.1:$RDMA_PORT, where our softrnic listens. vers=3 takes MOUNT
+# over TCP (guest :20048 -> host :$RDMA_MOUNT_PORT). One VM boot runs every
+# version in RDMA_VERS (interop/guest/nfs-rdma.sh). Each version's traffic up
+# to its bulk copies is captured on lo into nfs-rdma-v<vers>.pcap and checked
+# with scripts/tshark-iwarp-check.sh (MPA/DDP/RDMAP/RPC-over-RDMA decode, no
+# malformed frame below RPC, no CRC or length error); check-pcap.sh adds the
+# per-procedure summary (its malformed count includes tshark's known
+# write-chunk READ reply caveat, so it is informational here).
+R_PID=; R_WATCH_PID=; R_EXPORT=
+rdma_cleanup() {
+    [ -n "$R_WATCH_PID" ] && kill "$R_WATCH_PID" 2>/dev/null
+    [ -s "$OUT/tcpdump-rdma.pid" ] && kill -INT "$(cat "$OUT/tcpdump-rdma.pid")" 2>/dev/null
+    [ -n "$R_PID" ] && kill -INT "$R_PID" 2>/dev/null && wait "$R_PID" 2>/dev/null
+    [ -n "$R_EXPORT" ] && rm -rf "$R_EXPORT"
+}
+rdma_phase() {
+    local p v rc n_pass n_fail G=$OUT/guest-rdma
+    for p in "$RDMA_PORT" "$RDMA_MOUNT_PORT" "$RDMA_TCP_PORT"; do
+        if [ -n "$(ss -Hltn "sport = :$p")" ]; then
+            fail "kernel-nfs-rdma: host port $p is in use; set RDMA_PORT/RDMA_MOUNT_PORT/RDMA_TCP_PORT"; return
+        fi
+    done
+    mkdir -p "$G"
+    R_EXPORT=$(mktemp -d /tmp/interop-rdma-export.XXXXXX)
+    chmod 0777 "$R_EXPORT"
+    echo "== nfsrdma serve $R_EXPORT: RDMA on 127.0.0.1:$RDMA_PORT, MOUNT :$RDMA_MOUNT_PORT, TCP :$RDMA_TCP_PORT"
+    RUST_LOG=${RUST_LOG:-warn} "$BIN" serve "$R_EXPORT" --transports tcp,rdma --addr 127.0.0.1 \
+        --port "$RDMA_TCP_PORT" --rdma-port "$RDMA_PORT" --mount-port "$RDMA_MOUNT_PORT" --alias /export \
+        > "$OUT/server-rdma.log" 2>&1 &
+    R_PID=$!
+    for _ in $(seq 50); do
+        [ -n "$(ss -Hltn "sport = :$RDMA_PORT")" ] && [ -n "$(ss -Hltn "sport = :$RDMA_MOUNT_PORT")" ] && break
+        sleep 0.1
+    done
+    if [ -z "$(ss -Hltn "sport = :$RDMA_PORT")" ]; then
+        fail "kernel-nfs-rdma: server did not start (log: $OUT/server-rdma.log)"; return
     fi
-done
+    local filter="tcp port $RDMA_PORT or tcp port $RDMA_MOUNT_PORT"
+    if [ "$CAPTURE" = 1 ]; then
+        ( # one capture per version, from before its mount to before its bulk copies
+            for v in $RDMA_VERS; do
+                while [ ! -e "$G/capture-start-$v" ]; do [ -e "$G/rc" ] && exit 0; sleep 0.2; done
+                tcpdump -i lo -s 0 -B 262144 -U -w "$OUT/nfs-rdma-v$v.pcap" "$filter" > /dev/null 2> "$OUT/tcpdump-rdma-v$v.log" &
+                echo $! > "$OUT/tcpdump-rdma.pid"
+                for _ in $(seq 50); do grep -q 'listening on' "$OUT/tcpdump-rdma-v$v.log" && break; sleep 0.1; done
+                touch "$G/capture-started-$v"
+                while [ ! -e "$G/capture-stop-$v" ]; do [ -e "$G/rc" ] && break; sleep 0.2; done
+                sleep 0.5
+                kill -INT "$(cat "$OUT/tcpdump-rdma.pid")"; rm -f "$OUT/tcpdump-rdma.pid"
+                touch "$G/capture-stopped-$v"
+            done
+        ) &
+        R_WATCH_PID=$!
+    else
+        for v in $RDMA_VERS; do touch "$G/capture-started-$v" "$G/capture-stopped-$v"; done
+    fi
+    echo "== kpeer: kernel NFS client over RDMA (siw) -> our server (vers $RDMA_VERS)"
+    local t0; t0=$(date +%s)
+    # shellcheck disable=SC2086
+    KPEER_HOSTFWD=none KPEER_GUESTFWD="20049:$RDMA_PORT 20048:$RDMA_MOUNT_PORT" \
+        bash "$KPEER/run.sh" "$ROOT/interop/guest/nfs-rdma.sh" "$G" \
+        -- 20048 /export "$BULK_MIB" $RDMA_VERS > "$OUT/run-rdma.log" 2>&1
+    rc=$?
+    grep -E '^(PASS|FAIL|INFO)' "$G/guest.log" 2>/dev/null | sed 's/^/  guest: /'
+    n_pass=$(grep -c '^PASS' "$G/guest.log" 2>/dev/null)
+    n_fail=$(grep -c '^FAIL' "$G/guest.log" 2>/dev/null)
+    if [ "$rc" = 0 ]; then
+        pass "kernel-nfs-rdma: $n_pass guest checks passed (vers $RDMA_VERS, VM $(( $(date +%s) - t0 )) s)"
+    else
+        fail "kernel-nfs-rdma: guest rc $rc, $n_fail of $((n_pass + n_fail)) guest checks failed (log: $G/guest.log)"
+    fi
+    if [ "$CAPTURE" = 1 ]; then
+        kill "$R_WATCH_PID" 2>/dev/null; wait "$R_WATCH_PID" 2>/dev/null; R_WATCH_PID=
+        [ -s "$OUT/tcpdump-rdma.pid" ] && kill -INT "$(cat "$OUT/tcpdump-rdma.pid")" 2>/dev/null
+        rm -f "$OUT/tcpdump-rdma.pid"; sleep 1
+        for v in $RDMA_VERS; do
+            local pcap=$OUT/nfs-rdma-v$v.pcap txt=$OUT/check-nfs-rdma-v$v.txt
+            if [ ! -s "$pcap" ]; then fail "pcap-iwarp-v$v: no capture"; continue; fi
+            if bash "$ROOT/scripts/tshark-iwarp-check.sh" "$pcap" -d "tcp.port==$RDMA_MOUNT_PORT,rpc" > "$txt" 2>&1; then
+                pass "pcap-iwarp-v$v: $(head -1 "$txt" | sed 's/^[^:]*: //'), no malformed frame below RPC"
+            else
+                fail "pcap-iwarp-v$v: $(tail -3 "$txt" | tr '\n' ' ') (see $txt)"
+            fi
+            bash "$PEERS/check-pcap.sh" "$pcap" -d "tcp.port==$RDMA_MOUNT_PORT,rpc" > "$OUT/summary-nfs-rdma-v$v.txt" 2>&1
+            grep -m1 -E 'malformed frames' "$OUT/summary-nfs-rdma-v$v.txt" | sed "s/^/  v$v check-pcap: /"
+        done
+    fi
+    if kill -0 "$R_PID" 2>/dev/null; then
+        pass "rdma-server-alive"
+    else
+        fail "rdma-server-alive: nfsrdma serve exited (log: $OUT/server-rdma.log)"
+    fi
+    grep -iE 'panic|error' "$OUT/server-rdma.log" | head -5 | sed 's/^/  server: /'
+    rdma_cleanup; R_PID=; R_EXPORT=
+}
+
+# ---- phase knfsd (issue 9 checks 1 and 3): our code as the active side
+# against the guest's knfsd over siw. One VM boot runs
+# /work/shared/kpeer/guest/serve-knfsd.sh (knfsd on tcp:2049 and rdma:20049,
+# rpc.mountd on 20048; run.sh's hostfwd maps them to host 127.0.0.1 ports,
+# read back from hostfwd.txt). The host then runs, captured on lo:
+#   check 1: crates/rpcrdma/examples/knfsd_interop (softrnic + RdmaClient:
+#            NULL calls inline, in read chunks, with a reply chunk; RPC-over-
+#            RDMA v1) without and with MPA CRC, and crates/iwarp/examples/
+#            mpa_peer_interop connect (bare iwarp initiator, MPA rev 2, one
+#            NULL round trip; --delay-ms 200 for siw's RTS race) without and
+#            with CRC. The other direction of check 1 (the kernel's siw
+#            connecting to a softrnic listener, MPA exchange and NULL) is the
+#            rdma phase's mount.
+#   check 3: the project's client (`nfsrdma ls/cat/cp`) on
+#            nfs+rdma://127.0.0.1:P/export?mountport=M: listing, 8 MiB, 10 B
+#            and 100 KiB files written and read back byte-exact, and a
+#            KNFSD_BULK_MIB copy both ways.
+K_RUN_PID=; K_TCPDUMP_PID=; K_DIR=
+knfsd_cleanup() {
+    [ -n "$K_TCPDUMP_PID" ] && kill -INT "$K_TCPDUMP_PID" 2>/dev/null
+    [ -n "$K_RUN_PID" ] && touch "$OUT/guest-knfsd/stop" && wait "$K_RUN_PID" 2>/dev/null
+    [ -n "$K_DIR" ] && rm -rf "$K_DIR"
+}
+kcheck() { # name command... : PASS if the command succeeds within 300 s
+    local name=$1; shift
+    local log=$OUT/knfsd-$name.log
+    if timeout 300 "$@" > "$log" 2>&1; then pass "$name"; else fail "$name: rc $?: $(tail -2 "$log" | tr '\n' ' ')"; fi
+}
+knfsd_phase() {
+    local G=$OUT/guest-knfsd rp mp t0
+    mkdir -p "$G"
+    if ! (cd "$ROOT" && cargo build -q -p rpcrdma --example knfsd_interop && cargo build -q -p iwarp --example mpa_peer_interop) \
+        > "$OUT/build-examples.log" 2>&1; then
+        fail "knfsd: examples did not build (log: $OUT/build-examples.log)"; return
+    fi
+    echo "== kpeer: knfsd over siw in the guest <- our client and examples"
+    t0=$(date +%s)
+    KPEER_HOSTFWD="20049 2049 20048" bash "$KPEER/run.sh" "$KPEER/guest/serve-knfsd.sh" "$G" -- 900 \
+        > "$OUT/run-knfsd.log" 2>&1 &
+    K_RUN_PID=$!
+    for _ in $(seq 300); do [ -e "$G/ready" ] && break; kill -0 "$K_RUN_PID" 2>/dev/null || break; sleep 1; done
+    if [ ! -e "$G/ready" ]; then fail "knfsd: guest not ready (log: $G/guest.log)"; knfsd_cleanup; K_RUN_PID=; return; fi
+    rp=$(sed -n 's/^127.0.0.1:\([0-9]*\) -> 10.0.2.15:20049$/\1/p' "$G/hostfwd.txt")
+    mp=$(sed -n 's/^127.0.0.1:\([0-9]*\) -> 10.0.2.15:20048$/\1/p' "$G/hostfwd.txt")
+    echo "   knfsd ready after $(( $(date +%s) - t0 )) s: rdma 127.0.0.1:$rp, MOUNT 127.0.0.1:$mp"
+    if [ "$CAPTURE" = 1 ]; then
+        tcpdump -i lo -s 0 -B 262144 -U -w "$OUT/knfsd-rdma.pcap" "tcp port $rp or tcp port $mp" > /dev/null 2> "$OUT/tcpdump-knfsd.log" &
+        K_TCPDUMP_PID=$!
+        for _ in $(seq 50); do grep -q 'listening on' "$OUT/tcpdump-knfsd.log" && break; sleep 0.1; done
+    fi
+    local ex=$ROOT/target/debug/examples
+    kcheck knfsd-null-rpcrdma-v1 "$ex/knfsd_interop" "127.0.0.1:$rp"
+    kcheck knfsd-null-rpcrdma-v1-crc "$ex/knfsd_interop" "127.0.0.1:$rp" crc
+    kcheck knfsd-null-iwarp "$ex/mpa_peer_interop" connect "$rp" --delay-ms 200
+    kcheck knfsd-null-iwarp-crc "$ex/mpa_peer_interop" connect "$rp" --crc --delay-ms 200
+    K_DIR=$(mktemp -d /tmp/interop-knfsd.XXXXXX)
+    local u="nfs+rdma://127.0.0.1:$rp/export" q="?mountport=$mp" d=$K_DIR
+    head -c 8388608 /dev/urandom > "$d/f8m"; printf 0123456789 > "$d/f10"; head -c 102400 /dev/urandom > "$d/f100k"
+    kcheck client-ls "$BIN" ls "$u/$q"
+    kcheck client-cat-hello sh -c "'$BIN' cat '$u/hello.txt$q' | grep -q 'hello from the kpeer guest knfsd'"
+    for f in f8m f10 f100k; do
+        kcheck "client-write-$f" "$BIN" cp "$d/$f" "$u/k-$f$q"
+        kcheck "client-read-$f-byte-exact" sh -c "'$BIN' cp '$u/k-$f$q' '$d/$f.back' && cmp '$d/$f' '$d/$f.back'"
+    done
+    kcheck client-ls-lists-files sh -c "'$BIN' ls '$u/$q' | grep -c k-f > '$d/n' && test \$(cat '$d/n') = 3"
+    if [ -n "$K_TCPDUMP_PID" ]; then sleep 0.5; kill -INT "$K_TCPDUMP_PID"; K_TCPDUMP_PID=; fi
+    head -c $((KNFSD_BULK_MIB * 1048576)) /dev/urandom > "$d/bulk"
+    kcheck "client-bulk-${KNFSD_BULK_MIB}MiB-to-knfsd" "$BIN" cp "$d/bulk" "$u/k-bulk$q"
+    kcheck "client-bulk-${KNFSD_BULK_MIB}MiB-from-knfsd-byte-exact" sh -c "'$BIN' cp '$u/k-bulk$q' '$d/bulk.back' && cmp '$d/bulk' '$d/bulk.back'"
+    grep -h 'MiB/s' "$OUT"/knfsd-client-bulk*.log | sed 's/^/  /'
+    touch "$G/stop"; wait "$K_RUN_PID"; K_RUN_PID=
+    rm -rf "$K_DIR"; K_DIR=
+    echo "   knfsd phase VM wall $(( $(date +%s) - t0 )) s"
+    if [ "$CAPTURE" = 1 ]; then
+        if bash "$ROOT/scripts/tshark-iwarp-check.sh" "$OUT/knfsd-rdma.pcap" -d "tcp.port==$mp,rpc" > "$OUT/check-knfsd-rdma.txt" 2>&1; then
+            pass "pcap-iwarp-knfsd: $(head -1 "$OUT/check-knfsd-rdma.txt" | sed 's/^[^:]*: //'), no malformed frame below RPC"
+        else
+            fail "pcap-iwarp-knfsd: $(tail -3 "$OUT/check-knfsd-rdma.txt" | tr '\n' ' ')"
+        fi
+        bash "$PEERS/check-pcap.sh" "$OUT/knfsd-rdma.pcap" -d "tcp.port==$mp,rpc" > "$OUT/summary-knfsd-rdma.txt" 2>&1
+        grep -m1 -E 'malformed frames' "$OUT/summary-knfsd-rdma.txt" | sed 's/^/  knfsd check-pcap: /'
+    fi
+}
 
 if [ "${NO_BUILD:-0}" != 1 ]; then
     echo "== building nfsrdma (release)"
@@ -89,121 +275,139 @@ BIN=$ROOT/target/release/nfsrdma
 bash "$KPEER/build.sh" > "$OUT/kpeer-build.log" 2>&1 ||
     { echo "kpeer build.sh failed: see $OUT/kpeer-build.log" >&2; exit 2; }
 
-EXPORT=$(mktemp -d /tmp/interop-export.XXXXXX)
-chmod 0777 "$EXPORT"
-echo "== nfsrdma serve $EXPORT on 127.0.0.1:$NFS_PORT (MOUNT :$MOUNT_PORT, rpcbind :$RPCBIND_PORT)"
-listening() { [ -n "$(ss -Hltn "sport = :$1")" ]; }
-start_server() { # writes the pid to $OUT/server.pid; 0 once all listeners are up
-    RUST_LOG=${RUST_LOG:-warn} "$BIN" serve "$EXPORT" --transports tcp --addr 127.0.0.1 --port "$NFS_PORT" \
-        --mount-port "$MOUNT_PORT" --rpcbind-port "$RPCBIND_PORT" --alias /export \
-        >> "$OUT/server.log" 2>&1 &
-    echo $! > "$OUT/server.pid"
-    for _ in $(seq 50); do
-        listening "$RPCBIND_PORT" && return 0
-        kill -0 "$(cat "$OUT/server.pid")" 2>/dev/null || return 1
-        sleep 0.1
-    done
-    return 1
-}
-start_server || { echo "server did not start:" >&2; cat "$OUT/server.log" >&2; exit 2; }
-SRV_PID=$(cat "$OUT/server.pid")
-RUST_LOG=${RUST_LOG:-warn} "$BIN" serve "$EXPORT" --transports tcp --addr 127.0.0.1 --port "$RO_PORT" \
-    --mount-port "$RO_MOUNT_PORT" --read-only --alias /export > "$OUT/server-ro.log" 2>&1 &
-RO_PID=$!
-for _ in $(seq 50); do listening "$RO_MOUNT_PORT" && break; sleep 0.1; done
-listening "$RO_MOUNT_PORT" || { echo "read-only server did not start:" >&2; cat "$OUT/server-ro.log" >&2; exit 2; }
 
-# Restart the server when the guest asks (restart phase of the guest script).
-(
-    while [ ! -e "$OUT/guest/restart-server" ]; do
-        [ -e "$OUT/guest/rc" ] && exit 0
-        sleep 0.2
+if has_phase tcp; then
+# ---- phase tcp: the kernel NFSv3/TCP client against nfsrdma serve
+    for p in "$NFS_PORT" "$MOUNT_PORT" "$RPCBIND_PORT" "$RO_PORT" "$RO_MOUNT_PORT"; do
+        if [ -n "$(ss -Hltn "sport = :$p")" ]; then
+            echo "host port $p is in use; set NFS_PORT/MOUNT_PORT/RPCBIND_PORT/RO_PORT/RO_MOUNT_PORT" >&2; exit 2
+        fi
     done
-    p=$(cat "$OUT/server.pid")
-    kill -INT "$p"
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    echo "--- restarted" >> "$OUT/server.log"
-    start_server && touch "$OUT/guest/server-restarted"
-) &
-RESTART_PID=$!
 
-PCAP=$OUT/nfs3-tcp.pcap
-PCAP2=$OUT/nfs3-tcp-rpcbind.pcap
-FILTER="tcp port $NFS_PORT or tcp port $MOUNT_PORT or tcp port $RPCBIND_PORT or tcp port $RO_PORT or tcp port $RO_MOUNT_PORT"
-start_capture() { # PCAP LOG -> prints tcpdump's pid once it listens
-    tcpdump -i lo -s 0 -B 262144 -U -w "$1" "$FILTER" > /dev/null 2> "$2" &
-    local pid=$!
-    for _ in $(seq 50); do grep -q 'listening on' "$2" && break; sleep 0.1; done
-    echo "$pid"
-}
-if [ "$CAPTURE" = 1 ]; then
-    TCPDUMP_PID=$(start_capture "$PCAP" "$OUT/tcpdump.log")
-    # Stop the capture when the guest reaches the bulk copies, then capture
-    # the rpcbind phase into a second file (see the guest script's header).
+
+    EXPORT=$(mktemp -d /tmp/interop-export.XXXXXX)
+    chmod 0777 "$EXPORT"
+    echo "== nfsrdma serve $EXPORT on 127.0.0.1:$NFS_PORT (MOUNT :$MOUNT_PORT, rpcbind :$RPCBIND_PORT)"
+    listening() { [ -n "$(ss -Hltn "sport = :$1")" ]; }
+    start_server() { # writes the pid to $OUT/server.pid; 0 once all listeners are up
+        RUST_LOG=${RUST_LOG:-warn} "$BIN" serve "$EXPORT" --transports tcp --addr 127.0.0.1 --port "$NFS_PORT" \
+            --mount-port "$MOUNT_PORT" --rpcbind-port "$RPCBIND_PORT" --alias /export \
+            >> "$OUT/server.log" 2>&1 &
+        echo $! > "$OUT/server.pid"
+        for _ in $(seq 50); do
+            listening "$RPCBIND_PORT" && return 0
+            kill -0 "$(cat "$OUT/server.pid")" 2>/dev/null || return 1
+            sleep 0.1
+        done
+        return 1
+    }
+    start_server || { echo "server did not start:" >&2; cat "$OUT/server.log" >&2; exit 2; }
+    SRV_PID=$(cat "$OUT/server.pid")
+    RUST_LOG=${RUST_LOG:-warn} "$BIN" serve "$EXPORT" --transports tcp --addr 127.0.0.1 --port "$RO_PORT" \
+        --mount-port "$RO_MOUNT_PORT" --read-only --alias /export > "$OUT/server-ro.log" 2>&1 &
+    RO_PID=$!
+    for _ in $(seq 50); do listening "$RO_MOUNT_PORT" && break; sleep 0.1; done
+    listening "$RO_MOUNT_PORT" || { echo "read-only server did not start:" >&2; cat "$OUT/server-ro.log" >&2; exit 2; }
+
+    # Restart the server when the guest asks (restart phase of the guest script).
     (
-        while [ ! -e "$OUT/guest/capture-stop" ]; do
+        while [ ! -e "$OUT/guest/restart-server" ]; do
             [ -e "$OUT/guest/rc" ] && exit 0
             sleep 0.2
         done
-        sleep 0.5
-        kill -INT "$TCPDUMP_PID" 2>/dev/null
-        touch "$OUT/guest/capture-stopped"
-        while [ ! -e "$OUT/guest/capture2-start" ]; do
-            [ -e "$OUT/guest/rc" ] && exit 0
-            sleep 0.2
-        done
-        start_capture "$PCAP2" "$OUT/tcpdump2.log" > "$OUT/tcpdump2.pid"
-        touch "$OUT/guest/capture2-started"
+        p=$(cat "$OUT/server.pid")
+        kill -INT "$p"
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        echo "--- restarted" >> "$OUT/server.log"
+        start_server && touch "$OUT/guest/server-restarted"
     ) &
-    WATCH_PID=$!
-fi
+    RESTART_PID=$!
 
-echo "== kpeer: kernel NFSv3/TCP client -> our server"
-KPEER_HOSTFWD=none \
-KPEER_GUESTFWD="2049:$NFS_PORT 20048:$MOUNT_PORT 111:$RPCBIND_PORT $NFS_PORT:$NFS_PORT $MOUNT_PORT:$MOUNT_PORT 2059:$RO_PORT 20058:$RO_MOUNT_PORT" \
-    bash "$KPEER/run.sh" "$ROOT/interop/guest/nfs3-tcp.sh" "$OUT/guest" \
-    -- 2049 20048 /export "$BULK_MIB" 1 2059 20058 > "$OUT/run.log" 2>&1
-rc=$?
-grep -E '^(PASS|FAIL|INFO)' "$OUT/guest/guest.log" 2>/dev/null | sed 's/^/  guest: /'
-n_pass=$(grep -c '^PASS' "$OUT/guest/guest.log" 2>/dev/null)
-n_fail=$(grep -c '^FAIL' "$OUT/guest/guest.log" 2>/dev/null)
-if [ "$rc" = 0 ]; then
-    pass "kernel-nfs3-tcp: $n_pass guest checks passed"
-else
-    fail "kernel-nfs3-tcp: guest rc $rc, $n_fail of $((n_pass + n_fail)) guest checks failed (log: $OUT/guest/guest.log)"
-fi
-
-check_pcap() { # NAME PCAP
-    local name=$1 pcap=$2 txt=$OUT/check-$1.txt
-    if [ ! -s "$pcap" ]; then fail "$name: no capture ($pcap)"; return; fi
-    if bash "$PEERS/check-pcap.sh" "$pcap" -d "tcp.port==$NFS_PORT,rpc" -d "tcp.port==$MOUNT_PORT,rpc" \
-        -d "tcp.port==$RPCBIND_PORT,rpc" -d "tcp.port==$RO_PORT,rpc" -d "tcp.port==$RO_MOUNT_PORT,rpc" \
-        > "$txt" 2>&1; then
-        pass "$name: $(grep -m1 '^==' "$txt" | sed 's/.*: //'), no malformed frames"
-    else
-        fail "$name: $(grep -E 'malformed frames|RESULT|tshark failed' "$txt" | tr '\n' ' ') (see $txt)"
+    PCAP=$OUT/nfs3-tcp.pcap
+    PCAP2=$OUT/nfs3-tcp-rpcbind.pcap
+    FILTER="tcp port $NFS_PORT or tcp port $MOUNT_PORT or tcp port $RPCBIND_PORT or tcp port $RO_PORT or tcp port $RO_MOUNT_PORT"
+    start_capture() { # PCAP LOG -> prints tcpdump's pid once it listens
+        tcpdump -i lo -s 0 -B 262144 -U -w "$1" "$FILTER" > /dev/null 2> "$2" &
+        local pid=$!
+        for _ in $(seq 50); do grep -q 'listening on' "$2" && break; sleep 0.1; done
+        echo "$pid"
+    }
+    if [ "$CAPTURE" = 1 ]; then
+        TCPDUMP_PID=$(start_capture "$PCAP" "$OUT/tcpdump.log")
+        # Stop the capture when the guest reaches the bulk copies, then capture
+        # the rpcbind phase into a second file (see the guest script's header).
+        (
+            while [ ! -e "$OUT/guest/capture-stop" ]; do
+                [ -e "$OUT/guest/rc" ] && exit 0
+                sleep 0.2
+            done
+            sleep 0.5
+            kill -INT "$TCPDUMP_PID" 2>/dev/null
+            touch "$OUT/guest/capture-stopped"
+            while [ ! -e "$OUT/guest/capture2-start" ]; do
+                [ -e "$OUT/guest/rc" ] && exit 0
+                sleep 0.2
+            done
+            start_capture "$PCAP2" "$OUT/tcpdump2.log" > "$OUT/tcpdump2.pid"
+            touch "$OUT/guest/capture2-started"
+        ) &
+        WATCH_PID=$!
     fi
-    sed -n '/RPC calls by program/,/NFSv3 procedures/p' "$txt" | grep -v 'NFSv3 procedures' | sed 's/^/  /'
-    grep -E '^ +[0-9]+ +v3 NFS3ERR|RPC replies not' "$txt" | sort -u | sed 's/^/  /'
-}
-if [ "$CAPTURE" = 1 ]; then
-    kill "$WATCH_PID" 2>/dev/null; wait "$WATCH_PID" 2>/dev/null; WATCH_PID=
-    kill -INT "$TCPDUMP_PID" 2>/dev/null; TCPDUMP_PID=
-    [ -s "$OUT/tcpdump2.pid" ] && kill -INT "$(cat "$OUT/tcpdump2.pid")" 2>/dev/null
-    sleep 1
-    rm -f "$OUT/tcpdump2.pid"
-    grep -HE 'packets (captured|dropped by kernel)' "$OUT"/tcpdump*.log | sed "s|^$OUT/|  |"
-    check_pcap pcap-tshark "$PCAP"
-    check_pcap pcap-tshark-rpcbind-phase "$PCAP2"
+
+    echo "== kpeer: kernel NFSv3/TCP client -> our server"
+    KPEER_HOSTFWD=none \
+    KPEER_GUESTFWD="2049:$NFS_PORT 20048:$MOUNT_PORT 111:$RPCBIND_PORT $NFS_PORT:$NFS_PORT $MOUNT_PORT:$MOUNT_PORT 2059:$RO_PORT 20058:$RO_MOUNT_PORT" \
+        bash "$KPEER/run.sh" "$ROOT/interop/guest/nfs3-tcp.sh" "$OUT/guest" \
+        -- 2049 20048 /export "$BULK_MIB" 1 2059 20058 > "$OUT/run.log" 2>&1
+    rc=$?
+    grep -E '^(PASS|FAIL|INFO)' "$OUT/guest/guest.log" 2>/dev/null | sed 's/^/  guest: /'
+    n_pass=$(grep -c '^PASS' "$OUT/guest/guest.log" 2>/dev/null)
+    n_fail=$(grep -c '^FAIL' "$OUT/guest/guest.log" 2>/dev/null)
+    if [ "$rc" = 0 ]; then
+        pass "kernel-nfs3-tcp: $n_pass guest checks passed"
+    else
+        fail "kernel-nfs3-tcp: guest rc $rc, $n_fail of $((n_pass + n_fail)) guest checks failed (log: $OUT/guest/guest.log)"
+    fi
+
+    check_pcap() { # NAME PCAP
+        local name=$1 pcap=$2 txt=$OUT/check-$1.txt
+        if [ ! -s "$pcap" ]; then fail "$name: no capture ($pcap)"; return; fi
+        if bash "$PEERS/check-pcap.sh" "$pcap" -d "tcp.port==$NFS_PORT,rpc" -d "tcp.port==$MOUNT_PORT,rpc" \
+            -d "tcp.port==$RPCBIND_PORT,rpc" -d "tcp.port==$RO_PORT,rpc" -d "tcp.port==$RO_MOUNT_PORT,rpc" \
+            > "$txt" 2>&1; then
+            pass "$name: $(grep -m1 '^==' "$txt" | sed 's/.*: //'), no malformed frames"
+        else
+            fail "$name: $(grep -E 'malformed frames|RESULT|tshark failed' "$txt" | tr '\n' ' ') (see $txt)"
+        fi
+        sed -n '/RPC calls by program/,/NFSv3 procedures/p' "$txt" | grep -v 'NFSv3 procedures' | sed 's/^/  /'
+        grep -E '^ +[0-9]+ +v3 NFS3ERR|RPC replies not' "$txt" | sort -u | sed 's/^/  /'
+    }
+    if [ "$CAPTURE" = 1 ]; then
+        kill "$WATCH_PID" 2>/dev/null; wait "$WATCH_PID" 2>/dev/null; WATCH_PID=
+        kill -INT "$TCPDUMP_PID" 2>/dev/null; TCPDUMP_PID=
+        [ -s "$OUT/tcpdump2.pid" ] && kill -INT "$(cat "$OUT/tcpdump2.pid")" 2>/dev/null
+        sleep 1
+        rm -f "$OUT/tcpdump2.pid"
+        grep -HE 'packets (captured|dropped by kernel)' "$OUT"/tcpdump*.log | sed "s|^$OUT/|  |"
+        check_pcap pcap-tshark "$PCAP"
+        check_pcap pcap-tshark-rpcbind-phase "$PCAP2"
+    fi
+
+    kill "$RESTART_PID" 2>/dev/null; RESTART_PID=
+    SRV_PID=$(cat "$OUT/server.pid")
+    if kill -0 "$SRV_PID" 2>/dev/null && kill -0 "$RO_PID" 2>/dev/null; then
+        pass "servers-alive"
+    else
+        fail "servers-alive: an nfsrdma serve exited (logs: $OUT/server*.log)"
+    fi
+    grep -iE 'panic|error' "$OUT"/server*.log | head -5 | sed 's/^/  server: /'
 fi
 
-kill "$RESTART_PID" 2>/dev/null; RESTART_PID=
-SRV_PID=$(cat "$OUT/server.pid")
-if kill -0 "$SRV_PID" 2>/dev/null && kill -0 "$RO_PID" 2>/dev/null; then
-    pass "servers-alive"
-else
-    fail "servers-alive: an nfsrdma serve exited (logs: $OUT/server*.log)"
+if has_phase rdma; then
+    rdma_phase
 fi
-grep -iE 'panic|error' "$OUT"/server*.log | head -5 | sed 's/^/  server: /'
+if has_phase knfsd; then
+    knfsd_phase
+fi
 echo "wall time: $(( $(date +%s) - T0 )) s; results in $OUT"
 [ "$FAILS" -eq 0 ]
