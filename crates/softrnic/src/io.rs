@@ -96,6 +96,30 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
         } else {
             ddp::UNTAGGED_HEADER_LEN
         };
+        let total = fpdu::fpdu_len(ulpdu);
+        if ddp_len == ddp::UNTAGGED_HEADER_LEN
+            && total <= SMALL_FPDU
+            && total >= fpdu::LEN_FIELD + ddp_len
+        {
+            // A short untagged FPDU (a small Send, a Read Request, a
+            // Terminate): the rest of it and the next one's lookahead in
+            // one read.
+            let mut small = [0u8; SMALL_FPDU + LOOKAHEAD];
+            small[..got].copy_from_slice(&head[..got]);
+            let mut filled = got;
+            while filled < total {
+                match rd.read(&mut small[filled..total + LOOKAHEAD]).await {
+                    Ok(0) | Err(_) => return RxEnd::Lost,
+                    Ok(n) => filled += n,
+                }
+            }
+            if let Err(e) = feed_small(sh, &small[..total]) {
+                return e;
+            }
+            got = filled - total;
+            head[..got].copy_from_slice(&small[total..filled]);
+            continue;
+        }
         let head_len = (fpdu::LEN_FIELD + ddp_len).max(got);
         if let Err(e) = read_exact(rd, &mut head[got..head_len]).await {
             return e;
@@ -168,6 +192,66 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
             }
         }
     }
+}
+
+/// The largest untagged FPDU read whole into a stack buffer: its Send
+/// payload (at most 490 bytes) is then copied into the receive buffer, which
+/// costs less than the two extra system calls of reading it in place.
+const SMALL_FPDU: usize = 512;
+
+/// Hands a whole short FPDU to the engine, copying Send payload into the
+/// posted receive buffer.
+fn feed_small(sh: &Shared, bytes: &[u8]) -> Result<(), RxEnd> {
+    let mut core = sh.lock();
+    if core.finished {
+        return Err(RxEnd::Closed);
+    }
+    let mut off = 0;
+    let mut result = Ok(());
+    while off < bytes.len() {
+        if let Some(p) = core.conn.poll_placement() {
+            let PlaceTarget::Recv { wr_id, offset } = p.target else {
+                result = Err(RxEnd::Lost);
+                break;
+            };
+            let Some(data) = bytes.get(off..off + p.len.min(bytes.len() - off)) else {
+                result = Err(RxEnd::Lost);
+                break;
+            };
+            let Core { conn, recvs, .. } = &mut *core;
+            let Some((_, buf)) = recvs.get_mut(&wr_id) else {
+                result = Err(RxEnd::Lost);
+                break;
+            };
+            // The engine admitted the segment only if it fits the buffer.
+            buf.truncate(offset);
+            if buf.len() < offset {
+                buf.resize(offset, 0);
+            }
+            buf.extend_from_slice(data);
+            if conn.placed(data).is_err() {
+                result = Err(RxEnd::Closed);
+                break;
+            }
+            off += data.len();
+            continue;
+        }
+        match core.with_engine(sh, |conn, mem| conn.handle_bytes(&bytes[off..], mem)) {
+            Ok(0) => {
+                result = Err(RxEnd::Lost);
+                break;
+            }
+            Ok(n) => off += n,
+            Err(_) => {
+                result = Err(RxEnd::Closed);
+                break;
+            }
+        }
+    }
+    core.pump(sh);
+    drop(core);
+    sh.tx_wake.notify_one();
+    result
 }
 
 /// Hands header, inline or trailer bytes to the engine.

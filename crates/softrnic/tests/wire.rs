@@ -455,3 +455,33 @@ async fn connect_request_reports_the_connectors_tcp_address() {
     drop(req);
     let _ = connect.await;
 }
+
+/// Sends cut into many short FPDUs (each read whole into the receive task's
+/// small buffer and copied into the posted receive) arrive intact.
+#[tokio::test]
+async fn short_fpdus_of_a_segmented_send_arrive_intact() {
+    let h = Tcp(SoftConfig {
+        mulpdu: 64,
+        ..SoftConfig::default()
+    });
+    let p = connect_pair(&h, 0, 0).await;
+    for (i, size) in [(1u64, 1000usize), (2, 5000)] {
+        p.sqp
+            .post_recv(RecvWr {
+                wr_id: i,
+                buf: BytesMut::with_capacity(size),
+            })
+            .unwrap();
+        let msg: Vec<u8> = (0..size).map(|b| (b % 251) as u8).collect();
+        p.cqp
+            .post_send(SendWr {
+                wr_id: i,
+                data: vec![Bytes::from(msg.clone())],
+                ..Default::default()
+            })
+            .unwrap();
+        let wc = next(p.sqp.recv_cq()).await;
+        assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success));
+        assert_eq!(wc.buf.as_deref(), Some(&msg[..]));
+    }
+}
