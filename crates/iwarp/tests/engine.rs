@@ -770,3 +770,14 @@ fn terminates_a_send_with_invalidate_of_an_unknown_stag() {
         .collect();
     assert_eq!(statuses, vec![(3, WcStatus::FlushError)]);
 }
+
+#[test]
+fn has_transmit_reports_queued_fpdus_until_they_are_polled() {
+    let mut a = Side::new(cfg(false, 4, 4, 4096));
+    assert!(!a.conn.has_transmit());
+    a.mem.sends.insert(1, vec![1; 10]);
+    a.conn.post_send(1, SendKind::Send, 10).unwrap();
+    assert!(a.conn.has_transmit());
+    assert!(!a.drain_wire().is_empty());
+    assert!(!a.conn.has_transmit());
+}

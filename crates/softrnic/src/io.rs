@@ -194,10 +194,11 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
     }
 }
 
-/// The largest untagged FPDU read whole into a stack buffer: its Send
-/// payload (at most 490 bytes) is then copied into the receive buffer, which
-/// costs less than the two extra system calls of reading it in place.
-const SMALL_FPDU: usize = 512;
+/// The largest untagged FPDU read whole into the receive task's buffer: its
+/// Send payload (up to 4 KiB, an RPC-over-RDMA v2 inline message) is then
+/// copied into the receive buffer, which costs less than the two extra
+/// system calls of reading it in place. Tagged payload is never copied.
+const SMALL_FPDU: usize = fpdu::fpdu_len(ddp::UNTAGGED_HEADER_LEN + 4096);
 
 /// Hands a whole short FPDU to the engine, copying Send payload into the
 /// posted receive buffer.
@@ -249,8 +250,11 @@ fn feed_small(sh: &Shared, bytes: &[u8]) -> Result<(), RxEnd> {
         }
     }
     core.pump(sh);
+    let wake = needs_tx(&core);
     drop(core);
-    sh.tx_wake.notify_one();
+    if wake {
+        sh.tx_wake.notify_one();
+    }
     result
 }
 
@@ -277,11 +281,19 @@ fn feed(sh: &Shared, bytes: &[u8]) -> Result<(), RxEnd> {
         }
     }
     core.pump(sh);
+    let wake = needs_tx(&core);
     drop(core);
     // Responses (Read Responses, a Terminate) go out from the transmit task,
     // which batches those of several inbound FPDUs into one write.
-    sh.tx_wake.notify_one();
+    if wake {
+        sh.tx_wake.notify_one();
+    }
     result
+}
+
+/// Whether the transmit task has work: FPDUs to send, or a stream to end.
+fn needs_tx(core: &Core) -> bool {
+    core.conn.has_transmit() || !core.conn.is_open() || core.finished || !core.out.is_empty()
 }
 
 fn would_block(e: &io::Error) -> bool {

@@ -406,6 +406,12 @@ impl Connection {
         }
     }
 
+    /// Whether [`Connection::poll_transmit`] has an FPDU to give (so a shell
+    /// wakes its transmitter only when there is work).
+    pub fn has_transmit(&self) -> bool {
+        !self.jobs.is_empty() && (self.awaiting_rtr.is_none() || self.state != State::Open)
+    }
+
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
