@@ -159,6 +159,12 @@ pub(crate) async fn connect(
         .map_err(|_| CmError::Setup("MPA reply timed out".into()))??;
     match awaiting.handle_reply(&reply).map_err(neg_error)? {
         ReplyOutcome::Accepted(est) => {
+            if !cfg.first_send_delay.is_zero() {
+                // Wait out the responder's switch to RDMA mode (see
+                // `SoftConfig::first_send_delay`), or until it sends first.
+                let mut probe = [0u8; 1];
+                let _ = tokio::time::timeout(cfg.first_send_delay, stream.peek(&mut probe)).await;
+            }
             let private_data = est.peer_private_data.clone();
             let qp = qp::start(dev, pd, stream, &est, config);
             Ok(Connected { qp, private_data })

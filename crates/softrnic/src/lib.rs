@@ -61,6 +61,14 @@ pub struct SoftConfig {
     pub max_message_size: u32,
     /// How long the MPA Request/Reply exchange may take.
     pub mpa_timeout: Duration,
+    /// After an accepted MPA Reply, how long the initiator waits before the
+    /// connection is handed over (and so before its first FPDU), unless the
+    /// responder sends first. Linux `siw` as responder (6.1) switches the
+    /// socket to the queue pair only after sending its Reply, and an FPDU
+    /// arriving in that window sits unprocessed
+    /// (shared/kpeer/README.md, bug B); 200 ms covers it under emulation.
+    /// Zero disables the wait.
+    pub first_send_delay: Duration,
 }
 
 impl Default for SoftConfig {
@@ -72,6 +80,7 @@ impl Default for SoftConfig {
             mulpdu: SIW_MULPDU,
             max_message_size: 1 << 30,
             mpa_timeout: Duration::from_secs(10),
+            first_send_delay: Duration::from_millis(200),
         }
     }
 }
