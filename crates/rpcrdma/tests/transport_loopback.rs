@@ -164,12 +164,14 @@ async fn long_reply_uses_reply_chunk() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_respect_small_credit_grant() {
     let cfg = RdmaServerConfig {
-        credits: 4,
+        credits: 8,
         ..RdmaServerConfig::default()
     };
     let client = setup(5, cfg).await;
     let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..64usize {
+    // 1,000 calls at once against a grant of 8: any Send beyond the grant
+    // would find no posted receive and terminate the connection.
+    for i in 0..1000usize {
         let c = client.clone();
         tasks.spawn(async move {
             let data = pattern(i * 997 % 20_000, i as u8);
@@ -181,7 +183,7 @@ async fn concurrent_calls_respect_small_credit_grant() {
         r.unwrap();
     }
     let (granted, outstanding) = client.credits();
-    assert_eq!(granted, 4);
+    assert_eq!(granted, 8);
     assert_eq!(outstanding, 0);
 }
 
