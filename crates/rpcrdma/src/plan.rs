@@ -367,7 +367,16 @@ pub fn plan_reply(
     let mut echoed = Vec::with_capacity(call.writes.len());
     let mut moved = Vec::new();
     let items = reply.bulk_items().filter(|i| i.ddp_eligible);
+    // Write chunks pair with the reply's DDP-eligible items in order; an
+    // item beyond the last chunk stays inline, and so does one whose chunk
+    // is empty (ULB v2 draft §5.4.1: "an empty write chunk" asks for the
+    // result inline).
     for (idx, (chunk, item)) in call.writes.iter().zip(items).enumerate() {
+        if chunk.total_len() == 0 {
+            let (_, echo) = scatter(&Bytes::new(), chunk);
+            echoed.push(echo);
+            continue;
+        }
         if item.data.len() as u64 > chunk.total_len() {
             return Err(PlanError::WriteResource {
                 chunk_index: u32_len(idx + 1)?,
@@ -734,6 +743,48 @@ mod tests {
             .map(|s| s.length)
             .collect();
         assert_eq!(echoed, [6000, 4001]);
+    }
+
+    /// ULB v2 draft §5.4.1: write chunks pair with the DDP-eligible
+    /// results in order, an empty write chunk leaves its result inline, and
+    /// results beyond the last chunk go inline.
+    #[test]
+    fn pairs_write_chunks_in_order_with_empty_and_missing_chunks_inline() {
+        let mut reply = XdrBuf::new();
+        reply.put_u32(1);
+        reply.put_bulk(Bytes::from(vec![0xa1; 100]), true);
+        reply.put_u32(2);
+        reply.put_bulk(Bytes::from(vec![0xb2; 3000]), true);
+        reply.put_u32(3);
+        reply.put_bulk(Bytes::from(vec![0xc3; 50]), true);
+        let call = ChunkLists {
+            writes: vec![
+                WriteChunk {
+                    segments: vec![seg(7, 0)],
+                },
+                WriteChunk {
+                    segments: vec![seg(8, 4096)],
+                },
+            ],
+            ..ChunkLists::default()
+        };
+        let p = plan_reply(&reply, &call, 4096, Version::V1).unwrap();
+        assert_eq!(p.proc_, Proc::RDMA_MSG);
+        assert_eq!(p.writes.len(), 1, "only the second result is moved");
+        assert_eq!(p.writes[0].target.handle, 8);
+        assert_eq!(p.writes[0].data, Bytes::from(vec![0xb2; 3000]));
+        let echoed: Vec<u32> = p
+            .chunks
+            .writes
+            .iter()
+            .map(|c| c.total_len() as u32)
+            .collect();
+        assert_eq!(echoed, [0, 3000]);
+        // Inline: the first and third results with their data, the second
+        // with its length word only.
+        assert_eq!(p.inline.len(), reply.len() - 3000);
+        assert!(p.inline.windows(100).any(|w| w.iter().all(|&b| b == 0xa1)));
+        assert!(p.inline.windows(50).any(|w| w.iter().all(|&b| b == 0xc3)));
     }
 
     #[test]
