@@ -22,6 +22,9 @@
 //!   over TCP) and runs NFS over RPC-over-RDMA ([`rpcrdma`]'s
 //!   `RdmaClient`, version 1 or 2) on any `rnic::Device` addressed by
 //!   `SocketAddr`, such as the software iWARP device.
+//! - [`v4`] (feature `tokio`): an NFSv4.1 client ([`v4::Session`]) over
+//!   the same transports: sessions, path resolution, GETATTR, READDIR,
+//!   OPEN/CLOSE, READ/WRITE/COMMIT, CREATE, REMOVE and RENAME.
 //!
 //! ```no_run
 //! # async fn run() -> nfs_client::Result<()> {
@@ -48,6 +51,8 @@ pub mod mountproto;
 mod rdma;
 #[cfg(feature = "tokio")]
 mod tcp;
+#[cfg(feature = "tokio")]
+pub mod v4;
 
 pub use client::{filename, process_auth_sys, Nfs3Client};
 pub use error::{Error, Result};

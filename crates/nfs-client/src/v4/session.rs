@@ -1,0 +1,533 @@
+//! [`Session`]: the client id and session of an NFSv4.1 client, and the
+//! SEQUENCE-prefixed COMPOUND call every file operation goes through.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Bytes;
+use nfs::v4::session::{
+    CallbackSecParms4, ChannelAttrs4, ClientOwner4, CreateSession4Args, DestroyClientid4Args,
+    DestroySession4Args, ExchangeId4Args, ReclaimComplete4Args, Sequence4Args, StateProtect4A,
+};
+use nfs::v4::{
+    ulb, Compound4Args, Compound4Res, NfsArgop4, NfsResop4, Nfsstat4, Opnum4, Res4, Sessionid4,
+    NFS4_PROGRAM, NFSPROC4_COMPOUND, NFS_V4,
+};
+use oncrpc::client::DdpReplyHint;
+use oncrpc::msg::OpaqueAuth;
+use oncrpc::{ClientTransport, ReplyHint, RpcCall};
+use tokio::sync::Semaphore;
+use xdr::{Bounded, Decoder, FixedOpaque};
+
+use super::error::{Error, Result};
+use crate::client::RPC_REPLY_HEADER_MAX;
+
+/// What the client asks for in CREATE_SESSION (RFC 8881 §18.36.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// Fore channel `ca_maxrequestsize`: the largest COMPOUND request.
+    pub max_request_size: u32,
+    /// Fore channel `ca_maxresponsesize`: the largest COMPOUND reply.
+    pub max_response_size: u32,
+    /// Fore channel `ca_maxrequests`: slots wanted (the server may grant
+    /// fewer; at least one is used).
+    pub slots: u32,
+    /// Most NFS4ERR_DELAY retries of one COMPOUND before the error is
+    /// returned (RFC 8881 §15.1.1.3).
+    pub delay_retries: u32,
+}
+
+impl SessionOptions {
+    /// Channel sizes for a transport that moves `max_io` bytes of READ or
+    /// WRITE data per call: the data plus 4 KiB for the other operations
+    /// and attributes (RFC 8881 §18.36.3; RPC-over-RDMA moves the data by
+    /// chunk, TCP inline, both within these bounds).
+    pub fn for_io_size(max_io: u32) -> Self {
+        let sized = max_io.saturating_add(4096);
+        Self {
+            max_request_size: sized,
+            max_response_size: sized,
+            slots: 16,
+            delay_retries: 10,
+        }
+    }
+}
+
+impl Default for SessionOptions {
+    /// 1 MiB of READ/WRITE data per call, 16 slots.
+    fn default() -> Self {
+        Self::for_io_size(1 << 20)
+    }
+}
+
+/// Offset, in the results, of the fixed-size success result of `op`
+/// (RFC 8881 §16.2.2: the operation number, the status and the `resok`
+/// body), for operations whose success result has a fixed size.
+fn fixed_result_len(op: &NfsArgop4) -> Option<usize> {
+    match op {
+        // opnum, status, sessionid, five words (RFC 8881 §18.46.2).
+        NfsArgop4::Sequence(_) => Some(4 + 4 + 16 + 5 * 4),
+        NfsArgop4::Putfh(_)
+        | NfsArgop4::Putrootfh(_)
+        | NfsArgop4::Savefh(_)
+        | NfsArgop4::Restorefh(_)
+        | NfsArgop4::Lookup(_) => Some(8),
+        _ => None,
+    }
+}
+
+/// The reply hint of a COMPOUND (ULB v2 draft §5.2.2, §5.4.1): the
+/// session's `ca_maxresponsesize` bounds the reply; the first READ's data
+/// is DDP-eligible, and its offset in the results is known when every
+/// operation before it has a fixed-size success result (the status, the
+/// echoed tag, the result count, those results, READ's opnum, status,
+/// `eof` and the data's length word).
+pub(crate) fn compound_hint(args: &Compound4Args, max_response: u32) -> ReplyHint {
+    let size = ulb::reply_size_estimate(args, max_response);
+    let tag = 4 + args.tag.len().div_ceil(4) * 4;
+    let ddp = size.ddp_max.first().and_then(|&(idx, max_len)| {
+        let before = args.argarray.get(..idx)?;
+        if !matches!(args.argarray.get(idx), Some(NfsArgop4::Read(_))) {
+            return None;
+        }
+        let mut position = 4 + tag + 4;
+        for op in before {
+            position += fixed_result_len(op)?;
+        }
+        Some(DdpReplyHint {
+            position: position + 16,
+            max_len,
+        })
+    });
+    ReplyHint {
+        max_reply_len: RPC_REPLY_HEADER_MAX.saturating_add(size.total_max),
+        ddp,
+    }
+}
+
+/// The slot table of the fore channel (RFC 8881 §2.10.6.1): each slot's
+/// next sequence id, and which slots are free.
+#[derive(Debug)]
+struct Slots {
+    seqids: Vec<u32>,
+    free: Vec<u32>,
+}
+
+/// An NFSv4.1 session on one transport (RFC 8881 §2.10): the client id
+/// from EXCHANGE_ID, the session from CREATE_SESSION, and the fore
+/// channel's slot table. Calls may run concurrently, one per slot.
+#[derive(Debug)]
+pub struct Session<T> {
+    rpc: T,
+    cred: OpaqueAuth,
+    clientid: u64,
+    sessionid: Sessionid4,
+    fore: ChannelAttrs4,
+    slots: Mutex<Slots>,
+    slot_wait: Semaphore,
+    delay_retries: u32,
+    open_owner: AtomicU32,
+}
+
+/// A client owner name unique to this process and call (RFC 8881 §2.4:
+/// the `co_ownerid` must be unique per client instance).
+fn owner_id() -> (Bytes, [u8; 8]) {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let boot = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    let id = format!("nfsrdma-client/{}/{}/{n}", host.trim(), std::process::id());
+    (Bytes::from(id), boot.to_be_bytes())
+}
+
+impl<T: ClientTransport> Session<T> {
+    /// Establishes a session (RFC 8881 §18.35, §18.36, §18.51):
+    /// EXCHANGE_ID with SP4_NONE, CREATE_SESSION with the fore channel of
+    /// `opts` and no back channel, then RECLAIM_COMPLETE (this client
+    /// has no state to reclaim).
+    pub async fn establish(rpc: T, cred: OpaqueAuth, opts: &SessionOptions) -> Result<Self> {
+        let (ownerid, verifier) = owner_id();
+        let x = NfsArgop4::ExchangeId(ExchangeId4Args {
+            clientowner: ClientOwner4 {
+                verifier: FixedOpaque(verifier),
+                ownerid: Bounded(ownerid),
+            },
+            flags: 0,
+            state_protect: StateProtect4A::None,
+            client_impl_id: Bounded(vec![]),
+        });
+        let res = unsequenced(&rpc, &cred, vec![x]).await?;
+        let Some(NfsResop4::ExchangeId(Res4::Ok(xid))) = res.into_iter().next() else {
+            return Err(Error::Protocol("EXCHANGE_ID result missing"));
+        };
+        let fore = ChannelAttrs4 {
+            headerpadsize: 0,
+            maxrequestsize: opts.max_request_size,
+            maxresponsesize: opts.max_response_size,
+            maxresponsesize_cached: 8192,
+            maxoperations: 16,
+            maxrequests: opts.slots.max(1),
+            rdma_ird: Bounded(vec![]),
+        };
+        let back = ChannelAttrs4 {
+            headerpadsize: 0,
+            maxrequestsize: 4096,
+            maxresponsesize: 4096,
+            maxresponsesize_cached: 0,
+            maxoperations: 2,
+            maxrequests: 1,
+            rdma_ird: Bounded(vec![]),
+        };
+        let cs = NfsArgop4::CreateSession(CreateSession4Args {
+            clientid: xid.clientid,
+            sequence: xid.sequenceid,
+            flags: 0,
+            fore_chan_attrs: fore,
+            back_chan_attrs: back,
+            cb_program: 0,
+            sec_parms: Bounded(vec![CallbackSecParms4::None]),
+        });
+        let res = unsequenced(&rpc, &cred, vec![cs]).await?;
+        let Some(NfsResop4::CreateSession(Res4::Ok(s))) = res.into_iter().next() else {
+            return Err(Error::Protocol("CREATE_SESSION result missing"));
+        };
+        let granted = s.fore_chan_attrs.maxrequests.clamp(1, 64);
+        if s.fore_chan_attrs.maxoperations < 4 {
+            return Err(Error::Protocol(
+                "fore channel allows fewer than 4 operations",
+            ));
+        }
+        let session = Self {
+            rpc,
+            cred,
+            clientid: xid.clientid,
+            sessionid: s.sessionid,
+            fore: s.fore_chan_attrs,
+            slots: Mutex::new(Slots {
+                seqids: vec![1; granted as usize],
+                free: (0..granted).rev().collect(),
+            }),
+            slot_wait: Semaphore::new(granted as usize),
+            delay_retries: opts.delay_retries,
+            open_owner: AtomicU32::new(0),
+        };
+        let rc = NfsArgop4::ReclaimComplete(ReclaimComplete4Args { one_fs: false });
+        match session.compound(vec![rc]).await {
+            Ok(_) => {}
+            Err(Error::Nfs { status, .. }) if status == Nfsstat4::NFS4ERR_COMPLETE_ALREADY => {}
+            Err(e) => return Err(e),
+        }
+        Ok(session)
+    }
+
+    /// The client id (RFC 8881 §18.35.2).
+    pub fn clientid(&self) -> u64 {
+        self.clientid
+    }
+
+    /// The session id (RFC 8881 §18.36.2).
+    pub fn sessionid(&self) -> &Sessionid4 {
+        &self.sessionid
+    }
+
+    /// The fore channel the server granted (RFC 8881 §18.36.2).
+    pub fn fore_channel(&self) -> &ChannelAttrs4 {
+        &self.fore
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &T {
+        &self.rpc
+    }
+
+    /// A fresh open-owner name for this client (RFC 8881 §18.16.3).
+    pub(crate) fn next_open_owner(&self) -> Bytes {
+        let n = self.open_owner.fetch_add(1, Ordering::Relaxed);
+        Bytes::from(format!("open-owner-{n}"))
+    }
+
+    fn take_slot(&self) -> Result<(u32, u32, u32)> {
+        let mut s = self
+            .slots
+            .lock()
+            .map_err(|_| Error::Protocol("slot table poisoned"))?;
+        let slot = s.free.pop().ok_or(Error::Protocol("no free slot"))?;
+        let seqid = s.seqids.get(slot as usize).copied().unwrap_or(1);
+        let highest = s.seqids.len().saturating_sub(1) as u32;
+        Ok((slot, seqid, highest))
+    }
+
+    /// Returns `slot`; `advance` when the server processed its SEQUENCE,
+    /// so the slot's next request carries the next sequence id (RFC 8881
+    /// §2.10.6.1).
+    fn put_slot(&self, slot: u32, advance: bool) {
+        if let Ok(mut s) = self.slots.lock() {
+            if advance {
+                if let Some(q) = s.seqids.get_mut(slot as usize) {
+                    *q = q.wrapping_add(1);
+                }
+            }
+            s.free.push(slot);
+        }
+    }
+
+    /// Sends SEQUENCE followed by `ops` (RFC 8881 §18.46) on a free slot
+    /// and returns the results after SEQUENCE, all successful; the first
+    /// failure is [`Error::Nfs`]. NFS4ERR_DELAY (for SEQUENCE or any
+    /// operation) is retried after a backoff of 10 ms doubling to 1 s, at
+    /// most [`SessionOptions::delay_retries`] times (RFC 8881 §15.1.1.3).
+    pub async fn compound(&self, ops: Vec<NfsArgop4>) -> Result<Vec<NfsResop4>> {
+        let mut backoff = Duration::from_millis(10);
+        let mut tries = 0;
+        loop {
+            match self.compound_once(ops.clone()).await {
+                Err(Error::Nfs { status, .. })
+                    if status == Nfsstat4::NFS4ERR_DELAY && tries < self.delay_retries =>
+                {
+                    tries += 1;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    async fn compound_once(&self, ops: Vec<NfsArgop4>) -> Result<Vec<NfsResop4>> {
+        let permit = self
+            .slot_wait
+            .acquire()
+            .await
+            .map_err(|_| Error::Protocol("slot table closed"))?;
+        let (slot, seqid, highest) = self.take_slot()?;
+        let mut argarray = Vec::with_capacity(ops.len() + 1);
+        argarray.push(NfsArgop4::Sequence(Sequence4Args {
+            sessionid: self.sessionid,
+            sequenceid: seqid,
+            slotid: slot,
+            highest_slotid: highest,
+            cachethis: false,
+        }));
+        argarray.extend(ops);
+        let res = self.send(argarray).await;
+        let advanced = match &res {
+            Ok(r) => matches!(r.resarray.first(), Some(NfsResop4::Sequence(Res4::Ok(_)))),
+            Err(_) => false,
+        };
+        self.put_slot(slot, advanced);
+        drop(permit);
+        let mut results = check(res?)?;
+        match results.first() {
+            Some(NfsResop4::Sequence(Res4::Ok(ok))) if ok.slotid == slot => {}
+            _ => return Err(Error::Protocol("first result is not this SEQUENCE")),
+        }
+        results.remove(0);
+        Ok(results)
+    }
+
+    async fn send(&self, argarray: Vec<NfsArgop4>) -> Result<Compound4Res> {
+        let args = Compound4Args {
+            tag: Bytes::new(),
+            minorversion: 1,
+            argarray,
+        };
+        let reply_hint = compound_hint(&args, self.fore.maxresponsesize);
+        call(&self.rpc, &self.cred, &args, reply_hint).await
+    }
+
+    /// Ends the session and the client id (RFC 8881 §18.37, §18.50):
+    /// DESTROY_SESSION, then DESTROY_CLIENTID, each alone in a COMPOUND.
+    pub async fn close(self) -> Result<()> {
+        let ds = NfsArgop4::DestroySession(DestroySession4Args {
+            sessionid: self.sessionid,
+        });
+        unsequenced(&self.rpc, &self.cred, vec![ds]).await?;
+        let dc = NfsArgop4::DestroyClientid(DestroyClientid4Args {
+            clientid: self.clientid,
+        });
+        unsequenced(&self.rpc, &self.cred, vec![dc]).await?;
+        Ok(())
+    }
+}
+
+/// Encodes and sends one COMPOUND (RFC 8881 §16.2) and decodes its
+/// results; READ data stays a slice of the reply (zero-copy).
+async fn call<T: ClientTransport>(
+    rpc: &T,
+    cred: &OpaqueAuth,
+    args: &Compound4Args,
+    reply_hint: ReplyHint,
+) -> Result<Compound4Res> {
+    let call = RpcCall {
+        prog: NFS4_PROGRAM,
+        vers: NFS_V4,
+        proc_: NFSPROC4_COMPOUND,
+        cred: cred.clone(),
+        args: xdr::to_xdr_buf(args),
+        reply_hint,
+    };
+    let results = rpc.call(call).await?;
+    let mut dec = Decoder::from_bytes(&results);
+    let res: Compound4Res = dec.decode()?;
+    dec.finish()?;
+    if res.resarray.len() > args.argarray.len() {
+        return Err(Error::Protocol("more results than operations"));
+    }
+    for (a, r) in args.argarray.iter().zip(&res.resarray) {
+        if a.opnum() != r.opnum() {
+            return Err(Error::Protocol("result for a different operation"));
+        }
+    }
+    Ok(res)
+}
+
+/// The results when every operation succeeded (RFC 8881 §16.2.3), else
+/// the first failure.
+fn check(res: Compound4Res) -> Result<Vec<NfsResop4>> {
+    if let Some(bad) = res.resarray.iter().find(|r| !r.status().is_ok()) {
+        return Err(Error::Nfs {
+            op: bad.opnum(),
+            status: bad.status(),
+        });
+    }
+    if !res.status.is_ok() {
+        return Err(Error::Nfs {
+            op: res
+                .resarray
+                .last()
+                .map_or(Opnum4::OP_ILLEGAL, |r| r.opnum()),
+            status: res.status,
+        });
+    }
+    Ok(res.resarray)
+}
+
+/// A COMPOUND without SEQUENCE: EXCHANGE_ID, CREATE_SESSION,
+/// DESTROY_SESSION and DESTROY_CLIENTID may each be the only operation
+/// (RFC 8881 §18.35.3, §18.36.3, §18.37.3, §18.50.3).
+async fn unsequenced<T: ClientTransport>(
+    rpc: &T,
+    cred: &OpaqueAuth,
+    ops: Vec<NfsArgop4>,
+) -> Result<Vec<NfsResop4>> {
+    let n = ops.len();
+    let args = Compound4Args {
+        tag: Bytes::new(),
+        minorversion: 1,
+        argarray: ops,
+    };
+    let hint = ReplyHint {
+        max_reply_len: RPC_REPLY_HEADER_MAX + 4096,
+        ddp: None,
+    };
+    let res = check(call(rpc, cred, &args, hint).await?)?;
+    if res.len() != n {
+        return Err(Error::Protocol("fewer results than operations"));
+    }
+    Ok(res)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nfs::v4::session::Sequence4ResOk;
+    use nfs::v4::{NfsFh4, Putfh4Args, Read4Args, Read4ResOk, Stateid4};
+
+    fn read_args(tag: &'static [u8]) -> Compound4Args {
+        Compound4Args {
+            tag: Bytes::from_static(tag),
+            minorversion: 1,
+            argarray: vec![
+                NfsArgop4::Sequence(Sequence4Args {
+                    sessionid: FixedOpaque([7; 16]),
+                    sequenceid: 1,
+                    slotid: 0,
+                    highest_slotid: 0,
+                    cachethis: false,
+                }),
+                NfsArgop4::Putfh(Putfh4Args {
+                    object: NfsFh4(Bytes::from_static(&[1; 20])),
+                }),
+                NfsArgop4::Read(Read4Args {
+                    stateid: Stateid4::ANONYMOUS,
+                    offset: 0,
+                    count: 4096,
+                }),
+            ],
+        }
+    }
+
+    #[test]
+    fn read_hint_names_the_offset_of_the_data_in_the_encoded_results() {
+        for tag in [&b""[..], b"abcde"] {
+            let args = read_args(tag);
+            let hint = compound_hint(&args, 8192);
+            let res = Compound4Res {
+                status: Nfsstat4::NFS4_OK,
+                tag: Bytes::copy_from_slice(tag),
+                resarray: vec![
+                    NfsResop4::Sequence(Res4::Ok(Sequence4ResOk {
+                        sessionid: FixedOpaque([7; 16]),
+                        sequenceid: 1,
+                        slotid: 0,
+                        highest_slotid: 0,
+                        target_highest_slotid: 0,
+                        status_flags: 0,
+                    })),
+                    NfsResop4::Putfh(Nfsstat4::NFS4_OK),
+                    NfsResop4::Read(Res4::Ok(Read4ResOk {
+                        eof: true,
+                        data: xdr::DdpOpaque(Bytes::from_static(b"\xa5\x5a\xa5\x5a")),
+                    })),
+                ],
+            };
+            let wire = xdr::to_bytes(&res);
+            let ddp = hint.ddp.expect("READ is DDP-eligible");
+            assert_eq!(&wire[ddp.position..ddp.position + 4], b"\xa5\x5a\xa5\x5a");
+            assert_eq!(ddp.position + 4, wire.len());
+            assert_eq!(ddp.max_len, 4096);
+            assert_eq!(hint.max_reply_len, RPC_REPLY_HEADER_MAX + 8192);
+        }
+    }
+
+    #[test]
+    fn hint_has_no_ddp_item_without_a_read_or_after_a_variable_result() {
+        let mut args = read_args(b"");
+        args.argarray.insert(1, NfsArgop4::Getfh(()));
+        assert_eq!(compound_hint(&args, 8192).ddp, None);
+        args.argarray.pop();
+        assert_eq!(compound_hint(&args, 8192).ddp, None);
+    }
+
+    #[test]
+    fn check_reports_the_first_failing_operation() {
+        let res = Compound4Res {
+            status: Nfsstat4::NFS4ERR_NOENT,
+            tag: Bytes::new(),
+            resarray: vec![
+                NfsResop4::Putfh(Nfsstat4::NFS4_OK),
+                NfsResop4::Lookup(Nfsstat4::NFS4ERR_NOENT),
+            ],
+        };
+        match check(res) {
+            Err(Error::Nfs { op, status }) => {
+                assert_eq!(op, Opnum4::OP_LOOKUP);
+                assert_eq!(status, Nfsstat4::NFS4ERR_NOENT);
+            }
+            other => panic!("{other:?}"),
+        }
+        let empty_fail = Compound4Res {
+            status: Nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH,
+            tag: Bytes::new(),
+            resarray: vec![],
+        };
+        assert_eq!(
+            check(empty_fail).unwrap_err().nfs_status(),
+            Some(Nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH)
+        );
+    }
+}
