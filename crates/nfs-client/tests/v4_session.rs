@@ -70,7 +70,9 @@ async fn exercise<T: ClientTransport>(s: &Session<T>, dir: &Path) {
     };
     let f = s.open(&d, "data.bin", create).await.unwrap();
     let data = pattern(3 << 20);
+    let t = std::time::Instant::now();
     s.write_all(&f, 0, &data).await.unwrap();
+    let wrote = t.elapsed();
     s.close_file(f).await.unwrap();
     assert_eq!(std::fs::read(dir.join("sub/data.bin")).unwrap(), data);
 
@@ -80,7 +82,13 @@ async fn exercise<T: ClientTransport>(s: &Session<T>, dir: &Path) {
         create_mode: None,
     };
     let f = s.open(&d, "data.bin", ro).await.unwrap();
+    let t = std::time::Instant::now();
     let back = s.read_all(&f).await.unwrap();
+    eprintln!(
+        "{} slots: 3 MiB written in {wrote:?}, read in {:?}",
+        s.slot_count(),
+        t.elapsed()
+    );
     assert!(back == data, "read back {} bytes, differ", back.len());
     let (tail, eof) = s.read(&f, (3 << 20) - 5, 100).await.unwrap();
     assert_eq!(&tail[..], &data[data.len() - 5..]);

@@ -2,6 +2,7 @@
 //! SEQUENCE (RFC 8881 §16.2) starting from a file handle.
 
 use bytes::Bytes;
+use futures::StreamExt;
 use nfs::v4::attr::{
     Bitmap4, Fattr4, FileAttrs, FATTR4_FILEID, FATTR4_MAXREAD, FATTR4_MAXWRITE, FATTR4_MODE,
     FATTR4_SIZE, FATTR4_TIME_ACCESS, FATTR4_TIME_METADATA, FATTR4_TIME_MODIFY, FATTR4_TYPE,
@@ -340,11 +341,14 @@ impl<T: ClientTransport> Session<T> {
         Ok((r.data.0, r.eof))
     }
 
-    /// Reads the whole file from offset 0 in reads of `maxread`
-    /// ([`Session::io_sizes`]) until end of file.
+    /// Reads the whole file: its size from GETATTR, then READs of
+    /// `maxread` ([`Session::io_sizes`]) with one call in flight per slot
+    /// (RFC 8881 §2.10.6.1), then on from the last offset until end of
+    /// file (the file may have grown).
     pub async fn read_all(&self, file: &OpenFile) -> Result<Vec<u8>> {
         let (maxread, _) = self.io_sizes(&file.fh).await?;
-        let mut out = Vec::new();
+        let size = self.getattr(&file.fh).await?.size;
+        let mut out = self.read_at(file, 0, size, maxread).await?;
         loop {
             let (data, eof) = self.read(file, out.len() as u64, maxread).await?;
             out.extend_from_slice(&data);
@@ -355,6 +359,46 @@ impl<T: ClientTransport> Session<T> {
                 return Err(Error::Protocol("READ without data before end of file"));
             }
         }
+    }
+
+    /// Reads `len` bytes at `offset` in READs of at most `block` bytes,
+    /// one in flight per slot; a short read is completed by further reads
+    /// of the rest of its block. Stops early at end of file.
+    pub async fn read_at(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        len: u64,
+        block: u32,
+    ) -> Result<Vec<u8>> {
+        let block = u64::from(block.max(1));
+        let cap = usize::try_from(len).map_err(|_| Error::Protocol("length beyond memory"))?;
+        let mut out = Vec::with_capacity(cap.min(1 << 30));
+        let starts = (0..len.div_ceil(block)).map(|i| offset + i * block);
+        let mut stream = futures::stream::iter(starts)
+            .map(|start| {
+                let want = (offset + len - start).min(block) as u32;
+                async move { (start, want, self.read(file, start, want).await) }
+            })
+            .buffered(self.slot_count());
+        while let Some((start, want, res)) = stream.next().await {
+            let (mut data, mut eof) = res?;
+            let mut got = data.len() as u64;
+            out.extend_from_slice(&data);
+            while !eof && got < u64::from(want) {
+                let rest = want - got as u32;
+                (data, eof) = self.read(file, start + got, rest).await?;
+                if data.is_empty() && !eof {
+                    return Err(Error::Protocol("READ without data before end of file"));
+                }
+                got += data.len() as u64;
+                out.extend_from_slice(&data);
+            }
+            if eof {
+                break;
+            }
+        }
+        Ok(out)
     }
 
     /// One WRITE (RFC 8881 §18.32): the bytes written, the stability
@@ -418,6 +462,9 @@ impl<T: ClientTransport> Session<T> {
         Ok(())
     }
 
+    /// WRITEs of `data` at `offset` in pieces of at most `maxwrite`, one
+    /// in flight per slot; a short write is completed by further WRITEs.
+    /// Returns the distinct verifiers of UNSTABLE4 replies.
     async fn write_range(
         &self,
         file: &OpenFile,
@@ -426,20 +473,44 @@ impl<T: ClientTransport> Session<T> {
         maxwrite: u32,
         stable: StableHow4,
     ) -> Result<Vec<Verifier4>> {
+        let block = (maxwrite as usize).max(1);
+        let pieces = (0..data.len().div_ceil(block)).map(|i| {
+            let at = i * block;
+            (at, data.slice(at..data.len().min(at + block)))
+        });
+        let mut stream = futures::stream::iter(pieces)
+            .map(|(at, piece)| async move {
+                let r = self
+                    .write(file, offset + at as u64, piece.clone(), stable)
+                    .await;
+                (at, piece, r)
+            })
+            .buffered(self.slot_count());
         let mut verfs = Vec::new();
-        let mut done = 0usize;
-        while done < data.len() {
-            let end = data.len().min(done + maxwrite as usize);
-            let (n, how, verf) = self
-                .write(file, offset + done as u64, data.slice(done..end), stable)
-                .await?;
-            if n == 0 {
-                return Err(Error::Protocol("WRITE made no progress"));
+        while let Some((at, piece, res)) = stream.next().await {
+            let mut r = res?;
+            let mut done = 0usize;
+            loop {
+                let (n, how, verf) = r;
+                if n == 0 {
+                    return Err(Error::Protocol("WRITE made no progress"));
+                }
+                if how == StableHow4::UNSTABLE4 && !verfs.contains(&verf) {
+                    verfs.push(verf);
+                }
+                done += n as usize;
+                if done >= piece.len() {
+                    break;
+                }
+                r = self
+                    .write(
+                        file,
+                        offset + (at + done) as u64,
+                        piece.slice(done..),
+                        stable,
+                    )
+                    .await?;
             }
-            if how == StableHow4::UNSTABLE4 && !verfs.contains(&verf) {
-                verfs.push(verf);
-            }
-            done += n as usize;
         }
         Ok(verfs)
     }

@@ -126,6 +126,7 @@ pub struct Session<T> {
     fore: ChannelAttrs4,
     slots: Mutex<Slots>,
     slot_wait: Semaphore,
+    slot_wait_total: usize,
     delay_retries: u32,
     open_owner: AtomicU32,
 }
@@ -212,6 +213,7 @@ impl<T: ClientTransport> Session<T> {
                 free: (0..granted).rev().collect(),
             }),
             slot_wait: Semaphore::new(granted as usize),
+            slot_wait_total: granted as usize,
             delay_retries: opts.delay_retries,
             open_owner: AtomicU32::new(0),
         };
@@ -237,6 +239,11 @@ impl<T: ClientTransport> Session<T> {
     /// The fore channel the server granted (RFC 8881 §18.36.2).
     pub fn fore_channel(&self) -> &ChannelAttrs4 {
         &self.fore
+    }
+
+    /// Slots in the fore channel's table: the most calls in flight.
+    pub fn slot_count(&self) -> usize {
+        self.slot_wait_total
     }
 
     /// The transport.
