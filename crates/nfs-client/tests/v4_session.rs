@@ -180,12 +180,16 @@ async fn rdma_session(dir: &Path) -> Session<RdmaClient<LoopbackDevice>> {
     .unwrap();
     let addr = listener.local_addr();
     listener.spawn();
-    let rpc = RdmaClient::connect(&cdev, &addr, RdmaClientConfig::default())
-        .await
-        .unwrap();
-    Session::establish(rpc, cred(dir), &SessionOptions::default())
-        .await
-        .unwrap()
+    let config = RdmaClientConfig {
+        max_requests: 8,
+        ..RdmaClientConfig::default()
+    };
+    let rpc = RdmaClient::connect(&cdev, &addr, config).await.unwrap();
+    let opts = SessionOptions::for_rdma(&config);
+    assert_eq!(opts.slots, 8);
+    let s = Session::establish(rpc, cred(dir), &opts).await.unwrap();
+    assert!(s.slot_count() as u32 <= opts.slots);
+    s
 }
 
 #[tokio::test]

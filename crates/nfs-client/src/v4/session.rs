@@ -54,6 +54,19 @@ impl SessionOptions {
     }
 }
 
+impl SessionOptions {
+    /// Fore channel for an RPC-over-RDMA connection made with `config`:
+    /// one slot per credit the client asks for (RFC 8166 §3.3.1; the
+    /// transport queues a call that finds no credit), at most 64, and
+    /// 1 MiB of READ/WRITE data per call, which moves by chunk.
+    pub fn for_rdma(config: &rpcrdma::transport::RdmaClientConfig) -> Self {
+        Self {
+            slots: config.max_requests.clamp(1, 64),
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for SessionOptions {
     /// 1 MiB of READ/WRITE data per call, 16 slots.
     fn default() -> Self {
