@@ -63,6 +63,20 @@ async fn exercise<T: ClientTransport>(s: &Session<T>, dir: &Path) {
     assert_eq!(a.ftype, NfsFtype4::NF4DIR);
     assert_eq!(a.mode.map(|m| m & 0o777), Some(0o755));
     assert_eq!(s.lookup_path("/sub").await.unwrap(), d);
+    // Deeper than one COMPOUND's operations: resolved in several.
+    let deep: Vec<String> = (0..40).map(|i| format!("l{i}")).collect();
+    std::fs::create_dir_all(dir.join("sub").join(deep.join("/"))).unwrap();
+    let leaf = s
+        .lookup_path(&format!("sub//{}/", deep.join("/")))
+        .await
+        .unwrap();
+    let up = s
+        .lookup_path(&format!("/sub/{}", deep[..39].join("/")))
+        .await
+        .unwrap();
+    assert_eq!(s.lookup(&up, "l39").await.unwrap(), leaf);
+    assert!(s.fore_channel().maxoperations < 40);
+    std::fs::remove_dir_all(dir.join("sub/l0")).unwrap();
 
     let create = OpenOptions {
         create_mode: Some(0o644),

@@ -152,21 +152,39 @@ impl<T: ClientTransport> Session<T> {
         )
     }
 
-    /// Resolves a `/`-separated path from the root in one COMPOUND
-    /// (PUTROOTFH, LOOKUP per component, GETFH; RFC 8881 §18.13). Empty
-    /// components are skipped.
+    /// Resolves a `/`-separated path from the root (PUTROOTFH, LOOKUP per
+    /// component, GETFH; RFC 8881 §18.13), in as few COMPOUNDs as the
+    /// fore channel's `ca_maxoperations` allows, each going on from the
+    /// previous one's handle. Empty components are skipped.
     pub async fn lookup_path(&self, path: &str) -> Result<NfsFh4> {
-        let mut ops = vec![NfsArgop4::Putrootfh(())];
-        for c in path.split('/').filter(|c| !c.is_empty()) {
-            ops.push(NfsArgop4::Lookup(Lookup4Args {
-                objname: component(c)?,
-            }));
+        let names = path
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .map(component)
+            .collect::<Result<Vec<_>>>()?;
+        // SEQUENCE, PUTROOTFH or PUTFH, and GETFH around the LOOKUPs.
+        let per = (self.fore_channel().maxoperations as usize)
+            .saturating_sub(3)
+            .max(1);
+        let mut fh: Option<NfsFh4> = None;
+        let mut rest = &names[..];
+        loop {
+            let (now, later) = rest.split_at(rest.len().min(per));
+            let mut ops = vec![match &fh {
+                None => NfsArgop4::Putrootfh(()),
+                Some(f) => putfh(f),
+            }];
+            ops.extend(
+                now.iter()
+                    .map(|n| NfsArgop4::Lookup(Lookup4Args { objname: n.clone() })),
+            );
+            ops.push(NfsArgop4::Getfh(()));
+            fh = Some(last_fh(self.compound(ops).await?)?);
+            rest = later;
+            if rest.is_empty() {
+                return fh.ok_or(Error::Protocol("GETFH result missing"));
+            }
         }
-        ops.push(NfsArgop4::Getfh(()));
-        if ops.len() + 1 > self.fore_channel().maxoperations as usize {
-            return Err(Error::InvalidName(path.to_string()));
-        }
-        last_fh(self.compound(ops).await?)
     }
 
     /// LOOKUP of `name` in `dir` (RFC 8881 §18.13).
