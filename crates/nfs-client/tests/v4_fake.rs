@@ -28,6 +28,10 @@ struct State {
     busy: HashSet<u32>,
     most_busy: usize,
     destroyed: Vec<&'static str>,
+    /// Execute the next sequenced call, then lose its reply.
+    lose_next_reply: bool,
+    /// Per slot, the last sequence id executed (RFC 8881 §2.10.6.1).
+    last_seqid: [u32; 2],
 }
 
 #[derive(Clone, Default)]
@@ -78,10 +82,17 @@ impl Fake {
                     assert_eq!(q.sessionid.0, SESSION);
                     assert!(q.slotid <= 1 && q.highest_slotid == 1, "{q:?}");
                     s.log.push((q.slotid, q.sequenceid));
-                    if s.delay_sequence > 0 {
+                    let last = s.last_seqid[q.slotid as usize];
+                    if q.sequenceid == last {
+                        // A retry of a request whose reply was not cached.
+                        NfsResop4::Sequence(Res4::Err(Nfsstat4::NFS4ERR_RETRY_UNCACHED_REP))
+                    } else if q.sequenceid != last.wrapping_add(1) {
+                        NfsResop4::Sequence(Res4::Err(Nfsstat4::NFS4ERR_SEQ_MISORDERED))
+                    } else if s.delay_sequence > 0 {
                         s.delay_sequence -= 1;
                         NfsResop4::Sequence(Res4::Err(Nfsstat4::NFS4ERR_DELAY))
                     } else {
+                        s.last_seqid[q.slotid as usize] = q.sequenceid;
                         NfsResop4::Sequence(Res4::Ok(Sequence4ResOk {
                             sessionid: q.sessionid,
                             sequenceid: q.sequenceid,
@@ -150,7 +161,11 @@ impl ClientTransport for Fake {
         tokio::time::sleep(Duration::from_millis(2)).await;
         let res = self.answer(&args);
         if let Some(slot) = slot {
-            self.0.lock().unwrap().busy.remove(&slot);
+            let mut s = self.0.lock().unwrap();
+            s.busy.remove(&slot);
+            if std::mem::take(&mut s.lose_next_reply) {
+                return Err(RpcError::Transport("reply lost"));
+            }
         }
         Ok(xdr::to_bytes(&res))
     }
@@ -224,4 +239,21 @@ async fn concurrent_calls_share_the_granted_slots_one_call_per_slot() {
         assert_eq!(ids, want, "slot {slot}");
     }
     assert_eq!(st.log.len(), 13);
+}
+
+#[tokio::test]
+async fn lost_reply_leaves_the_slot_uncertain_and_the_retry_advances_it() {
+    let fake = Fake::default();
+    let s = Session::establish(fake.clone(), OpaqueAuth::NONE, &opts(0))
+        .await
+        .unwrap();
+    fake.0.lock().unwrap().lose_next_reply = true;
+    assert!(matches!(s.root().await, Err(Error::Rpc(_))));
+    // The server executed seqid 2 on slot 0; the next call tries 2 again,
+    // hears NFS4ERR_RETRY_UNCACHED_REP, and goes on with 3.
+    assert_eq!(&s.root().await.unwrap().0[..], b"root");
+    assert_eq!(fake.0.lock().unwrap().log, [(0, 1), (0, 2), (0, 2), (0, 3)]);
+    // The slot is certain again: the next call goes straight to 4.
+    s.root().await.unwrap();
+    assert_eq!(fake.0.lock().unwrap().log[4..], [(0, 4)]);
 }

@@ -124,7 +124,21 @@ pub(crate) fn compound_hint(args: &Compound4Args, max_response: u32) -> ReplyHin
 #[derive(Debug)]
 struct Slots {
     seqids: Vec<u32>,
+    /// The slot's last request got no reply: the server may or may not
+    /// have executed it under the current sequence id.
+    uncertain: Vec<bool>,
     free: Vec<u32>,
+}
+
+/// What a reply (or its absence) does to a slot (RFC 8881 §2.10.6.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotOutcome {
+    /// SEQUENCE was executed: the next request takes the next id.
+    Advance,
+    /// SEQUENCE failed: the id is unused.
+    Keep,
+    /// No reply: unknown whether the id was used.
+    Unknown,
 }
 
 /// An NFSv4.1 session on one transport (RFC 8881 §2.10): the client id
@@ -223,6 +237,7 @@ impl<T: ClientTransport> Session<T> {
             fore: s.fore_chan_attrs,
             slots: Mutex::new(Slots {
                 seqids: vec![1; granted as usize],
+                uncertain: vec![false; granted as usize],
                 free: (0..granted).rev().collect(),
             }),
             slot_wait: Semaphore::new(granted as usize),
@@ -270,7 +285,7 @@ impl<T: ClientTransport> Session<T> {
         Bytes::from(format!("open-owner-{n}"))
     }
 
-    fn take_slot(&self) -> Result<(u32, u32, u32)> {
+    fn take_slot(&self) -> Result<(u32, u32, u32, bool)> {
         let mut s = self
             .slots
             .lock()
@@ -278,18 +293,21 @@ impl<T: ClientTransport> Session<T> {
         let slot = s.free.pop().ok_or(Error::Protocol("no free slot"))?;
         let seqid = s.seqids.get(slot as usize).copied().unwrap_or(1);
         let highest = s.seqids.len().saturating_sub(1) as u32;
-        Ok((slot, seqid, highest))
+        let uncertain = s.uncertain.get(slot as usize).copied().unwrap_or(false);
+        Ok((slot, seqid, highest, uncertain))
     }
 
-    /// Returns `slot`; `advance` when the server processed its SEQUENCE,
-    /// so the slot's next request carries the next sequence id (RFC 8881
-    /// §2.10.6.1).
-    fn put_slot(&self, slot: u32, advance: bool) {
+    /// Returns `slot` to the table with what its request did to it.
+    fn put_slot(&self, slot: u32, outcome: SlotOutcome) {
         if let Ok(mut s) = self.slots.lock() {
-            if advance {
-                if let Some(q) = s.seqids.get_mut(slot as usize) {
+            let i = slot as usize;
+            if outcome == SlotOutcome::Advance {
+                if let Some(q) = s.seqids.get_mut(i) {
                     *q = q.wrapping_add(1);
                 }
+            }
+            if let Some(u) = s.uncertain.get_mut(i) {
+                *u = outcome == SlotOutcome::Unknown;
             }
             s.free.push(slot);
         }
@@ -300,9 +318,16 @@ impl<T: ClientTransport> Session<T> {
     /// failure is [`Error::Nfs`]. NFS4ERR_DELAY (for SEQUENCE or any
     /// operation) is retried after a backoff of 10 ms doubling to 1 s, at
     /// most [`SessionOptions::delay_retries`] times (RFC 8881 §15.1.1.3).
+    ///
+    /// A call that got no reply (an RPC error) leaves its slot uncertain:
+    /// the next request on it reuses the sequence id, and if the server
+    /// answers NFS4ERR_RETRY_UNCACHED_REP (it had executed the lost
+    /// request, RFC 8881 §2.10.6.1.3) the slot advances and the request
+    /// is sent again.
     pub async fn compound(&self, ops: Vec<NfsArgop4>) -> Result<Vec<NfsResop4>> {
         let mut backoff = Duration::from_millis(10);
         let mut tries = 0;
+        let mut resent = false;
         loop {
             match self.compound_once(ops.clone()).await {
                 Err(Error::Nfs { status, .. })
@@ -311,6 +336,13 @@ impl<T: ClientTransport> Session<T> {
                     tries += 1;
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(Error::Nfs { op, status })
+                    if op == Opnum4::OP_SEQUENCE
+                        && status == Nfsstat4::NFS4ERR_RETRY_UNCACHED_REP
+                        && !resent =>
+                {
+                    resent = true;
                 }
                 r => return r,
             }
@@ -323,7 +355,7 @@ impl<T: ClientTransport> Session<T> {
             .acquire()
             .await
             .map_err(|_| Error::Protocol("slot table closed"))?;
-        let (slot, seqid, highest) = self.take_slot()?;
+        let (slot, seqid, highest, uncertain) = self.take_slot()?;
         let mut argarray = Vec::with_capacity(ops.len() + 1);
         argarray.push(NfsArgop4::Sequence(Sequence4Args {
             sessionid: self.sessionid,
@@ -334,11 +366,20 @@ impl<T: ClientTransport> Session<T> {
         }));
         argarray.extend(ops);
         let res = self.send(argarray).await;
-        let advanced = match &res {
-            Ok(r) => matches!(r.resarray.first(), Some(NfsResop4::Sequence(Res4::Ok(_)))),
-            Err(_) => false,
+        let outcome = match &res {
+            Ok(r) => match r.resarray.first() {
+                Some(NfsResop4::Sequence(Res4::Ok(_))) => SlotOutcome::Advance,
+                Some(NfsResop4::Sequence(Res4::Err(e)))
+                    if uncertain && *e == Nfsstat4::NFS4ERR_RETRY_UNCACHED_REP =>
+                {
+                    SlotOutcome::Advance
+                }
+                _ => SlotOutcome::Keep,
+            },
+            // No usable reply: the server may have executed it.
+            Err(_) => SlotOutcome::Unknown,
         };
-        self.put_slot(slot, advanced);
+        self.put_slot(slot, outcome);
         drop(permit);
         let mut results = check(res?)?;
         match results.first() {
