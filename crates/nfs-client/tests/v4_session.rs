@@ -235,3 +235,44 @@ async fn session_closes_and_a_new_one_opens_on_the_same_connection() {
     s2.lookup_path("/").await.unwrap();
     s2.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn session_file_operations_work_over_softrnic_with_rpc_over_rdma_v2() {
+    let dir = TempDir::new("soft");
+    let mut config = nfs_server::ServerConfig::new(&dir.0);
+    config.nfs_addr = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.mount_addr = None;
+    let server = nfs_server::start(config).await.unwrap();
+    let sdev = softrnic::SoftDevice::new(softrnic::SoftConfig::default(), 5);
+    let listener = RdmaListener::bind(
+        &sdev,
+        &SocketAddr::from(([127, 0, 0, 1], 0)),
+        server.rpc(),
+        RdmaServerConfig::default(),
+    )
+    .await
+    .unwrap();
+    let port = listener.local_addr().port();
+    listener.spawn();
+    let opts = nfs_client::RdmaOptions {
+        version: rpcrdma::plan::Version::V2,
+        ..nfs_client::RdmaOptions::default()
+    };
+    let cdev = softrnic::SoftDevice::new(softrnic::SoftConfig::default(), 6);
+    let rpc = nfs_client::connect_rdma_transport(&cdev, "127.0.0.1", port, &opts)
+        .await
+        .unwrap();
+    let s = Session::establish(
+        rpc,
+        cred(&dir.0),
+        &SessionOptions::for_rdma(&opts.client_config()),
+    )
+    .await
+    .unwrap();
+    exercise(&s, &dir.0).await;
+    let st = s.transport().stats();
+    assert_eq!(s.transport().version(), rpcrdma::plan::Version::V2);
+    assert!(st.read_chunk_calls >= 3, "{st:?}");
+    assert!(st.write_chunk_replies >= 3, "{st:?}");
+    s.close().await.unwrap();
+}
