@@ -1,7 +1,14 @@
 #!/bin/bash
 # scripts/interop.sh — the interop tier: real peers against our code.
 #
-# Check 1 (NFSv3 over TCP, Linux kernel client): builds nfsrdma (release),
+# Phases (PHASES, default "tcp rdma knfsd"; one VM boot each; docs/interop.md):
+#   tcp   the kernel NFSv3/TCP client against nfsrdma serve (below);
+#   rdma  issue 9 check 2: the kernel NFSv3 and NFSv4.1 clients mount
+#         nfsrdma serve over RDMA, guest siw -> our softrnic (rdma_phase);
+#   knfsd issue 9 checks 1 and 3: our iwarp/softrnic initiators and our NFS
+#         client against knfsd over siw in the guest (knfsd_phase).
+#
+# Phase tcp (NFSv3 over TCP, Linux kernel client): builds nfsrdma (release),
 # runs `nfsrdma serve` on a fresh temporary export on the host, boots the kpeer
 # VM (/work/shared/kpeer: Debian 6.1 kernel under qemu) and runs
 # interop/guest/nfs3-tcp.sh in it: the kernel client mounts our server with
@@ -38,7 +45,9 @@
 # Env: OUT (result dir, default /tmp/interop-<time>), NFS_PORT / MOUNT_PORT /
 # RPCBIND_PORT (host ports, default 12049 / 12048 / 12111), BULK_MIB (default
 # 100), KPEER (default /work/shared/kpeer), CAPTURE=0 to skip the pcaps,
-# NO_BUILD=1 to use the existing target/release/nfsrdma.
+# NO_BUILD=1 to use the existing target/release/nfsrdma. Phase rdma:
+# RDMA_PORT / RDMA_MOUNT_PORT / RDMA_TCP_PORT (12050 / 12051 / 12052),
+# RDMA_VERS ("3 4.1"); phase knfsd: KNFSD_BULK_MIB (100).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 KPEER=${KPEER:-/work/shared/kpeer}
@@ -80,28 +89,28 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# pcap_iwarp_check NAME PCAP RDMA_PORT MOUNT_PORT TXT: scripts/tshark-iwarp-check.sh
+# pcap_iwarp_check NAME PCAP RDMA_PORT MOUNT_PORT TXT [server|client]: scripts/tshark-iwarp-check.sh
 # (MPA/DDP/RDMAP decode, malformed frames, MPA CRC and length errors) over
 # the whole capture, then the malformed frames below RPC split by direction.
-# Our side is the host end of RDMA_PORT's connections; what we send must
-# have none. The peer's side arrives re-segmented by slirp's socat, and
+# Our side (server: the RDMA_PORT end, client: the other end) must send
+# none. The peer's side arrives re-segmented by slirp (socat or hostfwd), and
 # tshark's iwarp_mpa dissector does not reassemble an FPDU that starts in
 # one TCP segment and ends in another ("Unreassembled Packet"): those frames
 # are counted and reported, not failed.
 pcap_iwarp_check() {
-    local name=$1 pcap=$2 port=$3 mport=$4 txt=$5 ours theirs
+    local name=$1 pcap=$2 port=$3 mport=$4 txt=$5 side=${6:-server} ours theirs
     bash "$ROOT/scripts/tshark-iwarp-check.sh" "$pcap" -d "tcp.port==$mport,rpc" > "$txt" 2>&1
     local rc=$?
     tshark -n -r "$pcap" -d "tcp.port==$mport,rpc" -Y '_ws.malformed && !rpc' \
         -T fields -e frame.number -e tcp.srcport > "$txt.malformed" 2>/dev/null
-    ours=$(awk -v p="$port" '$2 == p' "$txt.malformed" | wc -l)
-    theirs=$(awk -v p="$port" '$2 != p' "$txt.malformed" | wc -l)
+    ours=$(awk -v p="$port" -v s="$side" '($2 == p) == (s == "server")' "$txt.malformed" | wc -l)
+    theirs=$(awk -v p="$port" -v s="$side" '($2 == p) != (s == "server")' "$txt.malformed" | wc -l)
     if [ "$rc" -eq 2 ] || ! grep -q 'iwarp_ddp_rdmap' "$txt"; then
         fail "pcap-iwarp-$name: tshark could not decode $pcap (see $txt)"
     elif [ "$ours" -ne 0 ] || grep -qE 'FAIL: [1-9][0-9]* FPDU.s. with a bad MPA CRC' "$txt"; then
         fail "pcap-iwarp-$name: $ours malformed frame(s) below RPC sent by our side (see $txt.malformed, $txt)"
     else
-        pass "pcap-iwarp-$name: $(head -1 "$txt" | sed 's/^[^:]*: //'); our side: no malformed frame below RPC; peer side (socat-resegmented): $theirs unreassembled"
+        pass "pcap-iwarp-$name: $(head -1 "$txt" | sed 's/^[^:]*: //'); our side: no malformed frame below RPC; peer side (re-segmented by slirp): $theirs unreassembled"
     fi
 }
 
@@ -274,7 +283,7 @@ knfsd_phase() {
     rm -rf "$K_DIR"; K_DIR=
     echo "   knfsd phase VM wall $(( $(date +%s) - t0 )) s"
     if [ "$CAPTURE" = 1 ]; then
-        pcap_iwarp_check knfsd "$OUT/knfsd-rdma.pcap" "$rp" "$mp" "$OUT/check-knfsd-rdma.txt"
+        pcap_iwarp_check knfsd "$OUT/knfsd-rdma.pcap" "$rp" "$mp" "$OUT/check-knfsd-rdma.txt" client
         bash "$PEERS/check-pcap.sh" "$OUT/knfsd-rdma.pcap" -d "tcp.port==$mp,rpc" > "$OUT/summary-knfsd-rdma.txt" 2>&1
         grep -m1 -E 'malformed frames' "$OUT/summary-knfsd-rdma.txt" | sed 's/^/  knfsd check-pcap: /'
     fi
