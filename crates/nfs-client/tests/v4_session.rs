@@ -104,6 +104,10 @@ async fn exercise<T: ClientTransport>(s: &Session<T>, dir: &Path) {
         t.elapsed()
     );
     assert!(back == data, "read back {} bytes, differ", back.len());
+    let buf = bytes::BytesMut::with_capacity(128 << 10);
+    let (mid, eof) = s.read_into(&f, 4096, 100_000, Some(buf)).await.unwrap();
+    assert!(!eof);
+    assert_eq!(&mid[..], &data[4096..104_096]);
     let (tail, eof) = s.read(&f, (3 << 20) - 5, 100).await.unwrap();
     assert_eq!(&tail[..], &data[data.len() - 5..]);
     assert!(eof);
@@ -215,6 +219,8 @@ async fn session_file_operations_work_over_rpc_over_rdma_with_chunks() {
     // 3 MiB moves in WRITEs by Read chunk and READs by Write chunk.
     assert!(st.read_chunk_calls >= 3, "{st:?}");
     assert!(st.write_chunk_replies >= 3, "{st:?}");
+    // Write-chunk data lands in the reply buffer in place, with no copy.
+    assert!(st.in_place_replies >= 1, "{st:?}");
     assert_eq!(st.error_replies, 0, "{st:?}");
     s.close().await.unwrap();
 }

@@ -1,7 +1,7 @@
 //! File operations over a [`Session`]: each builds one COMPOUND after
 //! SEQUENCE (RFC 8881 §16.2) starting from a file handle.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use nfs::v4::attr::{
     Bitmap4, Fattr4, FileAttrs, FATTR4_FILEID, FATTR4_MAXREAD, FATTR4_MAXWRITE, FATTR4_MODE,
@@ -342,6 +342,20 @@ impl<T: ClientTransport> Session<T> {
     /// data and whether it reached the end of the file. The data is
     /// DDP-eligible: over RPC-over-RDMA it arrives by Write chunk.
     pub async fn read(&self, file: &OpenFile, offset: u64, count: u32) -> Result<(Bytes, bool)> {
+        self.read_into(file, offset, count, None).await
+    }
+
+    /// Like [`Session::read`], with the reply built in `dst` (its capacity
+    /// reused): over RPC-over-RDMA the server's RDMA Write places the data
+    /// straight into `dst` and the returned bytes are a slice of it
+    /// (RFC 8166 §3.4.6, [`oncrpc::ClientTransport::call_into`]).
+    pub async fn read_into(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        count: u32,
+        dst: Option<BytesMut>,
+    ) -> Result<(Bytes, bool)> {
         let ops = vec![
             putfh(&file.fh),
             NfsArgop4::Read(Read4Args {
@@ -350,7 +364,7 @@ impl<T: ClientTransport> Session<T> {
                 count,
             }),
         ];
-        let Some(NfsResop4::Read(Res4::Ok(r))) = self.compound(ops).await?.pop() else {
+        let Some(NfsResop4::Read(Res4::Ok(r))) = self.compound_into(ops, dst).await?.pop() else {
             return Err(Error::Protocol("READ result missing"));
         };
         if r.data.0.len() > count as usize {

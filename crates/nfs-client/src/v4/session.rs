@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use nfs::v4::session::{
     CallbackSecParms4, ChannelAttrs4, ClientOwner4, CreateSession4Args, DestroyClientid4Args,
     DestroySession4Args, ExchangeId4Args, ReclaimComplete4Args, Sequence4Args, StateProtect4A,
@@ -325,11 +325,22 @@ impl<T: ClientTransport> Session<T> {
     /// request, RFC 8881 §2.10.6.1.3) the slot advances and the request
     /// is sent again.
     pub async fn compound(&self, ops: Vec<NfsArgop4>) -> Result<Vec<NfsResop4>> {
+        self.compound_into(ops, None).await
+    }
+
+    /// Like [`Session::compound`], with the reply built in `dst` on its
+    /// first try: an RPC-over-RDMA transport registers `dst` as the Write
+    /// chunk of the first READ's data (RFC 8166 §3.4.6).
+    pub(crate) async fn compound_into(
+        &self,
+        ops: Vec<NfsArgop4>,
+        mut dst: Option<BytesMut>,
+    ) -> Result<Vec<NfsResop4>> {
         let mut backoff = Duration::from_millis(10);
         let mut tries = 0;
         let mut resent = false;
         loop {
-            match self.compound_once(ops.clone()).await {
+            match self.compound_once(ops.clone(), dst.take()).await {
                 Err(Error::Nfs { status, .. })
                     if status == Nfsstat4::NFS4ERR_DELAY && tries < self.delay_retries =>
                 {
@@ -349,7 +360,11 @@ impl<T: ClientTransport> Session<T> {
         }
     }
 
-    async fn compound_once(&self, ops: Vec<NfsArgop4>) -> Result<Vec<NfsResop4>> {
+    async fn compound_once(
+        &self,
+        ops: Vec<NfsArgop4>,
+        dst: Option<BytesMut>,
+    ) -> Result<Vec<NfsResop4>> {
         let permit = self
             .slot_wait
             .acquire()
@@ -365,7 +380,7 @@ impl<T: ClientTransport> Session<T> {
             cachethis: false,
         }));
         argarray.extend(ops);
-        let res = self.send(argarray).await;
+        let res = self.send(argarray, dst).await;
         let outcome = match &res {
             Ok(r) => match r.resarray.first() {
                 Some(NfsResop4::Sequence(Res4::Ok(_))) => SlotOutcome::Advance,
@@ -390,14 +405,14 @@ impl<T: ClientTransport> Session<T> {
         Ok(results)
     }
 
-    async fn send(&self, argarray: Vec<NfsArgop4>) -> Result<Compound4Res> {
+    async fn send(&self, argarray: Vec<NfsArgop4>, dst: Option<BytesMut>) -> Result<Compound4Res> {
         let args = Compound4Args {
             tag: Bytes::new(),
             minorversion: 1,
             argarray,
         };
         let reply_hint = compound_hint(&args, self.fore.maxresponsesize);
-        call(&self.rpc, &self.cred, &args, reply_hint).await
+        call(&self.rpc, &self.cred, &args, reply_hint, dst).await
     }
 
     /// Ends the session and the client id (RFC 8881 §18.37, §18.50):
@@ -422,6 +437,7 @@ async fn call<T: ClientTransport>(
     cred: &OpaqueAuth,
     args: &Compound4Args,
     reply_hint: ReplyHint,
+    dst: Option<BytesMut>,
 ) -> Result<Compound4Res> {
     let call = RpcCall {
         prog: NFS4_PROGRAM,
@@ -431,7 +447,10 @@ async fn call<T: ClientTransport>(
         args: xdr::to_xdr_buf(args),
         reply_hint,
     };
-    let results = rpc.call(call).await?;
+    let results = match dst {
+        Some(dst) => rpc.call_into(call, dst).await?,
+        None => rpc.call(call).await?,
+    };
     let mut dec = Decoder::from_bytes(&results);
     let res: Compound4Res = dec.decode()?;
     dec.finish()?;
@@ -485,7 +504,7 @@ async fn unsequenced<T: ClientTransport>(
         max_reply_len: RPC_REPLY_HEADER_MAX + 4096,
         ddp: None,
     };
-    let res = check(call(rpc, cred, &args, hint).await?)?;
+    let res = check(call(rpc, cred, &args, hint, None).await?)?;
     if res.len() != n {
         return Err(Error::Protocol("fewer results than operations"));
     }
