@@ -196,6 +196,16 @@ rdma_phase() {
             local pcap=$OUT/nfs-rdma-v$v.pcap txt=$OUT/check-nfs-rdma-v$v.txt
             if [ ! -s "$pcap" ]; then fail "pcap-iwarp-v$v: no capture"; continue; fi
             pcap_iwarp_check "v$v" "$pcap" "$RDMA_PORT" "$RDMA_MOUNT_PORT" "$txt"
+            # check 1, kernel siw active: our softrnic answered the kernel's MPA
+            # Request and its RPC NULL (xprtrdma's first call on a connection)
+            local reps nulls
+            reps=$(tshark -n -r "$pcap" -Y "tcp.srcport==$RDMA_PORT && iwarp_mpa.rep" 2>/dev/null | wc -l)
+            nulls=$(tshark -n -r "$pcap" -Y "tcp.srcport==$RDMA_PORT && rpcordma && rpc.msgtyp==1 && rpc.program==100003 && rpc.procedure==0" 2>/dev/null | wc -l)
+            if [ "$reps" -gt 0 ] && [ "$nulls" -gt 0 ]; then
+                pass "kernel-siw-to-softrnic-v$v: $reps MPA Replies and $nulls NFS NULL replies over RPC-over-RDMA from our side"
+            else
+                fail "kernel-siw-to-softrnic-v$v: $reps MPA Replies, $nulls NULL replies from our side in $pcap"
+            fi
             bash "$PEERS/check-pcap.sh" "$pcap" -d "tcp.port==$RDMA_MOUNT_PORT,rpc" > "$OUT/summary-nfs-rdma-v$v.txt" 2>&1
             grep -m1 -E 'malformed frames' "$OUT/summary-nfs-rdma-v$v.txt" | sed "s/^/  v$v check-pcap: /"
         done
