@@ -50,6 +50,8 @@
 # RDMA_VERS ("3 4.1"); phase knfsd: KNFSD_BULK_MIB (100).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# Where cargo puts binaries: CARGO_TARGET_DIR when set, else target/ in the checkout.
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 KPEER=${KPEER:-/work/shared/kpeer}
 PEERS=${PEERS:-/work/shared/peers}
 OUT=${OUT:-/tmp/interop-$(date +%Y%m%d-%H%M%S)}
@@ -269,7 +271,7 @@ knfsd_phase() {
         K_TCPDUMP_PID=$!
         for _ in $(seq 50); do grep -q 'listening on' "$OUT/tcpdump-knfsd.log" && break; sleep 0.1; done
     fi
-    local ex=$ROOT/target/debug/examples
+    local ex=$TARGET_DIR/debug/examples
     kcheck knfsd-null-rpcrdma-v1 "$ex/knfsd_interop" "127.0.0.1:$rp"
     kcheck knfsd-null-rpcrdma-v1-crc "$ex/knfsd_interop" "127.0.0.1:$rp" crc
     kcheck knfsd-null-iwarp "$ex/mpa_peer_interop" connect "$rp" --delay-ms 200
@@ -306,7 +308,7 @@ if [ "${NO_BUILD:-0}" != 1 ]; then
         echo "build failed (NO_BUILD=1 uses the last binary)" >&2; exit 2
     fi
 fi
-BIN=$ROOT/target/release/nfsrdma
+BIN=$TARGET_DIR/release/nfsrdma
 [ -x "$BIN" ] || { echo "no $BIN" >&2; exit 2; }
 bash "$KPEER/build.sh" > "$OUT/kpeer-build.log" 2>&1 ||
     { echo "kpeer build.sh failed: see $OUT/kpeer-build.log" >&2; exit 2; }
