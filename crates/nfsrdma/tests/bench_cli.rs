@@ -3,28 +3,13 @@
 //! checking the CSV holds every point with positive figures and the plots
 //! are PNG files. No timing is asserted.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_nfsrdma");
 
-struct TempDir(PathBuf);
+mod support;
 
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let p =
-            std::env::temp_dir().join(format!("nfsrdma-bench-cli-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use support::TempDir;
 
 /// The PNG signature and the IHDR chunk first (PNG spec §5.2, §5.3), with
 /// a non-zero width and height.

@@ -3,85 +3,15 @@
 //! (`nfs://`) and over RPC-over-RDMA on the software iWARP device
 //! (`nfs+rdma://`, MOUNT over TCP).
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_nfsrdma");
 
-struct TempDir(PathBuf);
+mod support;
 
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let p = std::env::temp_dir().join(format!("nfsrdma-cli-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Self(std::fs::canonicalize(&p).unwrap())
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A server on an ephemeral port, alive as long as this value.
-struct Server {
-    _rt: tokio::runtime::Runtime,
-    port: u16,
-    rdma_port: u16,
-    export: TempDir,
-}
+use support::{Server, TempDir};
 
 impl Server {
-    fn start(tag: &str) -> Self {
-        Self::start_with(tag, false)
-    }
-
-    /// `rdma_crc`: the RDMA listener requires MPA CRC32c.
-    fn start_with(tag: &str, rdma_crc: bool) -> Self {
-        let export = TempDir::new(tag);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut cfg = nfs_server::ServerConfig::new(&export.0);
-        cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
-        cfg.mount_addr = None;
-        let srv = rt.block_on(nfs_server::start(cfg)).unwrap();
-        let port = srv.nfs_addr().port();
-        let rdma_port = rt.block_on(async {
-            let device = softrnic::SoftDevice::new(
-                softrnic::SoftConfig {
-                    crc: rdma_crc,
-                    ..softrnic::SoftConfig::default()
-                },
-                u64::from(std::process::id()),
-            );
-            let listener = rpcrdma::transport::RdmaListener::bind(
-                &device,
-                &"127.0.0.1:0".parse().unwrap(),
-                srv.rpc(),
-                rpcrdma::transport::RdmaServerConfig::default(),
-            )
-            .await
-            .unwrap();
-            let p = listener.local_addr().port();
-            listener.spawn();
-            p
-        });
-        rt.spawn(srv.wait());
-        Self {
-            _rt: rt,
-            port,
-            rdma_port,
-            export,
-        }
-    }
-
     /// An `nfs+rdma://` URL: NFS on the RDMA port, MOUNT on the TCP one,
     /// with extra query options `opts` (`&`-joined).
     fn rdma_url(&self, rel: &str, opts: &str) -> String {
@@ -92,10 +22,6 @@ impl Server {
             self.port,
             if opts.is_empty() { "" } else { "&" },
         )
-    }
-
-    fn dir(&self) -> &Path {
-        &self.export.0
     }
 
     fn url(&self, rel: &str) -> String {

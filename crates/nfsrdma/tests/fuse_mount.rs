@@ -14,77 +14,11 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_nfsrdma");
 
-struct TempDir(PathBuf);
+mod support;
 
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let p = std::env::temp_dir().join(format!("nfsrdma-fuse-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Self(std::fs::canonicalize(&p).unwrap())
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The project's server on an ephemeral port, alive as long as this value.
-struct Server {
-    _rt: tokio::runtime::Runtime,
-    port: u16,
-    /// RPC-over-RDMA listener on the software iWARP device.
-    rdma_port: u16,
-    export: TempDir,
-}
+use support::{Server, TempDir};
 
 impl Server {
-    fn start(tag: &str) -> Self {
-        let export = TempDir::new(tag);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut cfg = nfs_server::ServerConfig::new(&export.0);
-        cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
-        cfg.mount_addr = None;
-        let srv = rt.block_on(nfs_server::start(cfg)).unwrap();
-        let port = srv.nfs_addr().port();
-        let rdma_port = rt.block_on(async {
-            let device = softrnic::SoftDevice::new(
-                softrnic::SoftConfig::default(),
-                u64::from(std::process::id()),
-            );
-            let listener = rpcrdma::transport::RdmaListener::bind(
-                &device,
-                &"127.0.0.1:0".parse().unwrap(),
-                srv.rpc(),
-                rpcrdma::transport::RdmaServerConfig::default(),
-            )
-            .await
-            .unwrap();
-            let p = listener.local_addr().port();
-            listener.spawn();
-            p
-        });
-        rt.spawn(srv.wait());
-        Self {
-            _rt: rt,
-            port,
-            rdma_port,
-            export,
-        }
-    }
-
-    fn dir(&self) -> &Path {
-        &self.export.0
-    }
-
     fn url(&self) -> String {
         format!("nfs://127.0.0.1:{}{}", self.port, self.dir().display())
     }
