@@ -10,6 +10,7 @@
 //! - [`drc`]: the duplicate-request cache.
 //! - [`client`]: the sans-IO client core ([`ClientCore`]) and the
 //!   [`ClientTransport`] trait shared by TCP and RPC-over-RDMA.
+//! - [`limits`]: named bounds with trip counters and rate-limited log lines.
 //! - [`echo`]: a test program (0x20004E52) with NULL and ECHO.
 //! - `tcp` (feature `tokio`, on by default): [`tcp::TcpServer`] and
 //!   [`tcp::TcpClient`].
@@ -28,6 +29,7 @@
 pub mod client;
 pub mod drc;
 pub mod echo;
+pub mod limits;
 pub mod msg;
 pub mod record;
 pub mod server;
