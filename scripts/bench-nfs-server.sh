@@ -3,7 +3,7 @@
 #
 # Sequential read of a SIZE_MIB (default 1024) file with libnfs's nfs-cp over
 # TCP (NFSv3) from our server (`nfsrdma serve`, release build) and from
-# NFS-Ganesha 4.3 (FSAL VFS, /work/shared/peers/ganesha-up.sh) serving the SAME
+# NFS-Ganesha 4.3 (FSAL VFS, interop/peers/ganesha-up.sh) serving the SAME
 # directory. RUNS (default 3) runs each, alternating servers; prints every run,
 # then median throughput, median server CPU seconds per GiB (utime+stime of
 # the server process, all threads, from /proc/PID/stat), and the ratios.
@@ -27,7 +27,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SIZE_MIB=${1:-1024}
 RUNS=${2:-3}
-PEERS=${PEERS:-/work/shared/peers}
+PEERS=${PEERS:-$ROOT/interop/peers}
 NFSCP=${NFSCP:-/usr/bin/nfs-cp}
 BENCH_DIR=${BENCH_DIR:-/var/tmp/nfs-bench}
 OUR_PORT=12049
@@ -54,7 +54,7 @@ ip link set lo up
 ip addr add 10.254.0.1/32 dev lo
 mount -t tmpfs -o mode=0755 tmpfs /run
 mkdir -p /run/rpcbind /run/lock
-BIN=$ROOT/target/release/nfsrdma
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/nfsrdma
 TICK=$(getconf CLK_TCK)
 mkdir -p "$BENCH_DIR"
 FILE=bench-${SIZE_MIB}M.bin

@@ -10,7 +10,7 @@
 #
 # Phase tcp (NFSv3 over TCP, Linux kernel client): builds nfsrdma (release),
 # runs `nfsrdma serve` on a fresh temporary export on the host, boots the kpeer
-# VM (/work/shared/kpeer: Debian 6.1 kernel under qemu) and runs
+# VM (interop/kpeer: Debian 6.1 kernel under qemu) and runs
 # interop/guest/nfs3-tcp.sh in it: the kernel client mounts our server with
 # vers=3,proto=tcp and checks listing, 8 MiB / 10 B / 100 KiB files byte-exact
 # after a remount, overwrite/append/truncate, READDIRPLUS of 50 and 1000
@@ -19,7 +19,7 @@
 # O_SYNC and O_DIRECT I/O, parallel writers, a BULK_MIB (default 100) copy
 # both ways, and mountstats (xprt tcp, no retransmissions). The host
 # captures the traffic on lo (tcpdump) for every phase except the bulk
-# copies and checks it with tshark (/work/shared/peers/check-pcap.sh: no
+# copies and checks it with tshark (interop/peers/check-pcap.sh: no
 # malformed frames).
 #
 # How the kernel reaches the server: slirp guestfwd. The guest mounts
@@ -44,7 +44,7 @@
 #
 # Env: OUT (result dir, default /tmp/interop-<time>), NFS_PORT / MOUNT_PORT /
 # RPCBIND_PORT (host ports, default 12049 / 12048 / 12111), BULK_MIB (default
-# 100), KPEER (default /work/shared/kpeer), CAPTURE=0 to skip the pcaps,
+# 100), KPEER (default interop/kpeer in this repository), CAPTURE=0 to skip the pcaps,
 # NO_BUILD=1 to use the existing target/release/nfsrdma. Phase rdma:
 # RDMA_PORT / RDMA_MOUNT_PORT / RDMA_TCP_PORT (12050 / 12051 / 12052),
 # RDMA_VERS ("3 4.1"); phase knfsd: KNFSD_BULK_MIB (100).
@@ -52,8 +52,8 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # Where cargo puts binaries: CARGO_TARGET_DIR when set, else target/ in the checkout.
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-KPEER=${KPEER:-/work/shared/kpeer}
-PEERS=${PEERS:-/work/shared/peers}
+KPEER=${KPEER:-$ROOT/interop/kpeer}
+PEERS=${PEERS:-$ROOT/interop/peers}
 OUT=${OUT:-/tmp/interop-$(date +%Y%m%d-%H%M%S)}
 NFS_PORT=${NFS_PORT:-12049}
 MOUNT_PORT=${MOUNT_PORT:-12048}
@@ -223,7 +223,7 @@ rdma_phase() {
 
 # ---- phase knfsd (issue 9 checks 1 and 3): our code as the active side
 # against the guest's knfsd over siw. One VM boot runs
-# /work/shared/kpeer/guest/serve-knfsd.sh (knfsd on tcp:2049 and rdma:20049,
+# interop/kpeer/guest/serve-knfsd.sh (knfsd on tcp:2049 and rdma:20049,
 # rpc.mountd on 20048; run.sh's hostfwd maps them to host 127.0.0.1 ports,
 # read back from hostfwd.txt). The host then runs, captured on lo:
 #   check 1: crates/rpcrdma/examples/knfsd_interop (softrnic + RdmaClient:

@@ -17,7 +17,7 @@
 #     TCP/MPA/DDP/RDMAP/RPC-over-RDMA. Malformed frames whose protocol chain
 #     reaches rpc are reported but tolerated, because tshark 4.0 marks NFS READ
 #     replies whose data came by RDMA Write as malformed (it does not splice
-#     the chunk back; see shared/kpeer/README.md step 4). STRICT=1 fails on
+#     the chunk back; see interop/kpeer/README.md step 4). STRICT=1 fails on
 #     those too;
 #   - tshark reports an MPA CRC error or a bad MPA length.
 # Exit 2 when tshark cannot read the file.

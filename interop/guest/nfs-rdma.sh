@@ -1,6 +1,6 @@
 #!/bin/bash
 # interop/guest/nfs-rdma.sh [MOUNTPORT] [PATH] [BULK_MIB] [VERS...]
-# Runs INSIDE the kpeer guest (via /work/shared/kpeer/run.sh, started by
+# Runs INSIDE the kpeer guest (via interop/kpeer/run.sh, started by
 # scripts/interop.sh, phase "rdma"). The Linux kernel NFS client mounts the
 # nfsrdma server running on the HOST over RPC-over-RDMA: the guest's siw0 is
 # the active iWARP side and connects to $HOST_IP:20049, which run.sh's slirp
@@ -16,7 +16,7 @@
 # write chunks), `ls -l` of 50 files (READDIRPLUS / READDIR+GETATTR in a reply
 # chunk), a BULK_MIB MiB copy both ways, and mountstats: the transport must be
 # `xprt: rdma` and the read, write and reply chunk counters (fields 10, 11, 12
-# after "rdma", see shared/kpeer/README.md) must each be non-zero, which
+# after "rdma", see interop/kpeer/README.md) must each be non-zero, which
 # proves each chunk type was used.
 #
 # Before each bulk copy the script creates capture-stop-<vers> and waits (up

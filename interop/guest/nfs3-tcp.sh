@@ -1,6 +1,6 @@
 #!/bin/bash
 # interop/guest/nfs3-tcp.sh [PORT] [MOUNTPORT] [PATH] [BULK_MIB] [RPCBIND] [RO_PORT RO_MOUNTPORT]
-# Runs INSIDE the kpeer guest (via /work/shared/kpeer/run.sh, started by
+# Runs INSIDE the kpeer guest (via interop/kpeer/run.sh, started by
 # scripts/interop.sh). The Linux kernel NFSv3 client mounts the nfsrdma server
 # running on the HOST over TCP through slirp guestfwd: the guest connects to
 # $HOST_IP:PORT (NFS) and $HOST_IP:MOUNTPORT (MOUNT v3), which run.sh forwards
