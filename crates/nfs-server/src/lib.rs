@@ -21,6 +21,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod exports;
 mod fh;
 pub mod localfs;
 pub mod mount;
