@@ -10,7 +10,7 @@ use crate::error::{AccessError, CmError, PostError, TerminateCause};
 use crate::mr::{MrTable, ProtectionDomain};
 use crate::qp::{QpAttrs, QpConfig, QpState};
 use crate::stag::{PdId, QpNum};
-use crate::wr::{ReadWr, RecvWr, SendWr, WriteWr};
+use crate::wr::{ChainWr, ReadWr, RecvWr, SendWr, WriteWr};
 
 /// An RDMA device: a memory-region table, connection management, queue pairs.
 ///
@@ -192,6 +192,21 @@ pub trait QueuePair: Send + Sync + 'static {
 
     /// Posts an RDMA Write.
     fn post_write(&self, wr: WriteWr) -> Result<(), PostError>;
+
+    /// Posts Writes and Sends in order as one chain, like a linked list
+    /// of work requests handed to `ibv_post_send`: a device may put them
+    /// on the wire together (the software device writes them to its socket
+    /// in one vectored write when they fit). Stops at the first request
+    /// that fails and returns its error; those before it stay posted.
+    fn post_chain(&self, wrs: Vec<ChainWr>) -> Result<(), PostError> {
+        for wr in wrs {
+            match wr {
+                ChainWr::Write(w) => self.post_write(w)?,
+                ChainWr::Send(s) => self.post_send(s)?,
+            }
+        }
+        Ok(())
+    }
 
     /// Posts an RDMA Read.
     fn post_read(&self, wr: ReadWr) -> Result<(), PostError>;

@@ -102,4 +102,4 @@ pub use mr::{
 };
 pub use qp::{InvalidTransition, QpAttrs, QpConfig, QpEvent, QpState, MAX_PRIVATE_DATA};
 pub use stag::{Access, PdId, QpNum, Stag};
-pub use wr::{ReadWr, RecvWr, SendWr, WcOpcode, WorkCompletion, WrId, WriteWr};
+pub use wr::{ChainWr, ReadWr, RecvWr, SendWr, WcOpcode, WorkCompletion, WrId, WriteWr};

@@ -68,6 +68,19 @@ impl WriteWr {
     }
 }
 
+/// One work request of a chain posted with [`QueuePair::post_chain`]: the
+/// RDMA Writes and the Send that carry one message, such as an
+/// RPC-over-RDMA reply and its write chunks (RFC 8166 §3.5).
+///
+/// [`QueuePair::post_chain`]: crate::QueuePair::post_chain
+#[derive(Clone, Debug)]
+pub enum ChainWr {
+    /// An RDMA Write.
+    Write(WriteWr),
+    /// A Send.
+    Send(SendWr),
+}
+
 /// An RDMA Read: `len` bytes of the peer's region at `remote_stag` +
 /// `remote_to` into the local region `local_stag` at tagged offset `local_to`.
 ///

@@ -87,3 +87,49 @@ async fn echo_over_iwarp_with_crc() {
 async fn echo_over_iwarp_version_two() {
     run(false, Version::V2, 300).await;
 }
+
+/// Each reply leaves the server in one socket write, its RDMA Writes and
+/// its Send together (issue 19: written apart, the Send of a small READ
+/// reply waited for the kernel client's delayed ACK); each call leaves the
+/// client in one. A call with a read chunk adds the server's Read Request
+/// and the client's Read Response: one write each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_socket_write_per_reply_and_per_call() {
+    let cfg = SoftConfig {
+        first_send_delay: std::time::Duration::ZERO,
+        ..SoftConfig::default()
+    };
+    let sdev = SoftDevice::new(cfg, 400);
+    let cdev = SoftDevice::new(cfg, 401);
+    let mut server = Server::new();
+    server.register(EchoService::default());
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let listener = RdmaListener::bind(&sdev, &any, Arc::new(server), RdmaServerConfig::default())
+        .await
+        .unwrap();
+    let addr = listener.local_addr();
+    listener.spawn();
+    let client = RdmaClient::connect(&cdev, &addr, RdmaClientConfig::default())
+        .await
+        .unwrap();
+    let echo = EchoClient::new(client.clone());
+    echo.null().await.unwrap();
+    // (size, server writes, client writes) per call: inline both ways
+    // (small, and close to the 4 KiB threshold); a read chunk in the call
+    // and a write chunk in the reply.
+    for (n, server_writes, client_writes) in [(100usize, 1, 1), (3000, 1, 1), (20_000, 2, 2)] {
+        for round in 0..4 {
+            let (s0, c0) = (sdev.socket_writes(), cdev.socket_writes());
+            let data = pattern(n, round);
+            assert_eq!(echo.echo(data.clone()).await.unwrap(), data);
+            assert_eq!(
+                (sdev.socket_writes() - s0, cdev.socket_writes() - c0),
+                (server_writes, client_writes),
+                "echo of {n} bytes, round {round}: (server, client) socket writes"
+            );
+        }
+    }
+    let s = client.stats();
+    assert_eq!((s.read_chunk_calls, s.write_chunk_replies), (4, 4), "{s:?}");
+    client.close();
+}

@@ -17,6 +17,7 @@
 //! [`MrTable::place_direct`]: rnic::MrTable::place_direct
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use std::collections::VecDeque;
@@ -32,6 +33,20 @@ use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::qp::{Core, Shared};
+
+/// Counters of a device's socket IO, shared by its queue pairs.
+#[derive(Debug, Default)]
+pub(crate) struct IoCounters {
+    /// Write system calls made (vectored or not), counted before each
+    /// call so a peer that got the bytes never sees an older count.
+    pub(crate) socket_writes: AtomicU64,
+}
+
+impl IoCounters {
+    fn wrote(&self) {
+        self.socket_writes.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// Why the receive loop stopped.
 enum RxEnd {
@@ -446,15 +461,16 @@ impl Outbox {
 
     /// Writes as much as the socket takes now (vectored, never waiting);
     /// `Ok` with bytes left means the socket is full.
-    fn try_flush(&mut self, wr: &OwnedWriteHalf) -> io::Result<()> {
+    fn try_flush(&mut self, wr: &OwnedWriteHalf, io: &IoCounters) -> io::Result<()> {
         self.seal();
         while !self.chunks.is_empty() {
-            let mut slices = [IoSlice::new(&[]); 64];
+            let mut slices = [IoSlice::new(&[]); 128];
             let mut k = 0;
             for (slot, c) in slices.iter_mut().zip(self.chunks.iter()) {
                 *slot = IoSlice::new(c);
                 k += 1;
             }
+            io.wrote();
             let mut n = match wr.try_write_vectored(&slices[..k]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => n,
@@ -497,7 +513,7 @@ pub(crate) fn flush(core: &mut Core, sh: &Shared) -> bool {
     }
     if !failed && !out.is_empty() {
         if let Some(wr) = &core.wr {
-            failed = out.try_flush(wr).is_err();
+            failed = out.try_flush(wr, &sh.io).is_err();
         }
     }
     // After a failed write nothing more goes out.
@@ -541,7 +557,7 @@ fn gather(
                 need: Access::REMOTE_READ,
             };
             if let Some(wr) = wr {
-                out.try_flush(wr).map_err(drop)?;
+                out.try_flush(wr, &sh.io).map_err(drop)?;
                 if out.is_empty() {
                     return send_region(sh, wr, t, a, out);
                 }
@@ -600,6 +616,7 @@ fn send_region(
             IoSlice::new(src),
             IoSlice::new(trailer),
         ];
+        sh.io.wrote();
         let n = match wr.try_write_vectored(&pieces) {
             Ok(n) => n,
             Err(e) if would_block(&e) => 0,

@@ -94,6 +94,7 @@ pub struct SoftDevice {
 #[derive(Debug)]
 struct DeviceInner {
     table: Arc<MrTable>,
+    io: Arc<io::IoCounters>,
     cfg: SoftConfig,
     next_qp: AtomicU32,
 }
@@ -104,6 +105,7 @@ impl SoftDevice {
         SoftDevice {
             inner: Arc::new(DeviceInner {
                 table: MrTable::new(seed),
+                io: Arc::default(),
                 cfg,
                 next_qp: AtomicU32::new(1),
             }),
@@ -113,6 +115,18 @@ impl SoftDevice {
     /// The device's settings.
     pub fn config(&self) -> &SoftConfig {
         &self.inner.cfg
+    }
+
+    /// FPDU write system calls made on all the device's connections (a
+    /// vectored write counts once): with [`QueuePair::post_chain`], the
+    /// Writes and the Send of one small reply cost one.
+    ///
+    /// [`QueuePair::post_chain`]: rnic::QueuePair::post_chain
+    pub fn socket_writes(&self) -> u64 {
+        self.inner
+            .io
+            .socket_writes
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

@@ -14,14 +14,14 @@ use iwarp::conn::{
 use iwarp::negotiation::Established;
 use iwarp::wire::terminate::TermError;
 use rnic::{
-    Access, AccessError, CloseReason, CompletionQueue, MrTable, PdId, PostError, ProtectionDomain,
-    QpAttrs, QpConfig, QpEvent, QpNum, QpState, QueuePair, ReadWr, RecvWr, SendWr, Stag,
-    TaggedAccess, TerminateCause, WcOpcode, WcStatus, WorkCompletion, WrId, WriteWr,
+    Access, AccessError, ChainWr, CloseReason, CompletionQueue, MrTable, PdId, PostError,
+    ProtectionDomain, QpAttrs, QpConfig, QpEvent, QpNum, QpState, QueuePair, ReadWr, RecvWr,
+    SendWr, Stag, TaggedAccess, TerminateCause, WcOpcode, WcStatus, WorkCompletion, WrId, WriteWr,
 };
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 
-use crate::io::{flush, Outbox};
+use crate::io::{flush, IoCounters, Outbox};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
@@ -64,6 +64,7 @@ pub(crate) struct Core {
 pub(crate) struct Shared {
     pub(crate) core: Mutex<Core>,
     pub(crate) table: Arc<MrTable>,
+    pub(crate) io: Arc<IoCounters>,
     pub(crate) pd: PdId,
     pub(crate) qpn: QpNum,
     pub(crate) attrs: QpAttrs,
@@ -322,6 +323,7 @@ pub(crate) fn prepare(
     let shared = Arc::new(Shared {
         core: Mutex::new(core),
         table: Arc::clone(&dev.inner.table),
+        io: Arc::clone(&dev.inner.io),
         pd: pd.id(),
         qpn: QpNum(dev.inner.next_qp.fetch_add(1, Ordering::Relaxed)),
         attrs,
@@ -434,6 +436,62 @@ impl SoftQp {
         Ok(())
     }
 
+    /// Hands a Send to the engine (RFC 5040 §5.3: Send, Send with
+    /// Solicited Event, with Invalidate); nothing is transmitted yet.
+    fn queue_send(&self, core: &mut Core, wr: SendWr) -> Result<(), PostError> {
+        let sh = &self.shared;
+        let len = total_len(&wr.data);
+        self.admit(core, len)?;
+        let kind = match (wr.solicited, wr.invalidate) {
+            (false, None) => SendKind::Send,
+            (false, Some(s)) => SendKind::Invalidate(s),
+            (true, None) => SendKind::Solicited,
+            (true, Some(s)) => SendKind::SolicitedInvalidate(s),
+        };
+        let id = core.next_id();
+        core.conn
+            .post_send(id, kind, len as usize)
+            .map_err(|e| engine_error(e, core.state, len, sh))?;
+        core.sends.insert(
+            id,
+            SendEntry {
+                wr_id: wr.wr_id,
+                data: wr.data,
+            },
+        );
+        Ok(())
+    }
+
+    /// Hands an RDMA Write (RFC 5040 §5.1) to the engine.
+    fn queue_write(&self, core: &mut Core, wr: WriteWr) -> Result<(), PostError> {
+        let sh = &self.shared;
+        let len = total_len(&wr.data);
+        self.admit(core, len)?;
+        let id = core.next_id();
+        core.conn
+            .post_write(id, wr.remote_stag, wr.remote_to, len as usize)
+            .map_err(|e| engine_error(e, core.state, len, sh))?;
+        core.sends.insert(
+            id,
+            SendEntry {
+                wr_id: wr.wr_id,
+                data: wr.data,
+            },
+        );
+        Ok(())
+    }
+
+    /// Transmits what was queued: from this task when the queue pair is
+    /// idle, else by waking the transmit task.
+    fn kick(&self, mut core: MutexGuard<'_, Core>) {
+        let sh = &self.shared;
+        let wake = !idle(&core, sh) || flush(&mut core, sh);
+        drop(core);
+        if wake {
+            sh.tx_wake.notify_one();
+        }
+    }
+
     /// Closes the connection from this side with `reason`.
     fn close_local(&self, reason: CloseReason) {
         {
@@ -476,58 +534,38 @@ impl QueuePair for SoftQp {
 
     /// RFC 5040 §5.3: Send, Send with Solicited Event, with Invalidate.
     fn post_send(&self, wr: SendWr) -> Result<(), PostError> {
-        let sh = &self.shared;
-        let len = total_len(&wr.data);
-        let mut core = sh.lock();
-        self.admit(&core, len)?;
-        let kind = match (wr.solicited, wr.invalidate) {
-            (false, None) => SendKind::Send,
-            (false, Some(s)) => SendKind::Invalidate(s),
-            (true, None) => SendKind::Solicited,
-            (true, Some(s)) => SendKind::SolicitedInvalidate(s),
-        };
-        let id = core.next_id();
-        core.conn
-            .post_send(id, kind, len as usize)
-            .map_err(|e| engine_error(e, core.state, len, sh))?;
-        core.sends.insert(
-            id,
-            SendEntry {
-                wr_id: wr.wr_id,
-                data: wr.data,
-            },
-        );
-        let wake = !idle(&core, sh) || flush(&mut core, sh);
-        drop(core);
-        if wake {
-            sh.tx_wake.notify_one();
-        }
+        let mut core = self.shared.lock();
+        self.queue_send(&mut core, wr)?;
+        self.kick(core);
         Ok(())
     }
 
     /// RFC 5040 §5.1: RDMA Write.
     fn post_write(&self, wr: WriteWr) -> Result<(), PostError> {
-        let sh = &self.shared;
-        let len = total_len(&wr.data);
-        let mut core = sh.lock();
-        self.admit(&core, len)?;
-        let id = core.next_id();
-        core.conn
-            .post_write(id, wr.remote_stag, wr.remote_to, len as usize)
-            .map_err(|e| engine_error(e, core.state, len, sh))?;
-        core.sends.insert(
-            id,
-            SendEntry {
-                wr_id: wr.wr_id,
-                data: wr.data,
-            },
-        );
-        let wake = !idle(&core, sh) || flush(&mut core, sh);
-        drop(core);
-        if wake {
-            sh.tx_wake.notify_one();
-        }
+        let mut core = self.shared.lock();
+        self.queue_write(&mut core, wr)?;
+        self.kick(core);
         Ok(())
+    }
+
+    /// The whole chain is queued under one lock and transmitted together:
+    /// one vectored socket write when it fits the socket and the gather
+    /// limit, so the Writes and the Send of one reply never depend on the
+    /// peer's ACK timing between them.
+    fn post_chain(&self, wrs: Vec<ChainWr>) -> Result<(), PostError> {
+        let mut core = self.shared.lock();
+        let mut result = Ok(());
+        for wr in wrs {
+            result = match wr {
+                ChainWr::Write(w) => self.queue_write(&mut core, w),
+                ChainWr::Send(s) => self.queue_send(&mut core, s),
+            };
+            if result.is_err() {
+                break;
+            }
+        }
+        self.kick(core);
+        result
     }
 
     /// RFC 5040 §5.2: RDMA Read. The local sink is checked here (local write

@@ -42,6 +42,7 @@
 //! # }
 //! ```
 
+mod bounds;
 mod client;
 mod hdr;
 mod reply;

@@ -3,18 +3,20 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use oncrpc::client::{ClientConfig, ClientCore, RetransmitPolicy};
 use oncrpc::server::{PeerInfo, Server, TransportKind};
 use oncrpc::{ClientTransport, RpcCall, RpcError};
 use rnic::{
-    Access, CmError, ConnectRequest, Device, Listener, ProtectionDomain, QpConfig, QueuePair,
-    ReadWr, RecvWr, SendWr, Stag, WcOpcode, WcStatus, WorkCompletion, WriteWr,
+    Access, ChainWr, CmError, ConnectRequest, Device, Listener, ProtectionDomain, QpConfig,
+    QueuePair, ReadWr, RecvWr, SendWr, Stag, WcOpcode, WcStatus, WorkCompletion, WriteWr,
 };
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{oneshot, Notify, SemaphorePermit};
 use tokio::task::JoinHandle;
 
+use super::bounds::{self, InFlight, ReadBudget};
 use super::hdr::{self, Inbound};
 use crate::credits::{RequesterCredits, ResponderCredits};
 use crate::layout::{plan_layout, Piece};
@@ -38,9 +40,21 @@ pub struct RdmaServerConfig {
     /// Decode limits for incoming headers.
     pub limits: Limits,
     /// Most bytes one call may ask the server to pull by RDMA Read (the
-    /// sum of its read segment lengths); more is answered with ERR_CHUNK
-    /// before anything is allocated.
+    /// sum of its read segment lengths, which come from the peer); more is
+    /// answered with ERR_CHUNK before anything is allocated (limit
+    /// `rdma.max_read_bytes`). Default 17 MiB: a 16 MiB WRITE and its
+    /// headers.
     pub max_read_bytes: u64,
+    /// Most bytes the calls of one connection may be pulling by RDMA Read
+    /// at once (the buffers the reads fill, allocated to each call's actual
+    /// chunk lengths only once its share is granted). A call beyond it
+    /// waits for earlier calls to finish (limit `rdma.read_bytes_per_conn`).
+    /// Default 64 MiB; `max_read_bytes` is capped at it.
+    pub read_bytes_per_conn: u64,
+    /// How long the RDMA Reads of one call may take. A peer that leaves
+    /// them unanswered has its connection closed (limit
+    /// `rdma.read_timeout`), which frees their buffers. Default 30 s.
+    pub read_timeout: Duration,
     /// Highest protocol version served: 1, or 2 to accept version 2
     /// headers too (v2 draft §7.1). A higher version is answered with
     /// ERR_VERS in version 1 format.
@@ -60,6 +74,8 @@ impl Default for RdmaServerConfig {
             send_with_invalidate: true,
             limits: Limits::default(),
             max_read_bytes: 17 * 1024 * 1024,
+            read_bytes_per_conn: 64 * 1024 * 1024,
+            read_timeout: Duration::from_secs(30),
             max_version: 2,
             backchannel_credits: 0,
         }
@@ -202,6 +218,8 @@ async fn accept<R: ConnectRequest>(
         peer_rvreqsup: AtomicU32::new(RvReqSup::RDMA2_RVREQSUP_INLINE.0),
         v2: AtomicBool::new(false),
         credits: Mutex::new(credits),
+        calls: InFlight::new(config.credits),
+        budget: ReadBudget::new(config.read_bytes_per_conn),
         reads: Mutex::new(HashMap::new()),
         next_wr: AtomicU64::new(u64::from(posted)),
         reverse,
@@ -222,8 +240,10 @@ async fn accept<R: ConnectRequest>(
     let _ = reap(&conn).await;
     conn.qp.disconnect();
     registry.lock().remove(&conn_id);
-    // Calls waiting for RDMA Reads see their senders dropped and stop.
+    // Calls waiting for RDMA Reads see their senders dropped and stop;
+    // those waiting for a share of the read budget too.
     conn.lock_reads().clear();
+    conn.budget.close();
     if let Some(rev) = &conn.reverse {
         let mut st = rev.lock();
         st.closed = true;
@@ -442,6 +462,10 @@ struct Conn<Q> {
     /// version 2 headers (v2 draft §3.2).
     v2: AtomicBool,
     credits: Mutex<ResponderCredits>,
+    /// Calls received and not answered: at most the credits granted.
+    calls: InFlight,
+    /// Bytes the calls may be pulling by RDMA Read at once.
+    budget: ReadBudget,
     /// RDMA Reads in flight: completion status to the call that posted it.
     reads: Mutex<HashMap<u64, oneshot::Sender<WcStatus>>>,
     next_wr: AtomicU64,
@@ -460,9 +484,26 @@ async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
                 if conn.on_reverse_reply(&msg, invalidated) {
                     continue;
                 }
+                if conn.calls.start().is_err() {
+                    // RFC 8166 §3.3.1: a requester never has more calls
+                    // outstanding than it was granted credits; the Linux
+                    // server likewise drops a connection whose peer
+                    // overruns its receive queue.
+                    bounds::CREDITS_EXCEEDED.trip(format_args!(
+                        "RPC-over-RDMA peer {} sent more than {} calls at once; \
+                         closing the connection",
+                        peer_name(&conn.peer),
+                        conn.config.credits
+                    ));
+                    return Err(Closed);
+                }
                 let c = Arc::clone(conn);
                 tokio::spawn(async move {
-                    let _ = c.on_call(msg).await;
+                    let answer = c.on_call(msg).await;
+                    c.calls.end();
+                    if let Ok(Some(a)) = answer {
+                        let _ = c.post_answer(a);
+                    }
                 });
             }
             (WcOpcode::RdmaRead, status) => {
@@ -550,31 +591,56 @@ impl<Q: QueuePair> Conn<Q> {
         self.qp.post_send(wr).map_err(|_| Closed)
     }
 
-    async fn on_call(&self, msg: Bytes) -> Result<(), Closed> {
+    /// Posts an answer: its RDMA Writes and its Send as one chain, so a
+    /// device writes them together (one socket write for a small reply on
+    /// the software device).
+    fn post_answer(&self, a: Answer) -> Result<(), Closed> {
+        let mut chain: Vec<ChainWr> = a
+            .writes
+            .into_iter()
+            .map(|w| {
+                ChainWr::Write(WriteWr {
+                    wr_id: self.wr_id(),
+                    data: vec![w.data],
+                    remote_stag: Stag(w.target.handle),
+                    remote_to: w.target.offset,
+                })
+            })
+            .collect();
+        chain.push(ChainWr::Send(SendWr {
+            wr_id: self.wr_id(),
+            data: vec![a.header, a.inline],
+            solicited: false,
+            invalidate: a.invalidate,
+        }));
+        self.qp.post_chain(chain).map_err(|_| Closed)
+    }
+
+    /// Serves one call; `None` when it gets no answer (an error from a
+    /// requester, or a call the RPC server drops).
+    async fn on_call(&self, msg: Bytes) -> Result<Option<Answer>, Closed> {
         let max = self.config.max_version;
         let rx = match hdr::decode(&msg, &self.config.limits, max) {
             Ok(rx) => rx,
             Err(e) => {
                 // RFC 8166 §4.4 / v2 draft §5.3.3: ERR_VERS, ERR_CHUNK or
                 // the specific v2 code, if there is an XID to answer.
-                if let Some(h) = hdr::encode_decode_error(&msg, &e, |c| self.grant(c), max) {
-                    self.send(h, Bytes::new(), None)?;
-                }
-                return Ok(());
+                let h = hdr::encode_decode_error(&msg, &e, |c| self.grant(c), max);
+                return Ok(h.map(Answer::header));
             }
         };
         let (ver, xid, asked) = (rx.version, rx.xid, rx.credits);
         if ver == Version::V2 {
             self.v2.store(true, Ordering::Relaxed);
         }
-        let bad = || hdr::encode_bad(ver, xid, self.grant(asked));
+        let bad = || Some(Answer::header(hdr::encode_bad(ver, xid, self.grant(asked))));
         // The RPC message is inline (RDMA_MSG) or in a Position-Zero Read
         // chunk (RDMA_NOMSG); reassembly handles both.
         let (chunks, inv_handle) = match rx.inbound {
             Inbound::Rpc {
                 lists, inv_handle, ..
             } => (lists, inv_handle),
-            Inbound::Obsolete => return self.send(bad(), Bytes::new(), None),
+            Inbound::Obsolete => return Ok(bad()),
             Inbound::ConnProp(Ok(props)) => {
                 // Our send threshold never exceeds the peer's receive
                 // buffers (v2 draft §4.2.1); answer with our properties.
@@ -589,42 +655,57 @@ impl<Q: QueuePair> Conn<Q> {
                     ),
                 };
                 let h = hdr::encode_connprop(xid, self.grant(asked), true, &ours);
-                return self.send(h, Bytes::new(), None);
+                return Ok(Some(Answer::header(h)));
             }
             // v2 draft §4.1: an ill-typed property value is BAD_XDR.
-            Inbound::ConnProp(Err(_)) => return self.send(bad(), Bytes::new(), None),
+            Inbound::ConnProp(Err(_)) => return Ok(bad()),
             // Errors from a requester are not answered.
-            Inbound::ErrorV1(_) | Inbound::ErrorV2(_) => return Ok(()),
+            Inbound::ErrorV1(_) | Inbound::ErrorV2(_) => return Ok(None),
         };
         let inline = msg.slice(rx.len..);
-        let Some(record) = self.pull(inline, &chunks).await? else {
-            return self.send(bad(), Bytes::new(), None);
+        let Some((record, share)) = self.pull(inline, &chunks).await? else {
+            return Ok(bad());
         };
-        let Some(reply) = self.server.handle_call(record, &self.peer).await else {
-            return Ok(());
+        let reply = self.server.handle_call(record, &self.peer).await;
+        // The call's buffer is the service's now: its share of the read
+        // budget returns.
+        drop(share);
+        let Some(reply) = reply else {
+            return Ok(None);
         };
         let send = self.send_threshold.load(Ordering::Relaxed);
         let plan = match plan_reply(&reply, &chunks, send, ver) {
             Ok(p) => p,
             Err(e) => {
                 let h = hdr::encode_plan_error(ver, xid, self.grant(asked), &e);
-                return self.send(h, Bytes::new(), None);
+                return Ok(Some(Answer::header(h)));
             }
         };
-        for w in plan.writes {
-            let wr = WriteWr {
-                wr_id: self.wr_id(),
-                data: vec![w.data],
-                remote_stag: Stag(w.target.handle),
-                remote_to: w.target.offset,
-            };
-            self.qp.post_write(wr).map_err(|_| Closed)?;
-        }
-        // Send With Invalidate (draft-cel-nfsv4-reminv-design §4.2): in
-        // version 2 only the handle the requester named in rdma_inv_handle
-        // (v2 draft §3.3); in version 1 one of the call's STags when the
-        // client's private data allows it (RFC 8797 §4).
-        let invalidate = match ver {
+        let invalidate = self.invalidate(ver, &chunks, inv_handle);
+        let header = hdr::encode_rpc(
+            ver,
+            xid,
+            self.grant(asked),
+            true,
+            plan.proc_ == Proc::RDMA_NOMSG,
+            plan.chunks,
+            0,
+        );
+        Ok(Some(Answer {
+            writes: plan.writes,
+            header,
+            inline: plan.inline,
+            invalidate,
+        }))
+    }
+
+    /// The STag a reply's Send With Invalidate names
+    /// (draft-cel-nfsv4-reminv-design §4.2): in version 2 only the handle
+    /// the requester named in rdma_inv_handle (v2 draft §3.3); in version 1
+    /// one of the call's STags when the client's private data allows it
+    /// (RFC 8797 §4).
+    fn invalidate(&self, ver: Version, chunks: &ChunkLists, inv_handle: u32) -> Option<Stag> {
+        match ver {
             _ if !self.config.send_with_invalidate => None,
             Version::V2 => (inv_handle != 0).then_some(Stag(inv_handle)),
             Version::V1 if self.send_inv => chunks
@@ -637,17 +718,7 @@ impl<Q: QueuePair> Conn<Q> {
                 .next()
                 .map(Stag),
             Version::V1 => None,
-        };
-        let header = hdr::encode_rpc(
-            ver,
-            xid,
-            self.grant(asked),
-            true,
-            plan.proc_ == Proc::RDMA_NOMSG,
-            plan.chunks,
-            0,
-        );
-        self.send(header, plan.inline, invalidate)
+        }
     }
 
     /// Rebuilds the call (RFC 8166 §3.5) in one contiguous buffer: the
@@ -656,40 +727,82 @@ impl<Q: QueuePair> Conn<Q> {
     /// with one position are concatenated, RFC 8166 §3.4.5), so chunk data
     /// is never copied. `None` when the chunks cannot be pulled or do not
     /// fit the inline stream (ERR_CHUNK).
-    async fn pull(&self, inline: Bytes, chunks: &ChunkLists) -> Result<Option<Bytes>, Closed> {
+    ///
+    /// The segment lengths come from the peer: their sum is checked against
+    /// `max_read_bytes` before anything is allocated, and the buffer (sized
+    /// to the call's actual chunks) is allocated only once the call holds
+    /// that many bytes of the connection's read budget, returned with the
+    /// record. Reads unanswered after `read_timeout` close the connection.
+    async fn pull(
+        &self,
+        inline: Bytes,
+        chunks: &ChunkLists,
+    ) -> Result<Option<(Bytes, Option<SemaphorePermit<'_>>)>, Closed> {
         if chunks.reads.is_empty() {
-            return Ok(Some(inline));
+            return Ok(Some((inline, None)));
         }
         let total: u64 = chunks
             .reads
             .iter()
             .map(|r| u64::from(r.target.length))
             .sum();
-        if total > self.config.max_read_bytes {
-            return Ok(None);
-        }
-        // Items by position, in the order the segments came.
-        let mut items: Vec<(u32, usize)> = Vec::new();
-        let mut first_seg: Vec<usize> = Vec::new();
-        for (i, r) in chunks.reads.iter().enumerate() {
-            match items.last_mut() {
-                Some((p, len)) if *p == r.position => *len += r.target.length as usize,
-                _ => {
-                    items.push((r.position, r.target.length as usize));
-                    first_seg.push(i);
-                }
-            }
-        }
-        let Ok(layout) = plan_layout(&inline, &items) else {
+        let max = self.config.max_read_bytes.min(self.budget.max());
+        let Some(total) = u32::try_from(total).ok().filter(|t| u64::from(*t) <= max) else {
+            bounds::CALL_TOO_LARGE.trip(format_args!(
+                "RPC-over-RDMA peer {} asked the server to pull {total} bytes \
+                 (at most {max}); answered ERR_CHUNK",
+                peer_name(&self.peer)
+            ));
             return Ok(None);
         };
-        let mut buf = BytesMut::zeroed(layout.len);
-        if !layout.copy_inline(&inline, &mut buf) {
+        let Some(layout) = read_layout(&inline, chunks) else {
+            return Ok(None);
+        };
+        let share = self.budget.acquire(total).await.map_err(|_| Closed)?;
+        let mut buf = BytesMut::zeroed(layout.0.len);
+        if !layout.0.copy_inline(&inline, &mut buf) {
             return Ok(None);
         }
         let Ok(mr) = self.pd.register(buf, Access::LOCAL_WRITE) else {
             return Ok(None);
         };
+        let waits = self.post_reads(&mr, chunks, &layout)?;
+        let Some(waits) = waits else {
+            return Ok(None);
+        };
+        let all = async {
+            for rx in waits {
+                if !matches!(rx.await, Ok(WcStatus::Success)) {
+                    return false;
+                }
+            }
+            true
+        };
+        match bounds::within(self.config.read_timeout, all).await {
+            Some(true) => Ok(Some((mr.invalidate().buf.freeze(), Some(share)))),
+            Some(false) => Err(Closed),
+            None => {
+                bounds::READ_TIMEOUT.trip(format_args!(
+                    "RPC-over-RDMA peer {} left RDMA Reads of {total} bytes \
+                     unanswered for {:?}; closing the connection",
+                    peer_name(&self.peer),
+                    self.config.read_timeout
+                ));
+                self.qp.disconnect();
+                Err(Closed)
+            }
+        }
+    }
+
+    /// Posts one RDMA Read per read segment into `mr` at the offsets of
+    /// `layout`; the receivers of their completions, or `None` when the
+    /// layout does not match the chunks.
+    fn post_reads(
+        &self,
+        mr: &rnic::MemoryRegion,
+        chunks: &ChunkLists,
+        (layout, items, first_seg): &ReadLayout,
+    ) -> Result<Option<Vec<oneshot::Receiver<WcStatus>>>, Closed> {
         let mut waits = Vec::with_capacity(chunks.reads.len());
         for piece in &layout.pieces {
             let Piece::Chunk { index, dst, .. } = piece else {
@@ -724,12 +837,54 @@ impl<Q: QueuePair> Conn<Q> {
                 waits.push(rx);
             }
         }
-        for rx in waits {
-            match rx.await {
-                Ok(WcStatus::Success) => {}
-                _ => return Err(Closed),
+        Ok(Some(waits))
+    }
+}
+
+/// What answers one call: RDMA Writes of its write or reply chunks, then
+/// the Send of its transport header and inline part.
+struct Answer {
+    writes: Vec<crate::plan::WritePlan>,
+    header: Bytes,
+    inline: Bytes,
+    invalidate: Option<Stag>,
+}
+
+impl Answer {
+    /// A transport header alone (an RDMA_ERROR, an RDMA2_CONNPROP).
+    fn header(header: Bytes) -> Self {
+        Self {
+            writes: Vec::new(),
+            header,
+            inline: Bytes::new(),
+            invalidate: None,
+        }
+    }
+}
+
+/// The call's layout, its chunk items as (position, length) in segment
+/// order, and the first segment of each item.
+type ReadLayout = (crate::layout::Layout, Vec<(u32, usize)>, Vec<usize>);
+
+/// Where each read chunk goes in the rebuilt call; `None` when the chunks
+/// do not fit the inline stream.
+fn read_layout(inline: &Bytes, chunks: &ChunkLists) -> Option<ReadLayout> {
+    let mut items: Vec<(u32, usize)> = Vec::new();
+    let mut first_seg: Vec<usize> = Vec::new();
+    for (i, r) in chunks.reads.iter().enumerate() {
+        match items.last_mut() {
+            Some((p, len)) if *p == r.position => *len += r.target.length as usize,
+            _ => {
+                items.push((r.position, r.target.length as usize));
+                first_seg.push(i);
             }
         }
-        Ok(Some(mr.invalidate().buf.freeze()))
     }
+    let layout = plan_layout(inline, &items).ok()?;
+    Some((layout, items, first_seg))
+}
+
+/// The peer's address for a log line.
+fn peer_name(p: &PeerInfo) -> String {
+    p.addr.map_or_else(|| "?".to_owned(), |a| a.to_string())
 }

@@ -11,8 +11,8 @@ use std::sync::{Mutex, MutexGuard};
 use bytes::{Bytes, BytesMut};
 use oncrpc::RpcError;
 use rnic::{
-    Access, MemoryRegion, PostError, ProtectionDomain, QueuePair, ReadOnlyRegion, ReadWr, SendWr,
-    Stag, WcStatus, WriteWr,
+    Access, ChainWr, MemoryRegion, PostError, ProtectionDomain, QueuePair, ReadOnlyRegion, ReadWr,
+    SendWr, Stag, WcStatus, WriteWr,
 };
 use tokio::sync::oneshot;
 use xdr::XdrBuf;
@@ -423,22 +423,29 @@ pub(super) fn send_reply<Q: QueuePair>(
             });
         }
     };
-    for w in plan.writes {
-        qp.post_write(WriteWr {
-            wr_id: wr_id(),
-            data: vec![w.data],
-            remote_stag: Stag(w.target.handle),
-            remote_to: w.target.offset,
-        })?;
-    }
+    // The Writes and the Send of the reply go as one chain (one socket
+    // write on the software device).
+    let mut chain: Vec<ChainWr> = plan
+        .writes
+        .into_iter()
+        .map(|w| {
+            ChainWr::Write(WriteWr {
+                wr_id: wr_id(),
+                data: vec![w.data],
+                remote_stag: Stag(w.target.handle),
+                remote_to: w.target.offset,
+            })
+        })
+        .collect();
     let nomsg = plan.proc_ == crate::wire::v1::Proc::RDMA_NOMSG;
     let header = hdr::encode_rpc(Version::V2, call.xid, credits, true, nomsg, plan.chunks, 0);
-    qp.post_send(SendWr {
+    chain.push(ChainWr::Send(SendWr {
         wr_id: wr_id(),
         data: vec![header, plan.inline],
         solicited: false,
         invalidate: (call.inv_handle != 0).then_some(Stag(call.inv_handle)),
-    })
+    }));
+    qp.post_chain(chain)
 }
 
 #[cfg(test)]

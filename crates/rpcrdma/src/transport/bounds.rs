@@ -1,0 +1,162 @@
+//! What one RPC-over-RDMA connection lets its peer make the server hold:
+//! calls in flight (at most the credits granted) and bytes being pulled by
+//! RDMA Read (a per-connection budget), each with an
+//! [`oncrpc::limits::Limit`] that counts and logs when it trips.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use oncrpc::limits::Limit;
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+/// A peer sent a call while as many of its calls as the largest grant
+/// were in flight (RFC 8166 §3.3.1): the connection is closed.
+pub(super) static CREDITS_EXCEEDED: Limit = Limit::new("rdma.calls_beyond_credits");
+/// A call's read chunks add up to more than the server accepts: answered
+/// with ERR_CHUNK before anything is allocated.
+pub(super) static CALL_TOO_LARGE: Limit = Limit::new("rdma.max_read_bytes");
+/// A call waits because the connection's calls are already pulling the
+/// budget of bytes by RDMA Read.
+pub(super) static READ_BUDGET: Limit = Limit::new("rdma.read_bytes_per_conn");
+/// The peer did not answer a call's RDMA Reads in time: the connection is
+/// closed.
+pub(super) static READ_TIMEOUT: Limit = Limit::new("rdma.read_timeout");
+
+/// Calls received on one connection and not yet answered.
+#[derive(Debug)]
+pub(super) struct InFlight {
+    calls: AtomicU32,
+    max: u32,
+}
+
+/// The peer exceeded its credits.
+#[derive(Debug)]
+pub(super) struct OverCredit;
+
+impl InFlight {
+    /// At most `max` calls at once: the largest grant the server makes.
+    pub(super) fn new(max: u32) -> Self {
+        Self {
+            calls: AtomicU32::new(0),
+            max: max.max(1),
+        }
+    }
+
+    /// A call arrived. Every call the server has not answered yet is one the
+    /// requester holds a credit for, so more than the grant is a protocol
+    /// violation (RFC 8166 §3.3.1: "A requester MUST NOT send more RPC
+    /// Calls than the number of credits granted").
+    pub(super) fn start(&self) -> Result<(), OverCredit> {
+        let before = self.calls.fetch_add(1, Ordering::AcqRel);
+        if before >= self.max {
+            self.calls.fetch_sub(1, Ordering::AcqRel);
+            return Err(OverCredit);
+        }
+        Ok(())
+    }
+
+    /// A call is answered (called before its reply is posted, so the
+    /// requester's next call always finds the slot free) or dropped.
+    pub(super) fn end(&self) {
+        self.calls.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Calls in flight now.
+    #[cfg(test)]
+    pub(super) fn count(&self) -> u32 {
+        self.calls.load(Ordering::Acquire)
+    }
+}
+
+/// The bytes a connection's calls may be pulling by RDMA Read at once:
+/// the buffers the reads fill exist only while a call holds its share.
+#[derive(Debug)]
+pub(super) struct ReadBudget {
+    bytes: Semaphore,
+    max: u32,
+}
+
+/// The connection closed while a call waited for its share.
+#[derive(Debug)]
+pub(super) struct BudgetClosed;
+
+impl ReadBudget {
+    pub(super) fn new(max: u64) -> Self {
+        let max = u32::try_from(max).unwrap_or(u32::MAX).max(1);
+        Self {
+            bytes: Semaphore::new(max as usize),
+            max,
+        }
+    }
+
+    /// The largest share one call can get.
+    pub(super) fn max(&self) -> u64 {
+        u64::from(self.max)
+    }
+
+    /// Waits for `n` bytes of the budget (`n` ≤ [`ReadBudget::max`]);
+    /// counts a trip when the call has to wait.
+    pub(super) async fn acquire(&self, n: u32) -> Result<SemaphorePermit<'_>, BudgetClosed> {
+        let n = n.min(self.max);
+        match self.bytes.try_acquire_many(n) {
+            Ok(p) => return Ok(p),
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(BudgetClosed),
+            Err(tokio::sync::TryAcquireError::NoPermits) => {}
+        }
+        READ_BUDGET.trip(format_args!(
+            "an RPC-over-RDMA call waits to pull {n} bytes: the connection's \
+             RDMA Read budget of {} bytes is in use",
+            self.max
+        ));
+        self.bytes.acquire_many(n).await.map_err(|_| BudgetClosed)
+    }
+
+    /// The connection is gone: waiting calls stop.
+    pub(super) fn close(&self) {
+        self.bytes.close();
+    }
+}
+
+/// Waits for `f` at most `limit`; `None` when the time ran out.
+pub(super) async fn within<F: std::future::Future>(limit: Duration, f: F) -> Option<F::Output> {
+    tokio::time::timeout(limit, f).await.ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_flight_refuses_beyond_max_and_frees_on_end() {
+        let f = InFlight::new(2);
+        assert!(f.start().is_ok());
+        assert!(f.start().is_ok());
+        assert!(f.start().is_err());
+        assert_eq!(f.count(), 2);
+        f.end();
+        assert!(f.start().is_ok());
+    }
+
+    #[tokio::test]
+    async fn budget_makes_a_second_call_wait_until_the_first_is_done() {
+        let before = READ_BUDGET.count();
+        let b = ReadBudget::new(100);
+        let first = b.acquire(80).await.unwrap();
+        let second = b.acquire(30);
+        tokio::pin!(second);
+        assert!(within(Duration::from_millis(20), &mut second)
+            .await
+            .is_none());
+        assert!(READ_BUDGET.count() > before);
+        drop(first);
+        assert!(within(Duration::from_secs(5), second).await.is_some());
+    }
+
+    #[tokio::test]
+    async fn closing_the_budget_ends_waiting_calls() {
+        let b = ReadBudget::new(10);
+        let _all = b.acquire(10).await.unwrap();
+        let (r, ()) = tokio::join!(b.acquire(5), async { b.close() });
+        assert!(r.is_err());
+    }
+}

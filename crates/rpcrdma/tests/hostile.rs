@@ -1,0 +1,308 @@
+//! Hostile requesters against the RPC-over-RDMA server over softrnic (real
+//! iWARP on 127.0.0.1): calls whose read chunks are never pulled because
+//! the peer never answers the server's RDMA Read Requests (it offers an IRD
+//! of zero), calls beyond the credits granted, read chunks larger than the
+//! server accepts. Each bound holds, is counted, and a normal client is
+//! served afterwards.
+#![cfg(feature = "transport")]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use oncrpc::echo::{EchoClient, EchoService, ECHO_PROGRAM, ECHO_VERSION, PROC_ECHO};
+use oncrpc::Server;
+use rnic::{
+    Access, CompletionQueue, Device, MemoryRegion, ProtectionDomain, QpConfig, QpState, QueuePair,
+    RecvWr, SendWr, WcOpcode,
+};
+use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerConfig};
+use rpcrdma::wire::{v1, ChunkLists, Limits, RdmaSegment, ReadSegment};
+use softrnic::{SoftConfig, SoftDevice, SoftQp};
+
+fn soft(seed: u64, max_ird: u16) -> SoftDevice {
+    let cfg = SoftConfig {
+        max_ird,
+        first_send_delay: Duration::ZERO,
+        ..SoftConfig::default()
+    };
+    SoftDevice::new(cfg, seed)
+}
+
+async fn serve(seed: u64, config: RdmaServerConfig) -> SocketAddr {
+    let mut server = Server::new();
+    server.register(EchoService::default());
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let listener = RdmaListener::bind(&soft(seed, 16), &any, Arc::new(server), config)
+        .await
+        .unwrap();
+    let addr = listener.local_addr();
+    listener.spawn();
+    addr
+}
+
+/// Trips of the named limit so far in this process.
+fn trips(name: &str) -> u64 {
+    oncrpc::limits::snapshot()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .map_or(0, |(_, c)| c)
+}
+
+/// An echo call of `n` bytes, AUTH_NONE, as the RPC message.
+fn echo_call(xid: u32, n: usize) -> Bytes {
+    let mut v = Vec::new();
+    for w in [xid, 0, 2, ECHO_PROGRAM, ECHO_VERSION, PROC_ECHO, 0, 0, 0, 0] {
+        v.extend_from_slice(&u32::to_be_bytes(w));
+    }
+    v.extend_from_slice(&(n as u32).to_be_bytes());
+    v.resize(v.len() + n.next_multiple_of(4), 7);
+    v.into()
+}
+
+/// A requester speaking raw RPC-over-RDMA version 1 headers, on a device
+/// that offers IRD 0: the server's RDMA Reads of its chunks never run.
+struct Raw {
+    qp: SoftQp,
+    pd: ProtectionDomain,
+    regions: Vec<MemoryRegion>,
+    next: u32,
+}
+
+impl Raw {
+    async fn connect(seed: u64, addr: SocketAddr) -> Self {
+        let dev = soft(seed, 0);
+        let pd = dev.alloc_pd();
+        let mut cfg = QpConfig::new(CompletionQueue::new(256));
+        cfg.initial_recvs = (0..32)
+            .map(|i| RecvWr {
+                wr_id: i,
+                buf: BytesMut::with_capacity(4096),
+            })
+            .collect();
+        let qp = dev.connect(&pd, &addr, cfg).await.unwrap().qp;
+        Self {
+            qp,
+            pd,
+            regions: Vec::new(),
+            next: 1,
+        }
+    }
+
+    /// Sends an RDMA_NOMSG call whose RPC message (an echo of `n` bytes)
+    /// is in a Position-Zero Read chunk of `claimed` bytes.
+    fn call_with_read_chunk(&mut self, n: usize, claimed: u32) -> u32 {
+        let xid = self.next;
+        self.next += 1;
+        let msg = echo_call(xid, n);
+        // Only the message is registered: the claim may name more.
+        let buf = BytesMut::from(&msg[..]);
+        let mr = self.pd.register(buf, Access::REMOTE_READ).unwrap();
+        let header = xdr::to_bytes(&v1::Header {
+            xid,
+            credits: 64,
+            body: v1::Body::NoMsg(ChunkLists {
+                reads: vec![ReadSegment {
+                    position: 0,
+                    target: RdmaSegment {
+                        handle: mr.stag().0,
+                        length: claimed,
+                        offset: mr.base_to(),
+                    },
+                }],
+                ..ChunkLists::default()
+            }),
+        });
+        self.regions.push(mr);
+        self.qp
+            .post_send(SendWr {
+                wr_id: u64::from(xid),
+                data: vec![header],
+                ..Default::default()
+            })
+            .unwrap();
+        xid
+    }
+
+    /// The next transport header the server sends.
+    async fn answer(&self) -> v1::Header {
+        loop {
+            let wc = tokio::time::timeout(Duration::from_secs(5), self.qp.recv_cq().next())
+                .await
+                .expect("an answer in time")
+                .unwrap();
+            if wc.opcode == WcOpcode::Recv {
+                let mut b = wc.buf.unwrap();
+                b.truncate(wc.byte_len as usize);
+                return v1::Header::parse(&b, &Limits::default()).unwrap().0;
+            }
+        }
+    }
+
+    /// Whether the server closed the connection within `limit`.
+    async fn closed_within(&self, limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if self.qp.state() != QpState::Rts {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+}
+
+/// A well-behaved client: echoes inline and through read and write chunks.
+async fn normal_client_is_served(seed: u64, addr: SocketAddr) {
+    let started = Instant::now();
+    let client = RdmaClient::connect(&soft(seed, 16), &addr, RdmaClientConfig::default())
+        .await
+        .unwrap();
+    let echo = EchoClient::new(client.clone());
+    for n in [10usize, 100_000] {
+        let data: Bytes = vec![3u8; n].into();
+        assert_eq!(echo.echo(data.clone()).await.unwrap(), data);
+    }
+    assert!(started.elapsed() < Duration::from_secs(2));
+    client.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unanswered_rdma_reads_close_the_connection_after_the_timeout() {
+    let addr = serve(
+        10,
+        RdmaServerConfig {
+            read_timeout: Duration::from_millis(300),
+            ..RdmaServerConfig::default()
+        },
+    )
+    .await;
+    let timeouts = trips("rdma.read_timeout");
+    let mut raw = Raw::connect(11, addr).await;
+    for _ in 0..4 {
+        raw.call_with_read_chunk(1 << 20, 1 << 20);
+    }
+    assert!(
+        !raw.closed_within(Duration::from_millis(150)).await,
+        "closed before the timeout"
+    );
+    assert!(
+        raw.closed_within(Duration::from_secs(3)).await,
+        "still open long after the read timeout"
+    );
+    assert!(trips("rdma.read_timeout") > timeouts);
+    normal_client_is_served(12, addr).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_beyond_the_read_budget_wait_and_then_complete() {
+    // Eight 300 KB calls at once against a 1 MiB budget: at most three
+    // pull at a time, the others wait, and every one is answered.
+    let addr = serve(
+        20,
+        RdmaServerConfig {
+            read_bytes_per_conn: 1 << 20,
+            ..RdmaServerConfig::default()
+        },
+    )
+    .await;
+    let waits = trips("rdma.read_bytes_per_conn");
+    let client = RdmaClient::connect(&soft(21, 16), &addr, RdmaClientConfig::default())
+        .await
+        .unwrap();
+    let echo = EchoClient::new(client.clone());
+    let calls = (0..8u8).map(|i| {
+        let echo = echo.clone();
+        async move {
+            let data: Bytes = vec![i; 300_000].into();
+            assert_eq!(echo.echo(data.clone()).await.unwrap(), data);
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(10), futures_join_all(calls))
+        .await
+        .expect("every call answered");
+    assert!(trips("rdma.read_bytes_per_conn") > waits);
+    client.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_peer_holds_at_most_the_read_budget() {
+    // Calls claiming 1 MiB each against a 2 MiB budget: the third waits
+    // (counted) instead of allocating, and the connection still closes
+    // at the read timeout.
+    let addr = serve(
+        30,
+        RdmaServerConfig {
+            read_bytes_per_conn: 2 << 20,
+            read_timeout: Duration::from_millis(500),
+            ..RdmaServerConfig::default()
+        },
+    )
+    .await;
+    let waits = trips("rdma.read_bytes_per_conn");
+    let mut raw = Raw::connect(31, addr).await;
+    for _ in 0..6 {
+        raw.call_with_read_chunk(100, 1 << 20);
+    }
+    let end = Instant::now() + Duration::from_secs(2);
+    while trips("rdma.read_bytes_per_conn") == waits && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(trips("rdma.read_bytes_per_conn") > waits);
+    assert!(raw.closed_within(Duration::from_secs(3)).await);
+    normal_client_is_served(32, addr).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_beyond_the_credits_closes_the_connection() {
+    let addr = serve(
+        40,
+        RdmaServerConfig {
+            credits: 4,
+            read_timeout: Duration::from_secs(20),
+            ..RdmaServerConfig::default()
+        },
+    )
+    .await;
+    let over = trips("rdma.calls_beyond_credits");
+    let mut raw = Raw::connect(41, addr).await;
+    // Four stalled calls: as many as the credits; the connection stays.
+    for _ in 0..4 {
+        raw.call_with_read_chunk(100, 4096);
+    }
+    assert!(!raw.closed_within(Duration::from_millis(300)).await);
+    assert_eq!(trips("rdma.calls_beyond_credits"), over);
+    // A fifth while none was answered violates RFC 8166 §3.3.1.
+    raw.call_with_read_chunk(100, 4096);
+    assert!(raw.closed_within(Duration::from_secs(2)).await);
+    assert!(trips("rdma.calls_beyond_credits") > over);
+    normal_client_is_served(42, addr).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_chunk_beyond_the_call_limit_is_refused_before_allocating() {
+    let addr = serve(50, RdmaServerConfig::default()).await;
+    let big = trips("rdma.max_read_bytes");
+    let mut raw = Raw::connect(51, addr).await;
+    // 4 GiB - 1 claimed, no byte registered behind most of it.
+    let xid = raw.call_with_read_chunk(100, u32::MAX);
+    let h = raw.answer().await;
+    assert_eq!(h.xid, xid);
+    assert!(
+        matches!(h.body, v1::Body::Error(v1::ErrorBody::Chunk)),
+        "{h:?}"
+    );
+    assert!(trips("rdma.max_read_bytes") > big);
+    normal_client_is_served(52, addr).await;
+}
+
+/// Runs the futures concurrently to completion.
+async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
+    fs: impl Iterator<Item = F>,
+) {
+    let tasks: Vec<_> = fs.map(tokio::spawn).collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}

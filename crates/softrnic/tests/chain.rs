@@ -1,0 +1,84 @@
+//! A chain of RDMA Writes and a Send (an RPC-over-RDMA reply with its write
+//! chunk) leaves in one socket write, so its framing does not depend on the
+//! peer's ACK timing between the pieces (issue 19: a delayed ACK on the peer
+//! held the Send of a reply ~40 ms behind its Write).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use rnic::conformance::{connect_pair, Harness};
+use rnic::{
+    Access, ChainWr, CompletionQueue, QueuePair, SendWr, WcOpcode, WcStatus, WorkCompletion,
+    WriteWr,
+};
+use softrnic::{SoftConfig, SoftDevice};
+
+struct Tcp;
+
+impl Harness for Tcp {
+    type Dev = SoftDevice;
+    fn pair(&self) -> (SoftDevice, SoftDevice) {
+        let cfg = SoftConfig {
+            first_send_delay: Duration::ZERO,
+            ..SoftConfig::default()
+        };
+        (SoftDevice::new(cfg, 1), SoftDevice::new(cfg, 2))
+    }
+    fn listen_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    }
+}
+
+async fn next(cq: &CompletionQueue) -> WorkCompletion {
+    tokio::time::timeout(Duration::from_secs(10), cq.next())
+        .await
+        .expect("completion in time")
+        .expect("no overflow")
+}
+
+fn reply(n: u64, target: rnic::Stag, data: &Bytes) -> Vec<ChainWr> {
+    vec![
+        ChainWr::Write(WriteWr {
+            wr_id: n,
+            data: vec![data.slice(..1000), data.slice(1000..)],
+            remote_stag: target,
+            remote_to: 0,
+        }),
+        ChainWr::Send(SendWr {
+            wr_id: n + 1,
+            data: vec![Bytes::from_static(b"rpc reply header"), data.slice(..100)],
+            ..Default::default()
+        }),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_and_its_send_posted_as_a_chain_cost_one_socket_write() {
+    let p = connect_pair(&Tcp, 0, 8).await;
+    let target = p
+        .server_pd
+        .register(BytesMut::zeroed(8192), Access::REMOTE_WRITE)
+        .unwrap();
+    let data: Bytes = (0..8000u32).map(|i| i as u8).collect::<Vec<u8>>().into();
+    for round in 0..5u64 {
+        let before = p.client.socket_writes();
+        p.cqp
+            .post_chain(reply(10 * round, target.stag(), &data))
+            .unwrap();
+        let got = next(p.sqp.recv_cq()).await;
+        assert_eq!(
+            (got.opcode, got.status),
+            (WcOpcode::Recv, WcStatus::Success)
+        );
+        for _ in 0..2 {
+            assert_eq!(next(p.cqp.send_cq()).await.status, WcStatus::Success);
+        }
+        assert_eq!(
+            p.client.socket_writes() - before,
+            1,
+            "round {round}: the Write and the Send left in one write"
+        );
+    }
+    assert_eq!(&target.invalidate().buf[..8000], &data[..]);
+}
