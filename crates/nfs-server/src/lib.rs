@@ -21,6 +21,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod dircursor;
 pub mod exports;
 mod fh;
 pub mod localfs;
@@ -45,7 +46,7 @@ use oncrpc::tcp::{TcpConfig, TcpServer};
 use tokio::task::JoinHandle;
 
 pub use localfs::LocalFs;
-pub use storage::{DirEntry, FsStat, Storage, StorageResult};
+pub use storage::{DirEntry, DirPage, DirRequest, DirSink, FsStat, Storage, StorageResult};
 
 use crate::mount::MountService;
 use crate::nfs3::Nfs3Service;

@@ -35,11 +35,12 @@ use nfs::v3::{
     Specdata3, StableHow,
 };
 use rustix::buffer::spare_capacity;
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps, CWD};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, Timespec, Timestamps, CWD};
 use rustix::io::Errno;
 
+use crate::dircursor::{CursorError, DirCursor, Entry};
 use crate::fh::{fnv1a, Handle};
-use crate::storage::{DirEntry, FsStat, Storage, StorageResult};
+use crate::storage::{DirEntry, DirPage, DirRequest, DirSink, FsStat, Storage, StorageResult};
 
 /// Largest READ served; FSINFO advertises it as `rtmax`.
 pub const MAX_READ: u32 = 1 << 20;
@@ -117,6 +118,39 @@ pub fn fattr_from(meta: &Metadata, fsid: u64) -> Fattr3 {
         atime: time3(meta.atime(), meta.atime_nsec()),
         mtime: time3(meta.mtime(), meta.mtime_nsec()),
         ctime: time3(meta.ctime(), meta.ctime_nsec()),
+    }
+}
+
+/// `fattr3` from an `fstatat` result, as [`fattr_from`].
+#[allow(clippy::unnecessary_cast)] // field widths differ by architecture
+pub fn fattr_from_stat(s: &Stat, fsid: u64) -> Fattr3 {
+    let ftype = match FileType::from_raw_mode(s.st_mode as u32) {
+        FileType::Directory => Ftype3::NF3DIR,
+        FileType::Symlink => Ftype3::NF3LNK,
+        FileType::BlockDevice => Ftype3::NF3BLK,
+        FileType::CharacterDevice => Ftype3::NF3CHR,
+        FileType::Socket => Ftype3::NF3SOCK,
+        FileType::Fifo => Ftype3::NF3FIFO,
+        _ => Ftype3::NF3REG,
+    };
+    let rdev = s.st_rdev as u64;
+    Fattr3 {
+        ftype,
+        mode: s.st_mode as u32 & 0o7777,
+        nlink: u32::try_from(s.st_nlink as u64).unwrap_or(u32::MAX),
+        uid: s.st_uid,
+        gid: s.st_gid,
+        size: s.st_size.max(0) as u64,
+        used: (s.st_blocks as u64).saturating_mul(512),
+        rdev: Specdata3 {
+            specdata1: rustix::fs::major(rdev),
+            specdata2: rustix::fs::minor(rdev),
+        },
+        fsid,
+        fileid: s.st_ino as u64,
+        atime: time3(s.st_atime as i64, s.st_atime_nsec as i64),
+        mtime: time3(s.st_mtime as i64, s.st_mtime_nsec as i64),
+        ctime: time3(s.st_ctime as i64, s.st_ctime_nsec as i64),
     }
 }
 
@@ -267,6 +301,33 @@ impl LocalFs {
         }
     }
 
+    /// A READDIR entry from the cursor: ".." at the export root is the
+    /// root itself, with no handle or attributes (as Linux); with `plus`,
+    /// the handle and attributes come from one `fstatat` relative to the
+    /// open directory, and a mount point inside the export is not crossed
+    /// (as LOOKUP).
+    #[allow(clippy::unnecessary_cast)] // `st_dev` is not u64 everywhere
+    fn dir_entry(&self, e: &Entry<'_>, at_root: bool, plus: bool) -> DirEntry {
+        let root_dotdot = at_root && e.name() == b"..";
+        let plus = plus.then(|| {
+            if root_dotdot {
+                return Err(Nfsstat3::NFS3ERR_ACCES);
+            }
+            let s = e.stat().map_err(|e| io_status(&e))?;
+            if s.st_dev as u64 != self.dev {
+                return Err(Nfsstat3::NFS3ERR_ACCES);
+            }
+            let a = fattr_from_stat(&s, self.fsid());
+            Ok((self.handle_of(a.fileid), a))
+        });
+        DirEntry {
+            fileid: if root_dotdot { self.root_ino } else { e.ino() },
+            name: Filename3(Bytes::copy_from_slice(e.name())),
+            cookie: e.cookie(),
+            plus,
+        }
+    }
+
     fn writable(&self) -> StorageResult<()> {
         if self.read_only {
             Err(Nfsstat3::NFS3ERR_ROFS)
@@ -379,18 +440,6 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 
 fn is_dot(name: &Filename3) -> bool {
     name.0[..] == b"."[..] || name.0[..] == b".."[..]
-}
-
-/// The READDIR cookie of a name: "." is 1, ".." is 2, any other name a
-/// 63-bit hash of it (at least 3). Cookies so made stay valid while
-/// entries come and go and across restarts, so the cookie verifier never
-/// has to change.
-pub fn name_cookie(name: &[u8]) -> u64 {
-    match name {
-        b"." => 1,
-        b".." => 2,
-        _ => (fnv1a(&[name]) >> 1).max(3),
-    }
 }
 
 impl Storage for LocalFs {
@@ -720,41 +769,36 @@ impl Storage for LocalFs {
         })
     }
 
-    async fn readdir(&self, dir: &NfsFh3, cookie: u64) -> StorageResult<(Vec<DirEntry>, [u8; 8])> {
+    async fn readdir(
+        &self,
+        dir: &NfsFh3,
+        req: DirRequest,
+        sink: &mut DirSink<'_>,
+    ) -> StorageResult<DirPage> {
         blocking(|| {
             let d = self.resolve_dir(dir)?;
-            let parent_ino = match d.rel.parent() {
-                Some(p) => fs::symlink_metadata(self.root.join(p))
-                    .map(|m| m.ino())
-                    .unwrap_or(self.root_ino),
-                None => self.root_ino,
-            };
-            let mut out = vec![
-                DirEntry {
-                    fileid: d.meta.ino(),
-                    name: Filename3::from_static("."),
-                    cookie: 1,
-                },
-                DirEntry {
-                    fileid: parent_ino,
-                    name: Filename3::from_static(".."),
-                    cookie: 2,
-                },
-            ];
-            for ent in st(fs::read_dir(&d.abs))? {
-                let ent = st(ent)?;
-                let name = ent.file_name();
-                let bytes = name.as_bytes();
-                self.remember(ent.ino(), d.rel.join(&name));
-                out.push(DirEntry {
-                    fileid: ent.ino(),
-                    name: Filename3(Bytes::copy_from_slice(bytes)),
-                    cookie: name_cookie(bytes),
-                });
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let fd = rustix::fs::openat(CWD, &d.abs, flags, Mode::empty())
+                .map_err(|e| io_status(&e.into()))?;
+            let mut cur = st(DirCursor::new(fd))?;
+            let at_root = d.rel.as_os_str().is_empty();
+            let eof = cur.read(req.cookie, req.size_hint, |e| {
+                let entry = self.dir_entry(e, at_root, req.plus);
+                let (ino, dot) = (entry.fileid, e.is_dot());
+                let taken = sink(entry);
+                if taken && !dot {
+                    self.remember(ino, d.rel.join(OsStr::from_bytes(e.name())));
+                }
+                taken
+            });
+            match eof {
+                Ok(eof) => Ok(DirPage {
+                    verf: cur.verifier(),
+                    eof,
+                }),
+                Err(CursorError::BadCookie) => Err(Nfsstat3::NFS3ERR_BAD_COOKIE),
+                Err(CursorError::Io(e)) => Err(io_status(&e)),
             }
-            out.sort_by_key(|e| e.cookie);
-            out.retain(|e| e.cookie > cookie);
-            Ok((out, self.export_id.to_be_bytes()))
         })
     }
 
@@ -815,16 +859,6 @@ mod tests {
             .build()
             .unwrap()
             .block_on(f)
-    }
-
-    #[test]
-    fn cookies_are_stable_distinct_and_above_dot_entries() {
-        assert_eq!(name_cookie(b"."), 1);
-        assert_eq!(name_cookie(b".."), 2);
-        let a = name_cookie(b"alpha");
-        assert_eq!(a, name_cookie(b"alpha"));
-        assert_ne!(a, name_cookie(b"beta"));
-        assert!((3..1 << 63).contains(&a));
     }
 
     #[test]
@@ -925,6 +959,31 @@ mod tests {
         assert_eq!(fs::read(t.0.join("f")).unwrap(), b"data");
     }
 
+    /// Up to `n` entries after `cookie`, with the page's end.
+    fn list(
+        lfs: &LocalFs,
+        dir: &NfsFh3,
+        cookie: u64,
+        n: usize,
+        plus: bool,
+    ) -> (Vec<DirEntry>, DirPage) {
+        let mut out = Vec::new();
+        let req = DirRequest {
+            cookie,
+            plus,
+            size_hint: 0,
+        };
+        let page = block(lfs.readdir(dir, req, &mut |e| {
+            if out.len() == n {
+                return false;
+            }
+            out.push(e);
+            true
+        }))
+        .unwrap();
+        (out, page)
+    }
+
     #[test]
     fn readdir_resumes_after_a_deleted_cookie() {
         let t = Tmp::new("rd");
@@ -933,13 +992,52 @@ mod tests {
         }
         let lfs = LocalFs::new(&t.0, false).unwrap();
         let root = lfs.root();
-        let (all, verf) = block(lfs.readdir(&root, 0)).unwrap();
-        assert_eq!(verf, lfs.export_id().to_be_bytes());
+        let (all, page) = list(&lfs, &root, 0, 100, false);
+        assert!(page.eof);
         assert_eq!(all.len(), 6);
-        let third = &all[3];
-        let after: Vec<_> = all[4..].iter().map(|e| e.name.clone()).collect();
+        // The file system's order ("." and ".." need not come first): a
+        // file in the middle.
+        let k = (1..5).find(|&i| !is_dot(&all[i].name)).unwrap();
+        let third = &all[k];
+        let after: Vec<_> = all[k + 1..].iter().map(|e| e.name.clone()).collect();
         fs::remove_file(t.0.join(std::str::from_utf8(&third.name.0).unwrap())).unwrap();
-        let (rest, _) = block(lfs.readdir(&root, third.cookie)).unwrap();
+        let (rest, again) = list(&lfs, &root, third.cookie, 100, false);
+        assert_eq!(again.verf, page.verf);
         assert_eq!(rest.into_iter().map(|e| e.name).collect::<Vec<_>>(), after);
+        // A page cut short is not eof, and resumes where it stopped.
+        let (two, p2) = list(&lfs, &root, 0, 2, false);
+        assert!(!p2.eof);
+        let (more, _) = list(&lfs, &root, two[1].cookie, 100, false);
+        assert_eq!(two.len() + more.len(), 5);
+    }
+
+    #[test]
+    fn readdirplus_attributes_match_getattr_and_dotdot_at_root_has_none() {
+        let t = Tmp::new("rdp");
+        fs::create_dir(t.0.join("sub")).unwrap();
+        fs::write(t.0.join("sub/f"), b"12345").unwrap();
+        let lfs = LocalFs::new(&t.0, false).unwrap();
+        let root = lfs.root();
+        let (ents, _) = list(&lfs, &root, 0, 100, true);
+        for e in &ents {
+            match &e.name.0[..] {
+                b".." => {
+                    assert_eq!(e.fileid, lfs.root_ino);
+                    assert_eq!(e.plus, Some(Err(Nfsstat3::NFS3ERR_ACCES)));
+                }
+                _ => {
+                    let (fh, a) = e.plus.clone().unwrap().unwrap();
+                    assert_eq!(block(lfs.getattr(&fh)).unwrap(), a);
+                    assert_eq!(a.fileid, e.fileid);
+                }
+            }
+        }
+        let sub = block(lfs.lookup(&root, &Filename3::from_static("sub"))).unwrap();
+        let (ents, _) = list(&lfs, &sub, 0, 100, true);
+        let f = ents.iter().find(|e| e.name.0[..] == b"f"[..]).unwrap();
+        let (_, a) = f.plus.clone().unwrap().unwrap();
+        assert_eq!(a.size, 5);
+        let dd = ents.iter().find(|e| e.name.0[..] == b".."[..]).unwrap();
+        assert_eq!(dd.plus.clone().unwrap().unwrap().0, root);
     }
 }

@@ -27,7 +27,37 @@ pub struct DirEntry {
     pub name: Filename3,
     /// Cookie that resumes after this entry.
     pub cookie: u64,
+    /// With [`DirRequest::plus`]: the entry's handle and attributes, or why
+    /// they could not be had (the entry vanished, a mount point, ".." at
+    /// the export root); `None` when not asked for.
+    pub plus: Option<StorageResult<(NfsFh3, Fattr3)>>,
 }
+
+/// What one READDIR page asks of [`Storage::readdir`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirRequest {
+    /// Resume after this cookie (0: from the start).
+    pub cookie: u64,
+    /// Also each entry's handle and attributes (READDIRPLUS, NFSv4
+    /// READDIR with attributes).
+    pub plus: bool,
+    /// About how many bytes of entries the page can hold: the back end
+    /// reads ahead about this much.
+    pub size_hint: usize,
+}
+
+/// How a page ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirPage {
+    /// The verifier the page's cookies are valid under.
+    pub verf: [u8; 8],
+    /// Whether the last entry of the directory was taken.
+    pub eof: bool,
+}
+
+/// Takes an entry into the page (`true`) or refuses it because it does
+/// not fit (`false`: the page ends before it).
+pub type DirSink<'a> = dyn FnMut(DirEntry) -> bool + Send + 'a;
 
 /// File system figures for FSSTAT (RFC 1813 §3.3.18).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -166,13 +196,17 @@ pub trait Storage: Send + Sync + 'static {
         name: &Filename3,
     ) -> impl Future<Output = StorageResult<()>> + Send;
 
-    /// The entries of `dir` after `cookie` (0: from the start), in cookie
-    /// order, and the verifier those cookies are valid under.
+    /// Hands the entries of `dir` after `req.cookie` to `sink` in
+    /// directory order until the sink refuses one or the directory ends,
+    /// doing work for those entries only. NFS3ERR_BAD_COOKIE when the
+    /// cookie cannot be honoured. The caller checks the client's verifier
+    /// against [`DirPage::verf`].
     fn readdir(
         &self,
         dir: &NfsFh3,
-        cookie: u64,
-    ) -> impl Future<Output = StorageResult<(Vec<DirEntry>, [u8; 8])>> + Send;
+        req: DirRequest,
+        sink: &mut DirSink<'_>,
+    ) -> impl Future<Output = StorageResult<DirPage>> + Send;
 
     /// File system figures.
     fn fsstat(&self, fh: &NfsFh3) -> impl Future<Output = StorageResult<FsStat>> + Send;

@@ -17,7 +17,7 @@ use super::attrs::{change_of, file_attrs, st4, to_sattr, wants_fsstat};
 use super::{Cx, Nfs4Service};
 use crate::localfs::MAX_READ;
 use crate::perm::{access_bits, check_setattr, permits, DIR_ADD, DIR_REMOVE};
-use crate::storage::Storage;
+use crate::storage::{DirEntry, DirRequest, Storage};
 
 type R<T> = Result<T, Nfsstat4>;
 
@@ -450,19 +450,20 @@ impl Nfs4Service {
 
     /// READDIR (RFC 8881 §18.23.4): never "." or ".."; entries up to
     /// `maxcount` bytes of result (NFS4ERR_TOOSMALL if not even one
-    /// fits); a non-zero cookie must come with the current verifier
-    /// (NFS4ERR_NOT_SAME); an entry whose attributes fail carries
-    /// `rdattr_error` when asked for, else fails the operation.
+    /// fits; `dircount` is a hint and, as on Linux, not used); a non-zero
+    /// cookie must come with the current verifier (NFS4ERR_NOT_SAME) and
+    /// be one the directory can resume at (NFS4ERR_BAD_COOKIE, §18.23.3);
+    /// an entry that vanished while listed is left out, as knfsd does;
+    /// an entry whose attributes fail otherwise carries `rdattr_error`
+    /// when asked for, else fails the operation. Attributes come with
+    /// the entries from the storage (one `fstatat` each), and the storage
+    /// reads only the entries that fit.
     async fn readdir(&self, a: &Readdir4Args, cx: &Cx) -> R<Readdir4ResOk> {
         let dir = cur(cx)?;
         let d = self.dir(&dir).await?;
         self.allow(&d, cx, ACCESS3_READ, false)?;
         if a.cookie == 1 || a.cookie == 2 {
             return Err(Nfsstat4::NFS4ERR_BAD_COOKIE);
-        }
-        let (entries, verf) = self.fs.readdir(&dir, a.cookie).await.map_err(st4)?;
-        if a.cookie != 0 && a.cookieverf.0 != verf {
-            return Err(Nfsstat4::NFS4ERR_NOT_SAME);
         }
         let fsstat = if wants_fsstat(&a.attr_request) {
             Some(self.fs.fsstat(&dir).await.map_err(st4)?)
@@ -475,50 +476,62 @@ impl Nfs4Service {
             .map(|s| s.max_response.saturating_sub(512) as usize)
             .unwrap_or(usize::MAX)
             .min(a.maxcount as usize);
-        let mut out = Readdir4ResOk {
-            cookieverf: FixedOpaque(verf),
-            entries: Vec::new(),
-            eof: true,
+        let req = DirRequest {
+            cookie: a.cookie,
+            plus: !a.attr_request.is_empty(),
+            size_hint: limit.min(1 << 20),
         };
+        let mut entries = Vec::new();
         let mut size = 8 + 4 + 4;
-        for e in entries {
+        let mut failed = None;
+        let mut sink = |e: DirEntry| {
             if e.name.0[..] == b"."[..] || e.name.0[..] == b".."[..] {
-                continue;
+                return true;
             }
-            let attrs = if a.attr_request.is_empty() {
-                Fattr4::default()
-            } else {
-                let got = match self.fs.lookup(&dir, &e.name).await {
-                    Ok(fh) => self.attr(&fh).await.map(|at| (fh, at)),
-                    Err(s) => Err(st4(s)),
-                };
-                match got {
-                    Ok((fh, at)) => file_attrs(&at, &fh, fsstat, lease).to_fattr4(&a.attr_request),
-                    Err(s) if a.attr_request.contains(FATTR4_RDATTR_ERROR) => FileAttrs {
-                        rdattr_error: Some(s),
-                        ..FileAttrs::default()
-                    }
-                    .to_fattr4(&a.attr_request),
-                    Err(s) => return Err(s),
+            let attrs = match e.plus {
+                None => Fattr4::default(),
+                Some(Ok((fh, at))) => {
+                    file_attrs(&at, &fh, fsstat, lease).to_fattr4(&a.attr_request)
+                }
+                Some(Err(nfs::v3::Nfsstat3::NFS3ERR_NOENT)) => return true,
+                Some(Err(s)) if a.attr_request.contains(FATTR4_RDATTR_ERROR) => FileAttrs {
+                    rdattr_error: Some(st4(s)),
+                    ..FileAttrs::default()
+                }
+                .to_fattr4(&a.attr_request),
+                Some(Err(s)) => {
+                    failed = Some(st4(s));
+                    return false;
                 }
             };
             let entry = Entry4 {
                 cookie: e.cookie,
-                name: Component4(e.name.0.clone()),
+                name: Component4(e.name.0),
                 attrs,
             };
             let len = 4 + entry.encoded_len();
             if size + len > limit {
-                out.eof = false;
-                break;
+                return false;
             }
             size += len;
-            out.entries.push(entry);
+            entries.push(entry);
+            true
+        };
+        let page = self.fs.readdir(&dir, req, &mut sink).await.map_err(st4)?;
+        if let Some(s) = failed {
+            return Err(s);
         }
-        if out.entries.is_empty() && !out.eof {
+        if a.cookie != 0 && a.cookieverf.0 != page.verf {
+            return Err(Nfsstat4::NFS4ERR_NOT_SAME);
+        }
+        if entries.is_empty() && !page.eof {
             return Err(Nfsstat4::NFS4ERR_TOOSMALL);
         }
-        Ok(out)
+        Ok(Readdir4ResOk {
+            cookieverf: FixedOpaque(page.verf),
+            entries,
+            eof: page.eof,
+        })
     }
 
     /// SECINFO and SECINFO_NO_NAME (RFC 8881 §18.29.4, §18.45.4): AUTH_SYS

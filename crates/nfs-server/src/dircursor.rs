@@ -1,0 +1,426 @@
+//! A directory cursor over `getdents64`: READDIR pages whose cost is the
+//! entries they return, not the size of the directory.
+//!
+//! Cookies are the file system's own directory offsets, as Linux's nfsd
+//! uses them: the cookie handed out with an entry is that entry's `d_off`
+//! (the position of the entry after it), and a page that resumes from a
+//! cookie seeks the directory there (`lseek(SEEK_SET)`) and reads on. A
+//! page costs one `open`, one `lseek` and `getdents64` calls for the
+//! entries it returns (plus one buffer read ahead, at most); "." and ".."
+//! come from the file system with its cookies like any other entry.
+//!
+//! What the cookies rely on. POSIX only promises `seekdir` to a `telldir`
+//! value of the same open stream; Linux file systems that can be exported
+//! promise more, and knfsd relies on it as we do: a `d_off` stays a valid
+//! position in a later open of the same directory, and an entry neither
+//! created nor removed in between keeps its place relative to it.
+//! - ext4 (`dir_index`): positions are name hashes (major and minor hash,
+//!   63 bits); an untouched entry's hash never changes, so resuming at a
+//!   hash returns exactly the entries not yet returned (a hash collision
+//!   across a page boundary can repeat an entry, as with knfsd). In a
+//!   linear directory they are byte offsets, and ext4 rescans the block so
+//!   that a position that no longer starts an entry lands on the next one.
+//! - xfs, btrfs: positions are per-entry data offsets / index numbers,
+//!   stable while the entry lives; xfs skips to the next entry at or after
+//!   the position.
+//! - tmpfs since Linux 6.6: stable per-entry offsets ("libfs: stable
+//!   directory offsets"); a removed entry's offset resumes at the next one.
+//!   Before 6.6, and on ramfs, offsets are entry counts: a removal before
+//!   the position shifts every later entry. There the verifier also covers
+//!   the directory's mtime, so a cookie from before any change is refused
+//!   with BAD_COOKIE instead of silently skipping an entry.
+//!
+//! The cookie verifier (RFC 1813 §3.3.16 `cookieverf`, RFC 8881 §18.23.3)
+//! is a hash of the directory's identity: device, inode number, birth time
+//! (statx `btime`, where the file system records it) and the cookie scheme
+//! version. It changes only when an old cookie can no longer be honoured:
+//! when the handle now names a different directory (inode number reused
+//! by a re-created directory), when the server changes its cookie scheme,
+//! and, on file systems with count-based offsets, when the directory
+//! changes. Entries coming and going do not change it elsewhere.
+//!
+//! A cookie the file system refuses to seek to (a negative offset, one past
+//! its largest position) is [`CursorError::BadCookie`]: NFS3ERR_BAD_COOKIE
+//! / NFS4ERR_BAD_COOKIE. Any other position lands on the next entry at or
+//! after it, never inside one (above).
+
+use std::ffi::CStr;
+use std::io;
+use std::sync::OnceLock;
+
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::{AtFlags, FileType, RawDir, SeekFrom, Stat, StatxFlags};
+use rustix::io::Errno;
+
+/// Smallest `getdents64` buffer: holds the longest entry (255-byte name)
+/// many times over.
+pub const MIN_BUF: usize = 4096;
+/// Largest `getdents64` buffer one page reads with.
+pub const MAX_BUF: usize = 256 * 1024;
+
+/// Version of the cookie scheme, hashed into the verifier so cookies of an
+/// older scheme (name hashes) are refused after an upgrade.
+const SCHEME: &[u8] = b"nfsrdma-dircursor-1";
+
+/// Why a page could not be read.
+#[derive(Debug)]
+pub enum CursorError {
+    /// The file system refuses the cookie as a position.
+    BadCookie,
+    /// Any other failure of the directory.
+    Io(io::Error),
+}
+
+impl From<Errno> for CursorError {
+    fn from(e: Errno) -> Self {
+        Self::Io(e.into())
+    }
+}
+
+/// One directory entry as `getdents64` gives it, valid during a visit.
+#[derive(Debug)]
+pub struct Entry<'a> {
+    name: &'a CStr,
+    ino: u64,
+    file_type: FileType,
+    cookie: u64,
+    dir: BorrowedFd<'a>,
+}
+
+impl Entry<'_> {
+    /// The name, without its NUL.
+    pub fn name(&self) -> &[u8] {
+        self.name.to_bytes()
+    }
+
+    /// The inode number the directory records.
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+
+    /// The type the directory records (`Unknown` where the file system
+    /// does not record types).
+    pub fn file_type(&self) -> FileType {
+        self.file_type
+    }
+
+    /// The cookie that resumes after this entry (its `d_off`).
+    pub fn cookie(&self) -> u64 {
+        self.cookie
+    }
+
+    /// Whether this is "." or "..".
+    pub fn is_dot(&self) -> bool {
+        matches!(self.name(), b"." | b"..")
+    }
+
+    /// `lstat` of the entry relative to the open directory: one
+    /// `fstatat(AT_SYMLINK_NOFOLLOW)`, no path resolution from the root.
+    pub fn stat(&self) -> io::Result<Stat> {
+        Ok(rustix::fs::statat(
+            self.dir,
+            self.name,
+            AtFlags::SYMLINK_NOFOLLOW,
+        )?)
+    }
+}
+
+/// An open directory and its cookie verifier.
+#[derive(Debug)]
+pub struct DirCursor {
+    fd: OwnedFd,
+    verifier: [u8; 8],
+}
+
+impl DirCursor {
+    /// A cursor over the directory open on `fd` (opened with `O_DIRECTORY`).
+    pub fn new(fd: OwnedFd) -> io::Result<Self> {
+        let verifier = verifier_of(fd.as_fd())?;
+        Ok(Self { fd, verifier })
+    }
+
+    /// The cookie verifier of this directory (never all zeros, which
+    /// clients send to mean "no verifier").
+    pub fn verifier(&self) -> [u8; 8] {
+        self.verifier
+    }
+
+    /// The open directory.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Visits the entries after `cookie` (0: from the start) in directory
+    /// order until `visit` returns `false` (that entry is not taken) or the
+    /// directory ends. Returns whether it ended: `true` when every entry
+    /// after `cookie` was visited and taken. `buf_len` sizes the
+    /// `getdents64` buffer (clamped to [`MIN_BUF`]..=[`MAX_BUF`]); pass
+    /// about the bytes of entries the page can hold.
+    pub fn read(
+        &mut self,
+        cookie: u64,
+        buf_len: usize,
+        mut visit: impl FnMut(&Entry<'_>) -> bool,
+    ) -> Result<bool, CursorError> {
+        match rustix::fs::seek(&self.fd, SeekFrom::Start(cookie)) {
+            Ok(_) => {}
+            Err(Errno::INVAL | Errno::OVERFLOW | Errno::NXIO) => {
+                return Err(CursorError::BadCookie)
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let mut buf: Vec<u8> = Vec::with_capacity(buf_len.clamp(MIN_BUF, MAX_BUF));
+        let dir = self.fd.as_fd();
+        let mut raw = RawDir::new(dir, buf.spare_capacity_mut());
+        while let Some(e) = raw.next() {
+            let e = e?;
+            let entry = Entry {
+                name: e.file_name(),
+                ino: e.ino(),
+                file_type: e.file_type(),
+                cookie: e.next_entry_cookie(),
+                dir,
+            };
+            if !visit(&entry) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// 64-bit FNV-1a: stable across releases, unlike std's hasher, so
+/// verifiers survive a server upgrade that keeps the scheme.
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in parts.iter().flat_map(|p| p.iter()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The verifier of the directory open on `fd` (see the module docs).
+fn verifier_of(fd: BorrowedFd<'_>) -> io::Result<[u8; 8]> {
+    let want = StatxFlags::INO | StatxFlags::BTIME | StatxFlags::MTIME;
+    let x = rustix::fs::statx(fd, c"", AtFlags::EMPTY_PATH, want)?;
+    let btime = if x.stx_mask & StatxFlags::BTIME.bits() != 0 {
+        (x.stx_btime.tv_sec, x.stx_btime.tv_nsec)
+    } else {
+        (0, 0)
+    };
+    let stable = offsets_stable(rustix::fs::fstatfs(fd)?.f_type as u64, kernel_release());
+    let mtime = if stable {
+        (0, 0)
+    } else {
+        (x.stx_mtime.tv_sec, x.stx_mtime.tv_nsec)
+    };
+    let h = fnv1a(&[
+        SCHEME,
+        &x.stx_dev_major.to_be_bytes(),
+        &x.stx_dev_minor.to_be_bytes(),
+        &x.stx_ino.to_be_bytes(),
+        &btime.0.to_be_bytes(),
+        &btime.1.to_be_bytes(),
+        &mtime.0.to_be_bytes(),
+        &mtime.1.to_be_bytes(),
+    ]);
+    Ok(h.max(1).to_be_bytes())
+}
+
+const TMPFS_MAGIC: u64 = 0x0102_1994;
+const RAMFS_MAGIC: u64 = 0x8584_58f6;
+
+/// Whether directory offsets on a file system of type `magic` stay with
+/// their entries when other entries are removed (see the module docs):
+/// not on ramfs, and on tmpfs only from Linux 6.6 on.
+fn offsets_stable(magic: u64, release: (u32, u32)) -> bool {
+    match magic {
+        RAMFS_MAGIC => false,
+        TMPFS_MAGIC => release >= (6, 6),
+        _ => true,
+    }
+}
+
+/// The running kernel's (major, minor) version; (0, 0) when unknown.
+fn kernel_release() -> (u32, u32) {
+    static REL: OnceLock<(u32, u32)> = OnceLock::new();
+    *REL.get_or_init(|| {
+        let s = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        parse_release(&s)
+    })
+}
+
+fn parse_release(s: &str) -> (u32, u32) {
+    let mut it = s.trim().split(['.', '-']);
+    let mut num = || it.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (num(), num())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::fs::{Mode, OFlags, CWD};
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::{Path, PathBuf};
+
+    struct Tmp(PathBuf);
+    impl Tmp {
+        fn new(tag: &str) -> Self {
+            let p = std::env::temp_dir().join(format!("dircursor-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            Self(p)
+        }
+    }
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn open(p: &Path) -> DirCursor {
+        let fd = rustix::fs::openat(
+            CWD,
+            p,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        DirCursor::new(fd).unwrap()
+    }
+
+    /// One page of at most `n` entries after `cookie`: (names, last
+    /// cookie, eof), each page from a fresh open as a server call does.
+    fn page(p: &Path, cookie: u64, n: usize) -> (Vec<String>, u64, bool) {
+        let mut c = open(p);
+        let mut names = Vec::new();
+        let mut last = cookie;
+        let eof = c
+            .read(cookie, 0, |e| {
+                if names.len() == n {
+                    return false;
+                }
+                names.push(String::from_utf8(e.name().to_vec()).unwrap());
+                last = e.cookie();
+                true
+            })
+            .unwrap();
+        (names, last, eof)
+    }
+
+    #[test]
+    fn pages_while_entries_come_and_go_return_untouched_entries_once() {
+        let t = Tmp::new("churn");
+        for i in 0..600 {
+            std::fs::write(t.0.join(format!("keep-{i}")), b"").unwrap();
+        }
+        for i in 0..300 {
+            std::fs::write(t.0.join(format!("gone-{i}")), b"").unwrap();
+        }
+        let mut seen: BTreeMap<String, u32> = BTreeMap::new();
+        let (mut cookie, mut round) = (0, 0);
+        loop {
+            let (names, last, eof) = page(&t.0, cookie, 7);
+            for n in names {
+                *seen.entry(n).or_default() += 1;
+            }
+            cookie = last;
+            // Between pages: remove a few, create a few more.
+            for k in 0..3 {
+                let _ = std::fs::remove_file(t.0.join(format!("gone-{}", round * 3 + k)));
+                std::fs::write(t.0.join(format!("new-{round}-{k}")), b"").unwrap();
+            }
+            round += 1;
+            if eof {
+                break;
+            }
+        }
+        for i in 0..600 {
+            assert_eq!(seen.get(&format!("keep-{i}")), Some(&1), "keep-{i}");
+        }
+        assert!(seen.values().all(|&v| v == 1), "an entry came twice");
+        assert_eq!(seen.get("."), Some(&1));
+        assert_eq!(seen.get(".."), Some(&1));
+    }
+
+    #[test]
+    fn concurrent_writer_does_not_make_untouched_entries_repeat_or_vanish() {
+        let t = Tmp::new("thread");
+        for i in 0..1000 {
+            std::fs::write(t.0.join(format!("keep-{i}")), b"").unwrap();
+        }
+        let dir = t.0.clone();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = stop.clone();
+        let w = std::thread::spawn(move || {
+            let mut i = 0u32;
+            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+                let p = dir.join(format!("tmp-{}", i % 64));
+                if i % 2 == 0 {
+                    let _ = std::fs::write(&p, b"");
+                } else {
+                    let _ = std::fs::remove_file(dir.join(format!("tmp-{}", (i * 7) % 64)));
+                }
+                i += 1;
+            }
+        });
+        let mut keep = Vec::new();
+        let mut cookie = 0;
+        loop {
+            let (names, last, eof) = page(&t.0, cookie, 5);
+            keep.extend(names.into_iter().filter(|n| n.starts_with("keep-")));
+            cookie = last;
+            if eof {
+                break;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        w.join().unwrap();
+        let set: BTreeSet<_> = keep.iter().cloned().collect();
+        assert_eq!((keep.len(), set.len()), (1000, 1000));
+    }
+
+    #[test]
+    fn a_cookie_the_file_system_refuses_is_bad_cookie() {
+        let t = Tmp::new("bad");
+        std::fs::write(t.0.join("a"), b"").unwrap();
+        let mut c = open(&t.0);
+        let r = c.read(1 << 63, 0, |_| true);
+        assert!(matches!(r, Err(CursorError::BadCookie)), "{r:?}");
+        // The cursor still works from a good cookie.
+        let mut n = 0;
+        assert!(c
+            .read(0, 0, |_| {
+                n += 1;
+                true
+            })
+            .unwrap());
+        assert_eq!(n, 3);
+    }
+
+    #[test]
+    fn verifier_is_stable_across_changes_and_differs_for_a_recreated_dir() {
+        let t = Tmp::new("verf");
+        let d = t.0.join("d");
+        std::fs::create_dir(&d).unwrap();
+        let v1 = open(&d).verifier();
+        std::fs::write(d.join("x"), b"").unwrap();
+        std::fs::remove_file(d.join("x")).unwrap();
+        assert_eq!(open(&d).verifier(), v1);
+        std::fs::remove_dir(&d).unwrap();
+        std::fs::create_dir(&d).unwrap();
+        assert_ne!(open(&d).verifier(), v1);
+        assert_ne!(v1, [0; 8]);
+    }
+
+    #[test]
+    fn count_offsets_only_on_ramfs_and_old_tmpfs() {
+        assert!(!offsets_stable(RAMFS_MAGIC, (6, 18)));
+        assert!(!offsets_stable(TMPFS_MAGIC, (6, 5)));
+        assert!(offsets_stable(TMPFS_MAGIC, (6, 6)));
+        assert!(offsets_stable(0xEF53, (4, 19)));
+        assert_eq!(parse_release("6.18.44-fc-v657\n"), (6, 18));
+        assert_eq!(parse_release("junk"), (0, 0));
+    }
+}

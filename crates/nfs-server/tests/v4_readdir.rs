@@ -1,0 +1,150 @@
+//! NFSv4.1 READDIR paging (RFC 8881 §18.23): exact `maxcount`, listings
+//! while the directory changes, stale cookies and verifiers.
+
+mod v4_common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use nfs::v4::attr::*;
+use nfs::v4::*;
+use nfs_server::v4::SessionLimits;
+use v4_common::*;
+use xdr::{Encode, FixedOpaque};
+
+fn readdir_op(cookie: u64, verf: [u8; 8], maxcount: u32, attrs: &[u32]) -> NfsArgop4 {
+    NfsArgop4::Readdir(Readdir4Args {
+        cookie,
+        cookieverf: FixedOpaque(verf),
+        dircount: maxcount,
+        maxcount,
+        attr_request: Bitmap4::from_bits(attrs),
+    })
+}
+
+/// READDIR of the export root: the result or the failing status.
+async fn readdir(
+    me: &C4,
+    cookie: u64,
+    verf: [u8; 8],
+    maxcount: u32,
+    attrs: &[u32],
+) -> Result<Readdir4ResOk, Nfsstat4> {
+    // Not cached (cachethis false): listings may be larger than the
+    // session's cached-reply limit.
+    let id = me.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+    let r = me
+        .ops(vec![
+            me.sequence(0, id, false),
+            NfsArgop4::Putrootfh(()),
+            readdir_op(cookie, verf, maxcount, attrs),
+        ])
+        .await;
+    match r.resarray.last() {
+        Some(NfsResop4::Readdir(Res4::Ok(d))) => Ok(d.clone()),
+        _ => Err(r.status),
+    }
+}
+
+fn files(dir: &Path, prefix: &str, n: usize) {
+    for i in 0..n {
+        std::fs::write(dir.join(format!("{prefix}-{i:05}")), b"").unwrap();
+    }
+}
+
+const ATTRS: &[u32] = &[FATTR4_TYPE, FATTR4_FILEID, FATTR4_SIZE, FATTR4_RDATTR_ERROR];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maxcount_is_exact_and_pages_survive_entries_coming_and_going() {
+    let srv = serve("v4rd", SessionLimits::default()).await;
+    files(srv.dir.path(), "keep", 300);
+    files(srv.dir.path(), "gone", 100);
+    let mut me = C4::connect(&srv).await;
+    me.establish("v4rd").await;
+    let all = readdir(&me, 0, [0; 8], 1 << 20, ATTRS).await.unwrap();
+    assert!(all.eof);
+    assert_eq!(all.entries.len(), 400, "no . or ..");
+    // READDIR4resok: verifier, entries (each with its list word), list
+    // end, eof.
+    let size = |k: usize| {
+        8 + all.entries[..k]
+            .iter()
+            .map(|e| 4 + e.encoded_len())
+            .sum::<usize>()
+            + 8
+    };
+    for k in [1, 13, 399] {
+        let r = readdir(&me, 0, [0; 8], size(k) as u32, ATTRS)
+            .await
+            .unwrap();
+        assert_eq!((r.entries.len(), r.eof), (k, false), "maxcount for {k}");
+        let r = readdir(&me, 0, [0; 8], size(k) as u32 - 1, ATTRS).await;
+        match r {
+            Ok(r) => assert_eq!(r.entries.len(), k - 1),
+            Err(s) => assert_eq!((s, k), (Nfsstat4::NFS4ERR_TOOSMALL, 1)),
+        }
+    }
+    // Small pages while entries are removed and created between them.
+    let mut seen: BTreeMap<Vec<u8>, u32> = BTreeMap::new();
+    let (mut cookie, mut verf) = (0, [0; 8]);
+    for page in 0.. {
+        let r = readdir(&me, cookie, verf, 1200, ATTRS).await.unwrap();
+        for e in &r.entries {
+            *seen.entry(e.name.0.to_vec()).or_default() += 1;
+            let a = FileAttrs::from_fattr4(&e.attrs).unwrap();
+            assert!(a.fileid.is_some());
+            assert_eq!(a.rdattr_error, Some(Nfsstat4::NFS4_OK));
+        }
+        cookie = r.entries.last().map_or(cookie, |e| e.cookie);
+        verf = r.cookieverf.0;
+        if r.eof {
+            break;
+        }
+        for k in 0..2 {
+            let _ = std::fs::remove_file(srv.dir.path().join(format!("gone-{:05}", page * 2 + k)));
+            std::fs::write(srv.dir.path().join(format!("new-{page}-{k}")), b"").unwrap();
+        }
+    }
+    for i in 0..300 {
+        let n = format!("keep-{i:05}").into_bytes();
+        assert_eq!(seen.get(&n), Some(&1), "keep-{i:05}");
+    }
+    assert!(seen.values().all(|&n| n == 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_cookies_and_verifiers_are_refused() {
+    let srv = serve("v4stale", SessionLimits::default()).await;
+    files(srv.dir.path(), "f", 50);
+    let mut me = C4::connect(&srv).await;
+    me.establish("v4stale").await;
+    let p1 = readdir(&me, 0, [0; 8], 600, &[]).await.unwrap();
+    assert!(!p1.eof);
+    let (cookie, verf) = (p1.entries.last().unwrap().cookie, p1.cookieverf.0);
+    // Another verifier: NOT_SAME; a position the file system refuses, or
+    // a reserved cookie: BAD_COOKIE.
+    assert_eq!(
+        readdir(&me, cookie, [9; 8], 4096, &[]).await.unwrap_err(),
+        Nfsstat4::NFS4ERR_NOT_SAME
+    );
+    assert_eq!(
+        readdir(&me, 1 << 63, verf, 4096, &[]).await.unwrap_err(),
+        Nfsstat4::NFS4ERR_BAD_COOKIE
+    );
+    assert_eq!(
+        readdir(&me, 2, verf, 4096, &[]).await.unwrap_err(),
+        Nfsstat4::NFS4ERR_BAD_COOKIE
+    );
+    // The good cookie still resumes, and the two pages are the listing.
+    let mut names: Vec<_> = p1.entries.iter().map(|e| e.name.0.clone()).collect();
+    let (mut c, mut eof) = (cookie, false);
+    while !eof {
+        let r = readdir(&me, c, verf, 600, &[]).await.unwrap();
+        names.extend(r.entries.iter().map(|e| e.name.0.clone()));
+        c = r.entries.last().map_or(c, |e| e.cookie);
+        eof = r.eof;
+    }
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 50);
+}
