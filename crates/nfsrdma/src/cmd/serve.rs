@@ -39,6 +39,14 @@ pub(crate) struct ServeArgs {
     /// Credits granted per RDMA connection (receive buffers posted).
     #[arg(long, default_value_t = 64)]
     rdma_credits: u32,
+    /// Bytes the calls of one RDMA connection may be pulling by RDMA Read
+    /// at once (their buffers); a call beyond it waits for earlier ones.
+    #[arg(long, default_value_t = 64 << 20)]
+    rdma_read_bytes_per_conn: u64,
+    /// Milliseconds the RDMA Reads of one call may take; a client that
+    /// leaves them unanswered has its connection closed.
+    #[arg(long, default_value_t = 30_000)]
+    rdma_read_timeout_ms: u64,
     /// Receive buffers posted per RDMA connection for replies to the
     /// server's reverse-direction calls (NFSv4.1 callbacks on the client's
     /// own connection, RFC 8167); 0 disables the backchannel, and with it
@@ -110,6 +118,8 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let rdma_config = rpcrdma::transport::RdmaServerConfig {
             credits: args.rdma_credits.max(1),
             backchannel_credits: args.rdma_backchannel_credits,
+            read_bytes_per_conn: args.rdma_read_bytes_per_conn,
+            read_timeout: std::time::Duration::from_millis(args.rdma_read_timeout_ms),
             ..rpcrdma::transport::RdmaServerConfig::default()
         };
         let listener =
