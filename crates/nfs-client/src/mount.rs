@@ -17,6 +17,8 @@ use crate::error::{Error, Result};
 pub const MIN_IO_SIZE: u32 = 4096;
 /// Largest READ/WRITE size used whatever the server advertises.
 pub const MAX_IO_SIZE: u32 = 4 << 20;
+/// Smallest default READDIRPLUS reply size (`maxcount`).
+pub const DEFAULT_DIR_BYTES: u32 = 64 << 10;
 /// Path components followed before giving up.
 pub const MAX_PATH_COMPONENTS: usize = 256;
 
@@ -29,7 +31,8 @@ pub struct IoOptions {
     /// (FSINFO `rtpref`/`wtpref`). Always capped by `rtmax`/`wtmax`.
     pub block_size: Option<u32>,
     /// READDIRPLUS `maxcount` (the reply size); `dircount` is a quarter of
-    /// it. `None` uses FSINFO `dtpref` times 8.
+    /// it. `None` uses FSINFO `dtpref` times 8, at least 64 KiB, so a
+    /// large directory takes few calls.
     pub dir_bytes: Option<u32>,
     /// Bytes of UNSTABLE writes kept for a possible resend before a
     /// COMMIT is forced (RFC 1813 §3.3.7).
@@ -182,7 +185,7 @@ impl<T: ClientTransport> Mount<T> {
         let maxcount = self
             .opts
             .dir_bytes
-            .unwrap_or_else(|| self.fsinfo.dtpref.saturating_mul(8))
+            .unwrap_or_else(|| self.fsinfo.dtpref.saturating_mul(8).max(DEFAULT_DIR_BYTES))
             .clamp(1024, 1 << 20);
         ReadDirPlus {
             mount: self,
@@ -245,31 +248,44 @@ impl<T: ClientTransport> ReadDirPlus<'_, T> {
             if let Some(e) = self.buf.pop_front() {
                 return Ok(Some(e));
             }
-            if self.eof {
-                return Ok(None);
+            match self.next_page().await? {
+                Some(page) => self.buf.extend(page),
+                None => return Ok(None),
             }
-            let r = self
-                .mount
-                .nfs
-                .readdirplus(
-                    &self.dir,
-                    self.cookie,
-                    self.verf,
-                    self.maxcount / 4,
-                    self.maxcount,
-                )
-                .await?;
-            self.calls += 1;
-            self.verf = r.cookieverf;
-            self.eof = r.eof;
-            if !r.eof {
-                match r.entries.last() {
-                    Some(last) if last.cookie != self.cookie => self.cookie = last.cookie,
-                    _ => return Err(Error::Protocol("READDIRPLUS made no progress")),
-                }
-            }
-            self.buf.extend(r.entries);
         }
+    }
+
+    /// The entries not yet returned of the current page, else those of
+    /// the next READDIRPLUS reply (possibly empty), or `None` after the
+    /// last: for callers that act once per reply (streaming output).
+    pub async fn next_page(&mut self) -> Result<Option<Vec<Entryplus3>>> {
+        if !self.buf.is_empty() {
+            return Ok(Some(self.buf.drain(..).collect()));
+        }
+        if self.eof {
+            return Ok(None);
+        }
+        let r = self
+            .mount
+            .nfs
+            .readdirplus(
+                &self.dir,
+                self.cookie,
+                self.verf,
+                self.maxcount / 4,
+                self.maxcount,
+            )
+            .await?;
+        self.calls += 1;
+        self.verf = r.cookieverf;
+        self.eof = r.eof;
+        if !r.eof {
+            match r.entries.last() {
+                Some(last) if last.cookie != self.cookie => self.cookie = last.cookie,
+                _ => return Err(Error::Protocol("READDIRPLUS made no progress")),
+            }
+        }
+        Ok(Some(r.entries))
     }
 
     /// READDIRPLUS calls made so far.

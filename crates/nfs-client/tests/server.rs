@@ -402,3 +402,25 @@ async fn a_path_below_the_export_mounts_the_export() {
     assert_eq!(m.mount.read_file(&f.fh).await.unwrap(), b"below");
     srv.stop();
 }
+
+#[tokio::test]
+async fn default_read_dir_pages_a_large_directory_in_few_large_replies() {
+    let dir = TempDir::new("bigdir");
+    for i in 0..4000 {
+        std::fs::write(dir.path().join(format!("file-{i:05}")), b"").unwrap();
+    }
+    let srv = server(dir.path()).await;
+    let m = counting_mount(&srv, dir.path(), IoOptions::default()).await;
+    let mut it = m.read_dir(m.root());
+    let mut pages = 0;
+    let mut names = std::collections::BTreeSet::new();
+    while let Some(page) = it.next_page().await.unwrap() {
+        pages += 1;
+        names.extend(page.iter().map(nfs_client::entry_name));
+    }
+    assert_eq!(names.len(), 4002);
+    // At least 64 KiB replies: ~380 entries each at the very least.
+    assert!(it.calls() <= 11, "{} READDIRPLUS calls", it.calls());
+    assert_eq!(pages, it.calls());
+    srv.stop();
+}

@@ -97,15 +97,23 @@ fn ls_lists_names_and_long_format() {
     )
     .unwrap();
 
-    let out = ok(&["ls", &srv.url("")]);
+    let out = ok(&["ls", "--sort", &srv.url("")]);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "a.txt\nb.txt\nlink\nsub\n"
     );
-    let out = ok(&["ls", "-a", &srv.url("")]);
+    // Unsorted (streamed in the server's order): the same names.
+    let out = ok(&["ls", &srv.url("")]);
+    let mut names: Vec<_> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a.txt", "b.txt", "link", "sub"]);
+    let out = ok(&["ls", "-a", "-s", &srv.url("")]);
     assert!(String::from_utf8_lossy(&out.stdout).starts_with(".hidden\n"));
 
-    let out = ok(&["ls", "-l", &srv.url("")]);
+    let out = ok(&["ls", "-l", "--sort", &srv.url("")]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 4, "{text}");
@@ -232,7 +240,7 @@ fn rdma_round_trip(srv: &Server, opts: &str) {
     ]);
     assert!(std::fs::read(srv.dir().join("copy.bin")).unwrap() == data);
 
-    let out = ok(&["ls", &srv.rdma_url("", opts)]);
+    let out = ok(&["ls", "--sort", &srv.rdma_url("", opts)]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "copy.bin\nsub\n");
     let out = ok(&["ls", "-l", &srv.rdma_url("sub", opts)]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use anyhow::Context;
-use nfs_client::nfs::v3::{Fattr3, Ftype3, NfsFh3};
+use nfs_client::nfs::v3::{Entryplus3, Fattr3, Ftype3, NfsFh3};
 use nfs_client::{Mount, Mounted};
 use oncrpc::ClientTransport;
 
@@ -22,6 +22,11 @@ pub(crate) struct LsArgs {
     /// Include entries whose names start with '.'.
     #[arg(short = 'a', long)]
     all: bool,
+    /// Sort by name (waits for the whole listing). Without it, entries
+    /// print in the server's order as each READDIRPLUS reply arrives, like
+    /// `ls -U`, so a huge directory starts printing at once.
+    #[arg(short = 's', long)]
+    sort: bool,
 }
 
 pub(crate) async fn run(args: LsArgs) -> anyhow::Result<()> {
@@ -40,50 +45,81 @@ async fn list<T: ClientTransport>(
         .resolve(&rest)
         .await
         .with_context(|| url.path.clone())?;
-    let mut lines = Vec::new();
-    if target.attrs.ftype == Ftype3::NF3DIR {
-        let mut entries = mount
-            .list_dir(&target.fh)
-            .await
-            .with_context(|| format!("listing {}", url.path))?;
-        entries.sort_by(|a, b| a.name.0.cmp(&b.name.0));
-        for e in entries {
-            let name = nfs_client::entry_name(&e);
-            if !args.all && name.starts_with('.') {
-                continue;
-            }
-            if !args.long {
-                lines.push(name);
-                continue;
-            }
-            let attrs = match (e.name_attributes, &e.name_handle) {
-                (Some(a), _) => a,
-                (None, Some(fh)) => mount.client().getattr(fh).await?,
-                (None, None) => mount
-                    .client()
-                    .lookup(&target.fh, &e.name.0)
-                    .await?
-                    .obj_attributes
-                    .context("server gave no attributes")?,
-            };
-            lines.push(long_line(&mount, &attrs, e.name_handle.as_ref(), &name).await);
-        }
+    let mut out = std::io::BufWriter::new(std::io::stdout());
+    let r = if target.attrs.ftype == Ftype3::NF3DIR {
+        list_dir(&mount, &target.fh, url, args, &mut out).await
     } else {
         let name = url.file_name().unwrap_or("/").to_owned();
-        if args.long {
-            lines.push(long_line(&mount, &target.attrs, Some(&target.fh), &name).await);
+        let line = if args.long {
+            long_line(&mount, &target.attrs, Some(&target.fh), &name).await
         } else {
-            lines.push(name);
+            name
+        };
+        writeln!(out, "{line}").map_err(Into::into)
+    };
+    quiet_broken_pipe(r.and_then(|()| out.flush().map_err(Into::into)))
+}
+
+/// Lists directory `dir`: each READDIRPLUS reply printed and flushed as
+/// it arrives (server order), or with `--sort` all of them sorted by name.
+async fn list_dir<T: ClientTransport>(
+    mount: &Mount<T>,
+    dir: &NfsFh3,
+    url: &NfsUrl,
+    args: &LsArgs,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let mut pages = mount.read_dir(dir);
+    let mut sorted = Vec::new();
+    while let Some(page) = pages
+        .next_page()
+        .await
+        .with_context(|| format!("listing {}", url.path))?
+    {
+        for e in page {
+            let name = nfs_client::entry_name(&e);
+            if name == "." || name == ".." || (!args.all && name.starts_with('.')) {
+                continue;
+            }
+            let line = if args.long {
+                entry_line(mount, dir, e, &name).await?
+            } else {
+                name.clone()
+            };
+            if args.sort {
+                sorted.push((name, line));
+            } else {
+                writeln!(out, "{line}")?;
+            }
         }
+        out.flush()?;
     }
-    let mut out = std::io::stdout().lock();
-    quiet_broken_pipe(
-        lines
-            .iter()
-            .try_for_each(|l| writeln!(out, "{l}"))
-            .and_then(|()| out.flush())
-            .map_err(Into::into),
-    )
+    sorted.sort();
+    for (_, line) in sorted {
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
+
+/// The `-l` line of one entry; attributes the server left out are
+/// fetched.
+async fn entry_line<T: ClientTransport>(
+    mount: &Mount<T>,
+    dir: &NfsFh3,
+    e: Entryplus3,
+    name: &str,
+) -> anyhow::Result<String> {
+    let attrs = match (e.name_attributes, &e.name_handle) {
+        (Some(a), _) => a,
+        (None, Some(fh)) => mount.client().getattr(fh).await?,
+        (None, None) => mount
+            .client()
+            .lookup(dir, &e.name.0)
+            .await?
+            .obj_attributes
+            .context("server gave no attributes")?,
+    };
+    Ok(long_line(mount, &attrs, e.name_handle.as_ref(), name).await)
 }
 
 async fn long_line<T: ClientTransport>(

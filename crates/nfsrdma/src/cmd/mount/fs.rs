@@ -25,11 +25,10 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use nfs_client::nfs::v3::{
-    Cookieverf3, Create3ResOk, Createhow3, Fattr3, Ftype3, Mknoddata3, NfsFh3, Sattr3, SetTime,
-    Specdata3, ACCESS3_DELETE, ACCESS3_EXECUTE, ACCESS3_EXTEND, ACCESS3_LOOKUP, ACCESS3_MODIFY,
-    ACCESS3_READ, NFS3_MAXNAMLEN,
+    Create3ResOk, Createhow3, Fattr3, Ftype3, Mknoddata3, NfsFh3, Sattr3, SetTime, Specdata3,
+    ACCESS3_DELETE, ACCESS3_EXECUTE, ACCESS3_EXTEND, ACCESS3_LOOKUP, ACCESS3_MODIFY, ACCESS3_READ,
+    NFS3_MAXNAMLEN,
 };
-use nfs_client::nfs::xdr::FixedOpaque;
 use nfs_client::Mount;
 use oncrpc::ClientTransport;
 use tokio::runtime::Handle;
@@ -68,7 +67,7 @@ pub(crate) struct NfsFs<T> {
     rt: Handle,
     inodes: Inodes,
     files: Mutex<HashMap<u64, Arc<OpenFile>>>,
-    dirs: Mutex<HashMap<u64, Cookieverf3>>,
+    dirs: Mutex<HashMap<u64, dir::OpenDir>>,
     next_handle: AtomicU64,
     opts: FsOptions,
     blksize: u32,
@@ -635,7 +634,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
             Ok(_) => {
                 let id = self.handle();
                 let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
-                dirs.insert(id, FixedOpaque([0; 8]));
+                dirs.insert(id, dir::OpenDir::default());
                 reply.opened(FileHandle(id), FopenFlags::empty());
             }
             Err(e) => reply.error(e),

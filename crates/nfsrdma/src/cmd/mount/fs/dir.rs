@@ -1,12 +1,15 @@
 //! Directory listing for [`NfsFs`]: READDIRPLUS pages (RFC 1813
 //! §3.3.17) into FUSE `readdir` and `readdirplus` replies. FUSE offsets
-//! are NFS cookies; each open directory keeps the cookie verifier.
+//! are NFS cookies; each open directory keeps the cookie verifier and the
+//! rest of its last page, so a listing costs one large READDIRPLUS per
+//! page, not one per kernel buffer.
 
+use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 use fuser::{Errno, FileHandle, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
-use nfs_client::nfs::v3::{Entryplus3, Fattr3, NfsFh3};
+use nfs_client::nfs::v3::{Cookieverf3, Entryplus3, Fattr3, NfsFh3};
 use nfs_client::nfs::xdr::FixedOpaque;
 use oncrpc::ClientTransport;
 
@@ -34,34 +37,54 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
         }
     }
 
-    /// One READDIRPLUS (RFC 1813 §3.3.17) resuming after cookie `offset`
-    /// with the verifier kept for directory handle `dh`.
+    /// The entries after cookie `offset` for directory handle `dh`: the
+    /// rest of the last page when the kernel resumes where that page was
+    /// cut (its buffer holds far fewer entries than a page), else one
+    /// large READDIRPLUS (RFC 1813 §3.3.17) with the kept verifier.
     async fn read_dir_page(
         &self,
         dir: &NfsFh3,
         dh: FileHandle,
         offset: u64,
-    ) -> Res<Vec<Entryplus3>> {
-        let verf = if offset == 0 {
-            FixedOpaque([0; 8])
-        } else {
-            let dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
-            dirs.get(&dh.0).copied().unwrap_or(FixedOpaque([0; 8]))
+    ) -> Res<VecDeque<Entryplus3>> {
+        let verf = {
+            let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+            let d = dirs.entry(dh.0).or_default();
+            if d.at == offset && (!d.rest.is_empty() || d.eof) {
+                return Ok(std::mem::take(&mut d.rest));
+            }
+            if offset == 0 {
+                FixedOpaque([0; 8])
+            } else {
+                d.verf
+            }
         };
         let maxcount = self
             .mount
             .fsinfo()
             .dtpref
             .saturating_mul(8)
-            .clamp(4096, 1 << 20);
+            .clamp(64 << 10, 1 << 20);
         let r = nfs(self
             .mount
             .client()
-            .readdirplus(dir, offset, verf, maxcount / 4, maxcount)
+            .readdirplus(dir, offset, verf, maxcount / 2, maxcount)
             .await)?;
         let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
-        dirs.insert(dh.0, r.cookieverf);
-        Ok(r.entries)
+        let d = dirs.entry(dh.0).or_default();
+        d.verf = r.cookieverf;
+        d.eof = r.eof;
+        Ok(r.entries.into())
+    }
+
+    /// Keeps the entries of a page the kernel's buffer did not take, to
+    /// resume after cookie `at`.
+    fn keep_rest(&self, dh: FileHandle, at: u64, rest: VecDeque<Entryplus3>) {
+        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = dirs.get_mut(&dh.0) {
+            d.at = at;
+            d.rest = rest;
+        }
     }
 
     /// Fills a `readdir` reply from one READDIRPLUS page; the entry types
@@ -74,8 +97,10 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
         reply: &mut ReplyDirectory,
     ) -> Res<()> {
         let dir = self.fh(ino)?;
-        for e in self.read_dir_page(&dir, fh, offset).await? {
-            resumes_after(offset, e.cookie)?;
+        let mut page = self.read_dir_page(&dir, fh, offset).await?;
+        let mut at = offset;
+        while let Some(e) = page.pop_front() {
+            resumes_after(at, e.cookie)?;
             let (ftype, fileid) = match &e.name_attributes {
                 Some(a) => (a.ftype, a.fileid),
                 None => {
@@ -84,13 +109,17 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
                 }
             };
             let Some(eino) = self.inodes.ino(fileid) else {
+                at = e.cookie;
                 continue;
             };
             let name = OsStr::from_bytes(&e.name.0);
             if reply.add(eino, e.cookie, file_type(ftype), name) {
+                page.push_front(e);
                 break;
             }
+            at = e.cookie;
         }
+        self.keep_rest(fh, at, page);
         Ok(())
     }
 
@@ -104,21 +133,49 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
         reply: &mut ReplyDirectoryPlus,
     ) -> Res<()> {
         let dir = self.fh(ino)?;
-        for e in self.read_dir_page(&dir, fh, offset).await? {
-            resumes_after(offset, e.cookie)?;
+        let mut page = self.read_dir_page(&dir, fh, offset).await?;
+        let mut at = offset;
+        while let Some(e) = page.pop_front() {
+            resumes_after(at, e.cookie)?;
             let (efh, a) = self.entry_info(&dir, &e).await?;
             let Some(eino) = self.inodes.ino(a.fileid) else {
+                at = e.cookie;
                 continue;
             };
             let attr = file_attr(eino, &a, self.blksize);
             let name = OsStr::from_bytes(&e.name.0);
             if reply.add(eino, e.cookie, name, &self.opts.ttl, &attr, Generation(0)) {
+                page.push_front(e);
                 break;
             }
+            at = e.cookie;
             if !is_dot(&e.name.0) {
                 self.inodes.remember(eino, &efh);
             }
         }
+        self.keep_rest(fh, at, page);
         Ok(())
+    }
+}
+
+/// An open directory: the cookie verifier, and the rest of the last
+/// READDIRPLUS page that the kernel's buffer did not take, resuming after
+/// cookie `at`.
+#[derive(Debug)]
+pub(crate) struct OpenDir {
+    verf: Cookieverf3,
+    at: u64,
+    rest: VecDeque<Entryplus3>,
+    eof: bool,
+}
+
+impl Default for OpenDir {
+    fn default() -> Self {
+        Self {
+            verf: FixedOpaque([0; 8]),
+            at: 0,
+            rest: VecDeque::new(),
+            eof: false,
+        }
     }
 }
