@@ -28,7 +28,9 @@
 //!   send with AUTH_SYS; only AUTH_SYS is offered by SECINFO_NO_NAME.
 
 mod attrs;
-pub mod deleg;
+pub mod callback;
+mod clients;
+mod deleg;
 mod fileops;
 mod fsext;
 mod openops;
@@ -48,9 +50,10 @@ use xdr::{Decode, Decoder, Encode, XdrBuf};
 
 use crate::perm::Caller;
 use crate::LocalFs;
-pub use deleg::{backchannel_fn, BackchannelSlot, BackchannelSource, CbTransport};
-pub use state::SessionLimits;
-use state::{SeqOutcome, SessCtx, StateTable};
+pub use callback::{backchannel_fn, BackchannelSlot, BackchannelSource, CbTransport};
+pub use clients::SessionLimits;
+use clients::{SeqOutcome, SessCtx};
+use state::StateTable;
 
 /// A monotonic time source for leases, injected so tests can move time.
 pub trait Clock: Send + Sync + 'static {
@@ -98,6 +101,24 @@ impl Clock for ManualClock {
     }
 }
 
+/// A snapshot of the NFSv4 state a server holds
+/// ([`Nfs4Service::state_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateStats {
+    /// Client records, confirmed or not.
+    pub clients: usize,
+    /// Sessions.
+    pub sessions: usize,
+    /// Reply cache bytes the sessions reserve (slots ×
+    /// `ca_maxresponsesize_cached`), at most
+    /// [`SessionLimits::reply_cache_bytes`].
+    pub reply_cache_reserved: u64,
+    /// Reply cache bytes held by cached replies now.
+    pub reply_cache_cached: u64,
+    /// Delegations held.
+    pub delegations: usize,
+}
+
 /// NFSv4 server settings.
 #[derive(Clone)]
 pub struct Nfs4Config {
@@ -135,7 +156,7 @@ pub struct Nfs4Service {
     clock: Arc<dyn Clock>,
     owner: Bytes,
     paths: fsext::PathCache,
-    cbs: deleg::Callbacks,
+    cbs: callback::Callbacks,
 }
 
 impl core::fmt::Debug for Nfs4Service {
@@ -152,7 +173,6 @@ struct Cx {
     saved_sid: Option<Stateid4>,
     sess: Option<SessCtx>,
     caller: Caller,
-    conn: u64,
     peer: oncrpc::PeerInfo,
 }
 
@@ -214,7 +234,7 @@ impl Nfs4Service {
             clock: cfg.clock,
             owner: cfg.server_owner,
             paths: fsext::PathCache::default(),
-            cbs: deleg::Callbacks::default(),
+            cbs: callback::Callbacks::default(),
         }
     }
 
@@ -230,13 +250,29 @@ impl Nfs4Service {
         self.state().map(|s| s.delegs.held()).unwrap_or(0)
     }
 
+    /// How much NFSv4 state the server holds now.
+    pub fn state_stats(&self) -> StateStats {
+        let Ok(st) = self.state() else {
+            return StateStats::default();
+        };
+        let (clients, sessions) = st.counts();
+        let (reply_cache_reserved, reply_cache_cached) = st.reply_cache_bytes();
+        StateStats {
+            clients,
+            sessions,
+            reply_cache_reserved,
+            reply_cache_cached,
+            delegations: st.delegs.held(),
+        }
+    }
+
     fn state(&self) -> Result<MutexGuard<'_, StateTable>, Nfsstat4> {
         self.state.lock().map_err(|_| Nfsstat4::NFS4ERR_SERVERFAULT)
     }
 
     fn lease_secs(&self) -> u32 {
         self.state()
-            .map(|s| s.limits.lease.as_secs() as u32)
+            .map(|s| s.lease().as_secs() as u32)
             .unwrap_or(90)
     }
 
@@ -261,7 +297,6 @@ impl Nfs4Service {
             saved_sid: None,
             sess: None,
             caller: Caller::of(&ctx.credential),
-            conn: ctx.peer.conn_id,
             peer: ctx.peer,
         };
         let mut guard = None;
@@ -305,11 +340,7 @@ impl Nfs4Service {
                         let out = match self.state() {
                             Ok(mut st) => {
                                 st.expire(now);
-                                let mut o = st.sequence(&a, hdr.numops, req, h.finish(), now);
-                                if let SeqOutcome::New(ok, sc) = &mut o {
-                                    ok.status_flags |= st.delegs.status_flags(sc.clientid);
-                                }
-                                o
+                                st.sequence(&a, hdr.numops, req, h.finish(), now)
                             }
                             Err(e) => SeqOutcome::Err(e),
                         };

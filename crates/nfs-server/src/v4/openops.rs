@@ -71,7 +71,7 @@ impl Nfs4Service {
             A::CreateSession(a) => Z::CreateSession(match self.state() {
                 Ok(mut st) => {
                     st.expire(now);
-                    let r = st.create_session(a, cx.conn, now);
+                    let r = st.create_session(a, now);
                     if let Res4::Ok(ok) = &r {
                         if ok.flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0 {
                             let cred = super::deleg::cb_cred(&a.sec_parms.0);
@@ -98,7 +98,7 @@ impl Nfs4Service {
             }),
             A::BindConnToSession(a) => Z::BindConnToSession(match self.state() {
                 Ok(mut st) => {
-                    let r = st.bind_conn(a, cx.conn, now);
+                    let r = st.bind_conn(a, now);
                     if let Res4::Ok(ok) = &r {
                         if ok.dir != ChannelDir4::CDFC4_FORE {
                             if let Some((c, p)) = st.cb_program_of(&a.sessid.0) {
@@ -214,6 +214,7 @@ impl Nfs4Service {
         )?;
         let sid = self
             .state()?
+            .ids
             .open(cid, &a.owner.owner.0, &key(&fh), access, a.share_deny)?;
         if let Some(size) = truncate {
             let s = Sattr3 {
@@ -240,9 +241,13 @@ impl Nfs4Service {
         let fh = cur(cx)?;
         let sid = resolve_sid(cx, &a.open_stateid)?;
         let access = a.share_access & !OPEN4_SHARE_WANT_MASK;
-        let new =
-            self.state()?
-                .open_downgrade(&sid, clientid(cx)?, &key(&fh), access, a.share_deny)?;
+        let new = self.state()?.ids.open_downgrade(
+            &sid,
+            clientid(cx)?,
+            &key(&fh),
+            access,
+            a.share_deny,
+        )?;
         cx.cur_sid = Some(new);
         Ok(new)
     }
@@ -252,7 +257,7 @@ impl Nfs4Service {
     fn close(&self, a: &Close4Args, cx: &mut Cx) -> R<Stateid4> {
         let fh = cur(cx)?;
         let sid = resolve_sid(cx, &a.open_stateid)?;
-        let s = self.state()?.close(&sid, clientid(cx)?, &key(&fh));
+        let s = self.state()?.ids.close(&sid, clientid(cx)?, &key(&fh));
         if s.is_ok() {
             cx.cur_sid = None;
             Ok(Stateid4::INVALID)
@@ -282,7 +287,7 @@ impl Nfs4Service {
             Locker4::New(n) => n.open_stateid = resolve_sid(cx, &n.open_stateid)?,
             Locker4::Existing(e) => e.lock_stateid = resolve_sid(cx, &e.lock_stateid)?,
         }
-        let r = self.state()?.lock(clientid(cx)?, &key(&fh), &a);
+        let r = self.state()?.ids.lock(clientid(cx)?, &key(&fh), &a);
         if let LockRes4::Ok(s) = &r {
             cx.cur_sid = Some(*s);
         }
@@ -292,7 +297,7 @@ impl Nfs4Service {
     async fn lockt(&self, a: &Lockt4Args, cx: &Cx) -> R<LockRes4<()>> {
         let fh = self.lock_target(cx).await?;
         let st = self.state()?;
-        Ok(st.lockt(
+        Ok(st.ids.lockt(
             clientid(cx)?,
             &key(&fh),
             &a.owner.owner.0,
@@ -307,6 +312,7 @@ impl Nfs4Service {
         let sid = resolve_sid(cx, &a.lock_stateid)?;
         let new = self
             .state()?
+            .ids
             .locku(&sid, clientid(cx)?, &key(&fh), a.offset, a.length)?;
         cx.cur_sid = Some(new);
         Ok(new)

@@ -4,6 +4,14 @@
 //! A stateid's `other` is the client id (8 bytes) and a counter (4 bytes),
 //! so a stateid of a client whose lease expired is recognised and answers
 //! NFS4ERR_EXPIRED rather than NFS4ERR_BAD_STATEID.
+//!
+//! A leaf table ([`StateIds`]): indexed by file (conflict checks) and by
+//! client (expiry), so neither scans every stateid. Bounds: [`MAX_STATES`]
+//! over all clients, [`MAX_STATES_PER_CLIENT`] per client and
+//! [`MAX_RANGES`] per lock owner and file, each NFS4ERR_NOSPC (RFC 8881
+//! §18.16.4, §18.10.4) with an [`oncrpc::limits::Limit`] trip.
+
+use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
 use nfs::v4::{
@@ -11,9 +19,12 @@ use nfs::v4::{
     NFS4_UINT64_MAX, OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_WRITE, OPEN4_SHARE_DENY_READ,
     OPEN4_SHARE_DENY_WRITE,
 };
+use oncrpc::limits::Limit;
 use xdr::{Bounded, FixedOpaque};
 
-use super::state::StateTable;
+static STATES: Limit = Limit::new("nfs4.stateids");
+static STATES_PER_CLIENT: Limit = Limit::new("nfs4.stateids_per_client");
+static RANGES: Limit = Limit::new("nfs4.lock_ranges");
 
 /// One past the last byte: a lock "to the end of file".
 const INF: u128 = 1 << 64;
@@ -21,6 +32,10 @@ const INF: u128 = 1 << 64;
 /// OPEN and LOCK answer NFS4ERR_NOSPC (a peer cannot grow the table
 /// without bound).
 pub(crate) const MAX_STATES: usize = 1 << 20;
+/// Most open and lock stateids one client holds at once.
+pub(crate) const MAX_STATES_PER_CLIENT: usize = 1 << 16;
+/// Most expired client ids remembered (for NFS4ERR_EXPIRED).
+const MAX_EXPIRED: usize = 1 << 14;
 /// Most separate ranges one lock owner holds on one file; a LOCK that
 /// would split beyond it is NFS4ERR_NOSPC.
 pub(crate) const MAX_RANGES: usize = 1024;
@@ -130,22 +145,78 @@ fn with_seqid(other: [u8; 12], seqid: u32) -> Stateid4 {
     }
 }
 
-impl StateTable {
+/// Open and lock stateids of a server instance.
+#[derive(Debug, Default)]
+pub(crate) struct StateIds {
+    next: u32,
+    states: HashMap<[u8; 12], StateKind>,
+    /// The stateids of each file, for conflict checks.
+    by_fh: HashMap<Bytes, Vec<[u8; 12]>>,
+    /// The stateids of each client, for expiry.
+    by_client: HashMap<u64, HashSet<[u8; 12]>>,
+    /// Clients whose lease expired (their stateids: NFS4ERR_EXPIRED).
+    expired: HashSet<u64>,
+}
+
+impl StateIds {
+    /// Drops every stateid of `clientid`; `expired` remembers it so its
+    /// stateids answer NFS4ERR_EXPIRED (RFC 8881 §8.3). At most
+    /// `MAX_EXPIRED` ids are remembered; past that the set starts over,
+    /// and stateids of the forgotten clients answer NFS4ERR_BAD_STATEID.
+    pub(crate) fn purge_client(&mut self, clientid: u64, expired: bool) {
+        for k in self.by_client.remove(&clientid).unwrap_or_default() {
+            self.remove_state(&k);
+        }
+        if expired {
+            if self.expired.len() >= MAX_EXPIRED {
+                self.expired.clear();
+            }
+            self.expired.insert(clientid);
+        }
+    }
+
+    /// Whether `clientid` holds any stateid.
+    pub(crate) fn has_state(&self, clientid: u64) -> bool {
+        self.by_client.get(&clientid).is_some_and(|s| !s.is_empty())
+    }
+
+    /// Whether `clientid` may take another stateid.
+    fn room_for(&self, clientid: u64) -> Result<(), Nfsstat4> {
+        if self.states.len() >= MAX_STATES {
+            STATES.trip(format_args!("NFS4ERR_NOSPC: {MAX_STATES} stateids held"));
+            return Err(Nfsstat4::NFS4ERR_NOSPC);
+        }
+        if self.by_client.get(&clientid).map_or(0, HashSet::len) >= MAX_STATES_PER_CLIENT {
+            STATES_PER_CLIENT.trip(format_args!(
+                "NFS4ERR_NOSPC: client {clientid:#x} holds {MAX_STATES_PER_CLIENT} stateids"
+            ));
+            return Err(Nfsstat4::NFS4ERR_NOSPC);
+        }
+        Ok(())
+    }
+
     fn new_other(&mut self, clientid: u64) -> [u8; 12] {
-        self.next_state = self.next_state.wrapping_add(1);
+        self.next = self.next.wrapping_add(1) & 0x7fff_ffff;
         let mut o = [0u8; 12];
         o[..8].copy_from_slice(&clientid.to_be_bytes());
-        o[8..].copy_from_slice(&self.next_state.to_be_bytes());
+        o[8..].copy_from_slice(&self.next.to_be_bytes());
         o
     }
 
     fn insert_state(&mut self, k: [u8; 12], st: StateKind) {
         self.by_fh.entry(st.fh().clone()).or_default().push(k);
+        self.by_client.entry(st.clientid()).or_default().insert(k);
         self.states.insert(k, st);
     }
 
-    pub(crate) fn remove_state(&mut self, k: &[u8; 12]) -> Option<StateKind> {
+    fn remove_state(&mut self, k: &[u8; 12]) -> Option<StateKind> {
         let st = self.states.remove(k)?;
+        if let Some(v) = self.by_client.get_mut(&st.clientid()) {
+            v.remove(k);
+            if v.is_empty() {
+                self.by_client.remove(&st.clientid());
+            }
+        }
         if let Some(v) = self.by_fh.get_mut(st.fh()) {
             v.retain(|x| x != k);
             if v.is_empty() {
@@ -241,9 +312,7 @@ impl StateTable {
                 return Ok(with_seqid(k, o.seqid));
             }
         }
-        if self.states.len() >= MAX_STATES {
-            return Err(Nfsstat4::NFS4ERR_NOSPC);
-        }
+        self.room_for(clientid)?;
         let k = self.new_other(clientid);
         self.insert_state(
             k,
@@ -331,9 +400,6 @@ impl StateTable {
             } else {
                 Ok(())
             };
-        }
-        if self.delegs.io_allowed(sid, clientid, fh, write) {
-            return Ok(());
         }
         let st = self.check(sid, clientid)?;
         if st.fh() != fh {
@@ -438,10 +504,10 @@ impl StateTable {
         }
         let key = match key {
             Some(k) => k,
-            None if self.states.len() >= MAX_STATES => {
-                return LockRes4::Err(Nfsstat4::NFS4ERR_NOSPC)
-            }
             None => {
+                if let Err(e) = self.room_for(clientid) {
+                    return LockRes4::Err(e);
+                }
                 let k = self.new_other(clientid);
                 self.insert_state(
                     k,
@@ -462,6 +528,9 @@ impl StateTable {
                 let mut ranges = l.ranges.clone();
                 subtract(&mut ranges, start, end);
                 if ranges.len() >= MAX_RANGES {
+                    RANGES.trip(format_args!(
+                        "LOCK refused (NFS4ERR_NOSPC): {MAX_RANGES} ranges for one owner and file"
+                    ));
                     return LockRes4::Err(Nfsstat4::NFS4ERR_NOSPC);
                 }
                 l.ranges = ranges;
@@ -519,14 +588,7 @@ impl StateTable {
     /// FREE_STATEID (RFC 8881 §18.38.3): a lock stateid without locks;
     /// an open, or a lock stateid still holding ranges, is
     /// NFS4ERR_LOCKS_HELD.
-    /// A revoked delegation's stateid is freed here too (§8.2.3).
     pub(crate) fn free_stateid(&mut self, sid: &Stateid4, clientid: u64) -> Nfsstat4 {
-        if let Some(s) = self.delegs.free_revoked(sid, clientid) {
-            return s;
-        }
-        if self.delegs.knows(sid) == Some(Nfsstat4::NFS4_OK) {
-            return Nfsstat4::NFS4ERR_LOCKS_HELD;
-        }
         match self.check(sid, clientid) {
             Err(e) => e,
             Ok(StateKind::Lock(l)) if l.ranges.is_empty() => {
@@ -542,9 +604,6 @@ impl StateTable {
         if sid.is_special() {
             return Nfsstat4::NFS4ERR_BAD_STATEID;
         }
-        if let Some(s) = self.delegs.knows(sid) {
-            return s;
-        }
         match self.check(sid, clientid) {
             Ok(_) => Nfsstat4::NFS4_OK,
             Err(e) => e,
@@ -555,11 +614,10 @@ impl StateTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::v4::state::SessionLimits;
     use nfs::v4::{ExistLockOwner4, OpenToLockOwner4};
 
-    fn table() -> StateTable {
-        StateTable::new(SessionLimits::default(), 1)
+    fn table() -> StateIds {
+        StateIds::default()
     }
 
     fn lock_new(
@@ -693,11 +751,10 @@ mod tests {
         assert_eq!(t.free_stateid(&l, 1), Nfsstat4::NFS4_OK);
         assert_eq!(t.by_fh.get(&fh).map(Vec::len), Some(1));
         // Drop the rest the way client expiry does.
-        let keys: Vec<_> = t.states.keys().copied().collect();
-        for k in keys {
-            t.remove_state(&k);
-        }
-        assert!(t.by_fh.is_empty() && t.states.is_empty());
+        t.purge_client(1, true);
+        t.purge_client(2, false);
+        assert!(t.by_fh.is_empty() && t.states.is_empty() && t.by_client.is_empty());
+        assert_eq!(t.check(&o, 1).err(), Some(Nfsstat4::NFS4ERR_EXPIRED));
     }
 
     #[test]
@@ -705,5 +762,33 @@ mod tests {
         assert_eq!(range(u64::MAX, 2), Err(Nfsstat4::NFS4ERR_INVAL));
         assert_eq!(range(5, 0), Err(Nfsstat4::NFS4ERR_INVAL));
         assert_eq!(range(5, NFS4_UINT64_MAX), Ok((5, INF)));
+    }
+
+    #[test]
+    fn one_client_cannot_hold_unbounded_stateids() {
+        let mut t = table();
+        let owner = Bytes::from_static(b"a");
+        for i in 0..MAX_STATES_PER_CLIENT {
+            let fh = Bytes::from(i.to_be_bytes().to_vec());
+            assert!(t.open(1, &owner, &fh, 1, 0).is_ok());
+        }
+        let fh = Bytes::from_static(b"one more");
+        let before = STATES_PER_CLIENT.count();
+        assert_eq!(t.open(1, &owner, &fh, 1, 0), Err(Nfsstat4::NFS4ERR_NOSPC));
+        assert!(STATES_PER_CLIENT.count() > before);
+        assert!(
+            t.open(2, &owner, &fh, 1, 0).is_ok(),
+            "another client is not held back"
+        );
+    }
+
+    #[test]
+    fn remembers_a_bounded_number_of_expired_clients() {
+        let mut t = table();
+        for id in 0..(MAX_EXPIRED as u64 + 10) {
+            t.purge_client(id, true);
+        }
+        assert!(t.expired.len() <= MAX_EXPIRED);
+        assert!(t.expired.contains(&(MAX_EXPIRED as u64 + 9)));
     }
 }

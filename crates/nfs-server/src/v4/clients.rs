@@ -1,0 +1,1065 @@
+//! Client ids, sessions, slots and the reply cache (RFC 8881 §2.4,
+//! §2.10): the sans-IO table behind EXCHANGE_ID, CREATE_SESSION,
+//! SEQUENCE, DESTROY_SESSION, DESTROY_CLIENTID, BIND_CONN_TO_SESSION and
+//! leases. A leaf: it knows nothing of stateids or delegations; the
+//! owner ([`super::state::StateTable`]) drains [`ClientTable::take_dropped`]
+//! after each call to drop the state of clients that went away.
+//! Time comes in as an argument ([`super::Clock`] supplies it).
+//!
+//! Bounds (each trips an [`oncrpc::limits::Limit`]):
+//! - Confirmed clients: [`MAX_CLIENTS`]; EXCHANGE_ID for a new client
+//!   beyond it is NFS4ERR_DELAY (RFC 8881 §15.1.1.3: "try again").
+//! - Unconfirmed clients: [`MAX_UNCONFIRMED`]; beyond it the oldest
+//!   unconfirmed record is evicted, so a flood of EXCHANGE_IDs never
+//!   locks real clients out (RFC 8881 §18.35.4 lets the server drop an
+//!   unconfirmed record at any time: its CREATE_SESSION then sees
+//!   NFS4ERR_STALE_CLIENTID and the client starts over).
+//! - Sessions per client: [`MAX_SESSIONS_PER_CLIENT`] (NFS4ERR_NOSPC,
+//!   RFC 8881 §18.36.4).
+//! - Reply cache: every slot may cache up to `ca_maxresponsesize_cached`
+//!   bytes, and CREATE_SESSION reserves slots × that size from a
+//!   server-wide budget ([`SessionLimits::reply_cache_bytes`]). When the
+//!   budget is short the server grants fewer slots, then one smaller
+//!   slot (RFC 8881 §18.36.3: the server may lower `ca_maxrequests` and
+//!   `ca_maxresponsesize_cached`; §2.10.6.1), and NFS4ERR_DELAY when not
+//!   even [`MIN_CACHED`] bytes are left. One client may reserve at most a
+//!   quarter of the budget.
+//!
+//! Leases (RFC 8881 §8.3): SEQUENCE renews its client's lease. Deadlines
+//! are kept ordered (a `BTreeSet` of (last renewal, client)), so
+//! [`ClientTable::expire`] looks only at clients that did run out: their
+//! sessions go (SEQUENCE then answers NFS4ERR_BADSESSION, CREATE_SESSION
+//! NFS4ERR_STALE_CLIENTID) and the owner drops their stateids.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use bytes::Bytes;
+use nfs::v4::session::*;
+use nfs::v4::{Nfsstat4, Res4};
+use oncrpc::limits::Limit;
+use xdr::{Bounded, FixedOpaque, XdrBuf};
+
+static CLIENTS: Limit = Limit::new("nfs4.clients");
+static UNCONFIRMED: Limit = Limit::new("nfs4.unconfirmed_clients");
+static SESSIONS: Limit = Limit::new("nfs4.sessions_per_client");
+static REPLY_CACHE: Limit = Limit::new("nfs4.reply_cache_bytes");
+
+/// Server limits offered in CREATE_SESSION (RFC 8881 §18.36).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// Lease period (the `lease_time` attribute).
+    pub lease: Duration,
+    /// Largest `ca_maxrequestsize` granted.
+    pub max_request: u32,
+    /// Largest `ca_maxresponsesize` granted.
+    pub max_response: u32,
+    /// Largest `ca_maxresponsesize_cached` granted.
+    pub max_response_cached: u32,
+    /// Largest `ca_maxoperations` granted.
+    pub max_ops: u32,
+    /// Most slots per session.
+    pub max_slots: u32,
+    /// Bytes all sessions' reply caches may reserve together (slots ×
+    /// `ca_maxresponsesize_cached` per session); CREATE_SESSION grants
+    /// fewer or smaller slots when it runs short. Default 64 MiB.
+    pub reply_cache_bytes: u64,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(90),
+            max_request: (1 << 20) + 8192,
+            max_response: (1 << 20) + 8192,
+            max_response_cached: 64 << 10,
+            max_ops: 64,
+            max_slots: 64,
+            reply_cache_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Most confirmed client records at once; EXCHANGE_ID for a new client
+/// beyond it is NFS4ERR_DELAY.
+pub(crate) const MAX_CLIENTS: usize = 1 << 14;
+
+/// Most unconfirmed client records at once; beyond it the oldest goes.
+pub(crate) const MAX_UNCONFIRMED: usize = 1 << 10;
+
+/// Most sessions one client id may hold at once.
+pub(crate) const MAX_SESSIONS_PER_CLIENT: usize = 16;
+
+/// The smallest reply cache slot granted when the budget runs short:
+/// enough for the replies Linux asks to cache (OPEN, LOCK, CLOSE).
+pub(crate) const MIN_CACHED: u32 = 2048;
+
+/// One slot of a session's fore channel (RFC 8881 §2.10.6.1).
+#[derive(Debug, Default)]
+struct Slot {
+    used: bool,
+    seqid: u32,
+    busy: bool,
+    reply: Option<XdrBuf>,
+    args_hash: u64,
+}
+
+/// A session (RFC 8881 §2.10).
+#[derive(Debug)]
+struct Session {
+    clientid: u64,
+    fore: ChannelAttrs4,
+    slots: Vec<Slot>,
+    /// `csa_cb_program` (RFC 8881 §18.36.3).
+    cb_program: u32,
+}
+
+impl Session {
+    /// Bytes reserved in the reply cache budget.
+    fn reserved(&self) -> u64 {
+        self.slots.len() as u64 * u64::from(self.fore.maxresponsesize_cached)
+    }
+
+    /// Bytes of replies cached now.
+    fn cached(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter_map(|s| s.reply.as_ref())
+            .map(|r| r.len() as u64)
+            .sum()
+    }
+}
+
+/// A client record (RFC 8881 §2.4).
+#[derive(Debug)]
+struct Client {
+    ownerid: Bytes,
+    verifier: [u8; 8],
+    confirmed: bool,
+    cs_seq: u32,
+    cs_reply: Option<CreateSession4ResOk>,
+    last_renew: Duration,
+    sessions: Vec<[u8; 16]>,
+    reclaim_complete: bool,
+    /// Reply cache bytes its sessions reserve.
+    reserved: u64,
+}
+
+/// What SEQUENCE decided (RFC 8881 §18.46.3, §2.10.6.1).
+#[derive(Debug)]
+pub(crate) enum SeqOutcome {
+    /// A new request on the slot: run the rest of the COMPOUND.
+    New(Sequence4ResOk, SessCtx),
+    /// A retry of the slot's last request: send this cached reply.
+    Replay(XdrBuf),
+    /// An error for the SEQUENCE result.
+    Err(Nfsstat4),
+}
+
+/// The session a COMPOUND runs in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SessCtx {
+    pub(crate) sessionid: [u8; 16],
+    pub(crate) clientid: u64,
+    pub(crate) slot: u32,
+    pub(crate) cachethis: bool,
+    pub(crate) max_response: u32,
+    pub(crate) max_response_cached: u32,
+}
+
+/// Client records and sessions of a server instance.
+#[derive(Debug)]
+pub(crate) struct ClientTable {
+    limits: SessionLimits,
+    boot: u32,
+    next_client: u32,
+    next_session: u32,
+    clients: HashMap<u64, Client>,
+    /// (owner id, confirmed) → client id (RFC 8881 §2.4: at most one
+    /// confirmed and one unconfirmed record per owner).
+    owners: HashMap<(Bytes, bool), u64>,
+    /// (last renewal, client id): lease deadlines in order.
+    deadlines: BTreeSet<(Duration, u64)>,
+    /// Unconfirmed client ids, oldest (lowest) first.
+    unconfirmed: BTreeSet<u64>,
+    sessions: HashMap<[u8; 16], Session>,
+    /// Reply cache bytes reserved by all sessions.
+    reserved: u64,
+    /// Reply cache bytes held by cached replies.
+    cached: u64,
+    /// Clients removed since the owner last asked.
+    dropped: Vec<u64>,
+}
+
+impl ClientTable {
+    /// A fresh table; `boot` distinguishes this instance's ids from a
+    /// previous one's.
+    pub(crate) fn new(limits: SessionLimits, boot: u32) -> Self {
+        Self {
+            limits,
+            boot,
+            next_client: 0,
+            next_session: 0,
+            clients: HashMap::new(),
+            owners: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            unconfirmed: BTreeSet::new(),
+            sessions: HashMap::new(),
+            reserved: 0,
+            cached: 0,
+            dropped: Vec::new(),
+        }
+    }
+
+    /// The limits the table was made with.
+    pub(crate) fn limits(&self) -> &SessionLimits {
+        &self.limits
+    }
+
+    /// Client ids removed (expired, replaced, evicted, destroyed) since
+    /// the last call; their stateids and delegations must go too.
+    pub(crate) fn take_dropped(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.dropped)
+    }
+
+    /// (client records, sessions).
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        (self.clients.len(), self.sessions.len())
+    }
+
+    /// (reserved, cached) reply cache bytes over all sessions.
+    pub(crate) fn reply_cache_bytes(&self) -> (u64, u64) {
+        (self.reserved, self.cached)
+    }
+
+    fn renew(&mut self, id: u64, now: Duration) {
+        if let Some(c) = self.clients.get_mut(&id) {
+            self.deadlines.remove(&(c.last_renew, id));
+            c.last_renew = now;
+            self.deadlines.insert((now, id));
+        }
+    }
+
+    /// Drops every client whose lease ran out before `now` (RFC 8881
+    /// §8.3), with its sessions; returns their ids.
+    pub(crate) fn expire(&mut self, now: Duration) -> Vec<u64> {
+        let lease = self.limits.lease;
+        let mut dead = Vec::new();
+        while let Some(&(t, id)) = self.deadlines.first() {
+            if now.saturating_sub(t) <= lease {
+                break;
+            }
+            tracing::debug!(clientid = id, "NFSv4 lease expired");
+            self.remove_client(id);
+            dead.push(id);
+        }
+        dead
+    }
+
+    fn remove_client(&mut self, id: u64) {
+        let Some(c) = self.clients.remove(&id) else {
+            return;
+        };
+        self.deadlines.remove(&(c.last_renew, id));
+        self.unconfirmed.remove(&id);
+        if self.owners.get(&(c.ownerid.clone(), c.confirmed)) == Some(&id) {
+            self.owners.remove(&(c.ownerid, c.confirmed));
+        }
+        for s in c.sessions {
+            self.drop_session(&s);
+        }
+        self.dropped.push(id);
+    }
+
+    fn drop_session(&mut self, sid: &[u8; 16]) -> Option<Session> {
+        let s = self.sessions.remove(sid)?;
+        self.reserved = self.reserved.saturating_sub(s.reserved());
+        self.cached = self.cached.saturating_sub(s.cached());
+        if let Some(c) = self.clients.get_mut(&s.clientid) {
+            c.reserved = c.reserved.saturating_sub(s.reserved());
+            c.sessions.retain(|x| x != sid);
+        }
+        Some(s)
+    }
+
+    /// Room for a new client record: the oldest unconfirmed records go
+    /// past [`MAX_UNCONFIRMED`]; a full confirmed table is NFS4ERR_DELAY.
+    fn make_room(&mut self) -> Result<(), Nfsstat4> {
+        while self.unconfirmed.len() >= MAX_UNCONFIRMED {
+            let Some(old) = self.unconfirmed.pop_first() else {
+                break;
+            };
+            UNCONFIRMED.trip(format_args!(
+                "evicted unconfirmed NFSv4 client {old:#x}: {MAX_UNCONFIRMED} unconfirmed"
+            ));
+            self.remove_client(old);
+        }
+        if self.clients.len() - self.unconfirmed.len() >= MAX_CLIENTS {
+            CLIENTS.trip(format_args!(
+                "EXCHANGE_ID refused (NFS4ERR_DELAY): {MAX_CLIENTS} confirmed clients"
+            ));
+            return Err(Nfsstat4::NFS4ERR_DELAY);
+        }
+        Ok(())
+    }
+
+    /// EXCHANGE_ID (RFC 8881 §18.35.4), for the cases a client without
+    /// state protection meets: a new client, a retry, a client restart
+    /// (new verifier: a new unconfirmed record, the old one goes when
+    /// CREATE_SESSION confirms the new), and the update flag.
+    pub(crate) fn exchange_id(
+        &mut self,
+        a: &ExchangeId4Args,
+        owner_major: &Bytes,
+        now: Duration,
+    ) -> Res4<ExchangeId4ResOk> {
+        const FLAGS_A: u32 = EXCHGID4_FLAG_SUPP_MOVED_REFER
+            | EXCHGID4_FLAG_SUPP_MOVED_MIGR
+            | EXCHGID4_FLAG_BIND_PRINC_STATEID
+            | EXCHGID4_FLAG_MASK_PNFS
+            | EXCHGID4_FLAG_UPD_CONFIRMED_REC_A;
+        if a.flags & !FLAGS_A != 0 {
+            return Res4::Err(Nfsstat4::NFS4ERR_INVAL);
+        }
+        if a.state_protect != StateProtect4A::None {
+            return Res4::Err(Nfsstat4::NFS4ERR_NOTSUPP);
+        }
+        let owner = &a.clientowner.ownerid.0;
+        let verf = a.clientowner.verifier.0;
+        let confirmed = self
+            .owners
+            .get(&(owner.clone(), true))
+            .and_then(|id| self.clients.get(id).map(|c| (*id, c.verifier)));
+        let id = if a.flags & EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0 {
+            match confirmed {
+                None => return Res4::Err(Nfsstat4::NFS4ERR_NOENT),
+                Some((_, v)) if v != verf => return Res4::Err(Nfsstat4::NFS4ERR_NOT_SAME),
+                Some((id, _)) => id,
+            }
+        } else if let Some((id, _)) = confirmed.filter(|c| c.1 == verf) {
+            id
+        } else {
+            match self.new_client(owner, verf, now) {
+                Ok(id) => id,
+                Err(e) => return Res4::Err(e),
+            }
+        };
+        self.renew(id, now);
+        let Some(c) = self.clients.get(&id) else {
+            return Res4::Err(Nfsstat4::NFS4ERR_SERVERFAULT);
+        };
+        let mut flags = EXCHGID4_FLAG_USE_NON_PNFS;
+        if c.confirmed {
+            flags |= EXCHGID4_FLAG_CONFIRMED_R;
+        }
+        Res4::Ok(ExchangeId4ResOk {
+            clientid: id,
+            sequenceid: c.cs_seq,
+            flags,
+            state_protect: StateProtect4R::None,
+            server_owner: ServerOwner4 {
+                minor_id: 0,
+                major_id: Bounded(owner_major.clone()),
+            },
+            server_scope: Bounded(owner_major.clone()),
+            server_impl_id: Bounded(vec![NfsImplId4 {
+                nii_domain: Bounded(Bytes::from_static(b"nfsrdma")),
+                nii_name: Bounded(Bytes::from_static(b"nfsrdma nfs-server")),
+                nii_date: nfs::v4::Nfstime4::default(),
+            }]),
+        })
+    }
+
+    /// A new unconfirmed record for `owner`, replacing an older
+    /// unconfirmed one (RFC 8881 §18.35.4, case 4 and 5).
+    fn new_client(&mut self, owner: &Bytes, verf: [u8; 8], now: Duration) -> Result<u64, Nfsstat4> {
+        if let Some(&old) = self.owners.get(&(owner.clone(), false)) {
+            self.remove_client(old);
+        }
+        self.make_room()?;
+        self.next_client = self.next_client.wrapping_add(1);
+        let id = (u64::from(self.boot) << 32) | u64::from(self.next_client);
+        self.clients.insert(
+            id,
+            Client {
+                ownerid: owner.clone(),
+                verifier: verf,
+                confirmed: false,
+                cs_seq: 1,
+                cs_reply: None,
+                last_renew: now,
+                sessions: Vec::new(),
+                reclaim_complete: false,
+                reserved: 0,
+            },
+        );
+        self.deadlines.insert((now, id));
+        self.unconfirmed.insert(id);
+        self.owners.insert((owner.clone(), false), id);
+        Ok(id)
+    }
+
+    fn grant(&self, want: &ChannelAttrs4) -> ChannelAttrs4 {
+        let l = &self.limits;
+        ChannelAttrs4 {
+            headerpadsize: 0,
+            maxrequestsize: want.maxrequestsize.min(l.max_request),
+            maxresponsesize: want.maxresponsesize.min(l.max_response),
+            maxresponsesize_cached: want.maxresponsesize_cached.min(l.max_response_cached),
+            maxoperations: want.maxoperations.min(l.max_ops),
+            maxrequests: want.maxrequests.clamp(1, l.max_slots),
+            rdma_ird: Bounded(Vec::new()),
+        }
+    }
+
+    /// Fits the fore channel's reply cache into what is left of the
+    /// budget (RFC 8881 §18.36.3, §2.10.6.1): fewer slots first, then one
+    /// slot of what is left, down to [`MIN_CACHED`]; below that
+    /// NFS4ERR_DELAY until sessions go.
+    fn fit_cache(&self, fore: &mut ChannelAttrs4, client_reserved: u64) -> Result<(), Nfsstat4> {
+        let budget = self.limits.reply_cache_bytes;
+        let room = budget
+            .saturating_sub(self.reserved)
+            .min((budget / 4).saturating_sub(client_reserved));
+        let slot = u64::from(fore.maxresponsesize_cached);
+        if slot * u64::from(fore.maxrequests) <= room {
+            return Ok(());
+        }
+        let (want_slots, want_size) = (fore.maxrequests, fore.maxresponsesize_cached);
+        if room >= slot {
+            fore.maxrequests = u32::try_from(room / slot).unwrap_or(u32::MAX).max(1);
+        } else if room >= u64::from(MIN_CACHED) {
+            fore.maxrequests = 1;
+            fore.maxresponsesize_cached = u32::try_from(room).unwrap_or(u32::MAX);
+        } else {
+            REPLY_CACHE.trip(format_args!(
+                "CREATE_SESSION refused (NFS4ERR_DELAY): reply cache budget of {budget} bytes reserved"
+            ));
+            return Err(Nfsstat4::NFS4ERR_DELAY);
+        }
+        REPLY_CACHE.trip(format_args!(
+            "CREATE_SESSION cut from {want_slots} slots x {want_size} to {} x {} bytes: reply cache budget {budget}",
+            fore.maxrequests, fore.maxresponsesize_cached
+        ));
+        Ok(())
+    }
+
+    /// CREATE_SESSION (RFC 8881 §18.36.4): the client-id sequence check
+    /// with its one-entry reply cache, confirmation of the client id, and
+    /// the channel attributes cut to the server's limits and the reply
+    /// cache budget.
+    pub(crate) fn create_session(
+        &mut self,
+        a: &CreateSession4Args,
+        now: Duration,
+    ) -> Res4<CreateSession4ResOk> {
+        let Some(c) = self.clients.get(&a.clientid) else {
+            return Res4::Err(Nfsstat4::NFS4ERR_STALE_CLIENTID);
+        };
+        if a.sequence == c.cs_seq.wrapping_sub(1) {
+            if let Some(r) = &c.cs_reply {
+                return Res4::Ok(r.clone());
+            }
+        }
+        if a.sequence != c.cs_seq {
+            return Res4::Err(Nfsstat4::NFS4ERR_SEQ_MISORDERED);
+        }
+        if a.fore_chan_attrs.maxrequests == 0 || a.fore_chan_attrs.maxoperations == 0 {
+            return Res4::Err(Nfsstat4::NFS4ERR_INVAL);
+        }
+        // RFC 8881 §18.36.4: out of resources for another reply cache is
+        // NFS4ERR_NOSPC; a client may not pile up sessions without bound.
+        if c.sessions.len() >= MAX_SESSIONS_PER_CLIENT {
+            SESSIONS.trip(format_args!(
+                "CREATE_SESSION refused (NFS4ERR_NOSPC): client {:#x} has {MAX_SESSIONS_PER_CLIENT} sessions",
+                a.clientid
+            ));
+            return Res4::Err(Nfsstat4::NFS4ERR_NOSPC);
+        }
+        let mut fore = self.grant(&a.fore_chan_attrs);
+        if let Err(e) = self.fit_cache(&mut fore, c.reserved) {
+            return Res4::Err(e);
+        }
+        let mut back = a.back_chan_attrs.clone();
+        back.rdma_ird = Bounded(Vec::new());
+        if !c.confirmed {
+            self.confirm(a.clientid);
+        }
+        self.next_session = self.next_session.wrapping_add(1);
+        let mut sid = [0u8; 16];
+        sid[..8].copy_from_slice(&a.clientid.to_be_bytes());
+        sid[8..12].copy_from_slice(&self.next_session.to_be_bytes());
+        sid[12..].copy_from_slice(&self.boot.to_be_bytes());
+        let slots = (0..fore.maxrequests).map(|_| Slot::default()).collect();
+        let ok = CreateSession4ResOk {
+            sessionid: FixedOpaque(sid),
+            sequence: a.sequence,
+            flags: a.flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+            fore_chan_attrs: fore.clone(),
+            back_chan_attrs: back,
+        };
+        let s = Session {
+            clientid: a.clientid,
+            fore,
+            slots,
+            cb_program: a.cb_program,
+        };
+        let reserved = s.reserved();
+        self.sessions.insert(sid, s);
+        self.reserved += reserved;
+        self.renew(a.clientid, now);
+        let Some(c) = self.clients.get_mut(&a.clientid) else {
+            return Res4::Err(Nfsstat4::NFS4ERR_SERVERFAULT);
+        };
+        c.reserved += reserved;
+        c.cs_seq = c.cs_seq.wrapping_add(1);
+        c.cs_reply = Some(ok.clone());
+        c.sessions.push(sid);
+        Res4::Ok(ok)
+    }
+
+    /// Confirms `id`: the owner's other records (an earlier incarnation
+    /// of the client) go (RFC 8881 §18.35.4, §18.36.4).
+    fn confirm(&mut self, id: u64) {
+        let Some(owner) = self.clients.get(&id).map(|c| c.ownerid.clone()) else {
+            return;
+        };
+        if let Some(&old) = self.owners.get(&(owner.clone(), true)) {
+            if old != id {
+                self.remove_client(old);
+            }
+        }
+        self.owners.remove(&(owner.clone(), false));
+        self.unconfirmed.remove(&id);
+        self.owners.insert((owner, true), id);
+        if let Some(c) = self.clients.get_mut(&id) {
+            c.confirmed = true;
+        }
+    }
+
+    /// SEQUENCE (RFC 8881 §18.46.3) with the slot rules of §2.10.6.1: the
+    /// next sequence id runs the request, the same one is a retry answered
+    /// from the slot's reply cache (NFS4ERR_DELAY while the first is still
+    /// running, NFS4ERR_RETRY_UNCACHED_REP when it was not cached,
+    /// NFS4ERR_SEQ_FALSE_RETRY when the arguments differ), anything else is
+    /// NFS4ERR_SEQ_MISORDERED. The request size and operation count are
+    /// checked against the session first (§2.10.6.4, §18.36.3).
+    pub(crate) fn sequence(
+        &mut self,
+        a: &Sequence4Args,
+        numops: usize,
+        request_size: usize,
+        args_hash: u64,
+        now: Duration,
+    ) -> SeqOutcome {
+        let Some(s) = self.sessions.get_mut(&a.sessionid.0) else {
+            return SeqOutcome::Err(Nfsstat4::NFS4ERR_BADSESSION);
+        };
+        if numops > s.fore.maxoperations as usize {
+            return SeqOutcome::Err(Nfsstat4::NFS4ERR_TOO_MANY_OPS);
+        }
+        if request_size > s.fore.maxrequestsize as usize {
+            return SeqOutcome::Err(Nfsstat4::NFS4ERR_REQ_TOO_BIG);
+        }
+        let highest = s.fore.maxrequests.saturating_sub(1);
+        let Some(slot) = s.slots.get_mut(a.slotid as usize) else {
+            return SeqOutcome::Err(Nfsstat4::NFS4ERR_BADSLOT);
+        };
+        if slot.used && a.sequenceid == slot.seqid {
+            if slot.busy {
+                return SeqOutcome::Err(Nfsstat4::NFS4ERR_DELAY);
+            }
+            if slot.args_hash != args_hash {
+                return SeqOutcome::Err(Nfsstat4::NFS4ERR_SEQ_FALSE_RETRY);
+            }
+            return match &slot.reply {
+                Some(r) => SeqOutcome::Replay(r.clone()),
+                None => SeqOutcome::Err(Nfsstat4::NFS4ERR_RETRY_UNCACHED_REP),
+            };
+        }
+        if a.sequenceid != slot.seqid.wrapping_add(1) {
+            return SeqOutcome::Err(Nfsstat4::NFS4ERR_SEQ_MISORDERED);
+        }
+        let old = slot.reply.take().map_or(0, |r| r.len() as u64);
+        *slot = Slot {
+            used: true,
+            seqid: a.sequenceid,
+            busy: true,
+            reply: None,
+            args_hash,
+        };
+        let ctx = SessCtx {
+            sessionid: a.sessionid.0,
+            clientid: s.clientid,
+            slot: a.slotid,
+            cachethis: a.cachethis,
+            max_response: s.fore.maxresponsesize,
+            max_response_cached: s.fore.maxresponsesize_cached,
+        };
+        self.cached = self.cached.saturating_sub(old);
+        self.renew(ctx.clientid, now);
+        SeqOutcome::New(
+            Sequence4ResOk {
+                sessionid: a.sessionid,
+                sequenceid: a.sequenceid,
+                slotid: a.slotid,
+                highest_slotid: highest,
+                target_highest_slotid: highest,
+                status_flags: 0,
+            },
+            ctx,
+        )
+    }
+
+    /// Ends the request on a slot, keeping `reply` for retries when it
+    /// fits the slot's `ca_maxresponsesize_cached`; the copy kept is
+    /// compact, so the accounted bytes are the bytes held.
+    pub(crate) fn finish_slot(&mut self, sessionid: &[u8; 16], slot: u32, reply: Option<XdrBuf>) {
+        let Some(s) = self.sessions.get_mut(sessionid) else {
+            return;
+        };
+        let max = s.fore.maxresponsesize_cached as usize;
+        let Some(s) = s.slots.get_mut(slot as usize) else {
+            return;
+        };
+        s.busy = false;
+        let reply = reply
+            .filter(|r| r.len() <= max)
+            .map(|r| XdrBuf::from_bytes(r.to_bytes()));
+        let old = s.reply.take().map_or(0, |r| r.len() as u64);
+        let new = reply.as_ref().map_or(0, |r| r.len() as u64);
+        s.reply = reply;
+        self.cached = self.cached.saturating_sub(old) + new;
+    }
+
+    /// The client and `csa_cb_program` of a session.
+    pub(crate) fn cb_program_of(&self, sid: &[u8; 16]) -> Option<(u64, u32)> {
+        self.sessions.get(sid).map(|s| (s.clientid, s.cb_program))
+    }
+
+    /// DESTROY_SESSION (RFC 8881 §18.37.3).
+    pub(crate) fn destroy_session(&mut self, sid: &[u8; 16]) -> Nfsstat4 {
+        match self.drop_session(sid) {
+            Some(_) => Nfsstat4::NFS4_OK,
+            None => Nfsstat4::NFS4ERR_BADSESSION,
+        }
+    }
+
+    /// DESTROY_CLIENTID (RFC 8881 §18.50.3): only a client without
+    /// sessions; `has_state` says whether it still holds stateids.
+    pub(crate) fn destroy_clientid(&mut self, id: u64, has_state: bool) -> Nfsstat4 {
+        let Some(c) = self.clients.get(&id) else {
+            return Nfsstat4::NFS4ERR_STALE_CLIENTID;
+        };
+        if !c.sessions.is_empty() || has_state {
+            return Nfsstat4::NFS4ERR_CLIENTID_BUSY;
+        }
+        self.remove_client(id);
+        Nfsstat4::NFS4_OK
+    }
+
+    /// BIND_CONN_TO_SESSION (RFC 8881 §18.34.3): the connection joins the
+    /// fore channel and, as asked, the back channel (RFC 8881 §2.10.3.1):
+    /// callbacks then go on it.
+    pub(crate) fn bind_conn(
+        &mut self,
+        a: &BindConnToSession4Args,
+        now: Duration,
+    ) -> Res4<BindConnToSession4ResOk> {
+        let Some(s) = self.sessions.get_mut(&a.sessid.0) else {
+            return Res4::Err(Nfsstat4::NFS4ERR_BADSESSION);
+        };
+        let dir = match a.dir {
+            ChannelDir4::CDFC4_FORE => ChannelDir4::CDFC4_FORE,
+            ChannelDir4::CDFC4_BACK => ChannelDir4::CDFC4_BACK,
+            ChannelDir4::CDFC4_FORE_OR_BOTH | ChannelDir4::CDFC4_BACK_OR_BOTH => ChannelDir4(3),
+            _ => return Res4::Err(Nfsstat4::NFS4ERR_INVAL),
+        };
+        let id = s.clientid;
+        self.renew(id, now);
+        Res4::Ok(BindConnToSession4ResOk {
+            sessid: a.sessid,
+            dir,
+            use_conn_in_rdma_mode: false,
+        })
+    }
+
+    /// RECLAIM_COMPLETE (RFC 8881 §18.51.3). With nothing to reclaim
+    /// (no grace period is kept), only a repeat is an error.
+    pub(crate) fn reclaim_complete(&mut self, clientid: u64, one_fs: bool) -> Nfsstat4 {
+        let Some(c) = self.clients.get_mut(&clientid) else {
+            return Nfsstat4::NFS4ERR_STALE_CLIENTID;
+        };
+        if one_fs {
+            return Nfsstat4::NFS4_OK;
+        }
+        if c.reclaim_complete {
+            return Nfsstat4::NFS4ERR_COMPLETE_ALREADY;
+        }
+        c.reclaim_complete = true;
+        Nfsstat4::NFS4_OK
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_sessions_beyond_the_per_client_bound() {
+        let mut t = ClientTable::new(SessionLimits::default(), 1);
+        let now = Duration::ZERO;
+        let ex = ExchangeId4Args {
+            clientowner: ClientOwner4 {
+                verifier: FixedOpaque([1; 8]),
+                ownerid: Bounded(Bytes::from_static(b"client")),
+            },
+            flags: 0,
+            state_protect: StateProtect4A::None,
+            client_impl_id: Bounded(Vec::new()),
+        };
+        let Res4::Ok(id) = t.exchange_id(&ex, &Bytes::from_static(b"srv"), now) else {
+            panic!("EXCHANGE_ID refused");
+        };
+        let attrs = ChannelAttrs4 {
+            maxrequestsize: 4096,
+            maxresponsesize: 4096,
+            maxresponsesize_cached: 4096,
+            maxoperations: 8,
+            maxrequests: 64,
+            ..ChannelAttrs4::default()
+        };
+        let mut args = CreateSession4Args {
+            clientid: id.clientid,
+            sequence: id.sequenceid,
+            flags: 0,
+            fore_chan_attrs: attrs.clone(),
+            back_chan_attrs: attrs,
+            cb_program: 0,
+            sec_parms: Bounded(Vec::new()),
+        };
+        for _ in 0..MAX_SESSIONS_PER_CLIENT {
+            assert!(matches!(t.create_session(&args, now), Res4::Ok(_)));
+            args.sequence = args.sequence.wrapping_add(1);
+        }
+        assert!(matches!(
+            t.create_session(&args, now),
+            Res4::Err(Nfsstat4::NFS4ERR_NOSPC)
+        ));
+        assert_eq!(t.sessions.len(), MAX_SESSIONS_PER_CLIENT);
+    }
+}
+
+#[cfg(test)]
+mod exchange_tests {
+    use super::*;
+
+    fn xid(owner: &'static [u8], verf: u8, flags: u32) -> ExchangeId4Args {
+        ExchangeId4Args {
+            clientowner: ClientOwner4 {
+                verifier: FixedOpaque([verf; 8]),
+                ownerid: Bounded(Bytes::from_static(owner)),
+            },
+            flags,
+            state_protect: StateProtect4A::None,
+            client_impl_id: Bounded(vec![]),
+        }
+    }
+
+    fn cs(clientid: u64, sequence: u32) -> CreateSession4Args {
+        let ch = ChannelAttrs4 {
+            maxrequestsize: 1 << 30,
+            maxresponsesize: 4096,
+            maxresponsesize_cached: 1 << 30,
+            maxoperations: 1000,
+            maxrequests: 1000,
+            ..ChannelAttrs4::default()
+        };
+        CreateSession4Args {
+            clientid,
+            sequence,
+            flags: CREATE_SESSION4_FLAG_PERSIST | CREATE_SESSION4_FLAG_CONN_RDMA,
+            fore_chan_attrs: ch.clone(),
+            back_chan_attrs: ch,
+            cb_program: 1,
+            sec_parms: Bounded(vec![]),
+        }
+    }
+
+    #[test]
+    fn exchange_id_refuses_unknown_flags_protection_and_missing_updates() {
+        let mut t = ClientTable::new(SessionLimits::default(), 7);
+        let owner = Bytes::from_static(b"srv");
+        let now = Duration::ZERO;
+        assert_eq!(
+            t.exchange_id(&xid(b"c", 1, 0x0800_0000), &owner, now)
+                .status(),
+            Nfsstat4::NFS4ERR_INVAL
+        );
+        let mut a = xid(b"c", 1, 0);
+        a.state_protect = StateProtect4A::MachCred(StateProtectOps4 {
+            must_enforce: Default::default(),
+            must_allow: Default::default(),
+        });
+        assert_eq!(
+            t.exchange_id(&a, &owner, now).status(),
+            Nfsstat4::NFS4ERR_NOTSUPP
+        );
+        let upd = xid(b"c", 1, EXCHGID4_FLAG_UPD_CONFIRMED_REC_A);
+        assert_eq!(
+            t.exchange_id(&upd, &owner, now).status(),
+            Nfsstat4::NFS4ERR_NOENT
+        );
+        let Res4::Ok(r) = t.exchange_id(&xid(b"c", 1, 0), &owner, now) else {
+            panic!()
+        };
+        assert_eq!(r.clientid >> 32, 7);
+        assert!(matches!(
+            t.create_session(&cs(r.clientid, r.sequenceid), now),
+            Res4::Ok(_)
+        ));
+        let other = xid(b"c", 2, EXCHGID4_FLAG_UPD_CONFIRMED_REC_A);
+        assert_eq!(
+            t.exchange_id(&other, &owner, now).status(),
+            Nfsstat4::NFS4ERR_NOT_SAME
+        );
+        assert!(
+            matches!(t.exchange_id(&upd, &owner, now), Res4::Ok(u) if u.clientid == r.clientid)
+        );
+    }
+
+    #[test]
+    fn create_session_cuts_channels_to_the_server_limits() {
+        let mut t = ClientTable::new(SessionLimits::default(), 7);
+        let Res4::Ok(r) = t.exchange_id(&xid(b"c", 1, 0), &Bytes::new(), Duration::ZERO) else {
+            panic!()
+        };
+        let Res4::Ok(s) = t.create_session(&cs(r.clientid, r.sequenceid), Duration::ZERO) else {
+            panic!()
+        };
+        let l = SessionLimits::default();
+        let f = &s.fore_chan_attrs;
+        assert_eq!(f.maxrequestsize, l.max_request);
+        assert_eq!(f.maxresponsesize, 4096);
+        assert_eq!(f.maxresponsesize_cached, l.max_response_cached);
+        assert_eq!((f.maxoperations, f.maxrequests), (l.max_ops, l.max_slots));
+        assert_eq!(s.flags, 0);
+        let mut zero = cs(r.clientid, r.sequenceid + 1);
+        zero.fore_chan_attrs.maxrequests = 0;
+        assert_eq!(
+            t.create_session(&zero, Duration::ZERO).status(),
+            Nfsstat4::NFS4ERR_INVAL
+        );
+    }
+
+    #[test]
+    fn an_unconfirmed_client_expires_after_a_lease() {
+        let mut t = ClientTable::new(SessionLimits::default(), 7);
+        let Res4::Ok(r) = t.exchange_id(&xid(b"c", 1, 0), &Bytes::new(), Duration::ZERO) else {
+            panic!()
+        };
+        assert!(t.expire(Duration::from_secs(90)).is_empty());
+        assert!(t.clients.contains_key(&r.clientid));
+        assert_eq!(t.expire(Duration::from_secs(91)), vec![r.clientid]);
+        assert_eq!(
+            t.create_session(&cs(r.clientid, 1), Duration::from_secs(91))
+                .status(),
+            Nfsstat4::NFS4ERR_STALE_CLIENTID
+        );
+    }
+
+    #[test]
+    fn a_flood_of_unconfirmed_clients_evicts_the_oldest_not_new_clients() {
+        let mut t = ClientTable::new(SessionLimits::default(), 7);
+        let owner = Bytes::new();
+        let now = Duration::ZERO;
+        let mut first = None;
+        for i in 0..(MAX_UNCONFIRMED as u32 * 3) {
+            let mut a = xid(b"", 1, 0);
+            a.clientowner.ownerid = Bounded(Bytes::from(i.to_be_bytes().to_vec()));
+            let Res4::Ok(r) = t.exchange_id(&a, &owner, now) else {
+                panic!("EXCHANGE_ID {i} refused")
+            };
+            first.get_or_insert(r.clientid);
+        }
+        assert_eq!(t.clients.len(), MAX_UNCONFIRMED);
+        assert!(UNCONFIRMED.count() >= 2 * MAX_UNCONFIRMED as u64);
+        assert_eq!(t.take_dropped().len(), 2 * MAX_UNCONFIRMED);
+        // The oldest went; a real client still gets its session.
+        let old = first.unwrap_or_default();
+        assert_eq!(
+            t.create_session(&cs(old, 1), now).status(),
+            Nfsstat4::NFS4ERR_STALE_CLIENTID
+        );
+        let Res4::Ok(r) = t.exchange_id(&xid(b"real", 1, 0), &owner, now) else {
+            panic!()
+        };
+        assert!(matches!(
+            t.create_session(&cs(r.clientid, r.sequenceid), now),
+            Res4::Ok(_)
+        ));
+    }
+
+    #[test]
+    fn confirmed_clients_are_bounded_with_delay() {
+        let mut t = ClientTable::new(SessionLimits::default(), 7);
+        let owner = Bytes::new();
+        let now = Duration::ZERO;
+        // Confirmed records without sessions, as CREATE_SESSION +
+        // DESTROY_SESSION would leave them.
+        for i in 0..MAX_CLIENTS as u32 {
+            let mut a = xid(b"", 1, 0);
+            a.clientowner.ownerid = Bounded(Bytes::from(i.to_be_bytes().to_vec()));
+            let Res4::Ok(r) = t.exchange_id(&a, &owner, now) else {
+                panic!()
+            };
+            t.confirm(r.clientid);
+        }
+        let before = CLIENTS.count();
+        assert_eq!(
+            t.exchange_id(&xid(b"late", 1, 0), &owner, now).status(),
+            Nfsstat4::NFS4ERR_DELAY
+        );
+        assert!(CLIENTS.count() > before);
+        // A lease later they are gone and the newcomer gets in.
+        let later = t.limits.lease + Duration::from_secs(1);
+        assert_eq!(t.expire(later).len(), MAX_CLIENTS);
+        assert!(matches!(
+            t.exchange_id(&xid(b"late", 1, 0), &owner, later),
+            Res4::Ok(_)
+        ));
+    }
+
+    #[test]
+    fn create_session_shrinks_the_reply_cache_to_the_budget() {
+        let limits = SessionLimits {
+            reply_cache_bytes: 4 * 64 * 4096,
+            ..SessionLimits::default()
+        };
+        let mut t = ClientTable::new(limits, 7);
+        let now = Duration::ZERO;
+        let session = |t: &mut ClientTable, owner: &'static [u8]| {
+            let Res4::Ok(r) = t.exchange_id(&xid(owner, 1, 0), &Bytes::new(), now) else {
+                panic!()
+            };
+            let mut a = cs(r.clientid, r.sequenceid);
+            a.fore_chan_attrs.maxresponsesize_cached = 4096;
+            a.fore_chan_attrs.maxrequests = 64;
+            t.create_session(&a, now)
+        };
+        // A quarter of the budget each: the first session is whole.
+        let Res4::Ok(s) = session(&mut t, b"a") else {
+            panic!()
+        };
+        assert_eq!(s.fore_chan_attrs.maxrequests, 64);
+        for o in [&b"b"[..], b"c", b"d"] {
+            let o: &'static [u8] = Box::leak(o.to_vec().into_boxed_slice());
+            assert!(matches!(session(&mut t, o), Res4::Ok(_)));
+        }
+        assert_eq!(t.reply_cache_bytes().0, limits.reply_cache_bytes);
+        let before = REPLY_CACHE.count();
+        assert_eq!(session(&mut t, b"e").status(), Nfsstat4::NFS4ERR_DELAY);
+        assert!(REPLY_CACHE.count() > before);
+        // Room for 10 slots: the next session gets 10, not 64.
+        let Res4::Ok(first) = t.exchange_id(&xid(b"a", 1, 0), &Bytes::new(), now) else {
+            panic!()
+        };
+        let sid = t.clients[&first.clientid].sessions[0];
+        assert!(t.destroy_session(&sid).is_ok());
+        t.limits.reply_cache_bytes -= 54 * 4096;
+        let Res4::Ok(s) = session(&mut t, b"f") else {
+            panic!()
+        };
+        assert_eq!(s.fore_chan_attrs.maxrequests, 10);
+        // Room for less than a slot: one smaller slot.
+        assert!(t.destroy_session(&s.sessionid.0).is_ok());
+        t.limits.reply_cache_bytes -= 10 * 4096 - 3000;
+        let Res4::Ok(s) = session(&mut t, b"g") else {
+            panic!()
+        };
+        assert_eq!(
+            (
+                s.fore_chan_attrs.maxrequests,
+                s.fore_chan_attrs.maxresponsesize_cached
+            ),
+            (1, 3000)
+        );
+        assert!(t.reply_cache_bytes().0 <= t.limits.reply_cache_bytes);
+    }
+
+    #[test]
+    fn cached_replies_are_counted_and_released() {
+        let mut t = ClientTable::new(SessionLimits::default(), 7);
+        let now = Duration::ZERO;
+        let Res4::Ok(r) = t.exchange_id(&xid(b"c", 1, 0), &Bytes::new(), now) else {
+            panic!()
+        };
+        let Res4::Ok(s) = t.create_session(&cs(r.clientid, r.sequenceid), now) else {
+            panic!()
+        };
+        let seq = |id: u32| Sequence4Args {
+            sessionid: s.sessionid,
+            sequenceid: id,
+            slotid: 0,
+            highest_slotid: 0,
+            cachethis: true,
+        };
+        assert!(matches!(
+            t.sequence(&seq(1), 1, 100, 0, now),
+            SeqOutcome::New(..)
+        ));
+        t.finish_slot(
+            &s.sessionid.0,
+            0,
+            Some(XdrBuf::from_bytes(Bytes::from(vec![0; 1000]))),
+        );
+        assert_eq!(t.reply_cache_bytes().1, 1000);
+        assert!(matches!(
+            t.sequence(&seq(1), 1, 100, 0, now),
+            SeqOutcome::Replay(_)
+        ));
+        // Too big for the slot: not kept.
+        assert!(matches!(
+            t.sequence(&seq(2), 1, 100, 0, now),
+            SeqOutcome::New(..)
+        ));
+        let big = vec![0; s.fore_chan_attrs.maxresponsesize_cached as usize + 1];
+        t.finish_slot(
+            &s.sessionid.0,
+            0,
+            Some(XdrBuf::from_bytes(Bytes::from(big))),
+        );
+        assert_eq!(t.reply_cache_bytes().1, 0);
+        assert!(matches!(
+            t.sequence(&seq(3), 1, 100, 0, now),
+            SeqOutcome::New(..)
+        ));
+        t.finish_slot(
+            &s.sessionid.0,
+            0,
+            Some(XdrBuf::from_bytes(Bytes::from(vec![0; 10]))),
+        );
+        assert!(t.destroy_session(&s.sessionid.0).is_ok());
+        assert_eq!(t.reply_cache_bytes(), (0, 0));
+    }
+
+    #[test]
+    fn expiry_takes_only_the_clients_that_ran_out() {
+        let mut t = ClientTable::new(SessionLimits::default(), 7);
+        let owner = Bytes::new();
+        let Res4::Ok(a) = t.exchange_id(&xid(b"a", 1, 0), &owner, Duration::ZERO) else {
+            panic!()
+        };
+        let Res4::Ok(b) = t.exchange_id(&xid(b"b", 1, 0), &owner, Duration::from_secs(50)) else {
+            panic!()
+        };
+        // a renews at 60 s: both live past 91 s, then b goes first.
+        assert!(matches!(
+            t.exchange_id(&xid(b"a", 1, 0), &owner, Duration::from_secs(60)),
+            Res4::Ok(_)
+        ));
+        assert!(t.expire(Duration::from_secs(91)).is_empty());
+        assert_eq!(t.expire(Duration::from_secs(141)), vec![b.clientid]);
+        assert!(t.clients.contains_key(&a.clientid) || !t.clients.is_empty());
+    }
+}

@@ -1,0 +1,216 @@
+//! Hostile NFSv4.1 clients against the state bounds (RFC 8881 §2.4,
+//! §2.10.6.1, §18.35, §18.36): a flood of unconfirmed client ids does not
+//! lock real clients out, and clients caching big replies stay within
+//! the server-wide reply cache budget.
+
+mod v4_common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use nfs::v4::session::*;
+use nfs::v4::*;
+use nfs_server::v4::{ManualClock, Nfs4Config, Nfs4Service, SessionLimits};
+use nfs_server::LocalFs;
+use oncrpc::client::ClientConfig;
+use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
+use v4_common::*;
+use xdr::FixedOpaque;
+
+struct Served {
+    svc: Arc<Nfs4Service>,
+    srv: Srv,
+}
+
+async fn serve_arc(tag: &str, limits: SessionLimits) -> Served {
+    let dir = TempDir::new(tag);
+    let clock = Arc::new(ManualClock::new());
+    let fs = Arc::new(LocalFs::new(dir.path(), false).unwrap());
+    let svc = Arc::new(Nfs4Service::with_config(
+        fs,
+        Nfs4Config {
+            limits,
+            clock: clock.clone(),
+            server_owner: Bytes::from_static(b"test"),
+        },
+    ));
+    let mut server = oncrpc::Server::new();
+    server.register_arc(Arc::clone(&svc));
+    let tcp = TcpServer::bind(
+        "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
+        Arc::new(server),
+        TcpConfig::default(),
+    )
+    .await
+    .unwrap();
+    let addr = tcp.local_addr().unwrap();
+    tcp.spawn();
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.path()).unwrap());
+    Served {
+        svc,
+        srv: Srv {
+            addr,
+            uid,
+            clock,
+            dir,
+        },
+    }
+}
+
+async fn client(srv: &Srv) -> C4 {
+    let rpc = TcpClient::connect(srv.addr, 7, ClientConfig::default(), TcpConfig::default())
+        .await
+        .unwrap();
+    C4 {
+        rpc,
+        cred: sys_cred(srv.uid),
+        clientid: 0,
+        session: [0; 16],
+        seq: AtomicU32::new(0),
+    }
+}
+
+#[tokio::test]
+async fn unconfirmed_client_flood_does_not_lock_out_a_real_client() {
+    let s = serve_arc("unconfirmed", SessionLimits::default()).await;
+    let hostile = client(&s.srv).await;
+    // More than MAX_UNCONFIRMED (1024) distinct owners, never confirmed.
+    for i in 0..1500 {
+        let r = hostile
+            .ops(vec![NfsArgop4::ExchangeId(C4::exchange_id_args(
+                &format!("flood-{i}"),
+                1,
+            ))])
+            .await;
+        assert_eq!(r.status, Nfsstat4::NFS4_OK, "EXCHANGE_ID {i}");
+    }
+    assert!(s.svc.state_stats().clients <= 1024);
+    let mut real = client(&s.srv).await;
+    real.establish("real").await;
+    real.ok(vec![
+        NfsArgop4::Putrootfh(()),
+        open_create(real.clientid, "f", OPEN4_SHARE_ACCESS_BOTH, 0),
+    ])
+    .await;
+    assert!(s.svc.state_stats().clients <= 1025);
+}
+
+/// CREATE_SESSION asking for 64 slots caching 64 KiB each (4 MiB).
+fn big_cache_session(clientid: u64, sequence: u32) -> CreateSession4Args {
+    let mut a = C4::create_session_args(clientid, sequence);
+    a.fore_chan_attrs.maxresponsesize_cached = 64 << 10;
+    a.fore_chan_attrs.maxrequests = 64;
+    a.flags = 0;
+    a
+}
+
+async fn new_session(c: &mut C4, name: &str) -> Res4<CreateSession4ResOk> {
+    let r = c
+        .ops(vec![NfsArgop4::ExchangeId(C4::exchange_id_args(name, 1))])
+        .await;
+    let Some(NfsResop4::ExchangeId(Res4::Ok(x))) = r.resarray.first() else {
+        panic!("EXCHANGE_ID: {r:?}")
+    };
+    c.clientid = x.clientid;
+    let r = c
+        .ops(vec![NfsArgop4::CreateSession(big_cache_session(
+            x.clientid,
+            x.sequenceid,
+        ))])
+        .await;
+    match r.resarray.into_iter().next() {
+        Some(NfsResop4::CreateSession(res)) => {
+            if let Res4::Ok(s) = &res {
+                c.session = s.sessionid.0;
+            }
+            res
+        }
+        other => panic!("CREATE_SESSION: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn clients_caching_big_replies_stay_within_the_reply_cache_budget() {
+    const BUDGET: u64 = 2 << 20;
+    let limits = SessionLimits {
+        reply_cache_bytes: BUDGET,
+        ..SessionLimits::default()
+    };
+    let s = serve_arc("replycache", limits).await;
+    std::fs::write(s.srv.dir.path().join("big"), vec![7u8; 60 << 10]).unwrap();
+    let mut clients = Vec::new();
+    let mut refused = 0;
+    for i in 0..6 {
+        let mut c = client(&s.srv).await;
+        match new_session(&mut c, &format!("cacher-{i}")).await {
+            Res4::Ok(ok) => {
+                let slots = ok.fore_chan_attrs.maxrequests;
+                let cached = u64::from(ok.fore_chan_attrs.maxresponsesize_cached);
+                assert!(
+                    u64::from(slots) * cached <= BUDGET / 4,
+                    "one client: a quarter"
+                );
+                // Fill every slot with a cached 60 KiB READ reply.
+                for slot in 0..slots {
+                    let r = c
+                        .ops(vec![
+                            c.sequence(slot, 1, true),
+                            NfsArgop4::Putrootfh(()),
+                            NfsArgop4::Lookup(Lookup4Args {
+                                objname: name("big"),
+                            }),
+                            NfsArgop4::Read(Read4Args {
+                                stateid: Stateid4::ANONYMOUS,
+                                offset: 0,
+                                count: 60 << 10,
+                            }),
+                        ])
+                        .await;
+                    assert_eq!(r.status, Nfsstat4::NFS4_OK, "slot {slot}: {r:?}");
+                }
+                clients.push(c);
+            }
+            Res4::Err(e) => {
+                assert_eq!(e, Nfsstat4::NFS4ERR_DELAY);
+                refused += 1;
+            }
+        }
+    }
+    let st = s.svc.state_stats();
+    assert!(st.reply_cache_reserved <= BUDGET, "{st:?}");
+    assert!(st.reply_cache_cached <= st.reply_cache_reserved, "{st:?}");
+    assert!(
+        st.reply_cache_cached > BUDGET / 2,
+        "replies were cached: {st:?}"
+    );
+    assert_eq!((clients.len(), refused), (4, 2));
+    // A retry is answered from the cache.
+    let c = &clients[0];
+    let r = c
+        .ops(vec![
+            c.sequence(0, 1, true),
+            NfsArgop4::Putrootfh(()),
+            NfsArgop4::Lookup(Lookup4Args {
+                objname: name("big"),
+            }),
+            NfsArgop4::Read(Read4Args {
+                stateid: Stateid4::ANONYMOUS,
+                offset: 0,
+                count: 60 << 10,
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, Nfsstat4::NFS4_OK);
+    // A session going frees its share: a newcomer gets in.
+    let r = c
+        .ops(vec![NfsArgop4::DestroySession(DestroySession4Args {
+            sessionid: FixedOpaque(c.session),
+        })])
+        .await;
+    assert_eq!(r.status, Nfsstat4::NFS4_OK);
+    let mut late = client(&s.srv).await;
+    assert!(matches!(new_session(&mut late, "late").await, Res4::Ok(_)));
+    assert!(s.svc.state_stats().reply_cache_reserved <= BUDGET);
+}
