@@ -27,6 +27,7 @@ mod fh;
 pub mod localfs;
 pub mod mount;
 pub mod nfs3;
+mod nfs3_deleg;
 mod perm;
 pub mod rpcbind;
 pub mod storage;
@@ -127,8 +128,10 @@ pub fn rpc_server_with_backchannels(
     let mut server = oncrpc::Server::new().with_drc(DrcConfig::default());
     server.register(MountService::new(Arc::clone(&fs), mount_paths));
     server.register(RpcbindService::new(registry, advertise));
-    server.register(v4::Nfs4Service::new(Arc::clone(&fs)).with_backchannels(backchannels));
-    server.register_arc(Arc::new(Nfs3Service::new(fs)));
+    let v4 = v4::Nfs4Service::new(Arc::clone(&fs)).with_backchannels(backchannels);
+    let delegs = v4.delegations();
+    server.register(v4);
+    server.register_arc(Arc::new(Nfs3Service::new(fs).with_delegations(delegs)));
     server
 }
 

@@ -17,13 +17,22 @@ use crate::storage::{DirEntry, DirPage, DirRequest, Storage};
 /// Serves NFS program 100003 version 3 from a [`Storage`].
 #[derive(Debug)]
 pub struct Nfs3Service<S> {
-    fs: Arc<S>,
+    pub(crate) fs: Arc<S>,
+    /// NFSv4 delegations to break before conflicting procedures.
+    pub(crate) delegs: Option<crate::v4::Delegations>,
 }
 
 impl<S> Nfs3Service<S> {
     /// A service over `fs`.
     pub fn new(fs: Arc<S>) -> Self {
-        Self { fs }
+        Self { fs, delegs: None }
+    }
+
+    /// Breaks `delegs` (the NFSv4 service's delegations on the same
+    /// files) before conflicting procedures ([`crate::nfs3_deleg`]).
+    pub fn with_delegations(mut self, delegs: crate::v4::Delegations) -> Self {
+        self.delegs = Some(delegs);
+        self
     }
 }
 
@@ -265,6 +274,9 @@ impl<S: Storage> Nfs3Service<S> {
         let fs = &*self.fs;
         let c = &Caller::of(cred);
         let verf = FixedOpaque(fs.write_verifier());
+        if let Some(jukebox) = self.break_delegations(&args).await {
+            return Ok(jukebox);
+        }
         let mut out = XdrBuf::new();
         match args {
             Args3::Null => {}

@@ -13,6 +13,7 @@ use nfs::v4::attr::{Bitmap4, FileAttrs};
 use nfs::v4::cb::*;
 use nfs::v4::session::*;
 use nfs::v4::*;
+use nfs_server::nfs3::Nfs3Service;
 use nfs_server::v4::{
     backchannel_fn, BackchannelSlot, ManualClock, Nfs4Config, Nfs4Service, SessionLimits,
 };
@@ -116,17 +117,19 @@ async fn serve(tag: &str, backchannel_credits: u32) -> Srv {
     let fs = Arc::new(LocalFs::new(&p, false).unwrap());
     let slot = BackchannelSlot::new();
     let mut server = oncrpc::Server::new();
-    server.register(
-        Nfs4Service::with_config(
-            fs,
-            Nfs4Config {
-                limits: SessionLimits::default(),
-                clock: clock.clone(),
-                server_owner: Bytes::from_static(b"deleg"),
-            },
-        )
-        .with_backchannels(slot.clone()),
-    );
+    let v4 = Nfs4Service::with_config(
+        Arc::clone(&fs),
+        Nfs4Config {
+            limits: SessionLimits::default(),
+            clock: clock.clone(),
+            server_owner: Bytes::from_static(b"deleg"),
+        },
+    )
+    .with_backchannels(slot.clone());
+    // NFSv3 on the same files breaks the delegations, waiting 300 ms.
+    let delegs = v4.delegations().with_wait(Duration::from_millis(300));
+    server.register(v4);
+    server.register(Nfs3Service::new(fs).with_delegations(delegs));
     let net = LoopbackNetwork::new(7 + u64::from(n));
     let sdev = net.device();
     let cfg = RdmaServerConfig {
@@ -652,4 +655,124 @@ async fn write_and_setattr_from_another_client_recall_a_read_delegation() {
     assert!(a.recalls.try_recv().is_err(), "recalled once");
     assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
     assert_eq!(b.seq(write.clone()).await.status, Nfsstat4::NFS4_OK);
+}
+
+/// An NFSv3 call on `rpc`; returns the raw result.
+async fn v3_call(
+    rpc: &RdmaClient<LoopbackDevice>,
+    cred: &OpaqueAuth,
+    proc_: u32,
+    args: XdrBuf,
+) -> Bytes {
+    rpc.call(RpcCall {
+        prog: NFS4_PROGRAM,
+        vers: 3,
+        proc_,
+        cred: cred.clone(),
+        args,
+        reply_hint: ReplyHint::default(),
+    })
+    .await
+    .unwrap()
+}
+
+fn v3_write(fh: &NfsFh4, data: &'static [u8]) -> XdrBuf {
+    xdr::to_xdr_buf(&nfs::v3::Write3Args {
+        file: nfs::v3::NfsFh3::new(&fh.0).unwrap(),
+        offset: 0,
+        count: data.len() as u32,
+        stable: nfs::v3::StableHow::FILE_SYNC,
+        data: xdr::DdpOpaque(Bytes::from_static(data)),
+    })
+}
+
+fn v3_status(r: &Bytes) -> nfs::v3::Nfsstat3 {
+    xdr::from_slice::<nfs::v3::Nfsstat3>(&r[..4]).unwrap()
+}
+
+/// A's READ of `fh` under `sid`.
+async fn read_all(a: &Client, fh: &NfsFh4, sid: Stateid4) -> Bytes {
+    let r = a
+        .seq(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+            NfsArgop4::Read(Read4Args {
+                stateid: sid,
+                offset: 0,
+                count: 100,
+            }),
+        ])
+        .await;
+    match r.resarray.last() {
+        Some(NfsResop4::Read(Res4::Ok(ok))) => ok.data.0.clone(),
+        other => panic!("READ: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nfsv3_write_recalls_a_write_delegation_and_the_holder_sees_the_data() {
+    let srv = serve("v3write", 4).await;
+    let mut a = Client::connect(&srv, "client-a").await;
+    let b = Client::connect(&srv, "client-b").await;
+    let (_, deleg, fh) = opened(&a.open("w", OPEN4_SHARE_ACCESS_BOTH).await);
+    let OpenDelegation4::Write(dsid, ..) = deleg else {
+        panic!("write delegation expected: {deleg:?}")
+    };
+    // The NFSv3 WRITE waits for the recall; A returns the delegation.
+    let write = v3_call(&b.rpc, &b.cred, 7, v3_write(&fh, b"from v3"));
+    let holder = async {
+        let (_, recall) = a.recall().await;
+        assert_eq!(recall.stateid, dsid);
+        assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    };
+    let (r, ()) = tokio::join!(write, holder);
+    assert_eq!(v3_status(&r), nfs::v3::Nfsstat3::NFS3_OK);
+    // At its next open A sees the NFSv3 client's data.
+    let (sid, _, fh2) = opened(&a.open("w", OPEN4_SHARE_ACCESS_READ).await);
+    assert_eq!(fh2, fh);
+    assert_eq!(&read_all(&a, &fh, sid).await[..], b"from v3");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nfsv3_access_gets_jukebox_while_the_holder_keeps_the_delegation() {
+    let srv = serve("v3jukebox", 4).await;
+    let mut a = Client::connect(&srv, "client-a").await;
+    let b = Client::connect(&srv, "client-b").await;
+    let (_, deleg, fh) = opened(&a.open("r", OPEN4_SHARE_ACCESS_BOTH).await);
+    let OpenDelegation4::Write(dsid, ..) = deleg else {
+        panic!("write delegation expected: {deleg:?}")
+    };
+    // A READ conflicts with a write delegation too.
+    let read = xdr::to_xdr_buf(&nfs::v3::Read3Args {
+        file: nfs::v3::NfsFh3::new(&fh.0).unwrap(),
+        offset: 0,
+        count: 10,
+    });
+    let r = v3_call(&b.rpc, &b.cred, 6, read.clone()).await;
+    assert_eq!(v3_status(&r), nfs::v3::Nfsstat3::NFS3ERR_JUKEBOX);
+    let (_, recall) = a.recall().await;
+    assert_eq!(recall.stateid, dsid);
+    // REMOVE of the delegated name is held back the same way.
+    let remove = xdr::to_xdr_buf(&nfs::v3::Remove3Args {
+        object: nfs::v3::Diropargs3 {
+            dir: nfs::v3::NfsFh3::new(&root_fh(&a).await.0).unwrap(),
+            name: nfs::v3::Filename3(Bytes::from_static(b"r")),
+        },
+    });
+    let r = v3_call(&b.rpc, &b.cred, 12, remove.clone()).await;
+    assert_eq!(v3_status(&r), nfs::v3::Nfsstat3::NFS3ERR_JUKEBOX);
+    assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    let r = v3_call(&b.rpc, &b.cred, 6, read).await;
+    assert_eq!(v3_status(&r), nfs::v3::Nfsstat3::NFS3_OK);
+    let r = v3_call(&b.rpc, &b.cred, 12, remove).await;
+    assert_eq!(v3_status(&r), nfs::v3::Nfsstat3::NFS3_OK);
+}
+
+async fn root_fh(a: &Client) -> NfsFh4 {
+    let r = a
+        .seq(vec![NfsArgop4::Putrootfh(()), NfsArgop4::Getfh(())])
+        .await;
+    match r.resarray.last() {
+        Some(NfsResop4::Getfh(Res4::Ok(g))) => g.object.clone(),
+        other => panic!("GETFH: {other:?}"),
+    }
 }

@@ -356,14 +356,7 @@ impl Nfs4Service {
     /// NFS4ERR_DELAY while any is outstanding.
     pub(super) fn deleg_conflict(&self, fh: &NfsFh3, cx: &Cx, write: bool) -> Result<(), Nfsstat4> {
         let clientid = cx.sess.map(|s| s.clientid).unwrap_or(0);
-        let now = self.clock.now();
-        let (pending, recalls) = {
-            let mut st = self.state()?;
-            let lease = st.lease();
-            st.delegs.conflicts(&key(fh), clientid, write, now, lease)
-        };
-        self.cbs.recall(&self.state, recalls);
-        if pending {
+        if self.delegations().recall(&key(fh), clientid, write) {
             Err(Nfsstat4::NFS4ERR_DELAY)
         } else {
             Ok(())

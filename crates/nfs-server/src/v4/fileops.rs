@@ -305,6 +305,8 @@ impl Nfs4Service {
     /// the session's `ca_maxresponsesize`.
     async fn read(&self, a: &Read4Args, cx: &Cx) -> R<Read4ResOk> {
         let fh = self.io_prep(&a.stateid, cx, false).await?;
+        // Another client's write delegation: recall it (RFC 8881 §10.4.1).
+        self.deleg_conflict(&fh, cx, false)?;
         let room = cx
             .sess
             .map(|s| s.max_response.saturating_sub(512))
@@ -441,6 +443,7 @@ impl Nfs4Service {
         }
         let before = self.dir(&dir).await?;
         self.allow(&before, cx, DIR_ADD, false)?;
+        self.deleg_conflict(&obj, cx, true)?;
         self.fs.link(&obj, &dir, &n).await.map_err(st4)?;
         let after = self.attr(&dir).await?;
         Ok(Cinfo4ResOk {

@@ -30,6 +30,7 @@
 mod attrs;
 pub mod callback;
 mod clients;
+mod coherence;
 mod deleg;
 mod fileops;
 mod fsext;
@@ -53,6 +54,7 @@ use crate::LocalFs;
 pub use callback::{backchannel_fn, BackchannelSlot, BackchannelSource, CbTransport};
 pub use clients::SessionLimits;
 use clients::{SeqOutcome, SessCtx};
+pub use coherence::{Delegations, RECALL_WAIT};
 use state::StateTable;
 
 /// A monotonic time source for leases, injected so tests can move time.
@@ -243,6 +245,16 @@ impl Nfs4Service {
     pub fn with_backchannels(mut self, slot: BackchannelSlot) -> Self {
         self.cbs.slot = slot;
         self
+    }
+
+    /// A handle breaking this server's delegations for accesses from
+    /// outside NFSv4 (NFSv3, local processes), RFC 8881 §10.4.1.
+    pub fn delegations(&self) -> Delegations {
+        Delegations::new(
+            Arc::clone(&self.state),
+            self.cbs.clone(),
+            Arc::clone(&self.clock),
+        )
     }
 
     /// Delegations currently held by clients.

@@ -1,0 +1,127 @@
+//! NFSv3 accesses that conflict with NFSv4 delegations (RFC 8881
+//! §10.4.1; RFC 1813 §2.6 NFS3ERR_JUKEBOX): before a procedure runs, the
+//! delegations on the files it reads (READ, COMMIT: a write delegation)
+//! or changes (WRITE, SETATTR, LINK; CREATE over, REMOVE or RENAME of a
+//! delegated name, and the file a RENAME replaces) are recalled through
+//! [`crate::v4::Delegations::break_for`]. When the holder does not return
+//! them within the wait the procedure is answered NFS3ERR_JUKEBOX with
+//! empty attributes and the client retries later.
+
+use nfs::v3::*;
+use xdr::{Encode, XdrBuf};
+
+use crate::nfs3::Nfs3Service;
+use crate::storage::Storage;
+
+/// A file an access touches, and whether it changes it.
+type Target = (NfsFh3, bool);
+
+/// The files `args` touches, each with whether it changes them.
+async fn targets<S: Storage>(fs: &S, args: &Args3) -> Vec<Target> {
+    let named = |d: &Diropargs3| d.clone();
+    let (direct, names): (Vec<Target>, Vec<Diropargs3>) = match args {
+        Args3::Read(a) => (vec![(a.file.clone(), false)], vec![]),
+        Args3::Commit(a) => (vec![(a.file.clone(), false)], vec![]),
+        Args3::Write(a) => (vec![(a.file.clone(), true)], vec![]),
+        Args3::Setattr(a) => (vec![(a.object.clone(), true)], vec![]),
+        Args3::Link(a) => (vec![(a.file.clone(), true)], vec![]),
+        Args3::Create(a) => (vec![], vec![named(&a.dir)]),
+        Args3::Remove(a) => (vec![], vec![named(&a.object)]),
+        Args3::Rename(a) => (vec![], vec![named(&a.from), named(&a.to)]),
+        _ => return Vec::new(),
+    };
+    let mut out = direct;
+    for d in names {
+        if let Ok(fh) = fs.lookup(&d.dir, &d.name).await {
+            out.push((fh, true));
+        }
+    }
+    out
+}
+
+/// NFS3ERR_JUKEBOX for `args`'s procedure: the status, then its failure
+/// body with every attribute absent (post_op_attr and pre_op_attr are a
+/// FALSE discriminant each).
+fn jukebox(args: &Args3) -> XdrBuf {
+    let words = match args {
+        Args3::Read(_) => 1,
+        Args3::Link(_) => 3,
+        Args3::Rename(_) => 4,
+        _ => 2,
+    };
+    let mut out = XdrBuf::new();
+    Nfsstat3::NFS3ERR_JUKEBOX.encode(&mut out);
+    for _ in 0..words {
+        0u32.encode(&mut out);
+    }
+    out
+}
+
+impl<S: Storage> Nfs3Service<S> {
+    /// Breaks the delegations `args` conflicts with; `Some(reply)`
+    /// (NFS3ERR_JUKEBOX) when some are still held after the wait.
+    pub(crate) async fn break_delegations(&self, args: &Args3) -> Option<XdrBuf> {
+        let delegs = self.delegs.as_ref()?;
+        for (fh, write) in targets(&*self.fs, args).await {
+            if !delegs.break_for(&fh, write).await {
+                tracing::debug!(proc_ = %args.procedure(), "NFS3ERR_JUKEBOX: delegation held");
+                return Some(jukebox(args));
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use nfs::v3::Nfsproc3;
+    use xdr::{Decode, Decoder};
+
+    #[test]
+    fn jukebox_replies_decode_as_the_procedures_failure() {
+        let fh = NfsFh3::new(b"fh").unwrap();
+        let dir = Diropargs3 {
+            dir: fh.clone(),
+            name: Filename3(Bytes::from_static(b"n")),
+        };
+        let cases = [
+            (
+                Nfsproc3::READ,
+                Args3::Read(Read3Args {
+                    file: fh.clone(),
+                    offset: 0,
+                    count: 1,
+                }),
+            ),
+            (
+                Nfsproc3::RENAME,
+                Args3::Rename(Rename3Args {
+                    from: dir.clone(),
+                    to: dir.clone(),
+                }),
+            ),
+            (
+                Nfsproc3::LINK,
+                Args3::Link(Link3Args {
+                    file: fh.clone(),
+                    link: dir.clone(),
+                }),
+            ),
+            (Nfsproc3::REMOVE, Args3::Remove(Remove3Args { object: dir })),
+        ];
+        for (p, a) in cases {
+            let b = jukebox(&a).to_bytes();
+            let mut d = Decoder::from_bytes(&b);
+            let s = match p {
+                Nfsproc3::READ => Read3Res::decode(&mut d).map(|r| r.status()),
+                Nfsproc3::RENAME => Rename3Res::decode(&mut d).map(|r| r.status()),
+                Nfsproc3::LINK => Link3Res::decode(&mut d).map(|r| r.status()),
+                _ => Remove3Res::decode(&mut d).map(|r| r.status()),
+            };
+            assert_eq!(s.unwrap(), Nfsstat3::NFS3ERR_JUKEBOX, "{p:?}");
+            assert_eq!(d.remaining(), 0, "{p:?}");
+        }
+    }
+}
