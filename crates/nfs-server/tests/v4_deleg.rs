@@ -776,3 +776,55 @@ async fn root_fh(a: &Client) -> NfsFh4 {
         other => panic!("GETFH: {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_writer_recalls_the_delegation_and_the_holder_sees_its_data() {
+    let srv = serve("local", 4).await;
+    let mut a = Client::connect(&srv, "client-a").await;
+    let (_, deleg, fh) = opened(&a.open("l", OPEN4_SHARE_ACCESS_READ).await);
+    let OpenDelegation4::Read(dsid, ..) = deleg else {
+        panic!("read delegation expected: {deleg:?}")
+    };
+    // A process on the server writes into the export, not through NFS.
+    std::fs::write(srv._dir.0.join("l"), b"written locally").unwrap();
+    let (_, recall) = a.recall().await;
+    assert_eq!(recall.stateid, dsid);
+    assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    let (sid, _, _) = opened(&a.open("l", OPEN4_SHARE_ACCESS_READ).await);
+    assert_eq!(&read_all(&a, &fh, sid).await[..], b"written locally");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holders_own_writes_do_not_recall_but_a_local_rename_does() {
+    let srv = serve("ownwrite", 4).await;
+    let mut a = Client::connect(&srv, "client-a").await;
+    let (_, deleg, fh) = opened(&a.open("o", OPEN4_SHARE_ACCESS_BOTH).await);
+    let OpenDelegation4::Write(dsid, ..) = deleg else {
+        panic!("write delegation expected: {deleg:?}")
+    };
+    for _ in 0..3 {
+        let r = a
+            .seq(vec![
+                NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+                NfsArgop4::Write(Write4Args {
+                    stateid: dsid,
+                    offset: 0,
+                    stable: StableHow4(2),
+                    data: xdr::DdpOpaque(Bytes::from_static(b"mine")),
+                }),
+            ])
+            .await;
+        assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+    }
+    // Past the server's quiet time after its own writes (500 ms).
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        a.recalls.try_recv().is_err(),
+        "no recall for the holder's writes"
+    );
+    // The name changes under the holder (RFC 8881 §10.4.1): recalled, so
+    // its next lookup of the directory goes to the server.
+    std::fs::rename(srv._dir.0.join("o"), srv._dir.0.join("o2")).unwrap();
+    let (_, recall) = a.recall().await;
+    assert_eq!(recall.stateid, dsid);
+}

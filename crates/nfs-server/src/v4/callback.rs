@@ -387,7 +387,25 @@ impl Nfs4Service {
             access_mask: 0,
             who: Default::default(),
         };
-        let offered = st.offer_delegation(clientid, &key(fh), access, want);
+        let k = key(fh);
+        let offered = st.offer_delegation(clientid, &k, access, want);
+        drop(st);
+        // A delegation only on a file whose local changes are seen
+        // (super::watch); otherwise none.
+        let watched = offered.is_some()
+            && self
+                .open_fd(fh, false)
+                .is_ok_and(|f| self.watch.watch(&k, &f, &self.delegations()));
+        let offered = match (offered, watched) {
+            (Some(o), true) => Some(o),
+            (Some((sid, _)), false) => {
+                if let Ok(mut st) = self.state() {
+                    st.delegs.delegreturn(&sid, clientid, &k);
+                }
+                None
+            }
+            (None, _) => None,
+        };
         if let Some((_, write)) = &offered {
             tracing::info!(clientid, write, "delegation granted");
         }

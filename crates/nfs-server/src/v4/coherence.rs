@@ -89,6 +89,11 @@ impl Delegations {
         pending
     }
 
+    /// Whether some client holds a delegation on `key`.
+    pub(crate) fn held_on(&self, key: &Bytes) -> bool {
+        self.state.lock().is_ok_and(|st| st.delegs.on_file(key))
+    }
+
     /// Breaks the delegations on `fh` that an access from outside NFSv4
     /// (`write`: data or attributes change, the name goes) conflicts
     /// with: recalls them and waits up to the configured wait for their

@@ -240,6 +240,11 @@ impl DelegTable {
         }
     }
 
+    /// Whether some client holds a delegation on `fh`.
+    pub(crate) fn on_file(&self, fh: &Bytes) -> bool {
+        self.by_fh.contains_key(fh)
+    }
+
     /// Whether the delegation `other` is still held.
     pub(crate) fn holds(&self, other: &[u8; 12]) -> bool {
         self.delegs.contains_key(other)

@@ -248,7 +248,10 @@ impl Nfs4Service {
         }
         check_setattr(&attr, &cx.caller, &s).map_err(st4)?;
         self.deleg_conflict(&fh, cx, true)?;
-        self.fs.setattr(&fh, &s, None).await.map_err(st4)?;
+        self.watch.quiet(&key(&fh));
+        let r = self.fs.setattr(&fh, &s, None).await.map_err(st4);
+        self.watch.quiet(&key(&fh));
+        r?;
         Ok(mask)
     }
 
@@ -294,6 +297,9 @@ impl Nfs4Service {
         let sid = resolve_sid(cx, sid)?;
         let clientid = cx.sess.map(|s| s.clientid).unwrap_or(0);
         self.state()?.io_check(&sid, clientid, &key(&fh), write)?;
+        if write {
+            self.watch.quiet(&key(&fh));
+        }
         if sid.is_special() {
             let need = if write { ACCESS3_MODIFY } else { ACCESS3_READ };
             self.allow(&attr, cx, need, true)?;
@@ -325,11 +331,11 @@ impl Nfs4Service {
         self.deleg_conflict(&fh, cx, true)?;
         let how = StableHow(a.stable.0.min(2));
         let count = u32::try_from(a.data.0.len()).map_err(|_| Nfsstat4::NFS4ERR_INVAL)?;
-        let done = self
-            .fs
-            .write(&fh, a.offset, &a.data.0, how)
-            .await
-            .map_err(st4)?;
+        // The holder's own write: not a local change (super::watch).
+        self.watch.quiet(&key(&fh));
+        let done = self.fs.write(&fh, a.offset, &a.data.0, how).await;
+        self.watch.quiet(&key(&fh));
+        let done = done.map_err(st4)?;
         Ok(Write4ResOk {
             count,
             committed: StableHow4(done.0),

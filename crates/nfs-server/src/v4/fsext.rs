@@ -56,7 +56,7 @@ fn find(root: &Path, dev: u64, ino: u64) -> Option<PathBuf> {
 
 impl Nfs4Service {
     /// Opens the current file (a regular file, checked by the caller).
-    fn open_fd(&self, fh: &nfs::v3::NfsFh3, write: bool) -> R<File> {
+    pub(super) fn open_fd(&self, fh: &nfs::v3::NfsFh3, write: bool) -> R<File> {
         let h = Handle::parse(fh, self.fs.export_id()).map_err(st4)?;
         let root = self.fs.path();
         let dev = fs::symlink_metadata(root).map_err(|e| io4(&e))?.dev();

@@ -37,6 +37,7 @@ mod fsext;
 mod openops;
 mod state;
 mod stateids;
+mod watch;
 
 use std::hash::{Hash, Hasher};
 use std::ops::RangeInclusive;
@@ -159,6 +160,7 @@ pub struct Nfs4Service {
     owner: Bytes,
     paths: fsext::PathCache,
     cbs: callback::Callbacks,
+    watch: watch::FileWatch,
 }
 
 impl core::fmt::Debug for Nfs4Service {
@@ -237,6 +239,7 @@ impl Nfs4Service {
             owner: cfg.server_owner,
             paths: fsext::PathCache::default(),
             cbs: callback::Callbacks::default(),
+            watch: watch::FileWatch::default(),
         }
     }
 

@@ -1,0 +1,204 @@
+//! Local access to delegated files (RFC 8881 §10.4.1: the server must
+//! recall a delegation before an access that conflicts with it, whoever
+//! makes it). Processes on the server host do not go through NFS, so each
+//! delegated file gets an inotify watch (IN_MODIFY, IN_ATTRIB,
+//! IN_CLOSE_WRITE, IN_MOVE_SELF, IN_DELETE_SELF); an event not caused by
+//! the server itself recalls the file's delegation through the one
+//! conflict path ([`super::Delegations`]). Linux's nfsd takes a lease
+//! (F_SETLEASE) instead, which needs a signal handler; inotify needs no
+//! `unsafe` (rustix's safe wrapper).
+//!
+//! Residual window: inotify reports after the fact, so the local write
+//! has happened when the holder is told; the holder's cached data for
+//! the file may already be stale, and it sees the new data at its next
+//! OPEN after the DELEGRETURN. Local *reads* are not seen (IN_ACCESS
+//! would also fire for the server's own reads), so a local reader may
+//! miss data a write-delegation holder still caches. The server's own
+//! writes to a watched file (the holder writing through NFS) are ignored
+//! for [`QUIET`] after each one, and a local write inside that window is
+//! missed. When no watch can be set (the inotify limit,
+//! `fs.inotify.max_user_watches`, or [`MAX_WATCHES`]) no delegation is
+//! granted, with an [`oncrpc::limits::Limit`] trip.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use oncrpc::limits::Limit;
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+
+use super::Delegations;
+
+static WATCHES: Limit = Limit::new("nfs4.delegation_watches");
+
+/// Most delegated files watched at once.
+pub(crate) const MAX_WATCHES: usize = 1 << 12;
+/// How long after the server's own change to a file its events are
+/// ignored.
+pub(crate) const QUIET: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Default)]
+struct Map {
+    by_wd: HashMap<i32, Bytes>,
+    by_key: HashMap<Bytes, i32>,
+    quiet_until: HashMap<Bytes, Instant>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    fd: Arc<OwnedFd>,
+    map: Arc<Mutex<Map>>,
+}
+
+/// The inotify watches on delegated files of one server; started with the
+/// first delegation.
+#[derive(Debug, Default)]
+pub(crate) struct FileWatch(OnceLock<Option<Inner>>);
+
+fn events() -> WatchFlags {
+    WatchFlags::MODIFY
+        | WatchFlags::ATTRIB
+        | WatchFlags::CLOSE_WRITE
+        | WatchFlags::MOVE_SELF
+        | WatchFlags::DELETE_SELF
+}
+
+impl FileWatch {
+    fn inner(&self, delegs: &Delegations) -> Option<&Inner> {
+        self.0.get_or_init(|| start(delegs.clone())).as_ref()
+    }
+
+    /// Watches `file` (open on the delegated file `key`); `false` when no
+    /// watch could be set: grant no delegation then.
+    pub(crate) fn watch(&self, key: &Bytes, file: &File, delegs: &Delegations) -> bool {
+        let Some(inner) = self.inner(delegs) else {
+            return false;
+        };
+        let Ok(mut map) = inner.map.lock() else {
+            return false;
+        };
+        if map.by_key.contains_key(key) {
+            return true;
+        }
+        if map.by_key.len() >= MAX_WATCHES {
+            sweep(&inner.fd, &mut map, delegs);
+            if map.by_key.len() >= MAX_WATCHES {
+                WATCHES.trip(format_args!(
+                    "no delegation granted: {MAX_WATCHES} delegated files watched"
+                ));
+                return false;
+            }
+        }
+        // The watch follows the inode, whatever its name becomes.
+        let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+        match inotify::add_watch(&*inner.fd, path.as_str(), events()) {
+            Ok(wd) => {
+                map.by_wd.insert(wd, key.clone());
+                map.by_key.insert(key.clone(), wd);
+                true
+            }
+            Err(e) => {
+                WATCHES.trip(format_args!(
+                    "no delegation granted: inotify watch refused ({e}); \
+                     raise fs.inotify.max_user_watches"
+                ));
+                false
+            }
+        }
+    }
+
+    /// The server itself is about to change `key` (or just did): its
+    /// events for the next [`QUIET`] are its own.
+    pub(crate) fn quiet(&self, key: &Bytes) {
+        let Some(Some(inner)) = self.0.get() else {
+            return;
+        };
+        if let Ok(mut map) = inner.map.lock() {
+            if map.by_key.contains_key(key) {
+                map.quiet_until.insert(key.clone(), Instant::now() + QUIET);
+            }
+        }
+    }
+}
+
+/// Drops the watches of files that no longer have a delegation.
+fn sweep(fd: &OwnedFd, map: &mut Map, delegs: &Delegations) {
+    let gone: Vec<(Bytes, i32)> = map
+        .by_key
+        .iter()
+        .filter(|(k, _)| !delegs.held_on(k))
+        .map(|(k, wd)| (k.clone(), *wd))
+        .collect();
+    for (k, wd) in gone {
+        let _ = inotify::remove_watch(fd, wd);
+        map.by_key.remove(&k);
+        map.by_wd.remove(&wd);
+        map.quiet_until.remove(&k);
+    }
+}
+
+fn start(delegs: Delegations) -> Option<Inner> {
+    let rt = tokio::runtime::Handle::try_current().ok()?;
+    let fd = match inotify::init(CreateFlags::CLOEXEC) {
+        Ok(fd) => Arc::new(fd),
+        Err(e) => {
+            WATCHES.trip(format_args!("no delegations: inotify unavailable ({e})"));
+            return None;
+        }
+    };
+    let map = Arc::new(Mutex::new(Map::default()));
+    let (rfd, rmap) = (Arc::clone(&fd), Arc::downgrade(&map));
+    let spawned = std::thread::Builder::new()
+        .name("nfs4-deleg-watch".into())
+        .spawn(move || {
+            let _rt = rt.enter();
+            let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+            let mut reader = inotify::Reader::new(&*rfd, &mut buf);
+            loop {
+                let (wd, flags) = match reader.next() {
+                    Ok(ev) => (ev.wd(), ev.events()),
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(_) => return,
+                };
+                // The service is gone: stop.
+                let Some(map) = rmap.upgrade() else { return };
+                on_event(&rfd, &map, &delegs, wd, flags);
+            }
+        });
+    if spawned.is_err() {
+        return None;
+    }
+    Some(Inner { fd, map })
+}
+
+/// One inotify event: a change not made by the server recalls the
+/// delegation on the file; a file without one is no longer watched.
+fn on_event(fd: &OwnedFd, map: &Mutex<Map>, delegs: &Delegations, wd: i32, flags: ReadFlags) {
+    let Ok(mut m) = map.lock() else { return };
+    let Some(key) = m.by_wd.get(&wd).cloned() else {
+        return;
+    };
+    if flags.contains(ReadFlags::IGNORED) {
+        m.by_wd.remove(&wd);
+        m.by_key.remove(&key);
+        m.quiet_until.remove(&key);
+        return;
+    }
+    if m.quiet_until.get(&key).is_some_and(|t| Instant::now() < *t) {
+        return;
+    }
+    drop(m);
+    tracing::info!(?flags, "local change to a delegated file: recalling");
+    if !delegs.recall(&key, 0, true) && !delegs.held_on(&key) {
+        if let Ok(mut m) = map.lock() {
+            let _ = inotify::remove_watch(fd, wd);
+            m.by_wd.remove(&wd);
+            m.by_key.remove(&key);
+            m.quiet_until.remove(&key);
+        }
+    }
+}
