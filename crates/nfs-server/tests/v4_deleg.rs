@@ -35,6 +35,8 @@ const OP_DELEGRETURN: u32 = 8;
 struct CbService {
     recalls: mpsc::UnboundedSender<(CbSequence4Args, CbRecall4Args)>,
     nulls: Arc<AtomicU32>,
+    /// Set: CB_COMPOUND never answers (a dead back channel).
+    stall: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl RpcService for CbService {
@@ -51,6 +53,9 @@ impl RpcService for CbService {
                 Ok(XdrBuf::new())
             }
             CB_COMPOUND => {
+                if self.stall.load(Ordering::SeqCst) {
+                    std::future::pending::<()>().await;
+                }
                 let a: CbCompound4Args =
                     xdr::from_slice(&args).map_err(ServiceError::GarbageArgs)?;
                 let mut seq = None;
@@ -164,17 +169,20 @@ struct Client {
     recalls: mpsc::UnboundedReceiver<(CbSequence4Args, CbRecall4Args)>,
     nulls: Arc<AtomicU32>,
     tx: mpsc::UnboundedSender<(CbSequence4Args, CbRecall4Args)>,
+    stall: Arc<std::sync::atomic::AtomicBool>,
 }
 
 async fn connect_rpc(
     srv: &Srv,
     tx: &mpsc::UnboundedSender<(CbSequence4Args, CbRecall4Args)>,
     nulls: &Arc<AtomicU32>,
+    stall: &Arc<std::sync::atomic::AtomicBool>,
 ) -> RdmaClient<LoopbackDevice> {
     let mut cb = oncrpc::Server::new();
     cb.register(CbService {
         recalls: tx.clone(),
         nulls: nulls.clone(),
+        stall: stall.clone(),
     });
     RdmaClient::connect_with_backchannel(
         &srv.net.device(),
@@ -190,7 +198,8 @@ impl Client {
     async fn connect(srv: &Srv, name: &str) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let nulls = Arc::new(AtomicU32::new(0));
-        let rpc = connect_rpc(srv, &tx, &nulls).await;
+        let stall = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let rpc = connect_rpc(srv, &tx, &nulls, &stall).await;
         let mut c = Self {
             rpc,
             cred: AuthSys {
@@ -206,6 +215,7 @@ impl Client {
             seq: AtomicU32::new(0),
             recalls: rx,
             nulls,
+            stall,
             tx,
         };
         c.establish(name).await;
@@ -587,7 +597,7 @@ async fn recall_waits_for_the_client_to_bind_a_new_connection() {
     );
     // A reconnects, learns the back channel is down, and binds the new
     // connection to both channels.
-    a.rpc = connect_rpc(&srv, &a.tx, &a.nulls).await;
+    a.rpc = connect_rpc(&srv, &a.tx, &a.nulls, &a.stall).await;
     assert_eq!(a.flags().await, SEQ4_STATUS_CB_PATH_DOWN);
     let r = a
         .ops(vec![NfsArgop4::BindConnToSession(BindConnToSession4Args {
@@ -827,4 +837,30 @@ async fn the_holders_own_writes_do_not_recall_but_a_local_rename_does() {
     std::fs::rename(srv._dir.0.join("o"), srv._dir.0.join("o2")).unwrap();
     let (_, recall) = a.recall().await;
     assert_eq!(recall.stateid, dsid);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_back_channel_does_not_hold_up_other_clients_recalls() {
+    let srv = serve("deadcb", 4).await;
+    let a = Client::connect(&srv, "client-a").await;
+    let mut b = Client::connect(&srv, "client-b").await;
+    let c = Client::connect(&srv, "client-c").await;
+    let (_, da, _) = opened(&a.open("a", OPEN4_SHARE_ACCESS_READ).await);
+    let (_, db, fb) = opened(&b.open("b", OPEN4_SHARE_ACCESS_READ).await);
+    assert!(matches!(da, OpenDelegation4::Read(..)) && matches!(db, OpenDelegation4::Read(..)));
+    // A's back channel goes dead: its recall hangs (up to 5 s).
+    a.stall.store(true, Ordering::SeqCst);
+    let r = c.open("a", OPEN4_SHARE_ACCESS_BOTH).await;
+    assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
+    // B's recall goes out at once all the same, and C gets its file.
+    let t0 = std::time::Instant::now();
+    let r = c.open("b", OPEN4_SHARE_ACCESS_BOTH).await;
+    assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
+    let OpenDelegation4::Read(sid, ..) = db else { unreachable!() };
+    let (_, recall) = b.recall().await;
+    assert_eq!(recall.stateid, sid);
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert_eq!(b.delegreturn(&fb, &sid).await, Nfsstat4::NFS4_OK);
+    let (_, r) = open_after_delay(&c, "b", OPEN4_SHARE_ACCESS_BOTH).await;
+    opened(&r);
 }
