@@ -856,7 +856,9 @@ async fn a_dead_back_channel_does_not_hold_up_other_clients_recalls() {
     let t0 = std::time::Instant::now();
     let r = c.open("b", OPEN4_SHARE_ACCESS_BOTH).await;
     assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
-    let OpenDelegation4::Read(sid, ..) = db else { unreachable!() };
+    let OpenDelegation4::Read(sid, ..) = db else {
+        unreachable!()
+    };
     let (_, recall) = b.recall().await;
     assert_eq!(recall.stateid, sid);
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
