@@ -2,8 +2,8 @@
 //! iWARP on 127.0.0.1): calls whose read chunks are never pulled because
 //! the peer never answers the server's RDMA Read Requests (it offers an IRD
 //! of zero), calls beyond the credits granted, read chunks larger than the
-//! server accepts. Each bound holds, is counted, and a normal client is
-//! served afterwards.
+//! server accepts, and a peer that sends calls but never reads its replies.
+//! Each bound holds, is counted, and a normal client is served afterwards.
 #![cfg(feature = "transport")]
 
 use std::net::SocketAddr;
@@ -305,4 +305,98 @@ async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
     for t in tasks {
         t.await.unwrap();
     }
+}
+
+/// A peer that speaks MPA and writes Send FPDUs built by the `iwarp` engine
+/// but never reads its socket: the server's replies pile up.
+async fn deaf_peer(addr: SocketAddr) -> tokio::net::TcpStream {
+    use iwarp::negotiation::{Initiator, InitiatorConfig, ReplyOutcome};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A small fixed receive buffer (no autotuning): the replies back up
+    // into the server quickly.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(64 * 1024).unwrap();
+    let mut s = sock.connect(addr).await.unwrap();
+    let cfg = InitiatorConfig {
+        crc: false,
+        ird: 4,
+        ord: 4,
+        rtr_offer: vec![],
+        // RFC 8797: 4 KiB inline both ways, like the server.
+        private_data: rpcrdma::wire::cm::CmPrivateData::new(
+            rpcrdma::wire::cm::CmFlags::default(),
+            4096,
+            4096,
+        )
+        .to_bytes()
+        .to_vec(),
+    };
+    let (awaiting, req) = Initiator::start(cfg).unwrap();
+    s.write_all(&req).await.unwrap();
+    let mut reply = vec![0u8; 20];
+    s.read_exact(&mut reply).await.unwrap();
+    let pd_len = usize::from(u16::from_be_bytes([reply[18], reply[19]]));
+    reply.resize(20 + pd_len, 0);
+    s.read_exact(&mut reply[20..]).await.unwrap();
+    let ReplyOutcome::Accepted(est) = awaiting.handle_reply(&reply).unwrap() else {
+        panic!("MPA rejected");
+    };
+    let mut engine = iwarp::conn::Connection::new(iwarp::conn::Config::from_established(&est));
+    // Echo calls of 3800 bytes inline: each reply is as long.
+    let mut wire = Vec::new();
+    for xid in 1..=6000u32 {
+        let header = xdr::to_bytes(&v1::Header {
+            xid,
+            credits: 64,
+            body: v1::Body::Msg(ChunkLists::default()),
+        });
+        let msg = [header, echo_call(xid, 3800)].concat();
+        engine
+            .post_send(u64::from(xid), iwarp::conn::SendKind::Send, msg.len())
+            .unwrap();
+        while let Some(t) = engine.poll_transmit() {
+            let payload = match t.payload {
+                Some(iwarp::segment::PayloadRef::Wr { offset, len, .. }) => {
+                    &msg[offset..offset + len]
+                }
+                _ => &[][..],
+            };
+            wire.extend_from_slice(&t.to_vec(payload));
+        }
+        while engine.poll_event().is_some() {}
+        // Batches of 16 calls, paced so that the server keeps up: only the
+        // replies it cannot send make its calls pile up.
+        if xid % 16 == 0 {
+            if s.write_all(&wire).await.is_err() {
+                return s;
+            }
+            wire.clear();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    let _ = s.write_all(&wire).await;
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_never_reads_its_replies_is_cut_off() {
+    let addr = serve(60, RdmaServerConfig::default()).await;
+    let (over, unsent) = (
+        trips("rdma.calls_beyond_credits"),
+        trips("rdma.unsent_replies"),
+    );
+    // Writing stops when the server resets the connection.
+    let s = tokio::time::timeout(Duration::from_secs(15), deaf_peer(addr))
+        .await
+        .expect("the server neither cut the connection off nor kept reading");
+    // The replies the peer does not read held their calls in flight, so
+    // its next calls exceeded the credits and the connection was closed.
+    let end = Instant::now() + Duration::from_secs(5);
+    while trips("rdma.calls_beyond_credits") == over && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(trips("rdma.calls_beyond_credits") > over);
+    assert!(trips("rdma.unsent_replies") > unsent);
+    drop(s);
+    normal_client_is_served(61, addr).await;
 }

@@ -435,18 +435,34 @@ fn place_recv(
 pub(crate) struct Outbox {
     chunks: VecDeque<Bytes>,
     small: BytesMut,
+    /// Bytes queued and not yet written.
+    len: usize,
 }
+
+/// Unwritten bytes past which no more FPDUs are gathered: the rest wait in
+/// the engine, their work requests incomplete, so a peer that stops reading
+/// its socket holds the send queue (bounded by its depth) rather than an
+/// ever-growing buffer, and its consumer sees no completions (a real RNIC's
+/// send queue behaves the same). The socket's own buffer is the real queue.
+const OUTBOX_CAP: usize = 1 << 20;
 
 impl Outbox {
     fn push_small(&mut self, b: &[u8]) {
         self.small.extend_from_slice(b);
+        self.len += b.len();
     }
 
     fn push_shared(&mut self, b: Bytes) {
         if !self.small.is_empty() {
             self.chunks.push_back(self.small.split().freeze());
         }
+        self.len += b.len();
         self.chunks.push_back(b);
+    }
+
+    /// Whether it holds as much as it may before the socket takes some.
+    fn full(&self) -> bool {
+        self.len >= OUTBOX_CAP
     }
 
     fn seal(&mut self) {
@@ -477,6 +493,7 @@ impl Outbox {
                 Err(e) if would_block(&e) => return Ok(()),
                 Err(e) => return Err(e),
             };
+            self.len = self.len.saturating_sub(n);
             while n > 0 {
                 let Some(front) = self.chunks.front_mut() else {
                     break;
@@ -502,18 +519,30 @@ impl Outbox {
 pub(crate) fn flush(core: &mut Core, sh: &Shared) -> bool {
     let mut out = std::mem::take(&mut core.out);
     let mut failed = false;
-    if !core.local_closed {
-        while let Some(t) = core.conn.poll_transmit() {
-            if gather(sh, core, &t, &mut out, core.wr.as_deref()).is_err() {
-                failed = true;
-                break;
+    loop {
+        let mut more = false;
+        if !core.local_closed {
+            while !out.full() {
+                let Some(t) = core.conn.poll_transmit() else {
+                    break;
+                };
+                if gather(sh, core, &t, &mut out, core.wr.as_deref()).is_err() {
+                    failed = true;
+                    break;
+                }
+            }
+            more = out.full();
+            core.pump(sh);
+        }
+        if !failed && !out.is_empty() {
+            if let Some(wr) = &core.wr {
+                failed = out.try_flush(wr, &sh.io).is_err();
             }
         }
-        core.pump(sh);
-    }
-    if !failed && !out.is_empty() {
-        if let Some(wr) = &core.wr {
-            failed = out.try_flush(wr, &sh.io).is_err();
+        // Gather again only when the cap stopped gathering and the socket
+        // took everything.
+        if failed || !more || !out.is_empty() {
+            break;
         }
     }
     // After a failed write nothing more goes out.
@@ -655,6 +684,10 @@ fn slice_gather(data: &[Bytes], mut offset: usize, mut len: usize) -> Option<Vec
     (len == 0).then_some(out)
 }
 
+/// How long a closing queue pair waits for the socket to take what is
+/// still queued before it resets the stream.
+const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Waits for room in the socket when a direct write left bytes behind, and
 /// ends the stream: FIN after the last FPDU (a Terminate, when one was
 /// queued), when the last handle of the write half drops.
@@ -669,7 +702,27 @@ pub(crate) async fn tx_task(sh: Arc<Shared>, wr: Arc<OwnedWriteHalf>) {
             )
         };
         if pending {
-            if wr.writable().await.is_err() {
+            // Closing with bytes the peer does not take: wait a little,
+            // then reset the stream rather than hold it (and what is queued)
+            // for as long as a peer that stopped reading keeps its window
+            // shut.
+            let room = if closing {
+                match tokio::time::timeout(CLOSE_LINGER, wr.writable()).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        let stream: &tokio::net::TcpStream = (*wr).as_ref();
+                        let _ = stream.set_zero_linger();
+                        break;
+                    }
+                }
+            } else {
+                // A close while waiting for room is seen at once.
+                tokio::select! {
+                    r = wr.writable() => r,
+                    () = sh.tx_wake.notified() => Ok(()),
+                }
+            };
+            if room.is_err() {
                 sh.lock()
                     .finish(&sh, CloseReason::ConnectionLost, &[QpEvent::LlpError]);
                 break;

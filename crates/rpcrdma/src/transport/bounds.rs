@@ -21,6 +21,13 @@ pub(super) static READ_BUDGET: Limit = Limit::new("rdma.read_bytes_per_conn");
 /// The peer did not answer a call's RDMA Reads in time: the connection is
 /// closed.
 pub(super) static READ_TIMEOUT: Limit = Limit::new("rdma.read_timeout");
+/// As many replies as the credits are posted and not yet on the wire (the
+/// peer does not read them): the next reply waits, its call still in
+/// flight.
+pub(super) static UNSENT_REPLIES: Limit = Limit::new("rdma.unsent_replies");
+
+/// Tag of the wr_id of a reply's Send, whose completion frees a reply slot.
+pub(super) const REPLY_TAG: u64 = 1 << 63;
 
 /// Calls received on one connection and not yet answered.
 #[derive(Debug)]
@@ -114,6 +121,57 @@ impl ReadBudget {
     /// The connection is gone: waiting calls stop.
     pub(super) fn close(&self) {
         self.bytes.close();
+    }
+}
+
+/// Replies posted whose Send has not completed (the device has not put it
+/// on the wire): at most the credits, so a peer that stops reading its
+/// replies while sending calls holds a bounded amount of reply data, and
+/// its next calls count as in flight until earlier replies leave.
+#[derive(Debug)]
+pub(super) struct ReplySlots {
+    slots: Semaphore,
+    max: u32,
+}
+
+impl ReplySlots {
+    pub(super) fn new(max: u32) -> Self {
+        let max = max.max(1);
+        Self {
+            slots: Semaphore::new(max as usize),
+            max,
+        }
+    }
+
+    /// Takes a slot for a reply about to be posted (given back by
+    /// [`ReplySlots::sent`]); `false` when the connection closed meanwhile.
+    pub(super) async fn take(&self, peer: &str) -> bool {
+        let permit = match self.slots.try_acquire() {
+            Ok(p) => p,
+            Err(tokio::sync::TryAcquireError::Closed) => return false,
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                UNSENT_REPLIES.trip(format_args!(
+                    "RPC-over-RDMA peer {peer} has {} replies not yet sent \
+                     (it does not read them); the next reply waits",
+                    self.max
+                ));
+                match self.slots.acquire().await {
+                    Ok(p) => p,
+                    Err(_) => return false,
+                }
+            }
+        };
+        permit.forget();
+        true
+    }
+
+    /// A reply's Send completed.
+    pub(super) fn sent(&self) {
+        self.slots.add_permits(1);
+    }
+
+    pub(super) fn close(&self) {
+        self.slots.close();
     }
 }
 

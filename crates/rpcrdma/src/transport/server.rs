@@ -16,7 +16,7 @@ use rnic::{
 use tokio::sync::{oneshot, Notify, SemaphorePermit};
 use tokio::task::JoinHandle;
 
-use super::bounds::{self, InFlight, ReadBudget};
+use super::bounds::{self, InFlight, ReadBudget, ReplySlots};
 use super::hdr::{self, Inbound};
 use crate::credits::{RequesterCredits, ResponderCredits};
 use crate::layout::{plan_layout, Piece};
@@ -219,6 +219,7 @@ async fn accept<R: ConnectRequest>(
         v2: AtomicBool::new(false),
         credits: Mutex::new(credits),
         calls: InFlight::new(config.credits),
+        replies: ReplySlots::new(config.credits),
         budget: ReadBudget::new(config.read_bytes_per_conn),
         reads: Mutex::new(HashMap::new()),
         next_wr: AtomicU64::new(u64::from(posted)),
@@ -244,6 +245,7 @@ async fn accept<R: ConnectRequest>(
     // those waiting for a share of the read budget too.
     conn.lock_reads().clear();
     conn.budget.close();
+    conn.replies.close();
     if let Some(rev) = &conn.reverse {
         let mut st = rev.lock();
         st.closed = true;
@@ -464,6 +466,8 @@ struct Conn<Q> {
     credits: Mutex<ResponderCredits>,
     /// Calls received and not answered: at most the credits granted.
     calls: InFlight,
+    /// Replies posted and not yet sent: at most the credits granted.
+    replies: ReplySlots,
     /// Bytes the calls may be pulling by RDMA Read at once.
     budget: ReadBudget,
     /// RDMA Reads in flight: completion status to the call that posted it.
@@ -500,9 +504,19 @@ async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
                 let c = Arc::clone(conn);
                 tokio::spawn(async move {
                     let answer = c.on_call(msg).await;
+                    // A reply waits for a slot while its call still counts
+                    // as in flight; the call ends just before its reply is
+                    // posted, so a requester that sends its next call on
+                    // receiving the reply always finds the call slot free.
+                    let ready = match answer {
+                        Ok(Some(a)) => c.replies.take(&peer_name(&c.peer)).await.then_some(a),
+                        _ => None,
+                    };
                     c.calls.end();
-                    if let Ok(Some(a)) = answer {
-                        let _ = c.post_answer(a);
+                    if let Some(a) = ready {
+                        if c.post_answer(a).is_err() {
+                            c.replies.sent();
+                        }
                     }
                 });
             }
@@ -513,6 +527,9 @@ async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
                 if status != WcStatus::Success {
                     return Err(Closed);
                 }
+            }
+            (WcOpcode::Send, WcStatus::Success) if wc.wr_id & bounds::REPLY_TAG != 0 => {
+                conn.replies.sent();
             }
             (_, WcStatus::Success) => {}
             _ => return Err(Closed),
@@ -608,7 +625,7 @@ impl<Q: QueuePair> Conn<Q> {
             })
             .collect();
         chain.push(ChainWr::Send(SendWr {
-            wr_id: self.wr_id(),
+            wr_id: self.wr_id() | bounds::REPLY_TAG,
             data: vec![a.header, a.inline],
             solicited: false,
             invalidate: a.invalidate,
