@@ -29,7 +29,6 @@
 pub mod client;
 pub mod drc;
 pub mod echo;
-pub mod limits;
 pub mod msg;
 pub mod record;
 pub mod server;
@@ -37,4 +36,6 @@ pub mod server;
 pub mod tcp;
 
 pub use client::{ClientCore, ClientTransport, ReplyHint, RpcCall, RpcError};
+/// Named bounds with trip counters (the `limits` crate, re-exported).
+pub use limits;
 pub use server::{CallContext, PeerInfo, RpcService, Server, ServiceError, TransportKind};

@@ -13,7 +13,7 @@
 //! Limits are `static`s next to the code that enforces them:
 //!
 //! ```
-//! use oncrpc::limits::Limit;
+//! use limits::Limit;
 //! static CONNS_PER_CLIENT: Limit = Limit::new("tcp.conns_per_client");
 //! CONNS_PER_CLIENT.trip(format_args!("refused a connection from {}", "192.0.2.1"));
 //! assert!(CONNS_PER_CLIENT.count() >= 1);
