@@ -49,7 +49,8 @@ pub fn parse_fragment_header(h: [u8; 4]) -> (usize, bool) {
 /// until it returns `Ok(None)`. Fragments are reassembled; a single-fragment
 /// record is returned without copying. The record size bound is checked on
 /// each fragment header, before the fragment is accepted, so memory use
-/// stays below the bound plus one read.
+/// stays below the bound plus one read; below that, the buffers hold only
+/// the bytes received (nothing is reserved from a header's claim).
 #[derive(Debug)]
 pub struct RecordDecoder {
     max_record: usize,
@@ -118,8 +119,9 @@ impl RecordDecoder {
                 return Err(e);
             }
             if self.input.len() - 4 < len {
-                // Reserve for the rest of the fragment (bounded by max).
-                self.input.reserve(len + 4 - self.input.len());
+                // Nothing is reserved from the header's length: the buffer
+                // grows only as the peer's bytes arrive, so a header
+                // claiming 4 MiB followed by silence costs what was sent.
                 return Ok(None);
             }
             self.input.advance(4);
@@ -266,6 +268,19 @@ mod tests {
             d.next_record(),
             Err(RecordError::TooLarge { len: 17, max: 16 })
         );
+    }
+
+    #[test]
+    fn reserves_nothing_from_a_header_claiming_a_large_fragment() {
+        let mut d = RecordDecoder::new(8 << 20);
+        d.feed(&[0x80, 0x40, 0, 0, 1, 2, 3]);
+        assert_eq!(d.next_record(), Ok(None));
+        assert!(
+            d.read_buf().capacity() < 4096,
+            "{}",
+            d.read_buf().capacity()
+        );
+        assert_eq!(d.buffered(), 7);
     }
 
     #[test]

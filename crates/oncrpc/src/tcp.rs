@@ -11,23 +11,40 @@ use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use xdr::XdrBuf;
 
 use crate::client::{CallTimeout, ClientConfig, ClientCore, ClientTransport, RpcCall, RpcError};
+use crate::limits::{Backoff, ConnLimiter, ConnLimits, Limit, Refused};
 use crate::record::{fragment_headers, framed_slices, RecordDecoder, MAX_FRAGMENT_LEN};
 use crate::server::{PeerInfo, Server, TransportKind};
+
+mod budget;
+
+use budget::{Charge, ReplyBudget};
 
 /// Settings of the TCP shells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TcpConfig {
     /// Largest record accepted; a peer exceeding it is disconnected.
     pub max_record: usize,
-    /// Calls executed concurrently per connection (server side).
+    /// Calls executed concurrently per connection (server side), counting
+    /// each until its reply is written.
     pub max_concurrent_per_conn: usize,
     /// Bytes reserved for each socket read.
     pub read_chunk: usize,
+    /// Bytes of replies one server connection may hold: replies waiting to
+    /// be written plus [`Self::reply_reserve`] per call running. While they
+    /// are spent the connection starts no call and reads nothing, so a
+    /// client that does not read its replies is pushed back on by TCP flow
+    /// control instead of growing the server's memory. Trips the
+    /// `tcp.queued_reply_bytes` limit.
+    pub max_queued_reply_bytes: usize,
+    /// Bytes a call is charged while it runs, before its reply's size is
+    /// known: the largest reply expected (an NFS READ of 1 MiB and its
+    /// header). A larger reply is charged at its real size once ready.
+    pub reply_reserve: usize,
 }
 
 impl Default for TcpConfig {
@@ -36,6 +53,8 @@ impl Default for TcpConfig {
             max_record: 4 * 1024 * 1024 + 64 * 1024,
             max_concurrent_per_conn: 128,
             read_chunk: 64 * 1024,
+            max_queued_reply_bytes: 8 * 1024 * 1024,
+            reply_reserve: 1024 * 1024 + 4096,
         }
     }
 }
@@ -87,16 +106,37 @@ async fn writer_task(mut w: OwnedWriteHalf, mut rx: mpsc::Receiver<XdrBuf>) {
     let _ = w.shutdown().await;
 }
 
+/// A reply ready to be written, with what it holds of its connection's
+/// call slots and reply budget (both freed once it is written).
+type QueuedReply = (XdrBuf, Charge, OwnedSemaphorePermit);
+
+async fn reply_writer(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<QueuedReply>) {
+    while let Some((msg, charge, permit)) = rx.recv().await {
+        if let Err(e) = write_record(&mut w, &msg).await {
+            tracing::debug!(error = %e, "write failed");
+            return;
+        }
+        drop((charge, permit));
+    }
+    let _ = w.shutdown().await;
+}
+
+static ACCEPT_FAILED: Limit = Limit::new("tcp.accept_failed");
+static CONNS_TOTAL: Limit = Limit::new("tcp.connections");
+static CONNS_PER_CLIENT: Limit = Limit::new("tcp.connections_per_client");
+
 /// An RPC server over TCP serving a [`Server`]'s programs.
 #[derive(Debug)]
 pub struct TcpServer {
     listener: TcpListener,
     server: Arc<Server>,
     config: TcpConfig,
+    conns: Arc<ConnLimiter>,
 }
 
 impl TcpServer {
-    /// Binds `addr`.
+    /// Binds `addr`, admitting connections within [`ConnLimits::default`]
+    /// (see [`Self::with_conn_limiter`]).
     pub async fn bind(
         addr: impl ToSocketAddrs,
         server: Arc<Server>,
@@ -106,7 +146,15 @@ impl TcpServer {
             listener: TcpListener::bind(addr).await?,
             server,
             config,
+            conns: ConnLimiter::new(ConnLimits::default()),
         })
+    }
+
+    /// Counts this listener's connections in `conns` (share one limiter
+    /// between listeners to cap their connections together).
+    pub fn with_conn_limiter(mut self, conns: Arc<ConnLimiter>) -> Self {
+        self.conns = conns;
+        self
     }
 
     /// The bound address.
@@ -115,15 +163,52 @@ impl TcpServer {
     }
 
     /// Accepts connections forever, each served by its own task.
+    ///
+    /// A failed accept (no file descriptor left, a connection aborted
+    /// before it was accepted, no kernel memory) trips the
+    /// `tcp.accept_failed` limit and is retried after a pause of 10 ms
+    /// doubling to 500 ms: the listener never ends on its own. A connection
+    /// over the total or per-client cap is closed at once.
     pub async fn serve(self) -> io::Result<()> {
+        let mut backoff = Backoff::accept();
         loop {
-            let (stream, addr) = self.listener.accept().await?;
-            let server = Arc::clone(&self.server);
-            let config = self.config;
-            tokio::spawn(async move {
-                serve_connection(stream, Some(addr), server, config).await;
-            });
+            match self.listener.accept().await {
+                Ok((stream, addr)) => {
+                    backoff.succeeded();
+                    self.admit(stream, addr);
+                }
+                Err(e) => {
+                    let pause = backoff.failed();
+                    ACCEPT_FAILED.trip(format_args!(
+                        "accept on {}: {e}; retrying in {pause:?}",
+                        self.listener
+                            .local_addr()
+                            .map_or_else(|_| "?".into(), |a| a.to_string())
+                    ));
+                    tokio::time::sleep(pause).await;
+                }
+            }
         }
+    }
+
+    fn admit(&self, stream: TcpStream, addr: SocketAddr) {
+        let slot = match self.conns.admit(addr.ip()) {
+            Ok(slot) => slot,
+            Err(refused) => {
+                let limit = match refused {
+                    Refused::Total { .. } => &CONNS_TOTAL,
+                    Refused::PerClient { .. } => &CONNS_PER_CLIENT,
+                };
+                limit.trip(format_args!("closed a connection from {addr}: {refused}"));
+                return;
+            }
+        };
+        let server = Arc::clone(&self.server);
+        let config = self.config;
+        tokio::spawn(async move {
+            serve_connection(stream, Some(addr), server, config).await;
+            drop(slot);
+        });
     }
 
     /// Runs [`Self::serve`] on a new task.
@@ -134,7 +219,9 @@ impl TcpServer {
 
 /// Serves one connection: reads records within the bound, executes up to
 /// `max_concurrent_per_conn` calls at once and writes replies in
-/// completion order. A record over the bound closes the connection.
+/// completion order. A record over the bound closes the connection. While
+/// the replies it holds exceed `max_queued_reply_bytes` it starts no call
+/// and reads nothing (see [`TcpConfig::max_queued_reply_bytes`]).
 pub async fn serve_connection(
     stream: TcpStream,
     addr: Option<SocketAddr>,
@@ -147,43 +234,61 @@ pub async fn serve_connection(
         addr,
         transport: TransportKind::Tcp,
     };
-    let (mut r, w) = stream.into_split();
-    let (tx, rx) = mpsc::channel::<XdrBuf>(config.max_concurrent_per_conn.max(1));
-    let writer = tokio::spawn(writer_task(w, rx));
+    let (r, w) = stream.into_split();
+    let (tx, rx) = mpsc::unbounded_channel::<QueuedReply>();
+    let writer = tokio::spawn(reply_writer(w, rx));
     let permits = Arc::new(Semaphore::new(config.max_concurrent_per_conn.max(1)));
+    let budget = ReplyBudget::new(config.max_queued_reply_bytes, peer.conn_id);
     let mut deframer = RecordDecoder::new(config.max_record);
-    'conn: loop {
-        loop {
-            match deframer.next_record() {
-                Ok(Some(record)) => {
-                    let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-                        break 'conn;
-                    };
-                    let server = Arc::clone(&server);
-                    let tx = tx.clone();
-                    tokio::spawn(async move {
-                        if let Some(reply) = server.handle_call(record, &peer).await {
-                            let _ = tx.send(reply).await;
-                        }
-                        drop(permit);
-                    });
+    loop {
+        let record = match deframer.next_record() {
+            Ok(Some(record)) => record,
+            Ok(None) => {
+                if !read_some(&r, &mut deframer, config.read_chunk).await {
+                    break;
                 }
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::info!(conn = peer.conn_id, error = %e, "closing connection");
-                    writer.abort();
-                    return;
-                }
+                continue;
             }
-        }
-        deframer.read_buf().reserve(config.read_chunk);
-        match r.read_buf(deframer.read_buf()).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
+            Err(e) => {
+                tracing::info!(conn = peer.conn_id, error = %e, "closing connection");
+                writer.abort();
+                return;
+            }
+        };
+        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+            break;
+        };
+        let mut charge = budget.charge(config.reply_reserve).await;
+        let server = Arc::clone(&server);
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            if let Some(reply) = server.handle_call(record, &peer).await {
+                charge.settle(reply.len());
+                let _ = tx.send((reply, charge, permit));
+            }
+        });
     }
     drop(tx);
     let _ = writer.await;
+}
+
+/// Reads what the socket has into the deframer, growing its buffer by at
+/// most `chunk` (nothing is reserved while the peer is silent). False at
+/// end of stream or on error.
+async fn read_some(r: &OwnedReadHalf, deframer: &mut RecordDecoder, chunk: usize) -> bool {
+    loop {
+        if r.readable().await.is_err() {
+            return false;
+        }
+        let buf = deframer.read_buf();
+        buf.reserve(chunk);
+        match r.try_read_buf(buf) {
+            Ok(0) => return false,
+            Ok(_) => return true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(_) => return false,
+        }
+    }
 }
 
 type Pending = oneshot::Sender<Result<Bytes, RpcError>>;

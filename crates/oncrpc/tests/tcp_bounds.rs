@@ -1,0 +1,150 @@
+//! The TCP server's bounds against hostile peers: connection caps (total
+//! and per client address) and backpressure on a client that never reads
+//! its replies. Each test checks the server still serves a normal client.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use oncrpc::client::ClientConfig;
+use oncrpc::echo::{EchoClient, EchoService, ECHO_PROGRAM, ECHO_VERSION, PROC_ECHO};
+use oncrpc::limits::{ConnLimiter, ConnLimits};
+use oncrpc::msg::{CallHeader, OpaqueAuth};
+use oncrpc::record::fragment_header;
+use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
+use oncrpc::Server;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use xdr::Encode;
+
+async fn start(tcp: TcpConfig, limits: ConnLimits) -> SocketAddr {
+    let mut server = Server::new();
+    server.register(EchoService::new(4 << 20));
+    let srv = TcpServer::bind("127.0.0.1:0", Arc::new(server), tcp)
+        .await
+        .unwrap()
+        .with_conn_limiter(ConnLimiter::new(limits));
+    let addr = srv.local_addr().unwrap();
+    srv.spawn();
+    addr
+}
+
+/// A normal client's ECHO round trip, within a second.
+async fn served(addr: SocketAddr) {
+    let run = async {
+        let c = TcpClient::connect(addr, 7, ClientConfig::default(), TcpConfig::default())
+            .await
+            .unwrap();
+        let c = EchoClient::new(c);
+        let data = Bytes::from_static(b"still here");
+        assert_eq!(c.echo(data.clone()).await.unwrap(), data);
+    };
+    tokio::time::timeout(Duration::from_secs(1), run)
+        .await
+        .expect("a normal client is served within 1 s");
+}
+
+/// True if the server closed `s` (EOF or reset) within a second.
+async fn closed_by_server(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), s.read(&mut b)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+fn trips(name: &str) -> u64 {
+    oncrpc::limits::snapshot()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .map_or(0, |(_, c)| c)
+}
+
+#[tokio::test]
+async fn closes_connections_over_the_per_client_cap_and_recovers() {
+    let addr = start(
+        TcpConfig::default(),
+        ConnLimits {
+            max_total: 100,
+            max_per_client: 4,
+        },
+    )
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(TcpStream::connect(addr).await.unwrap());
+    }
+    // The fourth place goes to a normal client; the rest are closed.
+    served(addr).await;
+    held.push(TcpStream::connect(addr).await.unwrap());
+    let mut extra = TcpStream::connect(addr).await.unwrap();
+    assert!(closed_by_server(&mut extra).await);
+    assert!(trips("tcp.connections_per_client") >= 1);
+    held.pop();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    served(addr).await;
+}
+
+#[tokio::test]
+async fn closes_connections_over_the_total_cap() {
+    let addr = start(
+        TcpConfig::default(),
+        ConnLimits {
+            max_total: 2,
+            max_per_client: 100,
+        },
+    )
+    .await;
+    let _a = TcpStream::connect(addr).await.unwrap();
+    let b = TcpStream::connect(addr).await.unwrap();
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    assert!(closed_by_server(&mut c).await);
+    assert!(trips("tcp.connections") >= 1);
+    drop(b);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    served(addr).await;
+}
+
+fn echo_call(xid: u32, payload: &[u8]) -> Vec<u8> {
+    let h = CallHeader {
+        xid,
+        prog: ECHO_PROGRAM,
+        vers: ECHO_VERSION,
+        proc_: PROC_ECHO,
+        cred: OpaqueAuth::NONE,
+        verf: OpaqueAuth::NONE,
+    };
+    let mut body = Vec::new();
+    h.encode(&mut body);
+    Bytes::copy_from_slice(payload).encode(&mut body);
+    let mut rec = fragment_header(body.len(), true).to_vec();
+    rec.extend_from_slice(&body);
+    rec
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stops_reading_a_client_that_does_not_read_its_replies() {
+    let tcp = TcpConfig {
+        max_queued_reply_bytes: 1 << 20,
+        reply_reserve: 256 << 10,
+        ..TcpConfig::default()
+    };
+    let addr = start(tcp, ConnLimits::default()).await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let payload = vec![0x5au8; 256 << 10];
+    // Without backpressure the server would take all 256 MiB; with it, the
+    // writes stall once the budget and the sockets' buffers are full.
+    let mut sent = 0usize;
+    for xid in 0..1024u32 {
+        let call = echo_call(xid, &payload);
+        match tokio::time::timeout(Duration::from_millis(500), s.write_all(&call)).await {
+            Ok(r) => r.unwrap(),
+            Err(_) => break,
+        }
+        sent += call.len();
+    }
+    assert!(sent < 64 << 20, "server kept reading: {sent} bytes taken");
+    assert!(trips("tcp.queued_reply_bytes") >= 1);
+    served(addr).await;
+}
