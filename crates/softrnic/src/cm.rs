@@ -10,12 +10,14 @@ use iwarp::negotiation::{
     Established, FrameReader, Initiator, InitiatorConfig, NegotiationError, ReplyOutcome,
     RequestReceived, ResponderConfig,
 };
+use limits::{Backoff, ConnLimiter, ConnLimits, Limit, Refused};
 use rnic::{
     CmError, ConnectRequest, Connected, Listener, ProtectionDomain, QpConfig, MAX_PRIVATE_DATA,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::qp::{self, SoftQp};
 use crate::SoftDevice;
@@ -68,11 +70,12 @@ async fn read_frame(stream: &mut TcpStream) -> Result<Vec<u8>, CmError> {
     }
 }
 
-/// MPA handshakes a listener runs at once; further TCP connections are closed
-/// at once until one finishes.
-const MAX_HANDSHAKES: usize = 128;
 /// Parsed requests waiting for `accept_request`.
 const MAX_READY: usize = 64;
+
+static ACCEPT_FAILED: Limit = Limit::new("mpa.accept_failed");
+static HANDSHAKES: Limit = Limit::new("mpa.handshakes");
+static HANDSHAKES_PER_CLIENT: Limit = Limit::new("mpa.handshakes_per_client");
 
 pub(crate) async fn listen(dev: SoftDevice, addr: SocketAddr) -> Result<SoftListener, CmError> {
     let listener = TcpListener::bind(addr).await.map_err(|e| match e.kind() {
@@ -81,13 +84,20 @@ pub(crate) async fn listen(dev: SoftDevice, addr: SocketAddr) -> Result<SoftList
     })?;
     let local = listener.local_addr().map_err(setup)?;
     let (ready_tx, ready) = mpsc::channel(MAX_READY);
+    let cfg = dev.inner.cfg;
+    let handshakes = ConnLimiter::new(ConnLimits {
+        max_total: cfg.max_handshakes,
+        max_per_client: cfg.max_handshakes_per_client,
+    });
     Ok(SoftListener {
         dev,
         listener,
         local,
         ready_tx,
         ready,
-        handshakes: Arc::new(Semaphore::new(MAX_HANDSHAKES)),
+        handshakes,
+        backoff: Backoff::accept(),
+        paused_until: None,
     })
 }
 
@@ -190,7 +200,55 @@ pub struct SoftListener {
     local: SocketAddr,
     ready_tx: mpsc::Sender<(TcpStream, RequestReceived)>,
     ready: mpsc::Receiver<(TcpStream, RequestReceived)>,
-    handshakes: Arc<Semaphore>,
+    handshakes: Arc<ConnLimiter>,
+    backoff: Backoff,
+    /// After a failed accept, when to try again.
+    paused_until: Option<Instant>,
+}
+
+impl SoftListener {
+    /// Handles one accept: a failure pauses accepting (10 ms doubling to
+    /// 500 ms, limit `mpa.accept_failed`) and never ends the listener; a
+    /// connection over the handshake caps is closed at once; the others
+    /// get a task reading their MPA Request within `handshake_timeout`.
+    fn on_accept(&mut self, accepted: std::io::Result<(TcpStream, SocketAddr)>) {
+        let (stream, peer) = match accepted {
+            Ok(a) => {
+                self.backoff.succeeded();
+                a
+            }
+            Err(e) => {
+                let pause = self.backoff.failed();
+                ACCEPT_FAILED.trip(format_args!(
+                    "accept on {}: {e}; retrying in {pause:?}",
+                    self.local
+                ));
+                self.paused_until = Some(Instant::now() + pause);
+                return;
+            }
+        };
+        let slot = match self.handshakes.admit(peer.ip()) {
+            Ok(slot) => slot,
+            Err(refused) => {
+                let limit = match refused {
+                    Refused::Total { .. } => &HANDSHAKES,
+                    Refused::PerClient { .. } => &HANDSHAKES_PER_CLIENT,
+                };
+                limit.trip(format_args!(
+                    "closed a connection from {peer}: {refused} in MPA handshake"
+                ));
+                return;
+            }
+        };
+        let tx = self.ready_tx.clone();
+        let timeout = self.dev.inner.cfg.handshake_timeout;
+        tokio::spawn(async move {
+            if let Some(done) = handshake(stream, peer, timeout).await {
+                let _ = tx.send(done).await;
+            }
+            drop(slot);
+        });
+    }
 }
 
 impl Listener for SoftListener {
@@ -203,28 +261,18 @@ impl Listener for SoftListener {
     }
 
     /// Waits for the next well-formed MPA Request. Connections whose Request
-    /// is malformed, late (after `mpa_timeout`), or asks for markers never
-    /// show up here.
+    /// is malformed, late (after `handshake_timeout`), or asks for markers
+    /// never show up here. A failed accept is retried, never returned.
     async fn accept_request(&mut self) -> Result<SoftRequest, CmError> {
         loop {
+            let paused = self.paused_until;
             tokio::select! {
                 Some((stream, req)) = self.ready.recv() => {
                     return Ok(SoftRequest { dev: self.dev.clone(), stream: Some(stream), req: Some(req) });
                 }
-                accepted = self.listener.accept() => {
-                    let (stream, peer) = accepted.map_err(setup)?;
-                    let Ok(permit) = Arc::clone(&self.handshakes).try_acquire_owned() else {
-                        tracing::debug!(%peer, "dropping connection: too many MPA handshakes");
-                        continue;
-                    };
-                    let tx = self.ready_tx.clone();
-                    let timeout = self.dev.inner.cfg.mpa_timeout;
-                    tokio::spawn(async move {
-                        if let Some(done) = handshake(stream, peer, timeout).await {
-                            let _ = tx.send(done).await;
-                        }
-                        drop(permit);
-                    });
+                accepted = self.listener.accept(), if paused.is_none() => self.on_accept(accepted),
+                () = tokio::time::sleep_until(paused.unwrap_or_else(Instant::now)), if paused.is_some() => {
+                    self.paused_until = None;
                 }
             }
         }

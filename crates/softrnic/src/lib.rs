@@ -59,8 +59,19 @@ pub struct SoftConfig {
     pub mulpdu: usize,
     /// Largest message a queue pair accepts for posting.
     pub max_message_size: u32,
-    /// How long the MPA Request/Reply exchange may take.
+    /// How long the MPA Request/Reply exchange may take (initiator side).
     pub mpa_timeout: Duration,
+    /// How long a listener waits for a connection's MPA Request before
+    /// closing it (RFC 5044 §7.1 leaves the time to the implementation;
+    /// a Linux client sends its Request at once, so a few seconds is long).
+    pub handshake_timeout: Duration,
+    /// MPA handshakes a listener runs at once; a connection beyond is
+    /// closed as soon as it is accepted (limit `mpa.handshakes`).
+    pub max_handshakes: usize,
+    /// MPA handshakes a listener runs at once for one client address, so
+    /// silent connections from one client cannot take every handshake
+    /// slot (limit `mpa.handshakes_per_client`).
+    pub max_handshakes_per_client: usize,
     /// After an accepted MPA Reply, how long the initiator waits before the
     /// connection is handed over (and so before its first FPDU), unless the
     /// responder sends first. Linux `siw` as responder (6.1) switches the
@@ -80,6 +91,9 @@ impl Default for SoftConfig {
             mulpdu: SIW_MULPDU,
             max_message_size: 1 << 30,
             mpa_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(5),
+            max_handshakes: 128,
+            max_handshakes_per_client: 8,
             first_send_delay: Duration::from_millis(200),
         }
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use oncrpc::client::{ClientConfig, ClientCore, RetransmitPolicy};
+use oncrpc::limits::{ConnLimiter, ConnSlot, Limit, Refused};
 use oncrpc::server::{PeerInfo, Server, TransportKind};
 use oncrpc::{ClientTransport, RpcCall, RpcError};
 use rnic::{
@@ -99,7 +100,11 @@ pub struct RdmaListener<D: Device> {
     server: Arc<Server>,
     config: RdmaServerConfig,
     backchannels: Backchannels<D::Qp>,
+    conns: Option<Arc<ConnLimiter>>,
 }
+
+static CONNS_TOTAL: Limit = Limit::new("rdma.connections");
+static CONNS_PER_CLIENT: Limit = Limit::new("rdma.connections_per_client");
 
 impl<D: Device> std::fmt::Debug for RdmaListener<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -126,7 +131,17 @@ impl<D: Device> RdmaListener<D> {
             backchannels: Backchannels {
                 map: Arc::new(Mutex::new(HashMap::new())),
             },
+            conns: None,
         })
+    }
+
+    /// Admits connections within `conns` (by the connector's address; a
+    /// request over a cap is rejected before anything is allocated for
+    /// it). Share the TCP listeners' limiter to cap all transports
+    /// together. Without one, connections are not counted.
+    pub fn with_conn_limiter(mut self, conns: Arc<ConnLimiter>) -> Self {
+        self.conns = Some(conns);
+        self
     }
 
     /// The reverse-direction clients of the live connections, by
@@ -144,13 +159,36 @@ impl<D: Device> RdmaListener<D> {
     pub async fn serve(mut self) -> Result<(), CmError> {
         loop {
             let req = self.listener.accept_request().await?;
+            let Ok(slot) = self.admit(&req) else {
+                continue;
+            };
             let pd = self.pd.clone();
             let server = Arc::clone(&self.server);
             let config = self.config;
             let registry = self.backchannels.clone();
             tokio::spawn(async move {
                 let _ = accept(req, pd, server, config, registry).await;
+                drop(slot);
             });
+        }
+    }
+
+    /// Counts `req` against the connection caps; over one, `req` is
+    /// rejected (when the caller drops it) and the limit trips.
+    fn admit<R: ConnectRequest>(&self, req: &R) -> Result<Option<ConnSlot>, ()> {
+        let (Some(conns), Some(addr)) = (&self.conns, req.peer_addr()) else {
+            return Ok(None);
+        };
+        match conns.admit(addr.ip()) {
+            Ok(slot) => Ok(Some(slot)),
+            Err(refused) => {
+                let limit = match refused {
+                    Refused::Total { .. } => &CONNS_TOTAL,
+                    Refused::PerClient { .. } => &CONNS_PER_CLIENT,
+                };
+                limit.trip(format_args!("rejected a connection from {addr}: {refused}"));
+                Err(())
+            }
         }
     }
 

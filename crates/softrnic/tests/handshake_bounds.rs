@@ -1,0 +1,77 @@
+//! The listener's MPA handshake bounds against silent connections: a cap
+//! per client address and a short timeout keep a real client connecting.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rnic::{CompletionQueue, ConnectRequest, Device, Listener, QpConfig};
+use softrnic::{SoftConfig, SoftDevice};
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpSocket, TcpStream};
+
+/// A TCP connection from `from` (any 127/8 address works on loopback).
+async fn connect_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
+    let s = TcpSocket::new_v4().unwrap();
+    s.bind(SocketAddr::from((from, 0))).unwrap();
+    s.connect(to).await.unwrap()
+}
+
+async fn closed_within(s: &mut TcpStream, t: Duration) -> bool {
+    let mut b = [0u8; 1];
+    matches!(
+        tokio::time::timeout(t, s.read(&mut b)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_from_one_address_leave_room_for_others() {
+    let cfg = SoftConfig {
+        max_handshakes_per_client: 4,
+        handshake_timeout: Duration::from_millis(500),
+        ..SoftConfig::default()
+    };
+    let server = SoftDevice::new(cfg, 1);
+    let mut listener = server
+        .listen(&"127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = listener.local_addr();
+    let spd = server.alloc_pd();
+    let acceptor = tokio::spawn(async move {
+        let req = listener.accept_request().await.unwrap();
+        req.accept(&spd, QpConfig::new(CompletionQueue::new(16)))
+            .await
+            .unwrap()
+    });
+
+    // 200 silent connections from 127.0.0.2: 4 hold handshake slots, the
+    // rest are closed at once.
+    let mut silent = Vec::new();
+    for _ in 0..200 {
+        silent.push(connect_from([127, 0, 0, 2], addr).await);
+    }
+    let mut closed = 0;
+    for s in silent.iter_mut().skip(4) {
+        closed += usize::from(closed_within(s, Duration::from_millis(200)).await);
+    }
+    assert!(closed >= 190, "only {closed} of 196 over the cap closed");
+
+    // A real client from 127.0.0.1 still connects, within a second.
+    let client = SoftDevice::new(SoftConfig::default(), 2);
+    let pd = client.alloc_pd();
+    let qp = tokio::time::timeout(
+        Duration::from_secs(1),
+        client.connect(&pd, &addr, QpConfig::new(CompletionQueue::new(16))),
+    )
+    .await
+    .expect("connected within 1 s")
+    .expect("connected");
+    drop(qp);
+    acceptor.await.unwrap();
+
+    // The silent four are dropped after the handshake timeout.
+    for s in silent.iter_mut().take(4) {
+        assert!(closed_within(s, Duration::from_secs(2)).await);
+    }
+}
