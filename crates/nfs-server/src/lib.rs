@@ -33,16 +33,20 @@ pub mod rpcbind;
 pub mod storage;
 pub mod v4;
 
+use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 
 use bytes::Bytes;
 use nfs::mount::{MOUNT_PROGRAM, MOUNT_V3};
 use nfs::v3::{NfsFh3, NFS_PROGRAM, NFS_V3};
 use oncrpc::drc::DrcConfig;
+use oncrpc::limits::{ConnLimiter, ConnLimits};
 use oncrpc::tcp::{TcpConfig, TcpServer};
 use tokio::task::JoinHandle;
 
@@ -79,6 +83,14 @@ pub struct ServerConfig {
     /// Extra MNT paths that name the export besides its canonical path
     /// (e.g. `/export`).
     pub aliases: Vec<String>,
+    /// Per-connection settings of the TCP listeners, among them the bytes
+    /// of unread replies a connection may hold
+    /// ([`TcpConfig::max_queued_reply_bytes`], 8 MiB by default).
+    pub tcp: TcpConfig,
+    /// Connections the TCP listeners (NFS, MOUNT, rpcbind together) keep
+    /// open at once, in total and per client address; one over is closed
+    /// as soon as it is accepted.
+    pub connections: ConnLimits,
 }
 
 impl ServerConfig {
@@ -91,6 +103,8 @@ impl ServerConfig {
             mount_addr: Some(SocketAddr::from(([0, 0, 0, 0], MOUNT_PORT))),
             rpcbind_addr: None,
             aliases: Vec::new(),
+            tcp: TcpConfig::default(),
+            connections: ConnLimits::default(),
         }
     }
 }
@@ -143,8 +157,9 @@ pub struct RunningServer {
     nfs_addr: SocketAddr,
     mount_addr: Option<SocketAddr>,
     rpcbind_addr: Option<SocketAddr>,
-    tasks: Vec<JoinHandle<io::Result<()>>>,
+    tasks: Vec<Listening>,
     backchannels: v4::BackchannelSlot,
+    conns: Arc<ConnLimiter>,
 }
 
 impl RunningServer {
@@ -153,6 +168,13 @@ impl RunningServer {
     /// listener) so that all transports share one DRC.
     pub fn rpc(&self) -> Arc<oncrpc::Server> {
         Arc::clone(&self.rpc)
+    }
+
+    /// The connection counts of the TCP listeners (capped by
+    /// [`ServerConfig::connections`]): hand it to an RPC-over-RDMA
+    /// listener so that its connections count against the same caps.
+    pub fn conn_limiter(&self) -> Arc<ConnLimiter> {
+        Arc::clone(&self.conns)
     }
 
     /// Where NFS (and every other program) is served.
@@ -196,16 +218,56 @@ impl RunningServer {
     /// until their peers close them.
     pub fn stop(self) {
         for t in &self.tasks {
-            t.abort();
+            t.task.abort();
         }
     }
 
-    /// Waits until a listener fails (they run until [`Self::stop`]).
+    /// Waits on every listener; returns only if one of them ends, which
+    /// they never do on their own (a failed accept is retried): the error
+    /// names the listener and why it ended (an error or a panic).
     pub async fn wait(mut self) -> io::Result<()> {
-        match self.tasks.pop() {
-            Some(t) => t.await.unwrap_or(Ok(())),
-            None => Ok(()),
+        if self.tasks.is_empty() {
+            return Ok(());
         }
+        std::future::poll_fn(|cx| {
+            for l in &mut self.tasks {
+                if let Poll::Ready(r) = Pin::new(&mut l.task).poll(cx) {
+                    return Poll::Ready(l.ended(r));
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// A listener's task and what it listens for.
+#[derive(Debug)]
+struct Listening {
+    what: &'static str,
+    addr: SocketAddr,
+    task: JoinHandle<io::Result<()>>,
+}
+
+impl Listening {
+    fn spawn(what: &'static str, server: TcpServer) -> io::Result<Self> {
+        Ok(Self {
+            what,
+            addr: server.local_addr()?,
+            task: server.spawn(),
+        })
+    }
+
+    fn ended(&self, r: Result<io::Result<()>, tokio::task::JoinError>) -> io::Result<()> {
+        let why = match r {
+            Ok(Ok(())) => "stopped".to_string(),
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        Err(io::Error::other(format!(
+            "{} listener on {} ended: {why}",
+            self.what, self.addr
+        )))
     }
 }
 
@@ -223,21 +285,29 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
         config.nfs_addr.ip(),
         backchannels.clone(),
     ));
-    let tcp = TcpConfig::default();
-    let nfs = TcpServer::bind(config.nfs_addr, Arc::clone(&server), tcp).await?;
+    let conns = ConnLimiter::new(config.connections);
+    let bind = |addr: SocketAddr| {
+        let server = Arc::clone(&server);
+        let conns = Arc::clone(&conns);
+        async move {
+            let l = TcpServer::bind(addr, server, config.tcp).await?;
+            Ok::<_, io::Error>(l.with_conn_limiter(conns))
+        }
+    };
+    let nfs = bind(config.nfs_addr).await?;
     let nfs_addr = nfs.local_addr()?;
-    let mut listeners = vec![nfs];
+    let mut tasks = vec![Listening::spawn("NFS over TCP", nfs)?];
     let mut mount_addr = None;
     if let Some(a) = config.mount_addr {
-        let l = TcpServer::bind(a, Arc::clone(&server), tcp).await?;
+        let l = bind(a).await?;
         mount_addr = Some(l.local_addr()?);
-        listeners.push(l);
+        tasks.push(Listening::spawn("MOUNT over TCP", l)?);
     }
     let mut rpcbind_addr = None;
     if let Some(a) = config.rpcbind_addr {
-        let l = TcpServer::bind(a, Arc::clone(&server), tcp).await?;
+        let l = bind(a).await?;
         rpcbind_addr = Some(l.local_addr()?);
-        listeners.push(l);
+        tasks.push(Listening::spawn("rpcbind over TCP", l)?);
     }
     if let Ok(mut r) = registry.lock() {
         let mport = mount_addr.unwrap_or(nfs_addr).port();
@@ -268,7 +338,8 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
         nfs_addr,
         mount_addr,
         rpcbind_addr,
-        tasks: listeners.into_iter().map(TcpServer::spawn).collect(),
+        tasks,
         backchannels,
+        conns,
     })
 }

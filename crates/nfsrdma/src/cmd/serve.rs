@@ -6,6 +6,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use anyhow::Context;
+use oncrpc::limits::ConnLimits;
+use oncrpc::tcp::TcpConfig;
 
 /// Transports the server can run.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,13 +74,40 @@ pub(crate) struct ServeArgs {
     /// for example /export.
     #[arg(long = "alias")]
     aliases: Vec<String>,
+    /// Connections kept open at once, all clients and listeners (TCP and
+    /// RDMA) together; one more is closed as soon as it is accepted.
+    #[arg(long, default_value_t = ConnLimits::default().max_total)]
+    max_connections: usize,
+    /// Connections kept open at once from one client address.
+    #[arg(long, default_value_t = ConnLimits::default().max_per_client)]
+    max_connections_per_client: usize,
+    /// Bytes of replies a TCP connection may hold (written but not yet read
+    /// by the client, or reserved by its calls running); above it the
+    /// server stops reading that connection until the client reads.
+    #[arg(long, default_value_t = TcpConfig::default().max_queued_reply_bytes)]
+    max_queued_reply_bytes: usize,
+    /// RDMA connection set-ups (MPA handshakes) in progress at once from
+    /// one client address; each must send its MPA Request within 5 s.
+    #[arg(long, default_value_t = softrnic::SoftConfig::default().max_handshakes_per_client)]
+    max_handshakes_per_client: usize,
+    /// Set the open-file limit (RLIMIT_NOFILE) to this many descriptors
+    /// instead of raising the soft limit to the hard one (for tests that
+    /// exhaust descriptors on purpose).
+    #[arg(long)]
+    max_open_files: Option<u64>,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(!args.transports.is_empty(), "no transport selected");
+    set_open_file_limit(args.max_open_files)?;
     let tcp = args.transports.contains(&Transport::Tcp);
     let mut config = nfs_server::ServerConfig::new(&args.dir);
     config.read_only = args.read_only;
+    config.connections = ConnLimits {
+        max_total: args.max_connections,
+        max_per_client: args.max_connections_per_client,
+    };
+    config.tcp.max_queued_reply_bytes = args.max_queued_reply_bytes;
     let mount_addr = SocketAddr::new(args.addr, args.mount_port);
     if tcp {
         config.nfs_addr = SocketAddr::new(args.addr, args.port);
@@ -110,6 +139,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let device = softrnic::SoftDevice::new(
             softrnic::SoftConfig {
                 crc: args.rdma_crc,
+                max_handshakes_per_client: args.max_handshakes_per_client,
                 ..softrnic::SoftConfig::default()
             },
             seed(),
@@ -125,7 +155,8 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let listener =
             rpcrdma::transport::RdmaListener::bind(&device, &addr, server.rpc(), rdma_config)
                 .await
-                .with_context(|| format!("listening for RPC-over-RDMA on {addr}"))?;
+                .with_context(|| format!("listening for RPC-over-RDMA on {addr}"))?
+                .with_conn_limiter(server.conn_limiter());
         if args.rdma_backchannel_credits > 0 {
             // NFSv4.1 callbacks go on the client's RDMA connection
             // (draft-ietf-nfsv4-rpcrdma-bidirection-01 §1.4.2); connection
@@ -138,8 +169,9 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 },
             ));
         }
-        listening.push(format!("nfs over rdma {}", listener.local_addr()));
-        Some(listener.spawn())
+        let rdma_addr = listener.local_addr();
+        listening.push(format!("nfs over rdma {rdma_addr}"));
+        Some((rdma_addr, listener.spawn()))
     } else {
         None
     };
@@ -148,23 +180,54 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         server.storage().path().display(),
         listening.join(", ")
     );
+    // Listeners retry failed accepts; one ending is an error the server
+    // cannot recover from, reported with the listener's name and address.
     let rdma_done = async {
         match rdma {
-            Some(task) => match task.await {
-                Ok(r) => r.map_err(|e| anyhow::anyhow!("RDMA listener failed: {e}")),
-                Err(e) => Err(anyhow::anyhow!("RDMA listener task: {e}")),
-            },
+            Some((addr, task)) => {
+                let why = match task.await {
+                    Ok(Ok(())) => "stopped".to_string(),
+                    Ok(Err(e)) => e.to_string(),
+                    Err(e) => e.to_string(),
+                };
+                Err(anyhow::anyhow!(
+                    "NFS over RDMA listener on {addr} ended: {why}"
+                ))
+            }
             None => std::future::pending().await,
         }
     };
     tokio::select! {
-        r = server.wait() => r.context("TCP listener failed"),
+        r = server.wait() => r.map_err(anyhow::Error::from),
         r = rdma_done => r,
         _ = tokio::signal::ctrl_c() => {
             tracing::info!("interrupted, stopping");
             Ok(())
         }
     }
+}
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit (each connection is a
+/// descriptor; a low soft limit such as 1024 makes the server refuse
+/// clients long before its own caps), or sets both to `exact`.
+fn set_open_file_limit(exact: Option<u64>) -> anyhow::Result<()> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("reading RLIMIT_NOFILE")?;
+    let (new_soft, new_hard) = match exact {
+        Some(n) => (n.min(hard), hard),
+        None => (hard, hard),
+    };
+    if (new_soft, new_hard) != (soft, hard) {
+        setrlimit(Resource::RLIMIT_NOFILE, new_soft, new_hard)
+            .with_context(|| format!("setting RLIMIT_NOFILE to {new_soft}"))?;
+    }
+    tracing::info!(
+        soft = new_soft,
+        hard = new_hard,
+        was = soft,
+        "open file limit (RLIMIT_NOFILE)"
+    );
+    Ok(())
 }
 
 /// A seed for STag keys that differs between runs, so a stale remote key
