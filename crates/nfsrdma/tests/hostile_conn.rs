@@ -145,11 +145,19 @@ impl Drop for Serve {
 
 /// A TCP connection from `from` (any 127/8 address works on loopback), so
 /// an attacker and the normal client are different client addresses.
+/// A connect that times out (a SYN lost on a loaded machine) is tried
+/// again, twice.
 fn connect_from(from: [u8; 4], to: SocketAddr) -> std::io::Result<TcpStream> {
-    let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
-    s.bind(&SocketAddr::from((from, 0)).into())?;
-    s.connect_timeout(&to.into(), Duration::from_secs(1))?;
-    Ok(s.into())
+    let mut tries = 0;
+    loop {
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+        s.bind(&SocketAddr::from((from, 0)).into())?;
+        match s.connect_timeout(&to.into(), Duration::from_secs(1)) {
+            Ok(()) => return Ok(s.into()),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut && tries < 2 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// True if the server closed `s` (EOF or reset) within `t`.
