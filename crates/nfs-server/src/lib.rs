@@ -91,6 +91,9 @@ pub struct ServerConfig {
     /// open at once, in total and per client address; one over is closed
     /// as soon as it is accepted.
     pub connections: ConnLimits,
+    /// NFSv4.1 session and state limits (lease, slots, the reply cache
+    /// budget; docs/hardening.md "NFSv4 state bounds").
+    pub nfs4_limits: v4::SessionLimits,
 }
 
 impl ServerConfig {
@@ -105,6 +108,7 @@ impl ServerConfig {
             aliases: Vec::new(),
             tcp: TcpConfig::default(),
             connections: ConnLimits::default(),
+            nfs4_limits: v4::SessionLimits::default(),
         }
     }
 }
@@ -139,10 +143,35 @@ pub fn rpc_server_with_backchannels(
     advertise: IpAddr,
     backchannels: v4::BackchannelSlot,
 ) -> oncrpc::Server {
+    program_table(
+        fs,
+        mount_paths,
+        registry,
+        advertise,
+        backchannels,
+        v4::SessionLimits::default(),
+    )
+}
+
+fn program_table(
+    fs: Arc<LocalFs>,
+    mount_paths: Vec<Bytes>,
+    registry: Registry,
+    advertise: IpAddr,
+    backchannels: v4::BackchannelSlot,
+    limits: v4::SessionLimits,
+) -> oncrpc::Server {
     let mut server = oncrpc::Server::new().with_drc(DrcConfig::default());
     server.register(MountService::new(Arc::clone(&fs), mount_paths));
     server.register(RpcbindService::new(registry, advertise));
-    let v4 = v4::Nfs4Service::new(Arc::clone(&fs)).with_backchannels(backchannels);
+    let v4 = v4::Nfs4Service::with_config(
+        Arc::clone(&fs),
+        v4::Nfs4Config {
+            limits,
+            ..v4::Nfs4Config::default()
+        },
+    )
+    .with_backchannels(backchannels);
     let delegs = v4.delegations();
     server.register(v4);
     server.register_arc(Arc::new(Nfs3Service::new(fs).with_delegations(delegs)));
@@ -278,12 +307,13 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
     paths.extend(config.aliases.iter().map(|a| Bytes::from(a.clone())));
     let registry: Registry = Arc::new(Mutex::new(Vec::new()));
     let backchannels = v4::BackchannelSlot::new();
-    let server = Arc::new(rpc_server_with_backchannels(
+    let server = Arc::new(program_table(
         Arc::clone(&fs),
         paths,
         Arc::clone(&registry),
         config.nfs_addr.ip(),
         backchannels.clone(),
+        config.nfs4_limits,
     ));
     let conns = ConnLimiter::new(config.connections);
     let bind = |addr: SocketAddr| {

@@ -866,3 +866,43 @@ async fn a_dead_back_channel_does_not_hold_up_other_clients_recalls() {
     let (_, r) = open_after_delay(&c, "b", OPEN4_SHARE_ACCESS_BOTH).await;
     opened(&r);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nfsv3_rename_of_a_delegated_file_recalls_and_the_holder_finds_the_new_name() {
+    let srv = serve("v3rename", 4).await;
+    let mut a = Client::connect(&srv, "client-a").await;
+    let b = Client::connect(&srv, "client-b").await;
+    let (_, deleg, fh) = opened(&a.open("old", OPEN4_SHARE_ACCESS_READ).await);
+    let OpenDelegation4::Read(dsid, ..) = deleg else {
+        panic!("read delegation expected: {deleg:?}")
+    };
+    let root = nfs::v3::NfsFh3::new(&root_fh(&a).await.0).unwrap();
+    let dir = |n: &'static [u8]| nfs::v3::Diropargs3 {
+        dir: root.clone(),
+        name: nfs::v3::Filename3(Bytes::from_static(n)),
+    };
+    let rename = xdr::to_xdr_buf(&nfs::v3::Rename3Args {
+        from: dir(b"old"),
+        to: dir(b"new"),
+    });
+    let call = v3_call(&b.rpc, &b.cred, 14, rename);
+    let holder = async {
+        let (_, recall) = a.recall().await;
+        assert_eq!(recall.stateid, dsid);
+        assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    };
+    let (r, ()) = tokio::join!(call, holder);
+    assert_eq!(v3_status(&r), nfs::v3::Nfsstat3::NFS3_OK);
+    // The holder's next lookups see the rename.
+    let r = a
+        .seq(vec![
+            NfsArgop4::Putrootfh(()),
+            NfsArgop4::Lookup(Lookup4Args {
+                objname: Component4::from_static("old"),
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_NOENT);
+    let (_, _, fh2) = opened(&a.open("new", OPEN4_SHARE_ACCESS_READ).await);
+    assert_eq!(fh2, fh);
+}

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use nfs::v3::{
     Fattr3, Filename3, Ftype3, Mknoddata3, NfsFh3, Sattr3, Specdata3, StableHow, ACCESS3_EXECUTE,
     ACCESS3_LOOKUP, ACCESS3_MODIFY, ACCESS3_READ,
@@ -25,9 +24,7 @@ pub(super) fn cur(cx: &Cx) -> R<NfsFh3> {
     cx.cur.clone().ok_or(Nfsstat4::NFS4ERR_NOFILEHANDLE)
 }
 
-pub(super) fn key(fh: &NfsFh3) -> Bytes {
-    Bytes::copy_from_slice(fh.as_bytes())
-}
+pub(super) use super::coherence::key;
 
 pub(super) fn name3(c: &Component4) -> R<Filename3> {
     c.check()?;

@@ -38,6 +38,11 @@ pub(crate) struct ServeArgs {
     /// CRC is used only when the client asks, as Linux siw does.
     #[arg(long)]
     rdma_crc: bool,
+    /// MiB all NFSv4.1 sessions' reply caches may reserve together;
+    /// CREATE_SESSION grants fewer or smaller slots, then NFS4ERR_DELAY,
+    /// when it runs short (RFC 8881 §18.36.3).
+    #[arg(long, default_value_t = 64)]
+    v4_reply_cache_mib: u64,
     /// Credits granted per RDMA connection (receive buffers posted).
     #[arg(long, default_value_t = 64)]
     rdma_credits: u32,
@@ -120,6 +125,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     config.rpcbind_addr = args.rpcbind_port.map(|p| SocketAddr::new(args.addr, p));
     config.aliases = args.aliases;
+    config.nfs4_limits.reply_cache_bytes = args.v4_reply_cache_mib << 20;
     let server = nfs_server::start(config)
         .await
         .with_context(|| format!("serving {}", args.dir.display()))?;
