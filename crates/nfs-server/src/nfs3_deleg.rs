@@ -61,7 +61,7 @@ impl<S: Storage> Nfs3Service<S> {
     /// Breaks the delegations `args` conflicts with; `Some(reply)`
     /// (NFS3ERR_JUKEBOX) when some are still held after the wait.
     pub(crate) async fn break_delegations(&self, args: &Args3) -> Option<XdrBuf> {
-        let delegs = self.delegs.as_ref()?;
+        let delegs = self.delegs.as_ref().filter(|d| d.any_held())?;
         for (fh, write) in targets(&*self.fs, args).await {
             if !delegs.break_for(&fh, write).await {
                 tracing::debug!(proc_ = %args.procedure(), "NFS3ERR_JUKEBOX: delegation held");

@@ -89,6 +89,12 @@ impl Delegations {
         pending
     }
 
+    /// Whether any client holds a delegation (NFSv3 skips the lookups
+    /// of its targets when none does).
+    pub(crate) fn any_held(&self) -> bool {
+        self.state.lock().is_ok_and(|st| st.delegs.held() > 0)
+    }
+
     /// Whether some client holds a delegation on `key`.
     pub(crate) fn held_on(&self, key: &Bytes) -> bool {
         self.state.lock().is_ok_and(|st| st.delegs.on_file(key))
