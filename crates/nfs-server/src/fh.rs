@@ -1,25 +1,41 @@
-//! File handles of the local-directory back end.
+//! File handles of the local-directory back end: unforgeable, and stale
+//! when their file is gone.
 //!
-//! A handle is 24 bytes (RFC 1813 §2.4 allows up to 64): a version byte,
-//! three zero bytes, the export id and the inode number, all big-endian.
+//! A handle is 44 bytes (RFC 1813 §2.4 allows 64 for NFSv3, RFC 8881
+//! §4.2.1 128 for NFSv4): a version byte, three zero bytes, the export id,
+//! the inode number, the generation (all big-endian) and a 16-byte tag,
+//! the first 16 bytes of the BLAKE3 keyed hash of the 28 bytes before it
+//! under the server's 32-byte handle key (kept in the state directory,
+//! see [`crate::statedir`]).
 //!
-//! - The export id is a 64-bit FNV-1a hash of the export's canonical path
-//!   with its device number, so handles stay valid across a server restart
-//!   and a handle minted for another export is recognised and refused with
-//!   NFS3ERR_STALE, as Linux does for an unknown export.
-//! - A handle of the wrong length or version is NFS3ERR_BADHANDLE.
-//! - There is no generation number: a user-space server cannot read
-//!   `i_generation` portably, so a handle to a deleted file whose inode
-//!   number is reused resolves to the new file.
+//! - A handle of the wrong length or version, or whose tag does not
+//!   check, is NFS3ERR_BADHANDLE (NFS4ERR_BADHANDLE): a client cannot
+//!   make a handle for an inode it was never given, nor alter one.
+//! - A handle with a good tag minted for another export is NFS3ERR_STALE,
+//!   as Linux does for an unknown export.
+//! - The generation tells apart two files that had the same inode number
+//!   one after the other. Without `unsafe` the server cannot call
+//!   `ioctl(FS_IOC_GETVERSION)` or `name_to_handle_at`, so it uses the
+//!   file's birth time (`statx` `stx_btime`, seconds and nanoseconds
+//!   folded into 64 bits) where the file system reports one (ext4, xfs,
+//!   btrfs, tmpfs), else 0: on a file system without birth times a
+//!   reused inode number is not detected by the handle (the index check
+//!   of [`crate::localfs`] still requires the recorded name to hold it).
 
 use nfs::v3::{NfsFh3, Nfsstat3};
 
-/// Handle format version.
-const VERSION: u8 = 1;
-/// Encoded handle length.
-pub(crate) const FH_LEN: usize = 24;
+use crate::statedir::KEY_LEN;
 
-/// 64-bit FNV-1a.
+/// Handle format version.
+const VERSION: u8 = 2;
+/// Bytes covered by the tag.
+const BODY_LEN: usize = 28;
+/// Tag length.
+const TAG_LEN: usize = 16;
+/// Encoded handle length.
+pub(crate) const FH_LEN: usize = BODY_LEN + TAG_LEN;
+
+/// 64-bit FNV-1a (export ids, READDIR cookies; not for secrets).
 pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for part in parts {
@@ -31,49 +47,79 @@ pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
-/// A decoded handle: which export, which inode.
+/// The key handles are tagged with.
+#[derive(Clone)]
+pub(crate) struct HandleKey([u8; KEY_LEN]);
+
+impl core::fmt::Debug for HandleKey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("HandleKey(..)")
+    }
+}
+
+impl HandleKey {
+    pub(crate) fn new(key: [u8; KEY_LEN]) -> Self {
+        Self(key)
+    }
+
+    fn tag(&self, body: &[u8]) -> [u8; TAG_LEN] {
+        let h = blake3::keyed_hash(&self.0, body);
+        let mut t = [0u8; TAG_LEN];
+        t.copy_from_slice(&h.as_bytes()[..TAG_LEN]);
+        t
+    }
+}
+
+/// A decoded handle: which export, which inode, which generation of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Handle {
     pub(crate) export_id: u64,
     pub(crate) ino: u64,
+    pub(crate) gen: u64,
+}
+
+/// Compares without an early exit, so the time taken does not tell how
+/// many leading bytes of a guessed tag were right.
+fn same_tag(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 impl Handle {
-    /// The wire form.
-    pub(crate) fn to_fh(self) -> NfsFh3 {
+    /// The wire form, tagged under `key`.
+    pub(crate) fn to_fh(self, key: &HandleKey) -> NfsFh3 {
         let mut b = [0u8; FH_LEN];
         b[0] = VERSION;
         b[4..12].copy_from_slice(&self.export_id.to_be_bytes());
         b[12..20].copy_from_slice(&self.ino.to_be_bytes());
-        // Bytes 20..24 repeat the low half of the export id as a check
-        // that the handle was not truncated or spliced.
-        b[20..24].copy_from_slice(&(self.export_id as u32 ^ self.ino as u32).to_be_bytes());
+        b[20..28].copy_from_slice(&self.gen.to_be_bytes());
+        let tag = key.tag(&b[..BODY_LEN]);
+        b[BODY_LEN..].copy_from_slice(&tag);
         NfsFh3::new(&b).unwrap_or_default()
     }
 
-    /// Parses `fh` for export `export_id`: BADHANDLE when malformed, STALE
-    /// when it belongs to another export.
-    pub(crate) fn parse(fh: &NfsFh3, export_id: u64) -> Result<Self, Nfsstat3> {
+    /// Parses `fh` for export `export_id`: BADHANDLE when malformed or
+    /// not tagged under `key`, STALE when it belongs to another export.
+    pub(crate) fn parse(fh: &NfsFh3, key: &HandleKey, export_id: u64) -> Result<Self, Nfsstat3> {
         let b: &[u8; FH_LEN] = fh
             .as_bytes()
             .try_into()
             .map_err(|_| Nfsstat3::NFS3ERR_BADHANDLE)?;
-        let word = |r: core::ops::Range<usize>| -> u64 {
-            b.get(r)
-                .unwrap_or(&[])
-                .iter()
-                .fold(0u64, |acc, &x| (acc << 8) | u64::from(x))
-        };
         if b[0] != VERSION || b[1..4] != [0, 0, 0] {
             return Err(Nfsstat3::NFS3ERR_BADHANDLE);
         }
-        let h = Handle {
-            export_id: word(4..12),
-            ino: word(12..20),
-        };
-        if word(20..24) != u64::from(h.export_id as u32 ^ h.ino as u32) {
+        if !same_tag(&key.tag(&b[..BODY_LEN]), &b[BODY_LEN..]) {
             return Err(Nfsstat3::NFS3ERR_BADHANDLE);
         }
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[at..at + 8]);
+            u64::from_be_bytes(w)
+        };
+        let h = Handle {
+            export_id: word(4),
+            ino: word(12),
+            gen: word(20),
+        };
         if h.export_id != export_id {
             return Err(Nfsstat3::NFS3ERR_STALE);
         }
@@ -85,34 +131,60 @@ impl Handle {
 mod tests {
     use super::*;
 
+    fn key(b: u8) -> HandleKey {
+        HandleKey::new([b; KEY_LEN])
+    }
+
     #[test]
     fn handle_round_trips() {
         let h = Handle {
             export_id: 0x0102_0304_0506_0708,
             ino: 99,
+            gen: 7,
         };
-        let fh = h.to_fh();
+        let fh = h.to_fh(&key(1));
         assert_eq!(fh.as_bytes().len(), FH_LEN);
-        assert_eq!(Handle::parse(&fh, h.export_id), Ok(h));
+        const { assert!(FH_LEN <= 64) };
+        assert_eq!(Handle::parse(&fh, &key(1), h.export_id), Ok(h));
     }
 
     #[test]
-    fn other_export_is_stale_and_malformed_is_badhandle() {
+    fn every_flipped_bit_and_another_key_is_badhandle() {
+        let h = Handle {
+            export_id: 1,
+            ino: 2,
+            gen: 3,
+        };
+        let fh = h.to_fh(&key(1));
+        for bit in 0..FH_LEN * 8 {
+            let mut b = fh.as_bytes().to_vec();
+            b[bit / 8] ^= 1 << (bit % 8);
+            let bad = NfsFh3::new(&b).unwrap();
+            assert_eq!(
+                Handle::parse(&bad, &key(1), 1),
+                Err(Nfsstat3::NFS3ERR_BADHANDLE),
+                "bit {bit}"
+            );
+        }
+        assert_eq!(
+            Handle::parse(&fh, &key(2), 1),
+            Err(Nfsstat3::NFS3ERR_BADHANDLE)
+        );
+        let short = NfsFh3::new(&fh.as_bytes()[..20]).unwrap();
+        assert_eq!(
+            Handle::parse(&short, &key(1), 1),
+            Err(Nfsstat3::NFS3ERR_BADHANDLE)
+        );
+    }
+
+    #[test]
+    fn other_export_is_stale() {
         let fh = Handle {
             export_id: 1,
             ino: 2,
+            gen: 0,
         }
-        .to_fh();
-        assert_eq!(Handle::parse(&fh, 3), Err(Nfsstat3::NFS3ERR_STALE));
-        let short = NfsFh3::new(&fh.as_bytes()[..20]).unwrap();
-        assert_eq!(Handle::parse(&short, 1), Err(Nfsstat3::NFS3ERR_BADHANDLE));
-        let mut bad = fh.as_bytes().to_vec();
-        bad[0] = 9;
-        let bad = NfsFh3::new(&bad).unwrap();
-        assert_eq!(Handle::parse(&bad, 1), Err(Nfsstat3::NFS3ERR_BADHANDLE));
-        let mut spliced = fh.as_bytes().to_vec();
-        spliced[19] ^= 1;
-        let spliced = NfsFh3::new(&spliced).unwrap();
-        assert_eq!(Handle::parse(&spliced, 1), Err(Nfsstat3::NFS3ERR_BADHANDLE));
+        .to_fh(&key(1));
+        assert_eq!(Handle::parse(&fh, &key(1), 3), Err(Nfsstat3::NFS3ERR_STALE));
     }
 }

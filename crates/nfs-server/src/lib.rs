@@ -30,6 +30,7 @@ pub mod nfs3;
 mod nfs3_deleg;
 mod perm;
 pub mod rpcbind;
+pub mod statedir;
 pub mod storage;
 pub mod v4;
 
@@ -51,6 +52,7 @@ use oncrpc::tcp::{TcpConfig, TcpServer};
 use tokio::task::JoinHandle;
 
 pub use localfs::LocalFs;
+pub use statedir::StateDir;
 pub use storage::{DirEntry, DirPage, DirRequest, DirSink, FsStat, Storage, StorageResult};
 
 use crate::mount::MountService;
@@ -94,6 +96,10 @@ pub struct ServerConfig {
     /// NFSv4.1 session and state limits (lease, slots, the reply cache
     /// budget; docs/hardening.md "NFSv4 state bounds").
     pub nfs4_limits: v4::SessionLimits,
+    /// Where the handle key and the handle index live ([`StateDir`]);
+    /// `None` (the library default) keeps them in memory, so handles do
+    /// not survive a restart. `nfsrdma serve` always names one.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -109,6 +115,7 @@ impl ServerConfig {
             tcp: TcpConfig::default(),
             connections: ConnLimits::default(),
             nfs4_limits: v4::SessionLimits::default(),
+            state_dir: None,
         }
     }
 }
@@ -302,7 +309,10 @@ impl Listening {
 
 /// Binds the listeners and starts serving `config.export`.
 pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
-    let fs = Arc::new(LocalFs::new(&config.export, config.read_only)?);
+    let fs = Arc::new(match &config.state_dir {
+        Some(d) => LocalFs::with_state_dir(&config.export, config.read_only, &StateDir::open(d)?)?,
+        None => LocalFs::new(&config.export, config.read_only)?,
+    });
     let mut paths = vec![Bytes::copy_from_slice(fs.path().as_os_str().as_bytes())];
     paths.extend(config.aliases.iter().map(|a| Bytes::from(a.clone())));
     let registry: Registry = Arc::new(Mutex::new(Vec::new()));

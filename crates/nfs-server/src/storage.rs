@@ -1,4 +1,4 @@
-//! The storage interface the NFSv3 service runs on.
+//! The storage interface the NFSv3 and NFSv4 services run on.
 //!
 //! Every method works on NFS file handles and returns a typed
 //! [`Nfsstat3`] on failure, so a back end decides the error a client sees.
@@ -76,7 +76,7 @@ pub struct FsStat {
     pub afiles: u64,
 }
 
-/// A file tree served over NFSv3.
+/// A file tree served over NFSv3 and NFSv4.
 ///
 /// Names given to the methods are single components already checked by
 /// the XDR layer (not empty, no `/`, no NUL); `.` and `..` may still
@@ -213,4 +213,30 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Flushes the file's data and metadata to stable storage.
     fn commit(&self, fh: &NfsFh3) -> impl Future<Output = StorageResult<()>> + Send;
+
+    /// The first offset at or after `offset` in a hole (`hole`) or in data
+    /// of regular file `fh` (`lseek` `SEEK_HOLE`/`SEEK_DATA`), or `None`
+    /// when there is no more data (NFSv4.2 SEEK, RFC 7862 §15.11).
+    fn seek(
+        &self,
+        fh: &NfsFh3,
+        offset: u64,
+        hole: bool,
+    ) -> impl Future<Output = StorageResult<Option<u64>>> + Send;
+
+    /// Opens regular file `fh` for reading, or with `write` for writing
+    /// (an fd for the NFSv4 server's inotify watch of a delegated file).
+    fn open_file(&self, fh: &NfsFh3, write: bool) -> StorageResult<std::fs::File>;
+
+    /// Reserves `len` bytes at `offset` of regular file `fh`, or with
+    /// `punch` frees them keeping the size (NFSv4.2 ALLOCATE and
+    /// DEALLOCATE, RFC 7862 §15.1, §15.4); NFS3ERR_NOTSUPP where the file
+    /// system cannot.
+    fn allocate(
+        &self,
+        fh: &NfsFh3,
+        offset: u64,
+        len: u64,
+        punch: bool,
+    ) -> impl Future<Output = StorageResult<()>> + Send;
 }

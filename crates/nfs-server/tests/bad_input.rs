@@ -15,13 +15,23 @@ fn seed(t: &TempDir) {
     std::fs::write(t.path().join("sub/inner"), b"inner").unwrap();
 }
 
+/// Two exports of servers sharing a state directory (so a handle key):
+/// a handle of one is well tagged but names another export.
 #[tokio::test]
 async fn handle_from_another_export_is_stale() {
     let (a, b) = (TempDir::new("exp-a"), TempDir::new("exp-b"));
+    let state = TempDir::new("exp-state");
     seed(&a);
     seed(&b);
-    let srv_a = start(a.path(), false).await;
-    let srv_b = start(b.path(), false).await;
+    let with_state = |dir: &std::path::Path| {
+        let mut cfg = nfs_server::ServerConfig::new(dir);
+        cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
+        cfg.mount_addr = None;
+        cfg.state_dir = Some(state.path().join("s"));
+        cfg
+    };
+    let srv_a = nfs_server::start(with_state(a.path())).await.unwrap();
+    let srv_b = nfs_server::start(with_state(b.path())).await.unwrap();
     let before = snapshot(a.path());
     let c = Client::connect(srv_a.nfs_addr()).await;
     let foreign = srv_b.root_handle();

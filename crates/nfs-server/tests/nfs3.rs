@@ -429,7 +429,15 @@ async fn handles_survive_restart_and_write_verifier_changes() {
     let t = TempDir::new("restart");
     std::fs::create_dir_all(t.path().join("a/b")).unwrap();
     std::fs::write(t.path().join("a/b/deep.txt"), b"deep").unwrap();
-    let srv = start(t.path(), false).await;
+    let state = TempDir::new("restart-state");
+    let with_state = || {
+        let mut cfg = nfs_server::ServerConfig::new(t.path());
+        cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
+        cfg.mount_addr = None;
+        cfg.state_dir = Some(state.path().to_path_buf());
+        cfg
+    };
+    let srv = nfs_server::start(with_state()).await.unwrap();
     let c = Client::connect(srv.nfs_addr()).await;
     let root = srv.root_handle();
     let a = c.lookup(&root, "a").await.ok().unwrap().object;
@@ -441,12 +449,22 @@ async fn handles_survive_restart_and_write_verifier_changes() {
         .ok()
         .unwrap()
         .verf;
+    let old = std::sync::Arc::downgrade(srv.storage());
     srv.stop();
     drop(c);
-    let srv2 = start(t.path(), false).await;
+    // The old instance lets go of the state directory once its last
+    // connection is gone (one instance per state directory and export).
+    for _ in 0..200 {
+        if old.upgrade().is_none() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let srv2 = nfs_server::start(with_state()).await.unwrap();
     let c2 = Client::connect(srv2.nfs_addr()).await;
     assert_eq!(srv2.root_handle(), root);
-    // The new instance has never seen the handle: it walks the export.
+    // The new instance resolves the handle from the index in the state
+    // directory, without a walk.
     let r = c2.read(&deep, 0, 100).await.ok().unwrap();
     assert_eq!(&r.data.0[..], b"DEEP");
     let v2 = c2

@@ -121,6 +121,7 @@ fn bench_rejects_zero_reads_in_flight() {
 struct Serve {
     child: std::process::Child,
     line: String,
+    state: std::path::PathBuf,
 }
 
 impl Serve {
@@ -128,6 +129,8 @@ impl Serve {
         let mut child = Command::new(BIN)
             .arg("serve")
             .arg(dir)
+            .arg("--state-dir")
+            .arg(dir.with_extension("state"))
             .args(["--addr", "127.0.0.1", "--port", "0", "--rdma-port", "0"])
             .args(["--mount-port", "0"])
             .stdout(std::process::Stdio::piped())
@@ -140,7 +143,11 @@ impl Serve {
             &mut line,
         )
         .unwrap();
-        Self { child, line }
+        Self {
+            child,
+            line,
+            state: dir.with_extension("state"),
+        }
     }
 
     fn port(&self, label: &str) -> u16 {
@@ -158,6 +165,7 @@ impl Drop for Serve {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.state);
     }
 }
 

@@ -98,6 +98,8 @@ fn serve_exports_a_directory_to_libnfs_and_our_client() {
         Command::new(BIN)
             .arg("serve")
             .arg(&dir)
+            .arg("--state-dir")
+            .arg(dir.with_extension("state"))
             .args(["--addr", "127.0.0.1", "--port", &nfs.to_string()])
             .args(["--mount-port", &mnt.to_string(), "--read-only"])
             .args(["--rdma-port", &rdma.to_string()])
@@ -155,4 +157,5 @@ fn serve_exports_a_directory_to_libnfs_and_our_client() {
     assert!(!dir.join("new.txt").exists());
     let _ = std::fs::remove_file(&src);
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir.with_extension("state"));
 }

@@ -54,6 +54,8 @@ impl Serve {
         let child = Command::new(BIN)
             .arg("serve")
             .arg(&export.0)
+            .arg("--state-dir")
+            .arg(export.0.with_extension("state"))
             .args(["--addr", "127.0.0.1", "--port", &nfs.to_string()])
             .args(["--mount-port", &mnt.to_string()])
             .args(["--rdma-port", &rdma.to_string()])
@@ -139,6 +141,7 @@ impl Drop for Serve {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(self.export.0.with_extension("state"));
         let _ = std::fs::remove_file(&self.log);
     }
 }

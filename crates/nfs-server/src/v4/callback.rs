@@ -314,7 +314,7 @@ impl Callbacks {
     }
 }
 
-impl Nfs4Service {
+impl<S: crate::storage::Storage> Nfs4Service<S> {
     /// DELEGRETURN (RFC 8881 §18.6.3) of the current file.
     pub(super) fn delegreturn(&self, sid: &Stateid4, cx: &mut Cx) -> NfsResop4 {
         let r = (|| {

@@ -55,7 +55,7 @@ fn status(r: R<()>) -> Nfsstat4 {
     }
 }
 
-impl Nfs4Service {
+impl<S: Storage> Nfs4Service<S> {
     pub(super) async fn attr(&self, fh: &NfsFh3) -> R<Fattr3> {
         self.fs.getattr(fh).await.map_err(st4)
     }

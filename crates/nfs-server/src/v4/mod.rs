@@ -1,5 +1,6 @@
 //! The NFSv4.1/4.2 server (RFC 8881, RFC 7862): the COMPOUND engine as an
-//! [`oncrpc::RpcService`] for program 100003 version 4, over [`LocalFs`].
+//! [`oncrpc::RpcService`] for program 100003 version 4, over any
+//! [`Storage`] back end ([`LocalFs`] by default).
 //!
 //! - Minor versions 1 and 2; any other is NFS4ERR_MINOR_VERS_MISMATCH
 //!   with an empty result array (RFC 8881 §16.2.3).
@@ -51,6 +52,7 @@ use oncrpc::{CallContext, RpcService, ServiceError};
 use xdr::{Decode, Decoder, Encode, XdrBuf};
 
 use crate::perm::Caller;
+use crate::storage::Storage;
 use crate::LocalFs;
 pub use callback::{backchannel_fn, BackchannelSlot, BackchannelSource, CbTransport};
 pub use clients::SessionLimits;
@@ -152,20 +154,19 @@ impl Default for Nfs4Config {
     }
 }
 
-/// The NFSv4.1/4.2 program (100003 version 4) on a [`LocalFs`].
-pub struct Nfs4Service {
-    fs: Arc<LocalFs>,
+/// The NFSv4.1/4.2 program (100003 version 4) on a [`Storage`] back end.
+pub struct Nfs4Service<S: Storage = LocalFs> {
+    fs: Arc<S>,
     state: Arc<Mutex<StateTable>>,
     clock: Arc<dyn Clock>,
     owner: Bytes,
-    paths: fsext::PathCache,
     cbs: callback::Callbacks,
     watch: watch::FileWatch,
 }
 
-impl core::fmt::Debug for Nfs4Service {
+impl<S: Storage> core::fmt::Debug for Nfs4Service<S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Nfs4Service").field("fs", &self.fs).finish()
+        f.debug_struct("Nfs4Service").finish_non_exhaustive()
     }
 }
 
@@ -220,14 +221,14 @@ fn sessionless(op: &NfsArgop4) -> bool {
     )
 }
 
-impl Nfs4Service {
+impl<S: Storage> Nfs4Service<S> {
     /// The service with default limits and the system clock.
-    pub fn new(fs: Arc<LocalFs>) -> Self {
+    pub fn new(fs: Arc<S>) -> Self {
         Self::with_config(fs, Nfs4Config::default())
     }
 
     /// The service with explicit settings.
-    pub fn with_config(fs: Arc<LocalFs>, cfg: Nfs4Config) -> Self {
+    pub fn with_config(fs: Arc<S>, cfg: Nfs4Config) -> Self {
         let boot = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as u32)
@@ -237,7 +238,6 @@ impl Nfs4Service {
             state: Arc::new(Mutex::new(StateTable::new(cfg.limits, boot))),
             clock: cfg.clock,
             owner: cfg.server_owner,
-            paths: fsext::PathCache::default(),
             cbs: callback::Callbacks::default(),
             watch: watch::FileWatch::default(),
         }
@@ -411,7 +411,7 @@ impl Nfs4Service {
     }
 }
 
-impl RpcService for Nfs4Service {
+impl<S: Storage> RpcService for Nfs4Service<S> {
     fn program(&self) -> u32 {
         NFS4_PROGRAM
     }

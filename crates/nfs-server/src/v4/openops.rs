@@ -24,7 +24,7 @@ fn clientid(cx: &Cx) -> R<u64> {
         .ok_or(Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)
 }
 
-impl Nfs4Service {
+impl<S: Storage> Nfs4Service<S> {
     pub(super) async fn exec_state(&self, op: &NfsArgop4, cx: &mut Cx, now: Duration) -> NfsResop4 {
         use NfsArgop4 as A;
         use NfsResop4 as Z;

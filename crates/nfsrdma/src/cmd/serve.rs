@@ -100,6 +100,13 @@ pub(crate) struct ServeArgs {
     /// exhaust descriptors on purpose).
     #[arg(long)]
     max_open_files: Option<u64>,
+    /// Where the server keeps the secret key of its file handles and the
+    /// handle index of each export (created mode 0700). Handles stay valid
+    /// across restarts with the same directory. Default: /var/lib/nfsrdma
+    /// when run as root, else $XDG_STATE_HOME/nfsrdma or
+    /// ~/.local/state/nfsrdma.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -126,6 +133,10 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     config.rpcbind_addr = args.rpcbind_port.map(|p| SocketAddr::new(args.addr, p));
     config.aliases = args.aliases;
     config.nfs4_limits.reply_cache_bytes = args.v4_reply_cache_mib << 20;
+    config.state_dir = Some(
+        args.state_dir
+            .unwrap_or_else(nfs_server::StateDir::default_path),
+    );
     let server = nfs_server::start(config)
         .await
         .with_context(|| format!("serving {}", args.dir.display()))?;

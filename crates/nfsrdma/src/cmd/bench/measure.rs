@@ -47,6 +47,8 @@ impl ServerChild {
         let mut child = Command::new(exe)
             .arg("serve")
             .arg(&export)
+            .arg("--state-dir")
+            .arg(export.with_extension("state"))
             .args(["--addr", "127.0.0.1", "--port", "0", "--rdma-port", "0"])
             .args(["--mount-port", "0"])
             .env("RUST_LOG", "warn")
@@ -123,6 +125,7 @@ impl Drop for ServerChild {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.export);
+        let _ = std::fs::remove_dir_all(self.export.with_extension("state"));
     }
 }
 

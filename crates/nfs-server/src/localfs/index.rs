@@ -1,0 +1,240 @@
+//! The handle index: inode number → (parent directory's inode number,
+//! generation, name), so a handle is resolved without walking the export.
+//!
+//! Every LOOKUP (so every READDIRPLUS entry), create, rename and link
+//! records where its file lives; resolving a handle reads its entry and
+//! checks it on the file system (the name in the parent must still hold
+//! that inode, device and generation). A handle with no entry, or whose
+//! entry no longer holds, is STALE at once: the cost of a bad handle is a
+//! B-tree lookup, whatever the size of the export.
+//!
+//! Store: [`redb`], an embedded, crash-safe, pure-Rust B-tree store with
+//! one file per export in the state directory. It was chosen over an
+//! append-only log because a log needs an in-memory map of every entry to
+//! be read, which would make the server's memory grow with the number of
+//! files clients ever listed; redb reads entries from its file through a
+//! bounded page cache ([`CACHE_BYTES`]). Entries are dropped when their
+//! file is removed, so the file stays bounded by the export's own file
+//! count.
+//!
+//! Writes are batched: new entries wait in a bounded map
+//! ([`PENDING_MAX`]) and go to the store in one transaction when it fills,
+//! when an operation that changed the namespace asks for durability (a
+//! create, rename or link commits at once with `fsync`, so its handle
+//! survives a crash as the file does), and when the index is dropped.
+//! A crash may lose entries recorded only by LOOKUP since the last
+//! commit; the handles they named are STALE after it and the client
+//! looks the names up again.
+//!
+//! Without a state directory the store lives in memory (tests, embedded
+//! use): handles then do not survive a restart.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use redb::{backends::InMemoryBackend, Database, Durability, TableDefinition};
+
+/// ino → parent ino (8 bytes), generation (8 bytes), name.
+const TABLE: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("ino");
+
+/// Page cache of the store.
+pub(crate) const CACHE_BYTES: usize = 16 << 20;
+/// Entries held in memory before a batch is written.
+pub(crate) const PENDING_MAX: usize = 4096;
+
+/// Where one inode lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) parent: u64,
+    pub(crate) gen: u64,
+    pub(crate) name: Bytes,
+}
+
+impl Entry {
+    fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(16 + self.name.len());
+        v.extend_from_slice(&self.parent.to_be_bytes());
+        v.extend_from_slice(&self.gen.to_be_bytes());
+        v.extend_from_slice(&self.name);
+        v
+    }
+
+    fn decode(b: &[u8]) -> Option<Self> {
+        let parent = u64::from_be_bytes(b.get(..8)?.try_into().ok()?);
+        let gen = u64::from_be_bytes(b.get(8..16)?.try_into().ok()?);
+        let name = b.get(16..)?;
+        (!name.is_empty()).then(|| Self {
+            parent,
+            gen,
+            name: Bytes::copy_from_slice(name),
+        })
+    }
+}
+
+/// A change waiting for the store: an entry to write, or a removal.
+type Pending = HashMap<u64, Option<Entry>>;
+
+/// The index of one export.
+pub(crate) struct Index {
+    db: Database,
+    pending: Mutex<Pending>,
+}
+
+impl core::fmt::Debug for Index {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Index").finish_non_exhaustive()
+    }
+}
+
+fn db_err(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(format!("handle index: {e}"))
+}
+
+impl Index {
+    /// The index stored in `path` (created if missing).
+    pub(crate) fn open(path: &Path) -> std::io::Result<Self> {
+        let db = Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)
+            .map_err(db_err)?;
+        Self::with_db(db)
+    }
+
+    /// An index kept in memory only.
+    pub(crate) fn in_memory() -> std::io::Result<Self> {
+        let db = Database::builder()
+            .create_with_backend(InMemoryBackend::new())
+            .map_err(db_err)?;
+        Self::with_db(db)
+    }
+
+    fn with_db(db: Database) -> std::io::Result<Self> {
+        let tx = db.begin_write().map_err(db_err)?;
+        tx.open_table(TABLE).map_err(db_err)?;
+        tx.commit().map_err(db_err)?;
+        Ok(Self {
+            db,
+            pending: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Where `ino` lives, if recorded.
+    pub(crate) fn get(&self, ino: u64) -> Option<Entry> {
+        if let Some(p) = self.pending.lock().ok()?.get(&ino) {
+            return p.clone();
+        }
+        let tx = self.db.begin_read().ok()?;
+        let t = tx.open_table(TABLE).ok()?;
+        let v = t.get(ino).ok()??;
+        Entry::decode(v.value())
+    }
+
+    /// Records where `ino` lives; `durable` writes it to stable storage
+    /// before returning (with everything pending).
+    pub(crate) fn put(&self, ino: u64, e: Entry, durable: bool) {
+        if !durable && self.get(ino).as_ref() == Some(&e) {
+            return;
+        }
+        self.change(ino, Some(e), durable);
+    }
+
+    /// Forgets `ino` (its file was removed).
+    pub(crate) fn remove(&self, ino: u64) {
+        self.change(ino, None, false);
+    }
+
+    fn change(&self, ino: u64, e: Option<Entry>, durable: bool) {
+        let batch = match self.pending.lock() {
+            Ok(mut p) => {
+                p.insert(ino, e);
+                (durable || p.len() >= PENDING_MAX).then(|| std::mem::take(&mut *p))
+            }
+            Err(_) => None,
+        };
+        if let Some(b) = batch {
+            self.write(b, durable);
+        }
+    }
+
+    /// Writes everything pending to stable storage.
+    pub(crate) fn flush(&self) {
+        let b = self
+            .pending
+            .lock()
+            .map(|mut p| std::mem::take(&mut *p))
+            .unwrap_or_default();
+        self.write(b, true);
+    }
+
+    fn write(&self, batch: Pending, durable: bool) {
+        if let Err(e) = self.try_write(&batch, durable) {
+            tracing::warn!(error = %e, entries = batch.len(), "handle index write failed");
+        }
+    }
+
+    fn try_write(&self, batch: &Pending, durable: bool) -> std::io::Result<()> {
+        let mut tx = self.db.begin_write().map_err(db_err)?;
+        tx.set_durability(if durable {
+            Durability::Immediate
+        } else {
+            Durability::Eventual
+        });
+        {
+            let mut t = tx.open_table(TABLE).map_err(db_err)?;
+            for (ino, e) in batch {
+                match e {
+                    Some(e) => t.insert(*ino, e.encode().as_slice()).map_err(db_err)?,
+                    None => t.remove(*ino).map_err(db_err)?,
+                };
+            }
+        }
+        tx.commit().map_err(db_err)?;
+        Ok(())
+    }
+}
+
+impl Drop for Index {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(parent: u64, name: &'static str) -> Entry {
+        Entry {
+            parent,
+            gen: 9,
+            name: Bytes::from_static(name.as_bytes()),
+        }
+    }
+
+    #[test]
+    fn entries_survive_reopening_and_removals_stick() {
+        let p = std::env::temp_dir().join(format!("index-{}.redb", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        {
+            let ix = Index::open(&p).unwrap();
+            ix.put(10, e(2, "a"), false);
+            ix.put(11, e(10, "b"), true);
+            for i in 0..(PENDING_MAX as u64 + 10) {
+                ix.put(1000 + i, e(2, "many"), false);
+            }
+            ix.remove(1000);
+            assert_eq!(ix.get(10), Some(e(2, "a")));
+            assert_eq!(ix.get(1000), None);
+        }
+        let ix = Index::open(&p).unwrap();
+        assert_eq!(ix.get(10), Some(e(2, "a")));
+        assert_eq!(ix.get(11), Some(e(10, "b")));
+        assert_eq!(ix.get(1001), Some(e(2, "many")));
+        assert_eq!(ix.get(1000), None);
+        assert_eq!(ix.get(5), None);
+        drop(ix);
+        let _ = std::fs::remove_file(&p);
+    }
+}
