@@ -42,7 +42,7 @@ const TABLE: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("ino");
 /// Page cache of the store.
 pub(crate) const CACHE_BYTES: usize = 16 << 20;
 /// Entries held in memory before a batch is written.
-pub(crate) const PENDING_MAX: usize = 4096;
+pub(crate) const PENDING_MAX: usize = 1024;
 
 /// Where one inode lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +156,12 @@ impl Index {
         if let Some(b) = batch {
             self.write(b, durable);
         }
+    }
+
+    /// Entries waiting in memory for the store.
+    #[cfg(test)]
+    pub(crate) fn pending_len(&self) -> usize {
+        self.pending.lock().map(|p| p.len()).unwrap_or(0)
     }
 
     /// Writes everything pending to stable storage.

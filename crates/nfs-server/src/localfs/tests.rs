@@ -447,3 +447,35 @@ fn errno_of_rustix_maps_too() {
         Nfsstat3::NFS3ERR_NAMETOOLONG
     );
 }
+
+/// A client looking up far more files and directories than the caches
+/// hold: the open directory fds and the index entries waiting in memory
+/// stay within their bounds, and every handle still resolves.
+#[test]
+fn memory_held_stays_bounded_however_many_files_are_looked_up() {
+    let t = Tmp::new("bounded");
+    let dirs = resolve::DIR_CACHE + 40;
+    for i in 0..dirs {
+        fs::create_dir(t.0.join(format!("d{i}"))).unwrap();
+    }
+    for i in 0..index::PENDING_MAX + 100 {
+        fs::write(t.0.join(format!("d{}/f{i}", i % dirs)), b"").unwrap();
+    }
+    let lfs = LocalFs::new(&t.0, false).unwrap();
+    let root = lfs.root();
+    let mut dhs = Vec::new();
+    for i in 0..dirs {
+        let d = block(lfs.lookup(&root, &name(&format!("d{i}")))).unwrap();
+        assert!(block(lfs.getattr(&d)).is_ok());
+        dhs.push(d);
+    }
+    let mut first = None;
+    for i in 0..index::PENDING_MAX + 100 {
+        let f = block(lfs.lookup(&dhs[i % dirs], &name(&format!("f{i}")))).unwrap();
+        first.get_or_insert(f);
+    }
+    assert!(lfs.dirs.lock().unwrap().len() <= resolve::DIR_CACHE);
+    assert!(lfs.index.pending_len() < index::PENDING_MAX);
+    assert!(block(lfs.getattr(&first.unwrap())).is_ok());
+    assert!(block(lfs.getattr(&dhs[0])).is_ok());
+}
