@@ -52,9 +52,10 @@ use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, RawDir, SeekFrom, Stat, StatxFlags};
 use rustix::io::Errno;
 
-/// Smallest `getdents64` buffer: holds the longest entry (255-byte name)
-/// many times over.
-pub const MIN_BUF: usize = 4096;
+/// Smallest `getdents64` buffer: holds the longest entry (255-byte name,
+/// 280 bytes) three times. A page that needs more reads again; a buffer
+/// much larger than the page reads entries the page throws away.
+pub const MIN_BUF: usize = 1024;
 /// Largest `getdents64` buffer one page reads with.
 pub const MAX_BUF: usize = 256 * 1024;
 

@@ -12,7 +12,7 @@ use xdr::{Decoder, Encode, FixedOpaque, XdrBuf};
 
 use crate::localfs::{MAX_READ, MAX_WRITE};
 use crate::perm::{access_bits, check_setattr, permits, Caller, DIR_ADD, DIR_REMOVE};
-use crate::storage::{DirEntry, DirPage, DirRequest, Storage};
+use crate::storage::{DirEntry, DirPage, DirRequest, Storage, PLUS_TO_DIRENT};
 
 /// Serves NFS program 100003 version 3 from a [`Storage`].
 #[derive(Debug)]
@@ -230,7 +230,7 @@ impl<S: Storage> Nfs3Service<S> {
         let req = DirRequest {
             cookie: a.cookie,
             plus: true,
-            size_hint: limit.min(dircount.max(4096)),
+            size_hint: (limit / PLUS_TO_DIRENT).min(dircount),
         };
         let mut sink = |e: DirEntry| {
             let d = dircount_of(&e.name);

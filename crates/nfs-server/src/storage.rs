@@ -46,6 +46,12 @@ pub struct DirRequest {
     pub size_hint: usize,
 }
 
+/// About how many bytes of READDIRPLUS reply one byte of `getdents64`
+/// record makes (an entry with a 10-byte name: 32 bytes of dirent, about
+/// 190 bytes of `entryplus3` with attributes and handle), to read ahead
+/// only what a reply can hold.
+pub const PLUS_TO_DIRENT: usize = 5;
+
 /// How a page ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DirPage {

@@ -16,7 +16,7 @@ use super::attrs::{change_of, file_attrs, st4, to_sattr, wants_fsstat};
 use super::{Cx, Nfs4Service};
 use crate::localfs::MAX_READ;
 use crate::perm::{access_bits, check_setattr, permits, DIR_ADD, DIR_REMOVE};
-use crate::storage::{DirEntry, DirRequest, Storage};
+use crate::storage::{DirEntry, DirRequest, Storage, PLUS_TO_DIRENT};
 
 type R<T> = Result<T, Nfsstat4>;
 
@@ -482,10 +482,11 @@ impl<S: Storage> Nfs4Service<S> {
             .map(|s| s.max_response.saturating_sub(512) as usize)
             .unwrap_or(usize::MAX)
             .min(a.maxcount as usize);
+        let plus = !a.attr_request.is_empty();
         let req = DirRequest {
             cookie: a.cookie,
-            plus: !a.attr_request.is_empty(),
-            size_hint: limit.min(1 << 20),
+            plus,
+            size_hint: limit.min(1 << 20) / if plus { PLUS_TO_DIRENT } else { 1 },
         };
         let mut entries = Vec::new();
         let mut size = 8 + 4 + 4;
