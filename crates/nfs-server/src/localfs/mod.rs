@@ -103,6 +103,18 @@ impl LocalFs {
 
     fn build(dir: &Path, read_only: bool, state: Option<&StateDir>) -> std::io::Result<Self> {
         let path = fs::canonicalize(dir)?;
+        if let Some(s) = state {
+            if fs::canonicalize(s.path())?.starts_with(&path) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "state dir {} is inside the export {}: clients could read the handle key",
+                        s.path().display(),
+                        path.display()
+                    ),
+                ));
+            }
+        }
         let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
         let root = rustix::fs::open(&path, flags, Mode::empty())?;
         let meta = Meta::of(&root)?;

@@ -268,6 +268,8 @@ fn handles_survive_a_restart_with_the_same_state_dir_only() {
     let ino = fs::metadata(t.0.join("a/b/f")).unwrap().ino();
     assert_eq!(block(lfs.getattr(&f)).unwrap().fileid, ino);
     drop(lfs);
+    let inside = StateDir::open(t.0.join("a/state")).unwrap();
+    assert!(LocalFs::with_state_dir(&t.0, false, &inside).is_err());
     let sd2 = StateDir::open(other.0.join("s")).unwrap();
     let lfs2 = LocalFs::with_state_dir(&t.0, false, &sd2).unwrap();
     assert_eq!(block(lfs2.getattr(&f)), Err(Nfsstat3::NFS3ERR_BADHANDLE));
