@@ -367,3 +367,35 @@ async fn random_arguments_get_replies_and_never_break_the_server() {
     assert!(c.getattr(&root).await.ok().is_some());
     srv.stop();
 }
+
+/// Issue 12 item 4: a handle altered anywhere (inode, generation, tag) is
+/// NFS3ERR_BADHANDLE, so a client cannot reach an inode it was never
+/// given; the server still serves the real handle afterwards.
+#[tokio::test]
+async fn altered_handles_are_badhandle_and_reach_nothing() {
+    let t = TempDir::new("alter");
+    seed(&t);
+    let srv = start(t.path(), false).await;
+    let before = snapshot(t.path());
+    let c = Client::connect(srv.nfs_addr()).await;
+    let file = c
+        .lookup(&srv.root_handle(), "file")
+        .await
+        .ok()
+        .unwrap()
+        .object;
+    for byte in 0..file.as_bytes().len() {
+        let mut b = file.as_bytes().to_vec();
+        b[byte] ^= 0x01;
+        let bad = NfsFh3::new(&b).unwrap();
+        assert_eq!(
+            c.read(&bad, 0, 100).await.status(),
+            Nfsstat3::NFS3ERR_BADHANDLE,
+            "byte {byte}"
+        );
+    }
+    let r = c.read(&file, 0, 100).await.ok().unwrap();
+    assert_eq!(&r.data.0[..], b"contents");
+    assert_eq!(snapshot(t.path()), before);
+    srv.stop();
+}
