@@ -481,3 +481,59 @@ fn memory_held_stays_bounded_however_many_files_are_looked_up() {
     assert!(block(lfs.getattr(&first.unwrap())).is_ok());
     assert!(block(lfs.getattr(&dhs[0])).is_ok());
 }
+
+/// A local process swaps a directory for a symbolic link to a directory
+/// outside the export, over and over, while the server looks it up and
+/// creates, renames and removes in it: whatever each call answers,
+/// nothing outside the export is created, changed or removed.
+#[test]
+fn racing_a_symlink_swap_never_touches_outside() {
+    let t = Tmp::new("race");
+    let outside = Tmp::new("race-outside");
+    fs::write(outside.0.join("secret"), b"outside").unwrap();
+    fs::set_permissions(&outside.0, fs::Permissions::from_mode(0o700)).unwrap();
+    fs::create_dir(t.0.join("d")).unwrap();
+    let lfs = LocalFs::new(&t.0, false).unwrap();
+    let root = lfs.root();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (dir, out, stop) = (t.0.clone(), outside.0.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = fs::rename(dir.join("d"), dir.join("real"));
+                let _ = std::os::unix::fs::symlink(&out, dir.join("d"));
+                std::thread::sleep(std::time::Duration::from_micros(100));
+                let _ = fs::remove_file(dir.join("d"));
+                let _ = fs::rename(dir.join("real"), dir.join("d"));
+                std::thread::sleep(std::time::Duration::from_micros(300));
+            }
+        })
+    };
+    let how = Createhow3::Unchecked(mode(0o666));
+    let mut made = 0;
+    for i in 0..300 {
+        let Ok(d) = block(lfs.lookup(&root, &name("d"))) else {
+            continue;
+        };
+        let f = format!("f{i}");
+        made += usize::from(block(lfs.create(&d, &name(&f), &how)).is_ok());
+        let _ = block(lfs.mkdir(&d, &name(&format!("m{i}")), &mode(0o777)));
+        let _ = block(lfs.rename(&d, &name(&f), &d, &name("secret")));
+        let _ = block(lfs.remove(&d, &name("secret")));
+        let _ = block(lfs.setattr(&d, &mode(0o777), None));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(
+        made > 0,
+        "the race never let a create through: nothing tested"
+    );
+    let names: Vec<_> = fs::read_dir(&outside.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["secret"]);
+    assert_eq!(fs::read(outside.0.join("secret")).unwrap(), b"outside");
+    let m = fs::metadata(&outside.0).unwrap().permissions().mode() & 0o777;
+    assert_eq!(m, 0o700);
+}
