@@ -77,7 +77,7 @@ trap cleanup EXIT
 GPID=$(PEERS_STATE=$OUT/ganesha "$PEERS/ganesha-up.sh" "$BENCH_DIR" 2> "$OUT/ganesha-up.log") ||
     { cat "$OUT/ganesha-up.log" >&2; exit 1; }
 RUST_LOG=warn "$BIN" serve "$BENCH_DIR" --transports tcp --addr 127.0.0.1 --port $OUR_PORT \
-    --mount-port $OUR_MOUNT_PORT --alias /export > "$OUT/nfsrdma-serve.log" 2>&1 &
+    --mount-port $OUR_MOUNT_PORT --alias /export --no-root-squash > "$OUT/nfsrdma-serve.log" 2>&1 &
 OPID=$!
 for _ in $(seq 50); do ss -Hltn "sport = :$OUR_MOUNT_PORT" | grep -q . && break; sleep 0.1; done
 ss -Hltn "sport = :$OUR_MOUNT_PORT" | grep -q . || { cat "$OUT/nfsrdma-serve.log" >&2; exit 1; }

@@ -240,6 +240,8 @@ mod tests {
     /// port, NFS over RPC-over-RDMA on softrnic on another.
     async fn serve(dir: &std::path::Path, crc: bool) -> (u16, u16) {
         let mut cfg = nfs_server::ServerConfig::new(dir);
+        // The tests run as root and act as the export's owner.
+        cfg.set_squash(nfs_server::exports::Squash::None);
         cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
         cfg.mount_addr = None;
         let srv = nfs_server::start(cfg).await.unwrap();

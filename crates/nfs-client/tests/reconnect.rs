@@ -97,6 +97,10 @@ async fn pipelined_transfers_survive_a_connection_loss() {
     std::fs::write(dir.0.join("src.bin"), &data).unwrap();
 
     let mut cfg = nfs_server::ServerConfig::new(&dir.0);
+
+    // The tests run as root and act as the export's owner.
+
+    cfg.set_squash(nfs_server::exports::Squash::None);
     cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
     cfg.mount_addr = None;
     let srv = nfs_server::start(cfg).await.unwrap();

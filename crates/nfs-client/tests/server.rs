@@ -42,6 +42,8 @@ impl Drop for TempDir {
 
 async fn server(dir: &Path) -> nfs_server::RunningServer {
     let mut cfg = nfs_server::ServerConfig::new(dir);
+    // The tests run as root and act as the export's owner.
+    cfg.set_squash(nfs_server::exports::Squash::None);
     cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
     cfg.mount_addr = None;
     nfs_server::start(cfg).await.unwrap()

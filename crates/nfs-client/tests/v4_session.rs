@@ -159,6 +159,8 @@ async fn exercise<T: ClientTransport>(s: &Session<T>, dir: &Path) {
 async fn session_file_operations_work_over_tcp() {
     let dir = TempDir::new("tcp");
     let mut config = nfs_server::ServerConfig::new(&dir.0);
+    // The tests run as root and act as the export's owner.
+    config.set_squash(nfs_server::exports::Squash::None);
     config.nfs_addr = SocketAddr::from(([127, 0, 0, 1], 0));
     config.mount_addr = None;
     let server = nfs_server::start(config).await.unwrap();
@@ -246,6 +248,8 @@ async fn session_closes_and_a_new_one_opens_on_the_same_connection() {
 async fn session_file_operations_work_over_softrnic_with_rpc_over_rdma_v2() {
     let dir = TempDir::new("soft");
     let mut config = nfs_server::ServerConfig::new(&dir.0);
+    // The tests run as root and act as the export's owner.
+    config.set_squash(nfs_server::exports::Squash::None);
     config.nfs_addr = SocketAddr::from(([127, 0, 0, 1], 0));
     config.mount_addr = None;
     let server = nfs_server::start(config).await.unwrap();

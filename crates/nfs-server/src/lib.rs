@@ -6,6 +6,10 @@
 //!   directory (handles stable across restarts, never leaving the export).
 //! - [`nfs3::Nfs3Service`], [`mount::MountService`],
 //!   [`rpcbind::RpcbindService`]: the programs as [`oncrpc::RpcService`]s.
+//! - [`exports`]: the exports(5) file; [`access::ExportTable`]: every
+//!   export's storage and who may use it, checked on every MOUNT, NFSv3
+//!   and NFSv4 call and (through [`access::ExportTable::any_allows`]) on
+//!   RDMA connection set-up.
 //! - [`ServerConfig`] and [`start`]: bind the listeners and serve; this is
 //!   what `nfsrdma serve DIR` calls. [`rpc_server`] builds the same
 //!   program table for another transport (RPC-over-RDMA).
@@ -21,6 +25,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod dircursor;
 pub mod exports;
 mod fh;
@@ -37,7 +42,6 @@ pub mod v4;
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -55,6 +59,8 @@ pub use localfs::LocalFs;
 pub use statedir::StateDir;
 pub use storage::{DirEntry, DirPage, DirRequest, DirSink, FsStat, Storage, StorageResult};
 
+use crate::access::{loopback_clients, ExportTable};
+use crate::exports::{ClientRule, ExportEntry, ExportOptions, Squash};
 use crate::mount::MountService;
 use crate::nfs3::Nfs3Service;
 use crate::rpcbind::{Registration, Registry, RpcbindService, RPCBIND_PROGRAM};
@@ -69,10 +75,19 @@ pub const RPCBIND_PORT: u16 = 111;
 /// What to serve and where.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// The directory to export.
+    /// The directory to export (when `exports` is empty).
     pub export: PathBuf,
-    /// Refuse every change with NFS3ERR_ROFS.
+    /// Who may use `export`, and how. Default: loopback clients
+    /// (127.0.0.0/8 and ::1), read-write, root squashed.
+    pub clients: Vec<ClientRule>,
+    /// Exports from an exports(5) file; when not empty they replace
+    /// `export` and `clients`. The first is the NFSv4 root.
+    pub exports: Vec<ExportEntry>,
+    /// Refuse every change on every export with ROFS, whatever the
+    /// client options say.
     pub read_only: bool,
+    /// Bound on MOUNT's list of mounts (DUMP), oldest dropped.
+    pub mount_list_max: usize,
     /// NFS listener (every program is also served here). Default
     /// `0.0.0.0:2049`; port 0 picks an ephemeral port.
     pub nfs_addr: SocketAddr,
@@ -107,7 +122,10 @@ impl ServerConfig {
     pub fn new(export: impl Into<PathBuf>) -> Self {
         Self {
             export: export.into(),
+            clients: loopback_clients(&ExportOptions::read_write()),
+            exports: Vec::new(),
             read_only: false,
+            mount_list_max: mount::MOUNT_LIST_MAX,
             nfs_addr: SocketAddr::from(([0, 0, 0, 0], NFS_PORT)),
             mount_addr: Some(SocketAddr::from(([0, 0, 0, 0], MOUNT_PORT))),
             rpcbind_addr: None,
@@ -120,10 +138,37 @@ impl ServerConfig {
     }
 }
 
+impl ServerConfig {
+    /// Sets the squashing of every rule in `clients` (tests that run as
+    /// root and act as the export's owner use [`Squash::None`]).
+    pub fn set_squash(&mut self, squash: Squash) {
+        for c in &mut self.clients {
+            c.options.squash = squash;
+        }
+    }
+
+    /// The exports this configuration serves.
+    pub fn export_entries(&self) -> Vec<ExportEntry> {
+        if self.exports.is_empty() {
+            vec![ExportEntry {
+                path: self.export.clone(),
+                clients: self.clients.clone(),
+            }]
+        } else {
+            self.exports.clone()
+        }
+    }
+}
+
 /// The program table (NFSv3, NFSv4.1/4.2, MOUNT v3, rpcbind) with a duplicate-request
 /// cache, ready for any transport shell. The DRC keys on the client's IP
 /// address and never the source port (ULB v2 draft §3.3.2, via
 /// `oncrpc::PeerInfo::client_id`).
+///
+/// No access control: every client may use `fs`, with the identity its
+/// credential claims (`*(rw,no_root_squash,sec=sys:none)`). For tests and
+/// for embedding behind checks of one's own; [`start`] and
+/// [`rpc_server_for`] apply an export table.
 pub fn rpc_server(
     fs: Arc<LocalFs>,
     mount_paths: Vec<Bytes>,
@@ -150,38 +195,44 @@ pub fn rpc_server_with_backchannels(
     advertise: IpAddr,
     backchannels: v4::BackchannelSlot,
 ) -> oncrpc::Server {
-    program_table(
-        fs,
-        mount_paths,
+    let table = Arc::new(ExportTable::open_to_all(fs, mount_paths));
+    rpc_server_for(
+        table,
         registry,
         advertise,
         backchannels,
+        mount::MOUNT_LIST_MAX,
         v4::SessionLimits::default(),
     )
 }
 
-fn program_table(
-    fs: Arc<LocalFs>,
-    mount_paths: Vec<Bytes>,
+/// The program table for the exports of `table`, each call checked
+/// against its export's client list, flavors and squashing, with NFSv4
+/// session `limits`.
+pub fn rpc_server_for(
+    table: Arc<ExportTable<LocalFs>>,
     registry: Registry,
     advertise: IpAddr,
     backchannels: v4::BackchannelSlot,
+    mount_list_max: usize,
     limits: v4::SessionLimits,
 ) -> oncrpc::Server {
     let mut server = oncrpc::Server::new().with_drc(DrcConfig::default());
-    server.register(MountService::new(Arc::clone(&fs), mount_paths));
+    server.register(MountService::new(Arc::clone(&table)).with_max_entries(mount_list_max));
     server.register(RpcbindService::new(registry, advertise));
+    let primary = Arc::clone(table.primary().fs());
     let v4 = v4::Nfs4Service::with_config(
-        Arc::clone(&fs),
+        primary,
         v4::Nfs4Config {
             limits,
             ..v4::Nfs4Config::default()
         },
     )
+    .with_exports(Arc::clone(&table))
     .with_backchannels(backchannels);
     let delegs = v4.delegations();
     server.register(v4);
-    server.register_arc(Arc::new(Nfs3Service::new(fs).with_delegations(delegs)));
+    server.register_arc(Arc::new(Nfs3Service::new(table).with_delegations(delegs)));
     server
 }
 
@@ -189,6 +240,7 @@ fn program_table(
 #[derive(Debug)]
 pub struct RunningServer {
     fs: Arc<LocalFs>,
+    table: Arc<ExportTable<LocalFs>>,
     rpc: Arc<oncrpc::Server>,
     nfs_addr: SocketAddr,
     mount_addr: Option<SocketAddr>,
@@ -228,7 +280,13 @@ impl RunningServer {
         self.rpcbind_addr
     }
 
-    /// The export's root handle.
+    /// Every export and who may use it (for a transport's accept
+    /// filter: [`ExportTable::any_allows`]).
+    pub fn exports(&self) -> &Arc<ExportTable<LocalFs>> {
+        &self.table
+    }
+
+    /// The first export's root handle.
     pub fn root_handle(&self) -> NfsFh3 {
         self.fs.root()
     }
@@ -307,22 +365,32 @@ impl Listening {
     }
 }
 
-/// Binds the listeners and starts serving `config.export`.
+/// Binds the listeners and starts serving the configured exports.
 pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
-    let fs = Arc::new(match &config.state_dir {
-        Some(d) => LocalFs::with_state_dir(&config.export, config.read_only, &StateDir::open(d)?)?,
-        None => LocalFs::new(&config.export, config.read_only)?,
-    });
-    let mut paths = vec![Bytes::copy_from_slice(fs.path().as_os_str().as_bytes())];
-    paths.extend(config.aliases.iter().map(|a| Bytes::from(a.clone())));
+    let aliases: Vec<Bytes> = config
+        .aliases
+        .iter()
+        .map(|a| Bytes::from(a.clone()))
+        .collect();
+    let state = match &config.state_dir {
+        Some(d) => Some(StateDir::open(d)?),
+        None => None,
+    };
+    let table = Arc::new(ExportTable::open(
+        &config.export_entries(),
+        config.read_only,
+        &aliases,
+        state.as_ref(),
+    )?);
+    let fs = Arc::clone(table.primary().fs());
     let registry: Registry = Arc::new(Mutex::new(Vec::new()));
     let backchannels = v4::BackchannelSlot::new();
-    let server = Arc::new(program_table(
-        Arc::clone(&fs),
-        paths,
+    let server = Arc::new(rpc_server_for(
+        Arc::clone(&table),
         Arc::clone(&registry),
         config.nfs_addr.ip(),
         backchannels.clone(),
+        config.mount_list_max,
         config.nfs4_limits,
     ));
     let conns = ConnLimiter::new(config.connections);
@@ -374,6 +442,7 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
     tracing::info!(export = %fs.path().display(), %nfs_addr, ?mount_addr, ?rpcbind_addr, "NFS server started");
     Ok(RunningServer {
         fs,
+        table,
         rpc: server,
         nfs_addr,
         mount_addr,

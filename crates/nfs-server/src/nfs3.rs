@@ -1,38 +1,172 @@
 //! The NFSv3 program (RFC 1813 §3.3) as an [`oncrpc::RpcService`] over
-//! any [`Storage`].
+//! an [`ExportTable`] of any [`Storage`].
+//!
+//! Each call goes to the export that minted its handle (a handle no
+//! export owns goes to the first, whose storage answers BADHANDLE or
+//! STALE), after the export's access decision
+//! ([`ExportTable::admit`](crate::access::ExportTable)): a client the export does not list, or
+//! a flavor it does not accept, gets NFS3ERR_ACCES. (Linux's nfsd answers
+//! NFS3ERR_STALE for a client with no export entry, from
+//! `nfsd_set_fh_dentry` when `rqst_exp_find` fails with ENOENT; ACCES says
+//! what happened and stops clients retrying a "stale" mount.) The caller
+//! is squashed as the export's options say before every permission check
+//! and for the owner of what it creates; a read-only grant answers every
+//! change with NFS3ERR_ROFS. RENAME and LINK across exports are
+//! NFS3ERR_XDEV (RFC 1813 §3.3.14, §3.3.15).
 
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use nfs::v3::*;
-use oncrpc::msg::Credential;
 use oncrpc::{CallContext, RpcService, ServiceError};
 use xdr::{Decoder, Encode, FixedOpaque, XdrBuf};
 
+use crate::access::{ExportTable, Grant};
 use crate::localfs::{MAX_READ, MAX_WRITE};
 use crate::perm::{access_bits, check_setattr, permits, Caller, DIR_ADD, DIR_REMOVE};
 use crate::storage::{DirEntry, DirPage, DirRequest, Storage, PLUS_TO_DIRENT};
 
-/// Serves NFS program 100003 version 3 from a [`Storage`].
+/// Serves NFS program 100003 version 3 from the exports of a table.
 #[derive(Debug)]
 pub struct Nfs3Service<S> {
-    pub(crate) fs: Arc<S>,
-    /// NFSv4 delegations to break before conflicting procedures.
-    pub(crate) delegs: Option<crate::v4::Delegations>,
+    table: Arc<ExportTable<S>>,
+    /// One executor per export, in table order.
+    per_export: Vec<Nfs3Fs<S>>,
 }
 
-impl<S> Nfs3Service<S> {
-    /// A service over `fs`.
-    pub fn new(fs: Arc<S>) -> Self {
-        Self { fs, delegs: None }
+impl<S: Storage> Nfs3Service<S> {
+    /// A service over the exports of `table`.
+    pub fn new(table: Arc<ExportTable<S>>) -> Self {
+        let per_export = table
+            .exports()
+            .iter()
+            .map(|e| Nfs3Fs {
+                fs: Arc::clone(e.fs()),
+                delegs: None,
+            })
+            .collect();
+        Self { table, per_export }
     }
 
     /// Breaks `delegs` (the NFSv4 service's delegations on the same
     /// files) before conflicting procedures ([`crate::nfs3_deleg`]).
     pub fn with_delegations(mut self, delegs: crate::v4::Delegations) -> Self {
-        self.delegs = Some(delegs);
+        for e in &mut self.per_export {
+            e.delegs = Some(delegs.clone());
+        }
         self
+    }
+}
+
+/// NFSv3 on one export's storage, for an admitted caller.
+#[derive(Debug)]
+pub(crate) struct Nfs3Fs<S> {
+    pub(crate) fs: Arc<S>,
+    /// NFSv4 delegations to break before conflicting procedures.
+    pub(crate) delegs: Option<crate::v4::Delegations>,
+}
+
+/// The handles a call names: the one that picks the export, and a second
+/// one that must be in the same export (RENAME's and LINK's target
+/// directory).
+fn handles(a: &Args3) -> (Option<&NfsFh3>, Option<&NfsFh3>) {
+    match a {
+        Args3::Null => (None, None),
+        Args3::Getattr(a) => (Some(&a.object), None),
+        Args3::Setattr(a) => (Some(&a.object), None),
+        Args3::Lookup(a) => (Some(&a.what.dir), None),
+        Args3::Access(a) => (Some(&a.object), None),
+        Args3::Readlink(a) => (Some(&a.symlink), None),
+        Args3::Read(a) => (Some(&a.file), None),
+        Args3::Write(a) => (Some(&a.file), None),
+        Args3::Create(a) => (Some(&a.dir.dir), None),
+        Args3::Mkdir(a) => (Some(&a.dir.dir), None),
+        Args3::Symlink(a) => (Some(&a.dir.dir), None),
+        Args3::Mknod(a) => (Some(&a.dir.dir), None),
+        Args3::Remove(a) | Args3::Rmdir(a) => (Some(&a.object.dir), None),
+        Args3::Rename(a) => (Some(&a.from.dir), Some(&a.to.dir)),
+        Args3::Link(a) => (Some(&a.file), Some(&a.link.dir)),
+        Args3::Readdir(a) => (Some(&a.dir), None),
+        Args3::Readdirplus(a) => (Some(&a.dir), None),
+        Args3::Fsstat(a) => (Some(&a.object), None),
+        Args3::Fsinfo(a) => (Some(&a.object), None),
+        Args3::Pathconf(a) => (Some(&a.object), None),
+        Args3::Commit(a) => (Some(&a.file), None),
+    }
+}
+
+/// Whether the call changes the file system (refused on a read-only
+/// grant with NFS3ERR_ROFS, RFC 1813 §2.6).
+fn modifies(a: &Args3) -> bool {
+    matches!(
+        a,
+        Args3::Setattr(_)
+            | Args3::Write(_)
+            | Args3::Create(_)
+            | Args3::Mkdir(_)
+            | Args3::Symlink(_)
+            | Args3::Mknod(_)
+            | Args3::Remove(_)
+            | Args3::Rmdir(_)
+            | Args3::Rename(_)
+            | Args3::Link(_)
+    )
+}
+
+/// A failed result with `status` and empty failure data: no attributes
+/// (`post_op_attr`/`pre_op_attr` FALSE), as many as the procedure's
+/// `resfail` arm holds (RFC 1813 §3.3).
+fn failure(a: &Args3, status: Nfsstat3) -> XdrBuf {
+    let words = match a {
+        Args3::Null | Args3::Getattr(_) => 0,
+        Args3::Setattr(_)
+        | Args3::Write(_)
+        | Args3::Create(_)
+        | Args3::Mkdir(_)
+        | Args3::Symlink(_)
+        | Args3::Mknod(_)
+        | Args3::Remove(_)
+        | Args3::Rmdir(_)
+        | Args3::Commit(_) => 2,
+        Args3::Rename(_) => 4,
+        Args3::Link(_) => 3,
+        _ => 1,
+    };
+    let mut out = XdrBuf::new();
+    status.encode(&mut out);
+    for _ in 0..words {
+        0u32.encode(&mut out);
+    }
+    out
+}
+
+impl<S: Storage> Nfs3Service<S> {
+    /// The export a call is for, its grant, or the failure to answer.
+    fn route(&self, a: &Args3, ctx: &CallContext) -> Result<(&Nfs3Fs<S>, Grant), XdrBuf> {
+        let (first, second) = handles(a);
+        let exports = self.table.exports();
+        let i = first
+            .and_then(|fh| exports.iter().position(|e| e.fs().owns(fh)))
+            .unwrap_or(0);
+        let export = &exports[i];
+        if let Some(fh) = second {
+            if exports
+                .iter()
+                .position(|e| e.fs().owns(fh))
+                .is_some_and(|j| j != i)
+            {
+                return Err(failure(a, Nfsstat3::NFS3ERR_XDEV));
+            }
+        }
+        let grant = self
+            .table
+            .admit(export, &ctx.peer, &ctx.credential)
+            .map_err(|_| failure(a, Nfsstat3::NFS3ERR_ACCES))?;
+        if grant.read_only && modifies(a) {
+            return Err(failure(a, Nfsstat3::NFS3ERR_ROFS));
+        }
+        Ok((&self.per_export[i], grant))
     }
 }
 
@@ -71,7 +205,7 @@ fn dircount_of(name: &Filename3) -> usize {
     8 + 4 + xdr::padded_len(name.0.len()) + 8
 }
 
-impl<S: Storage> Nfs3Service<S> {
+impl<S: Storage> Nfs3Fs<S> {
     async fn post(&self, fh: &NfsFh3) -> PostOpAttr {
         self.fs.getattr(fh).await.ok()
     }
@@ -269,10 +403,11 @@ impl<S: Storage> Nfs3Service<S> {
         })
     }
 
-    /// Executes one decoded call and encodes its result.
-    pub async fn execute(&self, args: Args3, cred: &Credential) -> Result<XdrBuf, ServiceError> {
+    /// Executes one decoded call for an admitted caller and encodes its
+    /// result.
+    async fn execute(&self, args: Args3, grant: &Grant) -> Result<XdrBuf, ServiceError> {
         let fs = &*self.fs;
-        let c = &Caller::of(cred);
+        let c = &grant.caller;
         let verf = FixedOpaque(fs.write_verifier());
         if let Some(jukebox) = self.break_delegations(&args).await {
             return Ok(jukebox);
@@ -321,7 +456,7 @@ impl<S: Storage> Nfs3Service<S> {
             Args3::Access(a) => {
                 let r: Access3Res = match fs.getattr(&a.object).await {
                     Ok(attrs) => Res3::Ok(Access3ResOk {
-                        access: access_bits(&attrs, c, a.access, fs.read_only()),
+                        access: access_bits(&attrs, c, a.access, grant.read_only),
                         obj_attributes: Some(attrs),
                     }),
                     Err(s) => Res3::Fail(s, None),
@@ -593,7 +728,13 @@ impl<S: Storage> RpcService for Nfs3Service<S> {
             ArgsError::Garbage { source, .. } => ServiceError::GarbageArgs(source),
         })?;
         tracing::trace!(xid = ctx.xid, proc_ = %a.procedure(), "nfs3 call");
-        self.execute(a, &ctx.credential).await
+        if matches!(a, Args3::Null) {
+            return Ok(XdrBuf::new());
+        }
+        match self.route(&a, &ctx) {
+            Ok((export, grant)) => export.execute(a, &grant).await,
+            Err(refused) => Ok(refused),
+        }
     }
 
     /// Non-idempotent procedures go in the duplicate-request cache, as in

@@ -10,7 +10,7 @@
 use nfs::v3::*;
 use xdr::{Encode, XdrBuf};
 
-use crate::nfs3::Nfs3Service;
+use crate::nfs3::Nfs3Fs;
 use crate::storage::Storage;
 
 /// A file an access touches, and whether it changes it.
@@ -57,7 +57,7 @@ fn jukebox(args: &Args3) -> XdrBuf {
     out
 }
 
-impl<S: Storage> Nfs3Service<S> {
+impl<S: Storage> Nfs3Fs<S> {
     /// Breaks the delegations `args` conflicts with; `Some(reply)`
     /// (NFS3ERR_JUKEBOX) when some are still held after the wait.
     pub(crate) async fn break_delegations(&self, args: &Args3) -> Option<XdrBuf> {

@@ -9,6 +9,8 @@ use nfs::v3::{
 };
 use oncrpc::msg::Credential;
 
+use crate::exports::{ExportOptions, Squash};
+
 /// The uid/gid AUTH_NONE callers are mapped to (Linux's `nobody`).
 pub(crate) const NOBODY: u32 = 65534;
 
@@ -39,6 +41,34 @@ impl Caller {
                 gid: NOBODY,
                 gids: Vec::new(),
             },
+        }
+    }
+
+    /// The identity `cred` acts as on an export with `opts`, as Linux's
+    /// nfsd maps it (`nfsd_setuser`, exports(5) "User ID Mapping"):
+    /// AUTH_NONE and `all_squash` callers are the anonymous uid/gid;
+    /// under `root_squash` uid 0 becomes the anonymous uid, and gid 0
+    /// (primary or supplementary) the anonymous gid.
+    pub(crate) fn mapped(cred: &Credential, opts: &ExportOptions) -> Self {
+        let anon = Self {
+            uid: opts.anonuid,
+            gid: opts.anongid,
+            gids: Vec::new(),
+        };
+        let Credential::Sys(s) = cred else {
+            return anon;
+        };
+        match opts.squash {
+            Squash::All => anon,
+            Squash::None => Self::of(cred),
+            Squash::Root => {
+                let g = |g: u32| if g == 0 { opts.anongid } else { g };
+                Self {
+                    uid: if s.uid == 0 { opts.anonuid } else { s.uid },
+                    gid: g(s.gid),
+                    gids: s.gids.iter().map(|&x| g(x)).collect(),
+                }
+            }
         }
     }
 

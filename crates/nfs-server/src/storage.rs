@@ -94,6 +94,11 @@ pub trait Storage: Send + Sync + 'static {
     /// Whether every change is refused with NFS3ERR_ROFS.
     fn read_only(&self) -> bool;
 
+    /// Whether `fh` was minted by this export (well formed and naming this
+    /// export, whether or not the object still exists): how a server with
+    /// several exports finds which one a call is for.
+    fn owns(&self, fh: &NfsFh3) -> bool;
+
     /// The server instance's write verifier (RFC 1813 §3.3.7): it changes
     /// when the server restarts, telling clients to resend unstable data.
     fn write_verifier(&self) -> [u8; 8];

@@ -134,7 +134,12 @@ async fn serve(tag: &str, backchannel_credits: u32) -> Srv {
     // NFSv3 on the same files breaks the delegations, waiting 300 ms.
     let delegs = v4.delegations().with_wait(Duration::from_millis(300));
     server.register(v4);
-    server.register(Nfs3Service::new(fs).with_delegations(delegs));
+    server.register(
+        Nfs3Service::new(std::sync::Arc::new(
+            nfs_server::access::ExportTable::open_to_all(fs, Vec::new()),
+        ))
+        .with_delegations(delegs),
+    );
     let net = LoopbackNetwork::new(7 + u64::from(n));
     let sdev = net.device();
     let cfg = RdmaServerConfig {

@@ -132,7 +132,7 @@ impl Serve {
             .arg("--state-dir")
             .arg(dir.with_extension("state"))
             .args(["--addr", "127.0.0.1", "--port", "0", "--rdma-port", "0"])
-            .args(["--mount-port", "0"])
+            .args(["--mount-port", "0", "--no-root-squash"])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()

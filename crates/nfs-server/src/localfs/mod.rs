@@ -197,6 +197,10 @@ impl Storage for LocalFs {
         self.read_only
     }
 
+    fn owns(&self, fh: &NfsFh3) -> bool {
+        crate::fh::Handle::parse(fh, &self.key, self.export_id).is_ok()
+    }
+
     fn write_verifier(&self) -> [u8; 8] {
         self.verifier
     }

@@ -203,7 +203,7 @@ impl<S: Storage> Nfs4Service<S> {
         let want = a.access & 0x3f;
         Ok(Access4ResOk {
             supported: want,
-            access: access_bits(&attr, &cx.caller, want, self.fs.read_only()),
+            access: access_bits(&attr, &cx.caller, want, cx.read_only || self.fs.read_only()),
         })
     }
 

@@ -25,6 +25,14 @@
 //! - Operations not listed in [`nfs::v4::NfsArgop4`] are NFS4ERR_NOTSUPP,
 //!   undefined ones NFS4ERR_OP_ILLEGAL (NFSv4.2 operations in a minor
 //!   version 1 COMPOUND too); the COMPOUND stops at the first error.
+//! - Access ([`Nfs4Service::with_exports`]): the service serves the
+//!   first export of the table (there is no pseudo file system yet). A
+//!   client that export does not list gets NFS4ERR_ACCESS from
+//!   PUTROOTFH/PUTPUBFH/PUTFH, one whose flavor it does not accept
+//!   NFS4ERR_WRONGSEC (RFC 8881 §2.6.3.1); without a file handle no
+//!   other operation reaches a file. The caller is squashed as the
+//!   export's options say; a read-only grant answers changes with
+//!   NFS4ERR_ROFS.
 //! - Owners and groups are numeric strings ("1000"), as Linux clients
 //!   send with AUTH_SYS; only AUTH_SYS is offered by SECINFO_NO_NAME.
 
@@ -51,6 +59,7 @@ use nfs::v4::*;
 use oncrpc::{CallContext, RpcService, ServiceError};
 use xdr::{Decode, Decoder, Encode, XdrBuf};
 
+use crate::access::{ExportTable, Refusal};
 use crate::perm::Caller;
 use crate::storage::Storage;
 use crate::LocalFs;
@@ -162,6 +171,7 @@ pub struct Nfs4Service<S: Storage = LocalFs> {
     owner: Bytes,
     cbs: callback::Callbacks,
     watch: watch::FileWatch,
+    exports: Option<Arc<ExportTable<S>>>,
 }
 
 impl<S: Storage> core::fmt::Debug for Nfs4Service<S> {
@@ -178,6 +188,10 @@ struct Cx {
     saved_sid: Option<Stateid4>,
     sess: Option<SessCtx>,
     caller: Caller,
+    /// Why the client may not use the export, if it may not.
+    refused: Option<Refusal>,
+    /// Changes are refused with NFS4ERR_ROFS.
+    read_only: bool,
     peer: oncrpc::PeerInfo,
 }
 
@@ -240,7 +254,54 @@ impl<S: Storage> Nfs4Service<S> {
             owner: cfg.server_owner,
             cbs: callback::Callbacks::default(),
             watch: watch::FileWatch::default(),
+            exports: None,
         }
+    }
+
+    /// Applies the access rules of `table`'s first export (which must be
+    /// the service's storage) to every COMPOUND. Without it, every client
+    /// is served as its credential says (no squashing).
+    pub fn with_exports(mut self, table: Arc<ExportTable<S>>) -> Self {
+        self.fs = Arc::clone(table.primary().fs());
+        self.exports = Some(table);
+        self
+    }
+
+    /// The caller's identity, refusal and read-only flag for this call.
+    fn admit(&self, ctx: &CallContext) -> (Caller, Option<Refusal>, bool) {
+        let Some(t) = &self.exports else {
+            return (Caller::of(&ctx.credential), None, false);
+        };
+        match t.admit(t.primary(), &ctx.peer, &ctx.credential) {
+            Ok(g) => (g.caller, None, g.read_only),
+            Err(r) => (Caller::of(&oncrpc::msg::Credential::None), Some(r), true),
+        }
+    }
+
+    /// The status an operation gets before it runs, when the access
+    /// decision refuses it: a file handle for a refused client, or a
+    /// change on a read-only grant (RFC 8881 §15.1.1.8, §15.1.6.4).
+    fn refuse(op: &NfsArgop4, cx: &Cx) -> Option<Nfsstat4> {
+        use NfsArgop4 as A;
+        let puts = matches!(op, A::Putfh(_) | A::Putrootfh(()) | A::Putpubfh(()));
+        match cx.refused {
+            Some(Refusal::NotListed) if puts => return Some(Nfsstat4::NFS4ERR_ACCESS),
+            Some(Refusal::WrongSec) if puts => return Some(Nfsstat4::NFS4ERR_WRONGSEC),
+            _ => {}
+        }
+        let changes = match op {
+            A::Write(_)
+            | A::Create(_)
+            | A::Remove(_)
+            | A::Rename(_)
+            | A::Link(_)
+            | A::Setattr(_)
+            | A::Allocate(_)
+            | A::Deallocate(_) => true,
+            A::Open(a) => a.openhow.0.is_some() || a.share_access & OPEN4_SHARE_ACCESS_WRITE != 0,
+            _ => false,
+        };
+        (cx.read_only && changes).then_some(Nfsstat4::NFS4ERR_ROFS)
     }
 
     /// Takes back channels (and so grants delegations) from `slot`, which
@@ -305,13 +366,16 @@ impl<S: Storage> Nfs4Service<S> {
             return Ok(xdr::to_xdr_buf(&res));
         }
         let now = self.clock.now();
+        let (caller, refused, read_only) = self.admit(ctx);
         let mut cx = Cx {
             cur: None,
             saved: None,
             cur_sid: None,
             saved_sid: None,
             sess: None,
-            caller: Caller::of(&ctx.credential),
+            caller,
+            refused,
+            read_only,
             peer: ctx.peer,
         };
         let mut guard = None;
@@ -383,7 +447,10 @@ impl<S: Storage> Nfs4Service<S> {
                     Some(op) if i == 0 && hdr.numops > 1 => {
                         NfsResop4::error(op.opnum(), Nfsstat4::NFS4ERR_NOT_ONLY_OP)
                     }
-                    Some(op) => self.exec(&op, &mut cx, now).await,
+                    Some(op) => match Self::refuse(&op, &cx) {
+                        Some(status) => NfsResop4::error(op.opnum(), status),
+                        None => self.exec(&op, &mut cx, now).await,
+                    },
                 }
             };
             let len = r.encoded_len();

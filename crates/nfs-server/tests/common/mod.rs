@@ -218,6 +218,8 @@ impl Client {
 /// Starts a server on 127.0.0.1 ephemeral ports (MOUNT on its own port).
 pub async fn start(dir: &Path, read_only: bool) -> nfs_server::RunningServer {
     let mut cfg = nfs_server::ServerConfig::new(dir);
+    // The tests run as root and act as the export's owner.
+    cfg.set_squash(nfs_server::exports::Squash::None);
     cfg.read_only = read_only;
     cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
     cfg.mount_addr = Some("127.0.0.1:0".parse().unwrap());

@@ -1,6 +1,13 @@
 //! `serve`: the NFS server (NFSv3 + MOUNT v3, NFSv4.1/4.2, optional
 //! rpcbind) on a local directory, over TCP and over RPC-over-RDMA on the
 //! software iWARP device; RDMA connections carry the NFSv4.1 backchannel.
+//!
+//! Access: `serve DIR` exports DIR read-write with root squashed to
+//! loopback clients only; `--allow SPEC` (repeatable) replaces that list;
+//! `--exports FILE` serves an exports(5) file instead. The listeners bind
+//! `--addr` (0.0.0.0 by default) and the export lists keep everyone else
+//! out: MOUNT answers MNT3ERR_ACCES, NFS calls ACCES, RDMA connection
+//! requests are rejected.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -23,8 +30,25 @@ pub(crate) enum Transport {
 /// Arguments of `nfsrdma serve`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct ServeArgs {
-    /// The directory to export.
-    dir: PathBuf,
+    /// The directory to export (not with --exports).
+    #[arg(required_unless_present = "exports")]
+    dir: Option<PathBuf>,
+    /// Serve the exports of this file, in exports(5) syntax
+    /// (`PATH CLIENT(OPTS)...`; see docs/hardening.md), instead of DIR.
+    #[arg(long, conflicts_with_all = ["dir", "allow", "no_root_squash"])]
+    exports: Option<PathBuf>,
+    /// A client allowed to use DIR: an address, a network (CIDR), a host
+    /// name (resolved at start) or `*`; repeatable. Without it only
+    /// loopback clients (127.0.0.0/8, ::1) are allowed.
+    #[arg(long, value_name = "SPEC")]
+    allow: Vec<String>,
+    /// Do not squash uid 0 on DIR (by default a client's root is the
+    /// anonymous user 65534, as exports(5) root_squash).
+    #[arg(long)]
+    no_root_squash: bool,
+    /// At most this many MOUNT list entries (DUMP); the oldest is dropped.
+    #[arg(long, default_value_t = nfs_server::mount::MOUNT_LIST_MAX)]
+    mount_list_max: usize,
     /// Address to listen on.
     #[arg(long, default_value = "0.0.0.0")]
     addr: IpAddr,
@@ -113,13 +137,14 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(!args.transports.is_empty(), "no transport selected");
     set_open_file_limit(args.max_open_files)?;
     let tcp = args.transports.contains(&Transport::Tcp);
-    let mut config = nfs_server::ServerConfig::new(&args.dir);
+    let mut config = access_config(&args)?;
     config.read_only = args.read_only;
     config.connections = ConnLimits {
         max_total: args.max_connections,
         max_per_client: args.max_connections_per_client,
     };
     config.tcp.max_queued_reply_bytes = args.max_queued_reply_bytes;
+    config.mount_list_max = args.mount_list_max;
     let mount_addr = SocketAddr::new(args.addr, args.mount_port);
     if tcp {
         config.nfs_addr = SocketAddr::new(args.addr, args.port);
@@ -131,15 +156,16 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         config.mount_addr = None;
     }
     config.rpcbind_addr = args.rpcbind_port.map(|p| SocketAddr::new(args.addr, p));
-    config.aliases = args.aliases;
+    config.aliases = args.aliases.clone();
     config.nfs4_limits.reply_cache_bytes = args.v4_reply_cache_mib << 20;
     config.state_dir = Some(
         args.state_dir
+            .clone()
             .unwrap_or_else(nfs_server::StateDir::default_path),
     );
     let server = nfs_server::start(config)
         .await
-        .with_context(|| format!("serving {}", args.dir.display()))?;
+        .with_context(|| format!("serving {}", describe(&args)))?;
 
     let mut listening = Vec::new();
     if tcp {
@@ -169,11 +195,14 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             read_timeout: std::time::Duration::from_millis(args.rdma_read_timeout_ms),
             ..rpcrdma::transport::RdmaServerConfig::default()
         };
+        let table = std::sync::Arc::clone(server.exports());
         let listener =
             rpcrdma::transport::RdmaListener::bind(&device, &addr, server.rpc(), rdma_config)
                 .await
                 .with_context(|| format!("listening for RPC-over-RDMA on {addr}"))?
-                .with_conn_limiter(server.conn_limiter());
+                .with_conn_limiter(server.conn_limiter())
+                // A client no export lists is refused at connection time.
+                .with_accept_filter(move |peer| peer.is_some_and(|a| table.any_allows(a.ip())));
         if args.rdma_backchannel_credits > 0 {
             // NFSv4.1 callbacks go on the client's RDMA connection
             // (draft-ietf-nfsv4-rpcrdma-bidirection-01 §1.4.2); connection
@@ -192,11 +221,13 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    println!(
-        "serving {}: {}",
-        server.storage().path().display(),
-        listening.join(", ")
-    );
+    let paths: Vec<String> = server
+        .exports()
+        .exports()
+        .iter()
+        .map(|e| e.path().display().to_string())
+        .collect();
+    println!("serving {}: {}", paths.join(" "), listening.join(", "));
     // Listeners retry failed accepts; one ending is an error the server
     // cannot recover from, reported with the listener's name and address.
     let rdma_done = async {
@@ -245,6 +276,60 @@ fn set_open_file_limit(exact: Option<u64>) -> anyhow::Result<()> {
         "open file limit (RLIMIT_NOFILE)"
     );
     Ok(())
+}
+
+fn describe(args: &ServeArgs) -> String {
+    match (&args.exports, &args.dir) {
+        (Some(f), _) => format!("the exports of {}", f.display()),
+        (None, Some(d)) => d.display().to_string(),
+        (None, None) => String::new(),
+    }
+}
+
+/// The exports and client lists from `--exports` or DIR and `--allow`.
+fn access_config(args: &ServeArgs) -> anyhow::Result<nfs_server::ServerConfig> {
+    use nfs_server::exports::{self, ClientRule, ExportOptions, Exports, Squash};
+    if let Some(file) = &args.exports {
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        let mut table = exports::parse(&text).with_context(|| format!("in {}", file.display()))?;
+        anyhow::ensure!(
+            !table.entries.is_empty(),
+            "{} exports nothing",
+            file.display()
+        );
+        table.resolve_hosts();
+        let mut config = nfs_server::ServerConfig::new(&table.entries[0].path);
+        config.exports = table.entries;
+        return Ok(config);
+    }
+    let dir = args.dir.clone().context("no directory to export")?;
+    let mut config = nfs_server::ServerConfig::new(&dir);
+    let mut options = ExportOptions::read_write();
+    if args.no_root_squash {
+        options.squash = Squash::None;
+    }
+    if !args.allow.is_empty() {
+        let mut clients = Vec::new();
+        for spec in &args.allow {
+            let spec = exports::parse_client(spec).with_context(|| format!("--allow {spec}"))?;
+            clients.push(ClientRule {
+                spec,
+                options: options.clone(),
+            });
+        }
+        let mut t = Exports {
+            entries: vec![exports::ExportEntry {
+                path: dir.clone(),
+                clients,
+            }],
+        };
+        t.resolve_hosts();
+        config.clients = t.entries.remove(0).clients;
+    } else {
+        config.clients = nfs_server::access::loopback_clients(&options);
+    }
+    Ok(config)
 }
 
 /// A seed for STag keys that differs between runs, so a stale remote key

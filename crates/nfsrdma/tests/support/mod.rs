@@ -50,6 +50,8 @@ impl Server {
             .build()
             .unwrap();
         let mut cfg = nfs_server::ServerConfig::new(&export.0);
+        // The tests run as root and act as the export's owner.
+        cfg.set_squash(nfs_server::exports::Squash::None);
         cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
         cfg.mount_addr = None;
         let srv = rt.block_on(nfs_server::start(cfg)).unwrap();

@@ -52,7 +52,7 @@ mod v2_reverse;
 
 pub use client::{ClientStats, RdmaClient, RdmaClientConfig};
 pub use oncrpc::tcp::ReconnectPolicy;
-pub use server::{Backchannel, Backchannels, RdmaListener, RdmaServerConfig};
+pub use server::{AcceptFilter, Backchannel, Backchannels, RdmaListener, RdmaServerConfig};
 
 use crate::plan::InlineThresholds;
 use crate::wire::cm::{CmFlags, CmPrivateData};

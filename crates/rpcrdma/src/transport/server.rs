@@ -87,6 +87,11 @@ impl Default for RdmaServerConfig {
 #[derive(Debug)]
 struct Closed;
 
+/// Decides from the connector's address whether a connection request is
+/// accepted (an NFS server's export list); a refused request is rejected
+/// before any queue pair exists.
+pub type AcceptFilter = Arc<dyn Fn(Option<std::net::SocketAddr>) -> bool + Send + Sync>;
+
 /// An RPC-over-RDMA version 1 listener serving an [`oncrpc::Server`].
 ///
 /// Each connection posts `credits` receive buffers and grants at most that
@@ -96,6 +101,7 @@ struct Closed;
 /// out of order.
 pub struct RdmaListener<D: Device> {
     listener: D::Listener,
+    filter: Option<AcceptFilter>,
     pd: ProtectionDomain,
     server: Arc<Server>,
     config: RdmaServerConfig,
@@ -125,6 +131,7 @@ impl<D: Device> RdmaListener<D> {
         let listener = device.listen(addr).await?;
         Ok(Self {
             listener,
+            filter: None,
             pd: device.alloc_pd(),
             server,
             config,
@@ -150,6 +157,15 @@ impl<D: Device> RdmaListener<D> {
         self.backchannels.clone()
     }
 
+    /// Rejects connection requests whose peer address `filter` refuses.
+    pub fn with_accept_filter(
+        mut self,
+        filter: impl Fn(Option<std::net::SocketAddr>) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.filter = Some(Arc::new(filter));
+        self
+    }
+
     /// The address clients connect to.
     pub fn local_addr(&self) -> D::Addr {
         self.listener.local_addr()
@@ -159,6 +175,12 @@ impl<D: Device> RdmaListener<D> {
     pub async fn serve(mut self) -> Result<(), CmError> {
         loop {
             let req = self.listener.accept_request().await?;
+            if self.filter.as_ref().is_some_and(|f| !f(req.peer_addr())) {
+                tokio::spawn(async move {
+                    let _ = req.reject(&[]).await;
+                });
+                continue;
+            }
             let Ok(slot) = self.admit(&req) else {
                 continue;
             };

@@ -51,6 +51,9 @@ impl ServerChild {
             .arg(export.with_extension("state"))
             .args(["--addr", "127.0.0.1", "--port", "0", "--rdma-port", "0"])
             .args(["--mount-port", "0"])
+            // The bench writes its own temporary directory as the user
+            // that created it, root included.
+            .arg("--no-root-squash")
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
