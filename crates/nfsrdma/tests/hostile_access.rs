@@ -1,0 +1,191 @@
+//! Access control of `nfsrdma serve` in a child process (issue 12 item
+//! 3): a client outside the allowed list cannot mount or read anything
+//! over TCP or RDMA, NFSv3 or NFSv4, and its RDMA connection is refused
+//! at set-up; a loopback client of the default `serve DIR` is served,
+//! with uid 0 squashed (it cannot read a 0600 file of another user).
+
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nfs_client::v4::{Session, SessionOptions};
+use oncrpc::client::ClientConfig;
+use oncrpc::tcp::{TcpClient, TcpConfig};
+
+mod support;
+
+use support::TempDir;
+
+const BIN: &str = env!("CARGO_BIN_EXE_nfsrdma");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("an ephemeral port")
+}
+
+struct Serve {
+    child: Child,
+    nfs: u16,
+    mnt: u16,
+    rdma: u16,
+    export: TempDir,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(self.export.0.with_extension("state"));
+    }
+}
+
+impl Serve {
+    fn start(tag: &str, extra: &[&str]) -> Self {
+        let export = TempDir::new(tag);
+        std::fs::write(export.0.join("hello"), b"hello\n").unwrap();
+        let secret = export.0.join("secret");
+        std::fs::write(&secret, b"top secret\n").unwrap();
+        std::fs::set_permissions(&secret, PermissionsExt::from_mode(0o600)).unwrap();
+        let _ = std::os::unix::fs::chown(&secret, Some(1234), Some(1234));
+        let (nfs, mnt, rdma) = (free_port(), free_port(), free_port());
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg(&export.0)
+            .arg("--state-dir")
+            .arg(export.0.with_extension("state"))
+            .args(["--addr", "127.0.0.1", "--port", &nfs.to_string()])
+            .args(["--mount-port", &mnt.to_string()])
+            .args(["--rdma-port", &rdma.to_string()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn serve");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for port in [nfs, mnt, rdma] {
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "server never listened");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Self {
+            child,
+            nfs,
+            mnt,
+            rdma,
+            export,
+        }
+    }
+
+    fn url(&self, scheme: &str, file: &str) -> String {
+        let port = if scheme == "nfs" { self.nfs } else { self.rdma };
+        format!(
+            "{scheme}://127.0.0.1:{port}{}/{file}?mountport={}",
+            self.export.0.display(),
+            self.mnt
+        )
+    }
+
+    /// `nfsrdma cat URL`: its output, or its error text.
+    fn cat(&self, scheme: &str, file: &str) -> Result<String, String> {
+        let out = Command::new(BIN)
+            .args(["cat", &self.url(scheme, file)])
+            .output()
+            .expect("run nfsrdma cat");
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// NFSv4.1 over TCP as uid 0: the status of PUTROOTFH + GETFH.
+async fn v4_root(port: u16) -> Result<(), Option<nfs::v4::Nfsstat4>> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let rpc = TcpClient::connect(addr, 9, ClientConfig::default(), TcpConfig::default())
+        .await
+        .expect("TCP connect");
+    let cred = nfs_client::process_auth_sys().to_opaque_auth();
+    let s = Session::establish(rpc, cred, &SessionOptions::default())
+        .await
+        .expect("EXCHANGE_ID and CREATE_SESSION are open to anyone");
+    s.root().await.map(|_| ()).map_err(|e| e.nfs_status())
+}
+
+/// Whether an RPC-over-RDMA connection to `port` is accepted.
+async fn rdma_connects(port: u16) -> bool {
+    let device = softrnic::SoftDevice::new(softrnic::SoftConfig::default(), 77);
+    let opts = nfs_client::RdmaOptions {
+        connect_timeout: Duration::from_secs(5),
+        ..nfs_client::RdmaOptions::default()
+    };
+    nfs_client::connect_rdma_transport(&device, "127.0.0.1", port, &opts)
+        .await
+        .is_ok()
+}
+
+#[test]
+fn client_outside_allow_is_refused_over_tcp_and_rdma_v3_and_v4() {
+    let mut srv = Serve::start("refused", &["--allow", "10.0.0.0/8"]);
+    let tcp = srv.cat("nfs", "hello");
+    assert!(tcp.as_ref().is_err_and(|e| e.contains("ACCES")), "{tcp:?}");
+    let rdma = srv.cat("nfs+rdma", "hello");
+    assert!(rdma.is_err(), "{rdma:?}");
+    let rt = rt();
+    assert!(
+        !rt.block_on(rdma_connects(srv.rdma)),
+        "RDMA connection refused at set-up"
+    );
+    assert_eq!(
+        rt.block_on(v4_root(srv.nfs)),
+        Err(Some(nfs::v4::Nfsstat4::NFS4ERR_ACCESS))
+    );
+    assert!(srv.alive());
+}
+
+#[test]
+fn loopback_is_served_by_default_with_root_squashed() {
+    let mut srv = Serve::start("allowed", &[]);
+    assert_eq!(srv.cat("nfs", "hello").as_deref(), Ok("hello\n"));
+    assert_eq!(srv.cat("nfs+rdma", "hello").as_deref(), Ok("hello\n"));
+    let rt = rt();
+    assert!(rt.block_on(rdma_connects(srv.rdma)));
+    assert_eq!(rt.block_on(v4_root(srv.nfs)), Ok(()));
+    let running_as_root = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false);
+    if running_as_root {
+        // uid 0 is squashed: the 0600 file of uid 1234 stays closed.
+        let secret = srv.cat("nfs", "secret");
+        assert!(
+            secret.as_ref().is_err_and(|e| e.contains("ACCES")),
+            "{secret:?}"
+        );
+        let secret = srv.cat("nfs+rdma", "secret");
+        assert!(secret.is_err(), "{secret:?}");
+    }
+    assert!(srv.alive());
+}
+
+#[test]
+fn no_root_squash_and_allow_star_open_it_up() {
+    let mut srv = Serve::start("open", &["--allow", "*", "--no-root-squash"]);
+    assert_eq!(srv.cat("nfs", "secret").as_deref(), Ok("top secret\n"));
+    assert_eq!(srv.cat("nfs+rdma", "secret").as_deref(), Ok("top secret\n"));
+    assert!(srv.alive());
+}
