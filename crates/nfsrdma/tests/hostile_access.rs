@@ -189,3 +189,94 @@ fn no_root_squash_and_allow_star_open_it_up() {
     assert_eq!(srv.cat("nfs+rdma", "secret").as_deref(), Ok("top secret\n"));
     assert!(srv.alive());
 }
+
+/// NFSv4.1 over TCP as uid 0 on a read-only grant: creating is
+/// NFS4ERR_ROFS, reading works.
+async fn v4_on_read_only(port: u16) -> (Option<nfs::v4::Nfsstat4>, Vec<u8>) {
+    use nfs_client::v4::OpenOptions;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let rpc = TcpClient::connect(addr, 11, ClientConfig::default(), TcpConfig::default())
+        .await
+        .expect("TCP connect");
+    let cred = nfs_client::process_auth_sys().to_opaque_auth();
+    let s = Session::establish(rpc, cred, &SessionOptions::default())
+        .await
+        .unwrap();
+    let root = s.root().await.unwrap();
+    let create = OpenOptions {
+        create_mode: Some(0o644),
+        ..OpenOptions::default()
+    };
+    let created = s
+        .open(&root, "new", create)
+        .await
+        .err()
+        .and_then(|e| e.nfs_status());
+    let read = OpenOptions {
+        share_access: nfs::v4::OPEN4_SHARE_ACCESS_READ,
+        ..OpenOptions::default()
+    };
+    let f = s.open(&root, "hello", read).await.unwrap();
+    let data = s.read_all(&f).await.unwrap();
+    (created, data)
+}
+
+#[test]
+fn exports_file_read_only_grant_is_rofs_on_v3_and_v4() {
+    let dir = TempDir::new("ro-file");
+    let file = dir.0.join("exports");
+    let export = TempDir::new("ro-export");
+    std::fs::write(export.0.join("hello"), b"hello\n").unwrap();
+    std::fs::write(
+        &file,
+        format!(
+            "# test\n\"{}\" 127.0.0.1(ro,no_root_squash)\n",
+            export.0.display()
+        ),
+    )
+    .unwrap();
+    let (nfs, mnt) = (free_port(), free_port());
+    let mut child = Command::new(BIN)
+        .args(["serve", "--exports"])
+        .arg(&file)
+        .arg("--state-dir")
+        .arg(dir.0.join("state"))
+        .args(["--addr", "127.0.0.1", "--port", &nfs.to_string()])
+        .args(["--mount-port", &mnt.to_string(), "--transports", "tcp"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn serve");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", mnt)).is_err() {
+        assert!(Instant::now() < deadline, "server never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let url = |f: &str| {
+        format!(
+            "nfs://127.0.0.1:{nfs}{}/{f}?mountport={mnt}",
+            export.0.display()
+        )
+    };
+    let cat = Command::new(BIN)
+        .args(["cat", &url("hello")])
+        .output()
+        .unwrap();
+    assert_eq!(cat.stdout, b"hello\n");
+    let cp = Command::new(BIN)
+        .args(["cp", file.to_str().unwrap(), &url("copied")])
+        .output()
+        .unwrap();
+    assert!(!cp.status.success());
+    assert!(
+        String::from_utf8_lossy(&cp.stderr).contains("ROFS"),
+        "{cp:?}"
+    );
+    let (created, data) = rt().block_on(v4_on_read_only(nfs));
+    assert_eq!(created, Some(nfs::v4::Nfsstat4::NFS4ERR_ROFS));
+    assert_eq!(data, b"hello\n");
+    assert!(!export.0.join("copied").exists() && !export.0.join("new").exists());
+    assert!(child.try_wait().unwrap().is_none());
+    let _ = child.kill();
+    let _ = child.wait();
+}
