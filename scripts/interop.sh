@@ -147,7 +147,7 @@ rdma_phase() {
     echo "== nfsrdma serve $R_EXPORT: RDMA on 127.0.0.1:$RDMA_PORT, MOUNT :$RDMA_MOUNT_PORT, TCP :$RDMA_TCP_PORT"
     RUST_LOG=${RUST_LOG:-warn} "$BIN" serve "$R_EXPORT" --transports tcp,rdma --addr 127.0.0.1 \
         --port "$RDMA_TCP_PORT" --rdma-port "$RDMA_PORT" --mount-port "$RDMA_MOUNT_PORT" --alias /export --no-root-squash \
-        > "$OUT/server-rdma.log" 2>&1 &
+        --state-dir "$OUT/state-rdma" > "$OUT/server-rdma.log" 2>&1 &
     R_PID=$!
     for _ in $(seq 50); do
         [ -n "$(ss -Hltn "sport = :$RDMA_PORT")" ] && [ -n "$(ss -Hltn "sport = :$RDMA_MOUNT_PORT")" ] && break
@@ -330,7 +330,7 @@ if has_phase tcp; then
     start_server() { # writes the pid to $OUT/server.pid; 0 once all listeners are up
         RUST_LOG=${RUST_LOG:-warn} "$BIN" serve "$EXPORT" --transports tcp --addr 127.0.0.1 --port "$NFS_PORT" \
             --mount-port "$MOUNT_PORT" --rpcbind-port "$RPCBIND_PORT" --alias /export --no-root-squash \
-            >> "$OUT/server.log" 2>&1 &
+            --state-dir "$OUT/state" >> "$OUT/server.log" 2>&1 &
         echo $! > "$OUT/server.pid"
         for _ in $(seq 50); do
             listening "$RPCBIND_PORT" && return 0
@@ -342,7 +342,8 @@ if has_phase tcp; then
     start_server || { echo "server did not start:" >&2; cat "$OUT/server.log" >&2; exit 2; }
     SRV_PID=$(cat "$OUT/server.pid")
     RUST_LOG=${RUST_LOG:-warn} "$BIN" serve "$EXPORT" --transports tcp --addr 127.0.0.1 --port "$RO_PORT" \
-        --mount-port "$RO_MOUNT_PORT" --read-only --alias /export --no-root-squash > "$OUT/server-ro.log" 2>&1 &
+        --mount-port "$RO_MOUNT_PORT" --read-only --alias /export --no-root-squash \
+        --state-dir "$OUT/state-ro" > "$OUT/server-ro.log" 2>&1 &
     RO_PID=$!
     for _ in $(seq 50); do listening "$RO_MOUNT_PORT" && break; sleep 0.1; done
     listening "$RO_MOUNT_PORT" || { echo "read-only server did not start:" >&2; cat "$OUT/server-ro.log" >&2; exit 2; }
