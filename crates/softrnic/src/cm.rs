@@ -2,6 +2,7 @@
 //! (RFC 5044 §7.1) with RFC 6581 enhanced set-up, carrying upper-layer
 //! private data both ways and on reject.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,13 +11,14 @@ use iwarp::negotiation::{
     Established, FrameReader, Initiator, InitiatorConfig, NegotiationError, ReplyOutcome,
     RequestReceived, ResponderConfig,
 };
-use limits::{Backoff, ConnLimiter, ConnLimits, Limit, Refused};
+use limits::{Backoff, ConnLimiter, ConnLimits, Limit};
 use rnic::{
     CmError, ConnectRequest, Connected, Listener, ProtectionDomain, QpConfig, MAX_PRIVATE_DATA,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::qp::{self, SoftQp};
@@ -85,8 +87,9 @@ pub(crate) async fn listen(dev: SoftDevice, addr: SocketAddr) -> Result<SoftList
     let local = listener.local_addr().map_err(setup)?;
     let (ready_tx, ready) = mpsc::channel(MAX_READY);
     let cfg = dev.inner.cfg;
+    // The total is kept by `in_progress` (oldest closed first).
     let handshakes = ConnLimiter::new(ConnLimits {
-        max_total: cfg.max_handshakes,
+        max_total: usize::MAX,
         max_per_client: cfg.max_handshakes_per_client,
     });
     Ok(SoftListener {
@@ -96,6 +99,7 @@ pub(crate) async fn listen(dev: SoftDevice, addr: SocketAddr) -> Result<SoftList
         ready_tx,
         ready,
         handshakes,
+        in_progress: VecDeque::new(),
         backoff: Backoff::accept(),
         paused_until: None,
     })
@@ -201,6 +205,8 @@ pub struct SoftListener {
     ready_tx: mpsc::Sender<(TcpStream, RequestReceived)>,
     ready: mpsc::Receiver<(TcpStream, RequestReceived)>,
     handshakes: Arc<ConnLimiter>,
+    /// Handshake tasks, oldest first.
+    in_progress: VecDeque<AbortHandle>,
     backoff: Backoff,
     /// After a failed accept, when to try again.
     paused_until: Option<Instant>,
@@ -230,24 +236,40 @@ impl SoftListener {
         let slot = match self.handshakes.admit(peer.ip()) {
             Ok(slot) => slot,
             Err(refused) => {
-                let limit = match refused {
-                    Refused::Total { .. } => &HANDSHAKES,
-                    Refused::PerClient { .. } => &HANDSHAKES_PER_CLIENT,
-                };
-                limit.trip(format_args!(
+                HANDSHAKES_PER_CLIENT.trip(format_args!(
                     "closed a connection from {peer}: {refused} in MPA handshake"
                 ));
                 return;
             }
         };
+        self.make_room(peer);
         let tx = self.ready_tx.clone();
         let timeout = self.dev.inner.cfg.handshake_timeout;
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             if let Some(done) = handshake(stream, peer, timeout).await {
                 let _ = tx.send(done).await;
             }
             drop(slot);
         });
+        self.in_progress.push_back(task.abort_handle());
+    }
+
+    /// With `max_handshakes` in progress, closes the oldest: a real client
+    /// sends its MPA Request right after connecting, so the oldest
+    /// handshake is the likeliest to be a silent one, and connections from
+    /// many addresses cannot lock real clients out for the timeout.
+    fn make_room(&mut self, peer: SocketAddr) {
+        self.in_progress.retain(|h| !h.is_finished());
+        let max = self.dev.inner.cfg.max_handshakes;
+        if self.in_progress.len() < max {
+            return;
+        }
+        if let Some(oldest) = self.in_progress.pop_front() {
+            oldest.abort();
+        }
+        HANDSHAKES.trip(format_args!(
+            "{max} MPA handshakes in progress: closed the oldest for one from {peer}"
+        ));
     }
 }
 

@@ -65,8 +65,9 @@ pub struct SoftConfig {
     /// closing it (RFC 5044 §7.1 leaves the time to the implementation;
     /// a Linux client sends its Request at once, so a few seconds is long).
     pub handshake_timeout: Duration,
-    /// MPA handshakes a listener runs at once; a connection beyond is
-    /// closed as soon as it is accepted (limit `mpa.handshakes`).
+    /// MPA handshakes a listener runs at once; one more closes the oldest
+    /// in progress (limit `mpa.handshakes`), so silent connections from
+    /// many addresses cannot lock real clients out.
     pub max_handshakes: usize,
     /// MPA handshakes a listener runs at once for one client address, so
     /// silent connections from one client cannot take every handshake

@@ -75,3 +75,46 @@ async fn silent_connections_from_one_address_leave_room_for_others() {
         assert!(closed_within(s, Duration::from_secs(2)).await);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_from_many_addresses_make_way_for_a_real_client() {
+    let cfg = SoftConfig {
+        max_handshakes: 16,
+        max_handshakes_per_client: 8,
+        ..SoftConfig::default()
+    };
+    let server = SoftDevice::new(cfg, 3);
+    let mut listener = server
+        .listen(&"127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = listener.local_addr();
+    let spd = server.alloc_pd();
+    let acceptor = tokio::spawn(async move {
+        let req = listener.accept_request().await.unwrap();
+        req.accept(&spd, QpConfig::new(CompletionQueue::new(16)))
+            .await
+            .unwrap()
+    });
+    // 8 silent connections from each of 4 addresses: 32 for 16 places,
+    // every one within its address's cap.
+    let mut silent = Vec::new();
+    for a in 2..6u8 {
+        for _ in 0..8 {
+            silent.push(connect_from([127, 0, 0, a], addr).await);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let client = SoftDevice::new(SoftConfig::default(), 4);
+    let pd = client.alloc_pd();
+    tokio::time::timeout(
+        Duration::from_secs(1),
+        client.connect(&pd, &addr, QpConfig::new(CompletionQueue::new(16))),
+    )
+    .await
+    .expect("connected within 1 s")
+    .expect("the oldest silent handshake made room");
+    acceptor.await.unwrap();
+    // The oldest silent ones were closed to make room.
+    assert!(closed_within(&mut silent[0], Duration::from_millis(200)).await);
+}
