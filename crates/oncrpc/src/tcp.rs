@@ -272,16 +272,23 @@ pub async fn serve_connection(
     let _ = writer.await;
 }
 
-/// Reads what the socket has into the deframer, growing its buffer by at
-/// most `chunk` (nothing is reserved while the peer is silent). False at
-/// end of stream or on error.
+/// Smallest room made in a connection's receive buffer for a read.
+const MIN_READ: usize = 4096;
+
+/// Reads what the socket has into the deframer. The buffer grows with what
+/// has arrived (room for as many bytes again, from 4 KiB up to `chunk`),
+/// so a peer that sends a few bytes and falls silent costs a few KiB, not
+/// `chunk`, and nothing is reserved while it is silent. False at end of
+/// stream or on error.
 async fn read_some(r: &OwnedReadHalf, deframer: &mut RecordDecoder, chunk: usize) -> bool {
     loop {
         if r.readable().await.is_err() {
             return false;
         }
         let buf = deframer.read_buf();
-        buf.reserve(chunk);
+        if buf.capacity() - buf.len() < MIN_READ {
+            buf.reserve(buf.len().clamp(MIN_READ, chunk.max(MIN_READ)));
+        }
         match r.try_read_buf(buf) {
             Ok(0) => return false,
             Ok(_) => return true,
