@@ -6,7 +6,7 @@
 # to the RDMA port. Prints the server's RSS after each; figures recorded in
 # docs/hardening.md. About a minute.
 #
-#   bash scripts/hostile-flood.sh            # 18000 connections per flood
+#   bash scripts/hostile-flood.sh            # 10000 connections per flood
 #   FLOOD_CONNS=5000 bash scripts/hostile-flood.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
