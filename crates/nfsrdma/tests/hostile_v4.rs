@@ -243,10 +243,21 @@ async fn clients_caching_big_replies_keep_the_server_rss_bounded() {
     assert!(delayed > 0, "the budget ran out");
     assert!(grown < 110 << 10, "RSS grew {grown} KiB");
     // One hostile session gone, a newcomer gets a session and reads.
+    // DESTROY_SESSION needs a connection bound to the session (RFC 8881
+    // §18.37.3): this one binds first.
     let v4 = V4::connect(s.nfs, uid).await;
+    let first = FixedOpaque(first.expect("a session was granted"));
+    let r = v4
+        .ops(vec![NfsArgop4::BindConnToSession(BindConnToSession4Args {
+            sessid: first,
+            dir: ChannelDir4::CDFC4_FORE,
+            use_conn_in_rdma_mode: false,
+        })])
+        .await;
+    assert_eq!(r.status, Nfsstat4::NFS4_OK);
     let r = v4
         .ops(vec![NfsArgop4::DestroySession(DestroySession4Args {
-            sessionid: FixedOpaque(first.expect("a session was granted")),
+            sessionid: first,
         })])
         .await;
     assert_eq!(r.status, Nfsstat4::NFS4_OK);

@@ -28,7 +28,10 @@ use bytes::Bytes;
 use nfs::v3::NfsFh3;
 use nfs::v4::cb::*;
 use nfs::v4::Stateid4;
-use nfs::v4::{NfsFh4, NfsResop4, Nfsace4, Nfsstat4, OpenDelegation4, Opnum4, Res4, SpaceLimit4};
+use nfs::v4::{
+    NfsFh4, NfsResop4, Nfsace4, Nfsstat4, OpenDelegation4, Opnum4, Res4, SpaceLimit4,
+    WND4_NOT_WANTED,
+};
 use oncrpc::client::{ReplyHint, RpcCall};
 use oncrpc::{ClientTransport, PeerInfo, RpcError};
 use xdr::{Bounded, FixedOpaque, XdrBuf};
@@ -364,7 +367,9 @@ impl<S: crate::storage::Storage> Nfs4Service<S> {
     }
 
     /// The delegation for an OPEN just made (RFC 8881 §18.16.3): granted
-    /// only over a back channel that answers CB_NULL.
+    /// only over a back channel that answers CB_NULL; a client that asked
+    /// for none (OPEN4_SHARE_ACCESS_WANT_NO_DELEG) is told why there is
+    /// none: OPEN_DELEGATE_NONE_EXT with WND4_NOT_WANTED.
     pub(super) async fn open_delegation(
         &self,
         clientid: u64,
@@ -373,7 +378,7 @@ impl<S: crate::storage::Storage> Nfs4Service<S> {
         want: u32,
     ) -> OpenDelegation4 {
         if want == OPEN4_SHARE_ACCESS_WANT_NO_DELEG {
-            return OpenDelegation4::None;
+            return OpenDelegation4::NoneExt(WND4_NOT_WANTED, None);
         }
         if !self.cbs.usable(&self.state, clientid).await {
             return OpenDelegation4::None;

@@ -44,6 +44,7 @@ static CLIENTS: Limit = Limit::new("nfs4.clients");
 static UNCONFIRMED: Limit = Limit::new("nfs4.unconfirmed_clients");
 static SESSIONS: Limit = Limit::new("nfs4.sessions_per_client");
 static REPLY_CACHE: Limit = Limit::new("nfs4.reply_cache_bytes");
+static SESSION_CONNS: Limit = Limit::new("nfs4.session_connections");
 
 /// Server limits offered in CREATE_SESSION (RFC 8881 §18.36).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +95,52 @@ pub(crate) const MAX_SESSIONS_PER_CLIENT: usize = 16;
 /// enough for the replies Linux asks to cache (OPEN, LOCK, CLOSE).
 pub(crate) const MIN_CACHED: u32 = 2048;
 
+/// Most connections remembered as bound to one session; beyond it the
+/// one bound longest ago is forgotten (it binds again with its next
+/// SEQUENCE, RFC 8881 §2.10.3.1).
+pub(crate) const MAX_SESSION_CONNS: usize = 64;
+
+/// The smallest fore channel `ca_maxrequestsize` that works: an RPC call
+/// header with AUTH_NONE (40 bytes), the COMPOUND header with an empty tag
+/// (12) and SEQUENCE (36).
+pub(crate) const MIN_FORE_REQUEST: u32 = 88;
+/// The smallest fore channel `ca_maxresponsesize` that works: an RPC
+/// reply header (24 bytes), the COMPOUND result header (12) and the
+/// SEQUENCE result (40).
+pub(crate) const MIN_FORE_RESPONSE: u32 = 76;
+/// The smallest back channel `ca_maxrequestsize` this server's callbacks
+/// fit: an RPC call header (40 bytes), the CB_COMPOUND header (16),
+/// CB_SEQUENCE (40) and CB_RECALL with the longest handle (160).
+pub(crate) const MIN_BACK_REQUEST: u32 = 256;
+/// The smallest back channel `ca_maxresponsesize`: an RPC reply header
+/// (24 bytes), the CB_COMPOUND result header (12), the CB_SEQUENCE result
+/// (40) and the CB_RECALL status (8).
+pub(crate) const MIN_BACK_RESPONSE: u32 = 84;
+
+/// CREATE_SESSION flags defined by RFC 8881 §18.36.3.
+const CREATE_SESSION4_FLAGS: u32 = CREATE_SESSION4_FLAG_PERSIST
+    | CREATE_SESSION4_FLAG_CONN_BACK_CHAN
+    | CREATE_SESSION4_FLAG_CONN_RDMA;
+
+/// RFC 8881 §18.36.3: a channel whose sizes cannot carry even SEQUENCE
+/// (or CB_SEQUENCE and a recall) is NFS4ERR_TOOSMALL, as are no slots or
+/// no operations.
+fn check_channels(a: &CreateSession4Args) -> Result<(), Nfsstat4> {
+    let (f, b) = (&a.fore_chan_attrs, &a.back_chan_attrs);
+    let too_small = f.maxrequestsize < MIN_FORE_REQUEST
+        || f.maxresponsesize < MIN_FORE_RESPONSE
+        || f.maxoperations == 0
+        || f.maxrequests == 0
+        || b.maxrequestsize < MIN_BACK_REQUEST
+        || b.maxresponsesize < MIN_BACK_RESPONSE
+        || b.maxoperations < 2
+        || b.maxrequests == 0;
+    if too_small {
+        return Err(Nfsstat4::NFS4ERR_TOOSMALL);
+    }
+    Ok(())
+}
+
 /// One slot of a session's fore channel (RFC 8881 §2.10.6.1).
 #[derive(Debug, Default)]
 struct Slot {
@@ -112,6 +159,9 @@ struct Session {
     slots: Vec<Slot>,
     /// `csa_cb_program` (RFC 8881 §18.36.3).
     cb_program: u32,
+    /// Connections bound to the session (RFC 8881 §2.10.3.1), oldest
+    /// first, at most [`MAX_SESSION_CONNS`].
+    conns: Vec<u64>,
 }
 
 impl Session {
@@ -464,8 +514,13 @@ impl ClientTable {
         if a.sequence != c.cs_seq {
             return Res4::Err(Nfsstat4::NFS4ERR_SEQ_MISORDERED);
         }
-        if a.fore_chan_attrs.maxrequests == 0 || a.fore_chan_attrs.maxoperations == 0 {
+        // RFC 8881 §18.36.3: flags this version does not define are
+        // NFS4ERR_INVAL.
+        if a.flags & !CREATE_SESSION4_FLAGS != 0 {
             return Res4::Err(Nfsstat4::NFS4ERR_INVAL);
+        }
+        if let Err(e) = check_channels(a) {
+            return Res4::Err(e);
         }
         // RFC 8881 §18.36.4: out of resources for another reply cache is
         // NFS4ERR_NOSPC; a client may not pile up sessions without bound.
@@ -503,6 +558,7 @@ impl ClientTable {
             fore,
             slots,
             cb_program: a.cb_program,
+            conns: Vec::new(),
         };
         let reserved = s.reserved();
         self.sessions.insert(sid, s);
@@ -635,6 +691,33 @@ impl ClientTable {
     /// The client and `csa_cb_program` of a session.
     pub(crate) fn cb_program_of(&self, sid: &[u8; 16]) -> Option<(u64, u32)> {
         self.sessions.get(sid).map(|s| (s.clientid, s.cb_program))
+    }
+
+    /// Binds connection `conn` to session `sid` (RFC 8881 §2.10.3.1: by
+    /// CREATE_SESSION, BIND_CONN_TO_SESSION, and SEQUENCE on a connection
+    /// not yet bound, as clients without state protection may do).
+    pub(crate) fn bind_to(&mut self, sid: &[u8; 16], conn: u64) {
+        let Some(s) = self.sessions.get_mut(sid) else {
+            return;
+        };
+        if s.conns.contains(&conn) {
+            return;
+        }
+        if s.conns.len() >= MAX_SESSION_CONNS {
+            let old = s.conns.remove(0);
+            SESSION_CONNS.trip(format_args!(
+                "session of client {:#x} forgets connection {old}: {MAX_SESSION_CONNS} bound",
+                s.clientid
+            ));
+        }
+        s.conns.push(conn);
+    }
+
+    /// Whether connection `conn` is bound to session `sid`.
+    pub(crate) fn is_bound(&self, sid: &[u8; 16], conn: u64) -> bool {
+        self.sessions
+            .get(sid)
+            .is_some_and(|s| s.conns.contains(&conn))
     }
 
     /// DESTROY_SESSION (RFC 8881 §18.37.3).
@@ -848,7 +931,7 @@ mod exchange_tests {
         zero.fore_chan_attrs.maxrequests = 0;
         assert_eq!(
             t.create_session(&zero, Duration::ZERO).status(),
-            Nfsstat4::NFS4ERR_INVAL
+            Nfsstat4::NFS4ERR_TOOSMALL
         );
     }
 

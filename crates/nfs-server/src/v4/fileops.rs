@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use nfs::v3::{
-    Fattr3, Filename3, Ftype3, Mknoddata3, NfsFh3, Sattr3, Specdata3, StableHow, ACCESS3_EXECUTE,
-    ACCESS3_LOOKUP, ACCESS3_MODIFY, ACCESS3_READ,
+    Fattr3, Filename3, Ftype3, Mknoddata3, NfsFh3, Sattr3, Specdata3, StableHow, ACCESS3_LOOKUP,
+    ACCESS3_MODIFY, ACCESS3_READ,
 };
 use nfs::v4::attr::*;
 use nfs::v4::session::SecinfoStyle4;
@@ -183,6 +183,14 @@ impl<S: Storage> Nfs4Service<S> {
             A::Seek(a) => Z::Seek(self.seek(a, cx).await.into()),
             A::Allocate(a) => Z::Allocate(status(self.allocate(a, cx, false).await)),
             A::Deallocate(a) => Z::Deallocate(status(self.allocate(a, cx, true).await)),
+            A::Verify(a) => Z::Verify(status(self.verify(a, cx, false).await)),
+            A::Nverify(a) => Z::Nverify(status(self.verify(a, cx, true).await)),
+            // RFC 8276 §8.4, RFC 8881 §15.2: a defined operation this
+            // server does not implement is NFS4ERR_NOTSUPP (its arguments
+            // were decoded, so the COMPOUND stops here and not earlier).
+            A::Getxattr(_) | A::Setxattr(_) | A::Listxattrs(_) | A::Removexattr(_) => {
+                NfsResop4::error(op.opnum(), Nfsstat4::NFS4ERR_NOTSUPP)
+            }
             A::Unsupported(n) => Z::Other(*n, Nfsstat4::NFS4ERR_NOTSUPP),
             A::Illegal(_) => Z::Other(Opnum4::OP_ILLEGAL, Nfsstat4::NFS4ERR_OP_ILLEGAL),
             other => self.exec_state(other, cx, now).await,
@@ -542,7 +550,9 @@ impl<S: Storage> Nfs4Service<S> {
     }
 
     /// SECINFO and SECINFO_NO_NAME (RFC 8881 §18.29.4, §18.45.4): AUTH_SYS
-    /// only; success consumes the current file handle.
+    /// only; success consumes the current file handle. SECINFO looks the
+    /// name up, so it needs search permission on the directory
+    /// (`ACCESS3_LOOKUP`, as LOOKUP; RFC 8881 §18.29.3).
     async fn secinfo(
         &self,
         name: Option<&Component4>,
@@ -552,7 +562,7 @@ impl<S: Storage> Nfs4Service<S> {
         if let Some(name) = name {
             let n = name3(name)?;
             let d = self.dir(&fh).await?;
-            self.allow(&d, cx, ACCESS3_EXECUTE, false)?;
+            self.allow(&d, cx, ACCESS3_LOOKUP, false)?;
             self.fs.lookup(&fh, &n).await.map_err(st4)?;
         } else {
             self.attr(&fh).await?;

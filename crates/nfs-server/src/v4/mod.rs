@@ -46,6 +46,7 @@ mod fsext;
 mod openops;
 mod state;
 mod stateids;
+mod verify;
 mod watch;
 
 use std::hash::{Hash, Hasher};
@@ -193,6 +194,8 @@ struct Cx {
     /// Changes are refused with NFS4ERR_ROFS.
     read_only: bool,
     peer: oncrpc::PeerInfo,
+    /// Whether the operation running is the COMPOUND's last.
+    last: bool,
 }
 
 /// Marks the slot free again if the COMPOUND is abandoned mid-way.
@@ -365,6 +368,12 @@ impl<S: Storage> Nfs4Service<S> {
             res.status = Nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH;
             return Ok(xdr::to_xdr_buf(&res));
         }
+        // RFC 8881 §16.2.3, §14.5: the tag is a `utf8str_cs`; one that is
+        // not UTF-8 fails the whole COMPOUND, no operation run.
+        if let Err(e) = utf8(&hdr.tag) {
+            res.status = e;
+            return Ok(xdr::to_xdr_buf(&res));
+        }
         let now = self.clock.now();
         let (caller, refused, read_only) = self.admit(ctx);
         let mut cx = Cx {
@@ -377,14 +386,16 @@ impl<S: Storage> Nfs4Service<S> {
             refused,
             read_only,
             peer: ctx.peer,
+            last: false,
         };
         let mut guard = None;
         let mut size = res.encoded_len();
         for i in 0..hdr.numops {
+            cx.last = i + 1 == hdr.numops;
             let opnum = dec.peek_u32().unwrap_or(0);
             let op = match NfsArgop4::decode(&mut dec) {
                 Ok(NfsArgop4::Illegal(_)) => None,
-                Ok(op) if hdr.minorversion < 2 && (59..=71).contains(&op.opnum().0) => None,
+                Ok(op) if hdr.minorversion < 2 && is_v42_op(op.opnum().0) => None,
                 Ok(op) => Some(op),
                 Err(_) => {
                     let r = NfsResop4::error(Opnum4(opnum), Nfsstat4::NFS4ERR_BADXDR);
@@ -419,7 +430,7 @@ impl<S: Storage> Nfs4Service<S> {
                         let out = match self.state() {
                             Ok(mut st) => {
                                 st.expire(now);
-                                st.sequence(&a, hdr.numops, req, h.finish(), now)
+                                st.sequence(&a, ctx.peer.conn_id, hdr.numops, req, h.finish(), now)
                             }
                             Err(e) => SeqOutcome::Err(e),
                         };

@@ -41,10 +41,7 @@ impl<S: Storage> Nfs4Service<S> {
                 Err(e) => LockRes4::Err(e),
             }),
             A::Locku(a) => Z::Locku(self.locku(a, cx).await.into()),
-            A::FreeStateid(a) => Z::FreeStateid(match (clientid(cx), self.state()) {
-                (Ok(c), Ok(mut st)) => st.free_stateid(&a.stateid, c),
-                (Err(e), _) | (_, Err(e)) => e,
-            }),
+            A::FreeStateid(a) => Z::FreeStateid(self.free_stateid(&a.stateid, cx)),
             A::TestStateid(a) => Z::TestStateid(
                 (|| {
                     let c = clientid(cx)?;
@@ -71,7 +68,7 @@ impl<S: Storage> Nfs4Service<S> {
             A::CreateSession(a) => Z::CreateSession(match self.state() {
                 Ok(mut st) => {
                     st.expire(now);
-                    let r = st.create_session(a, now);
+                    let r = st.create_session(a, cx.peer.conn_id, now);
                     if let Res4::Ok(ok) = &r {
                         if ok.flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0 {
                             let cred = super::deleg::cb_cred(&a.sec_parms.0);
@@ -88,8 +85,15 @@ impl<S: Storage> Nfs4Service<S> {
                 }
                 Err(e) => Res4::Err(e),
             }),
+            // RFC 8881 §18.37.3: in a COMPOUND whose SEQUENCE names the
+            // same session, DESTROY_SESSION must be the last operation.
+            A::DestroySession(a)
+                if !cx.last && cx.sess.is_some_and(|s| s.sessionid == a.sessionid.0) =>
+            {
+                Z::DestroySession(Nfsstat4::NFS4ERR_NOT_ONLY_OP)
+            }
             A::DestroySession(a) => Z::DestroySession(match self.state() {
-                Ok(mut st) => st.destroy_session(&a.sessionid.0),
+                Ok(mut st) => st.destroy_session(&a.sessionid.0, cx.peer.conn_id),
                 Err(e) => e,
             }),
             A::DestroyClientid(a) => Z::DestroyClientid(match self.state() {
@@ -98,7 +102,7 @@ impl<S: Storage> Nfs4Service<S> {
             }),
             A::BindConnToSession(a) => Z::BindConnToSession(match self.state() {
                 Ok(mut st) => {
-                    let r = st.bind_conn(a, now);
+                    let r = st.bind_conn(a, cx.peer.conn_id, now);
                     if let Res4::Ok(ok) = &r {
                         if ok.dir != ChannelDir4::CDFC4_FORE {
                             if let Some((c, p)) = st.cb_program_of(&a.sessid.0) {
@@ -235,6 +239,19 @@ impl<S: Storage> Nfs4Service<S> {
             attrset,
             delegation,
         })
+    }
+
+    /// FREE_STATEID (RFC 8881 §18.38.3), with the current stateid
+    /// substituted (§16.2.3.1.2).
+    fn free_stateid(&self, sid: &Stateid4, cx: &Cx) -> Nfsstat4 {
+        let r = (|| {
+            let c = clientid(cx)?;
+            let sid = resolve_sid(cx, sid)?;
+            Ok(self.state()?.free_stateid(&sid, c))
+        })();
+        match r {
+            Ok(s) | Err(s) => s,
+        }
     }
 
     fn open_downgrade(&self, a: &OpenDowngrade4Args, cx: &mut Cx) -> R<Stateid4> {

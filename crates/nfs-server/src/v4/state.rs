@@ -85,21 +85,30 @@ impl StateTable {
         r
     }
 
-    /// CREATE_SESSION (RFC 8881 §18.36.4).
+    /// CREATE_SESSION (RFC 8881 §18.36.4) on connection `conn`, which
+    /// joins the new session (§2.10.3.1).
     pub(crate) fn create_session(
         &mut self,
         a: &CreateSession4Args,
+        conn: u64,
         now: Duration,
     ) -> Res4<CreateSession4ResOk> {
         let r = self.clients.create_session(a, now);
+        if let Res4::Ok(ok) = &r {
+            self.clients.bind_to(&ok.sessionid.0, conn);
+        }
         self.sweep();
         r
     }
 
-    /// SEQUENCE (RFC 8881 §18.46.3), with the client's status flags.
+    /// SEQUENCE (RFC 8881 §18.46.3) on connection `conn`, with the
+    /// client's status flags; a connection not yet bound to the session
+    /// joins it (§2.10.3.1: no state protection is offered, so any
+    /// connection may).
     pub(crate) fn sequence(
         &mut self,
         a: &Sequence4Args,
+        conn: u64,
         numops: usize,
         request_size: usize,
         args_hash: u64,
@@ -110,6 +119,7 @@ impl StateTable {
             .sequence(a, numops, request_size, args_hash, now);
         if let SeqOutcome::New(ok, sc) = &mut o {
             ok.status_flags |= self.delegs.status_flags(sc.clientid);
+            self.clients.bind_to(&sc.sessionid, conn);
         }
         o
     }
@@ -124,8 +134,13 @@ impl StateTable {
         self.clients.cb_program_of(sid)
     }
 
-    /// DESTROY_SESSION (RFC 8881 §18.37.3): callbacks stop using it.
-    pub(crate) fn destroy_session(&mut self, sid: &[u8; 16]) -> Nfsstat4 {
+    /// DESTROY_SESSION (RFC 8881 §18.37.3) from connection `conn`, which
+    /// must be bound to the session (NFS4ERR_CONN_NOT_BOUND_TO_SESSION);
+    /// callbacks stop using it.
+    pub(crate) fn destroy_session(&mut self, sid: &[u8; 16], conn: u64) -> Nfsstat4 {
+        if self.clients.cb_program_of(sid).is_some() && !self.clients.is_bound(sid, conn) {
+            return Nfsstat4::NFS4ERR_CONN_NOT_BOUND_TO_SESSION;
+        }
         let s = self.clients.destroy_session(sid);
         if s.is_ok() {
             self.delegs.session_gone(sid);
@@ -141,13 +156,18 @@ impl StateTable {
         s
     }
 
-    /// BIND_CONN_TO_SESSION (RFC 8881 §18.34.3).
+    /// BIND_CONN_TO_SESSION (RFC 8881 §18.34.3) of connection `conn`.
     pub(crate) fn bind_conn(
         &mut self,
         a: &BindConnToSession4Args,
+        conn: u64,
         now: Duration,
     ) -> Res4<BindConnToSession4ResOk> {
-        self.clients.bind_conn(a, now)
+        let r = self.clients.bind_conn(a, now);
+        if r.status().is_ok() {
+            self.clients.bind_to(&a.sessid.0, conn);
+        }
+        r
     }
 
     /// RECLAIM_COMPLETE (RFC 8881 §18.51.3).

@@ -194,9 +194,17 @@ impl Encode for Bitmap4Empty {
 }
 
 /// Whether `n` is an operation defined by NFSv4.1 or 4.2 (RFC 8881
-/// §16.2.1: 3 to 58; RFC 7862: 59 to 71).
+/// §16.2.1: 3 to 58; RFC 7862: 59 to 71; the RFC 8276 extended attribute
+/// extension to 4.2: 72 to 75).
 pub fn is_defined_op(n: u32) -> bool {
-    (3..=71).contains(&n)
+    (3..=75).contains(&n)
+}
+
+/// Whether `n` is an operation that exists only from minor version 2 on
+/// (RFC 7862 §16: 59 to 71; RFC 8276 §8: 72 to 75): in a minor version 1
+/// COMPOUND it is OP_ILLEGAL.
+pub fn is_v42_op(n: u32) -> bool {
+    (59..=75).contains(&n)
 }
 
 operations! {
@@ -224,6 +232,8 @@ operations! {
     Lookup = 15 OP_LOOKUP(Lookup4Args) -> Nfsstat4;
     /// LOOKUPP (RFC 8881 §18.14).
     Lookupp = 16 OP_LOOKUPP(()) -> Nfsstat4;
+    /// NVERIFY (RFC 8881 §18.15).
+    Nverify = 17 OP_NVERIFY(Verify4Args) -> Nfsstat4;
     /// OPEN (RFC 8881 §18.16).
     Open = 18 OP_OPEN(Open4Args) -> Res4<Open4ResOk>;
     /// OPEN_DOWNGRADE (RFC 8881 §18.18).
@@ -252,6 +262,8 @@ operations! {
     Secinfo = 33 OP_SECINFO(Lookup4Args) -> Res4<SecinfoList>;
     /// SETATTR (RFC 8881 §18.30).
     Setattr = 34 OP_SETATTR(Setattr4Args) -> Setattr4Res;
+    /// VERIFY (RFC 8881 §18.31).
+    Verify = 37 OP_VERIFY(Verify4Args) -> Nfsstat4;
     /// WRITE (RFC 8881 §18.32).
     Write = 38 OP_WRITE(Write4Args) -> Res4<Write4ResOk>;
     /// BIND_CONN_TO_SESSION (RFC 8881 §18.34).
@@ -281,6 +293,14 @@ operations! {
     Deallocate = 62 OP_DEALLOCATE(Allocate4Args) -> Nfsstat4;
     /// SEEK (RFC 7862 §15.11).
     Seek = 69 OP_SEEK(Seek4Args) -> Res4<Seek4ResOk>;
+    /// GETXATTR (RFC 8276 §8.4.1).
+    Getxattr = 72 OP_GETXATTR(Xattrkey4Args) -> Res4<Getxattr4ResOk>;
+    /// SETXATTR (RFC 8276 §8.4.2).
+    Setxattr = 73 OP_SETXATTR(Setxattr4Args) -> Res4<Cinfo4ResOk>;
+    /// LISTXATTRS (RFC 8276 §8.4.3).
+    Listxattrs = 74 OP_LISTXATTRS(Listxattrs4Args) -> Res4<Listxattrs4ResOk>;
+    /// REMOVEXATTR (RFC 8276 §8.4.4).
+    Removexattr = 75 OP_REMOVEXATTR(Xattrkey4Args) -> Res4<Cinfo4ResOk>;
 }
 
 /// The fixed part of COMPOUND4args (RFC 8881 §16.2.1): a server reads it,

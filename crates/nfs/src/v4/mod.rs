@@ -372,25 +372,39 @@ impl Component4 {
         Self(Bytes::from_static(s.as_bytes()))
     }
 
-    /// RFC 8881 §18.15.3 / §1.7.3.4: an empty name is NFS4ERR_INVAL, a name
-    /// with `/` or NUL is NFS4ERR_BADCHAR, `.` and `..` are NFS4ERR_BADNAME
-    /// (the server does not give them meaning), a name that is not UTF-8 is
-    /// NFS4ERR_INVAL.
+    /// RFC 8881 §14.5 (with §18.13.3): an empty name or one that is not
+    /// UTF-8 is NFS4ERR_INVAL; a Unicode noncharacter (U+FDD0–U+FDEF,
+    /// U+xxFFFE, U+xxFFFF), `/` or NUL is NFS4ERR_BADCHAR (a character
+    /// this server does not accept in a name); `.` and `..` are
+    /// NFS4ERR_BADNAME (names the file system does not allow).
     pub fn check(&self) -> Result<(), Nfsstat4> {
         if self.0.is_empty() {
             return Err(Nfsstat4::NFS4ERR_INVAL);
         }
-        if self.0.iter().any(|&b| b == b'/' || b == 0) {
+        let s = utf8(&self.0)?;
+        if s.chars()
+            .any(|c| c == '/' || c == '\0' || is_noncharacter(c))
+        {
             return Err(Nfsstat4::NFS4ERR_BADCHAR);
         }
-        if self.0[..] == b"."[..] || self.0[..] == b".."[..] {
+        if s == "." || s == ".." {
             return Err(Nfsstat4::NFS4ERR_BADNAME);
-        }
-        if core::str::from_utf8(&self.0).is_err() {
-            return Err(Nfsstat4::NFS4ERR_INVAL);
         }
         Ok(())
     }
+}
+
+/// RFC 8881 §14.5: a UTF-8 string (`utf8str_cs`, `utf8str_cis`, the
+/// COMPOUND tag) that is not valid UTF-8 is NFS4ERR_INVAL.
+pub fn utf8(b: &[u8]) -> Result<&str, Nfsstat4> {
+    core::str::from_utf8(b).map_err(|_| Nfsstat4::NFS4ERR_INVAL)
+}
+
+/// A Unicode noncharacter (Unicode §23.7): U+FDD0 to U+FDEF and the last
+/// two code points of every plane.
+pub fn is_noncharacter(c: char) -> bool {
+    let n = u32::from(c);
+    (0xfdd0..=0xfdef).contains(&n) || n & 0xfffe == 0xfffe
 }
 
 impl core::fmt::Debug for Component4 {

@@ -198,6 +198,10 @@ pub enum OpenDelegation4 {
     NoneExt(u32, Option<bool>),
 }
 
+/// WND4_NOT_WANTED (`why_no_delegation4`, RFC 8881 §18.16.2): the client
+/// asked for no delegation.
+pub const WND4_NOT_WANTED: u32 = 0;
+
 /// `nfs_space_limit4` (RFC 8881 §18.16.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SpaceLimit4 {

@@ -670,3 +670,79 @@ xdr_struct! {
         pub offset: u64,
     }
 }
+
+xdr_struct! {
+    /// VERIFY4args and NVERIFY4args (RFC 8881 §18.31.1, §18.15.1).
+    pub struct Verify4Args {
+        /// The attributes, with the values the client expects.
+        pub obj_attributes: Fattr4,
+    }
+}
+
+/// Largest extended attribute value decoded (as Linux's
+/// `XATTR_SIZE_MAX`); RFC 8276 §8.3 leaves `xattrvalue4` unbounded.
+pub const XATTR_SIZE_MAX: usize = 64 << 10;
+/// Most names decoded from one LISTXATTRS reply.
+pub const MAX_XATTR_NAMES: usize = 1 << 12;
+
+/// `xattrvalue4` (RFC 8276 §8.3), bounded by [`XATTR_SIZE_MAX`].
+pub type Xattrvalue4 = xdr::Bounded<bytes::Bytes, XATTR_SIZE_MAX>;
+
+xdr::open_code! {
+    /// `setxattr_option4` (RFC 8276 §8.4.2.1).
+    pub struct SetxattrOption4 {
+        /// Create or replace.
+        SETXATTR4_EITHER = 0,
+        /// Create only.
+        SETXATTR4_CREATE = 1,
+        /// Replace only.
+        SETXATTR4_REPLACE = 2,
+    }
+}
+
+xdr_struct! {
+    /// GETXATTR4args and REMOVEXATTR4args (RFC 8276 §8.4.1.1,
+    /// §8.4.4.1): one `xattrkey4` (a `component4`).
+    pub struct Xattrkey4Args {
+        /// The attribute's name.
+        pub name: Component4,
+    }
+}
+xdr_struct! {
+    /// GETXATTR4resok (RFC 8276 §8.4.1.2).
+    pub struct Getxattr4ResOk {
+        /// The value.
+        pub value: Xattrvalue4,
+    }
+}
+xdr_struct! {
+    /// SETXATTR4args (RFC 8276 §8.4.2.1).
+    pub struct Setxattr4Args {
+        /// Create, replace or either.
+        pub option: SetxattrOption4,
+        /// The attribute's name.
+        pub key: Component4,
+        /// The value.
+        pub value: Xattrvalue4,
+    }
+}
+xdr_struct! {
+    /// LISTXATTRS4args (RFC 8276 §8.4.3.1).
+    pub struct Listxattrs4Args {
+        /// Resume after this cookie (0: start).
+        pub cookie: u64,
+        /// Largest reply body.
+        pub maxcount: u32,
+    }
+}
+xdr_struct! {
+    /// LISTXATTRS4resok (RFC 8276 §8.4.3.2).
+    pub struct Listxattrs4ResOk {
+        /// Resume cookie.
+        pub cookie: u64,
+        /// Names.
+        pub names: xdr::Bounded<Vec<Component4>, MAX_XATTR_NAMES>,
+        /// No more names.
+        pub eof: bool,
+    }
+}
