@@ -60,7 +60,7 @@ pub(super) fn same_attrs(client: &Fattr4, server: &FileAttrs) -> R<bool> {
     Ok(canonical(theirs) == canonical(ours))
 }
 
-impl Nfs4Service {
+impl<S: Storage> Nfs4Service<S> {
     /// VERIFY (RFC 8881 §18.31.3: NFS4ERR_NOT_SAME when any attribute
     /// differs) and NVERIFY (§18.15.3: NFS4ERR_SAME when all are the
     /// same); the current file handle stays.
