@@ -52,7 +52,7 @@ use nfs::mount::{MOUNT_PROGRAM, MOUNT_V3};
 use nfs::v3::{NfsFh3, NFS_PROGRAM, NFS_V3};
 use oncrpc::drc::DrcConfig;
 use oncrpc::limits::{ConnLimiter, ConnLimits};
-use oncrpc::tcp::{TcpConfig, TcpServer};
+use oncrpc::tcp::{ServerReplyBudget, TcpConfig, TcpServer};
 use tokio::task::JoinHandle;
 
 pub use localfs::LocalFs;
@@ -102,7 +102,9 @@ pub struct ServerConfig {
     pub aliases: Vec<String>,
     /// Per-connection settings of the TCP listeners, among them the bytes
     /// of unread replies a connection may hold
-    /// ([`TcpConfig::max_queued_reply_bytes`], 8 MiB by default).
+    /// ([`TcpConfig::max_queued_reply_bytes`], 8 MiB by default), and the
+    /// bytes of replies all TCP listeners hold together
+    /// ([`TcpConfig::max_server_reply_bytes`], 256 MiB by default).
     pub tcp: TcpConfig,
     /// Connections the TCP listeners (NFS, MOUNT, rpcbind together) keep
     /// open at once, in total and per client address; one over is closed
@@ -394,12 +396,14 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
         config.nfs4_limits,
     ));
     let conns = ConnLimiter::new(config.connections);
+    let replies = ServerReplyBudget::new(config.tcp.max_server_reply_bytes);
     let bind = |addr: SocketAddr| {
         let server = Arc::clone(&server);
         let conns = Arc::clone(&conns);
+        let replies = Arc::clone(&replies);
         async move {
             let l = TcpServer::bind(addr, server, config.tcp).await?;
-            Ok::<_, io::Error>(l.with_conn_limiter(conns))
+            Ok::<_, io::Error>(l.with_conn_limiter(conns).with_reply_budget(replies))
         }
     };
     let nfs = bind(config.nfs_addr).await?;

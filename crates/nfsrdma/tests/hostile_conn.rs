@@ -319,10 +319,31 @@ fn a_read_flood_that_never_reads_replies_is_held_to_the_reply_budget() {
     // 4 connections, each pipelining up to 2000 READs of 1 MiB and reading
     // no reply: the server stops reading each once 8 MiB of replies wait
     // (the calls left stay in the sockets' buffers).
-    let floods: Vec<_> = (0..4)
+    let held = read_flood(&srv, 4, &fh, owner);
+    std::thread::sleep(Duration::from_millis(300));
+    let grown_mib = srv.rss_kib().saturating_sub(before) / 1024;
+    let sent: Vec<u32> = held.iter().map(|h| h.1).collect();
+    // Budget: 4 connections x 8 MiB of replies, plus one reply each over
+    // it and allocator slack; before the bound this flood took ~1 GB.
+    eprintln!("READ flood: RSS grew {grown_mib} MiB (calls sent {sent:?})");
+    assert!(
+        grown_mib < 96,
+        "RSS grew {grown_mib} MiB (calls sent {sent:?})"
+    );
+    srv.assert_serves_a_normal_client();
+    drop(held);
+    let log = srv.log();
+    assert!(log.contains("tcp.queued_reply_bytes"), "{log}");
+}
+
+/// `conns` connections, each pipelining up to 2000 READs of 1 MiB of `fh`
+/// and reading no reply, until a write stalls for 700 ms: the streams
+/// (kept open) and the calls each sent.
+fn read_flood(srv: &Serve, conns: u32, fh: &[u8], owner: (u32, u32)) -> Vec<(TcpStream, u32)> {
+    let floods: Vec<_> = (0..conns)
         .map(|c| {
             let addr = srv.addr(srv.nfs);
-            let fh = fh.clone();
+            let fh = fh.to_vec();
             std::thread::spawn(move || {
                 let mut s = TcpStream::connect(addr).unwrap();
                 s.set_write_timeout(Some(Duration::from_millis(700)))
@@ -343,21 +364,32 @@ fn a_read_flood_that_never_reads_replies_is_held_to_the_reply_budget() {
             })
         })
         .collect();
-    let held: Vec<(TcpStream, u32)> = floods.into_iter().map(|t| t.join().unwrap()).collect();
+    floods.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+#[test]
+fn a_read_flood_on_many_connections_is_held_to_the_server_reply_budget() {
+    let mut srv = Serve::start("serverbudget", &["--max-server-reply-bytes", "4194304"]);
+    let meta = std::fs::metadata(&srv.export.0).unwrap();
+    let owner = (meta.uid(), meta.gid());
+    let fh = data_handle(&srv, owner);
+    srv.assert_serves_a_normal_client();
+    let before = srv.rss_kib();
+    // 8 connections of 8 MiB each could hold 64 MiB; the server budget
+    // holds them to 4 MiB plus one reply (1 MiB) per connection.
+    let held = read_flood(&srv, 8, &fh, owner);
     std::thread::sleep(Duration::from_millis(300));
     let grown_mib = srv.rss_kib().saturating_sub(before) / 1024;
     let sent: Vec<u32> = held.iter().map(|h| h.1).collect();
-    // Budget: 4 connections x 8 MiB of replies, plus one reply each over
-    // it and allocator slack; before the bound this flood took ~1 GB.
-    eprintln!("READ flood: RSS grew {grown_mib} MiB (calls sent {sent:?})");
+    eprintln!("READ flood on 8 connections: RSS grew {grown_mib} MiB (calls sent {sent:?})");
     assert!(
-        grown_mib < 96,
+        grown_mib < 40,
         "RSS grew {grown_mib} MiB (calls sent {sent:?})"
     );
     srv.assert_serves_a_normal_client();
     drop(held);
     let log = srv.log();
-    assert!(log.contains("tcp.queued_reply_bytes"), "{log}");
+    assert!(log.contains("tcp.server_reply_bytes"), "{log}");
 }
 
 #[test]

@@ -22,6 +22,7 @@ use crate::server::{PeerInfo, Server, TransportKind};
 
 mod budget;
 
+pub use budget::ServerReplyBudget;
 use budget::{Charge, ReplyBudget};
 
 /// Settings of the TCP shells.
@@ -45,6 +46,15 @@ pub struct TcpConfig {
     /// known: the largest reply expected (an NFS READ of 1 MiB and its
     /// header). A larger reply is charged at its real size once ready.
     pub reply_reserve: usize,
+    /// Bytes of replies all connections of a server may hold together
+    /// (each call charges its connection's budget, then this one). A
+    /// connection holding nothing may always start one call, so the server
+    /// holds at most this plus one reply per connection; otherwise a call
+    /// waits (and its connection is not read) until bytes are freed. Trips
+    /// the `tcp.server_reply_bytes` limit. Read by [`TcpServer::bind`];
+    /// share one [`ServerReplyBudget`] between listeners with
+    /// [`TcpServer::with_reply_budget`].
+    pub max_server_reply_bytes: usize,
 }
 
 impl Default for TcpConfig {
@@ -55,6 +65,7 @@ impl Default for TcpConfig {
             read_chunk: 64 * 1024,
             max_queued_reply_bytes: 8 * 1024 * 1024,
             reply_reserve: 1024 * 1024 + 4096,
+            max_server_reply_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -132,6 +143,7 @@ pub struct TcpServer {
     server: Arc<Server>,
     config: TcpConfig,
     conns: Arc<ConnLimiter>,
+    replies: Arc<ServerReplyBudget>,
 }
 
 impl TcpServer {
@@ -147,7 +159,21 @@ impl TcpServer {
             server,
             config,
             conns: ConnLimiter::new(ConnLimits::default()),
+            replies: ServerReplyBudget::new(config.max_server_reply_bytes),
         })
+    }
+
+    /// Charges this listener's replies to `replies` (share one budget
+    /// between listeners to bound their replies together).
+    pub fn with_reply_budget(mut self, replies: Arc<ServerReplyBudget>) -> Self {
+        self.replies = replies;
+        self
+    }
+
+    /// The reply bytes this listener's connections hold (with those of
+    /// any listener sharing the budget).
+    pub fn reply_budget(&self) -> Arc<ServerReplyBudget> {
+        Arc::clone(&self.replies)
     }
 
     /// Counts this listener's connections in `conns` (share one limiter
@@ -205,8 +231,9 @@ impl TcpServer {
         };
         let server = Arc::clone(&self.server);
         let config = self.config;
+        let replies = Arc::clone(&self.replies);
         tokio::spawn(async move {
-            serve_connection(stream, Some(addr), server, config).await;
+            serve_connection(stream, Some(addr), server, config, replies).await;
             drop(slot);
         });
     }
@@ -221,12 +248,15 @@ impl TcpServer {
 /// `max_concurrent_per_conn` calls at once and writes replies in
 /// completion order. A record over the bound closes the connection. While
 /// the replies it holds exceed `max_queued_reply_bytes` it starts no call
-/// and reads nothing (see [`TcpConfig::max_queued_reply_bytes`]).
+/// and reads nothing (see [`TcpConfig::max_queued_reply_bytes`]); the
+/// same while the server's `replies` are spent and this connection holds
+/// some of them (see [`TcpConfig::max_server_reply_bytes`]).
 pub async fn serve_connection(
     stream: TcpStream,
     addr: Option<SocketAddr>,
     server: Arc<Server>,
     config: TcpConfig,
+    replies: Arc<ServerReplyBudget>,
 ) {
     let _ = stream.set_nodelay(true);
     let peer = PeerInfo {
@@ -238,7 +268,7 @@ pub async fn serve_connection(
     let (tx, rx) = mpsc::unbounded_channel::<QueuedReply>();
     let writer = tokio::spawn(reply_writer(w, rx));
     let permits = Arc::new(Semaphore::new(config.max_concurrent_per_conn.max(1)));
-    let budget = ReplyBudget::new(config.max_queued_reply_bytes, peer.conn_id);
+    let budget = ReplyBudget::new(config.max_queued_reply_bytes, replies, peer.conn_id);
     let mut deframer = RecordDecoder::new(config.max_record);
     loop {
         let record = match deframer.next_record() {

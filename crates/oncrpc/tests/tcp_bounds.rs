@@ -3,6 +3,7 @@
 //! its replies. Each test checks the server still serves a normal client.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,13 +13,20 @@ use oncrpc::echo::{EchoClient, EchoService, ECHO_PROGRAM, ECHO_VERSION, PROC_ECH
 use oncrpc::limits::{ConnLimiter, ConnLimits};
 use oncrpc::msg::{CallHeader, OpaqueAuth};
 use oncrpc::record::fragment_header;
-use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
+use oncrpc::tcp::{ServerReplyBudget, TcpClient, TcpConfig, TcpServer};
 use oncrpc::Server;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use xdr::Encode;
 
 async fn start(tcp: TcpConfig, limits: ConnLimits) -> SocketAddr {
+    start_with_budget(tcp, limits).await.0
+}
+
+async fn start_with_budget(
+    tcp: TcpConfig,
+    limits: ConnLimits,
+) -> (SocketAddr, Arc<ServerReplyBudget>) {
     let mut server = Server::new();
     server.register(EchoService::new(4 << 20));
     let srv = TcpServer::bind("127.0.0.1:0", Arc::new(server), tcp)
@@ -26,8 +34,9 @@ async fn start(tcp: TcpConfig, limits: ConnLimits) -> SocketAddr {
         .unwrap()
         .with_conn_limiter(ConnLimiter::new(limits));
     let addr = srv.local_addr().unwrap();
+    let replies = srv.reply_budget();
     srv.spawn();
-    addr
+    (addr, replies)
 }
 
 /// A normal client's ECHO round trip, within a second.
@@ -147,4 +156,64 @@ async fn stops_reading_a_client_that_does_not_read_its_replies() {
     assert!(sent < 64 << 20, "server kept reading: {sent} bytes taken");
     assert!(trips("tcp.queued_reply_bytes") >= 1);
     served(addr).await;
+}
+
+/// Writes ECHO calls of `payload` on `s` until a write stalls for 500 ms
+/// (the server stopped reading) or 512 calls went out.
+async fn pipeline_until_stalled(mut s: TcpStream, payload: Vec<u8>) -> TcpStream {
+    for xid in 0..512u32 {
+        let call = echo_call(xid, &payload);
+        match tokio::time::timeout(Duration::from_millis(500), s.write_all(&call)).await {
+            Ok(r) => r.unwrap(),
+            Err(_) => break,
+        }
+    }
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_connections_not_reading_stay_within_the_server_budget() {
+    const CONNS: usize = 8;
+    const SERVER_BUDGET: usize = 512 << 10;
+    let tcp = TcpConfig {
+        max_queued_reply_bytes: 2 << 20,
+        reply_reserve: 128 << 10,
+        max_server_reply_bytes: SERVER_BUDGET,
+        ..TcpConfig::default()
+    };
+    let (addr, replies) = start_with_budget(tcp, ConnLimits::default()).await;
+    let most = Arc::new(AtomicUsize::new(0));
+    let sampler = {
+        let (replies, most) = (Arc::clone(&replies), Arc::clone(&most));
+        tokio::spawn(async move {
+            loop {
+                most.fetch_max(replies.charged(), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let mut floods = Vec::new();
+    for _ in 0..CONNS {
+        let s = TcpStream::connect(addr).await.unwrap();
+        floods.push(tokio::spawn(pipeline_until_stalled(
+            s,
+            vec![0xa5; 64 << 10],
+        )));
+    }
+    let mut held = Vec::new();
+    for f in floods {
+        held.push(f.await.unwrap());
+    }
+    // Per connection alone they could hold 8 × 2 MiB = 16 MiB.
+    let bound = SERVER_BUDGET + CONNS * tcp.reply_reserve;
+    let now = replies.charged();
+    assert!(now > SERVER_BUDGET / 2, "flood held {now} bytes");
+    assert!(now <= bound, "{now} bytes held, bound {bound}");
+    assert!(trips("tcp.server_reply_bytes") >= 1);
+    // A connection holding nothing is served although the budget is spent.
+    served(addr).await;
+    sampler.abort();
+    let most = most.load(Ordering::Relaxed);
+    assert!(most <= bound, "{most} bytes held at most, bound {bound}");
+    drop(held);
 }

@@ -115,6 +115,11 @@ pub(crate) struct ServeArgs {
     /// server stops reading that connection until the client reads.
     #[arg(long, default_value_t = TcpConfig::default().max_queued_reply_bytes)]
     max_queued_reply_bytes: usize,
+    /// Bytes of replies all TCP connections together may hold; above it a
+    /// connection that already holds some stops being read until replies
+    /// are written (one holding none may still run one call).
+    #[arg(long, default_value_t = TcpConfig::default().max_server_reply_bytes)]
+    max_server_reply_bytes: usize,
     /// RDMA connection set-ups (MPA handshakes) in progress at once from
     /// one client address; each must send its MPA Request within 5 s.
     #[arg(long, default_value_t = softrnic::SoftConfig::default().max_handshakes_per_client)]
@@ -144,6 +149,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_per_client: args.max_connections_per_client,
     };
     config.tcp.max_queued_reply_bytes = args.max_queued_reply_bytes;
+    config.tcp.max_server_reply_bytes = args.max_server_reply_bytes;
     config.mount_list_max = args.mount_list_max;
     let mount_addr = SocketAddr::new(args.addr, args.mount_port);
     if tcp {

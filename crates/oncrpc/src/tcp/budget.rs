@@ -1,4 +1,5 @@
-//! Backpressure for one server connection: the bytes of replies it holds.
+//! Backpressure on the bytes of replies the server holds: per connection,
+//! and for the whole server.
 //!
 //! A client may pipeline calls and never read the replies. Buffering them
 //! would let it pin memory at will, so each connection has a budget of
@@ -11,6 +12,13 @@
 //! client instead. This is the Linux server's rule (`svc_tcp_has_wspace`:
 //! a transport with less write space than its calls in flight reserved is
 //! not read).
+//!
+//! Every charge is also made on a budget shared by all connections of a
+//! server ([`ServerReplyBudget`]), so many connections together cannot
+//! hold more than it either. A connection holding nothing may always
+//! charge one call, so each connection makes progress however much the
+//! others hold: the server holds at most its budget plus one reply per
+//! connection.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -19,6 +27,7 @@ use tokio::sync::Notify;
 use crate::limits::Limit;
 
 static QUEUED_REPLY_BYTES: Limit = Limit::new("tcp.queued_reply_bytes");
+static SERVER_REPLY_BYTES: Limit = Limit::new("tcp.server_reply_bytes");
 
 /// The sans-IO accounting: bytes charged against a maximum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,19 +36,54 @@ pub(crate) struct Budget {
     charged: usize,
 }
 
+/// Why a two-level charge has to wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Spent {
+    /// The connection's own budget.
+    Connection,
+    /// The server's budget (the connection already holds some of it).
+    Server,
+}
+
 impl Budget {
     pub(crate) fn new(max: usize) -> Self {
         Self { max, charged: 0 }
     }
 
-    /// Charges `n` bytes if they fit. With nothing charged, any `n` fits,
+    /// True if `n` more bytes fit. With nothing charged, any `n` fits,
     /// so a reply larger than the whole budget still gets through.
+    fn fits(&self, n: usize) -> bool {
+        self.charged == 0 || self.charged.saturating_add(n) <= self.max
+    }
+
+    /// Charges `n` bytes if they fit (see [`Self::fits`]).
+    #[cfg(test)]
     pub(crate) fn try_charge(&mut self, n: usize) -> bool {
-        if self.charged != 0 && self.charged.saturating_add(n) > self.max {
+        if !self.fits(n) {
             return false;
         }
         self.charged = self.charged.saturating_add(n);
         true
+    }
+
+    /// Charges `n` bytes on a connection's budget and on its server's. A
+    /// connection holding nothing (hence nothing on the server's budget
+    /// either) passes the server's check whatever the server holds: one
+    /// call per connection always makes progress.
+    pub(crate) fn try_charge_both(
+        conn: &mut Self,
+        server: &mut Self,
+        n: usize,
+    ) -> Result<(), Spent> {
+        if !conn.fits(n) {
+            return Err(Spent::Connection);
+        }
+        if conn.charged != 0 && !server.fits(n) {
+            return Err(Spent::Server);
+        }
+        conn.charged = conn.charged.saturating_add(n);
+        server.charged = server.charged.saturating_add(n);
+        Ok(())
     }
 
     /// Replaces a charge of `from` bytes by one of `to` bytes.
@@ -57,19 +101,53 @@ impl Budget {
     }
 }
 
-/// A connection's [`Budget`], shared by its reader, call tasks and writer.
+/// The reply bytes held by all connections of a server, shared by its TCP
+/// listeners ([`TcpServer::with_reply_budget`](super::TcpServer::with_reply_budget));
+/// its maximum is [`TcpConfig::max_server_reply_bytes`](super::TcpConfig).
+/// When a call has to wait for it, the `tcp.server_reply_bytes` limit
+/// trips.
+#[derive(Debug)]
+pub struct ServerReplyBudget {
+    state: Mutex<Budget>,
+    freed: Notify,
+}
+
+impl ServerReplyBudget {
+    /// A budget of `max` bytes.
+    pub fn new(max: usize) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(Budget::new(max)),
+            freed: Notify::new(),
+        })
+    }
+
+    /// Bytes charged now: replies waiting to be written and reservations
+    /// of the calls running, all connections together.
+    pub fn charged(&self) -> usize {
+        self.lock().charged()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Budget> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A connection's [`Budget`], shared by its reader, call tasks and writer,
+/// charged together with its server's.
 #[derive(Debug)]
 pub(crate) struct ReplyBudget {
     state: Mutex<Budget>,
     freed: Notify,
+    server: Arc<ServerReplyBudget>,
     conn_id: u64,
 }
 
 impl ReplyBudget {
-    pub(crate) fn new(max: usize, conn_id: u64) -> Arc<Self> {
+    pub(crate) fn new(max: usize, server: Arc<ServerReplyBudget>, conn_id: u64) -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::new(Budget::new(max)),
             freed: Notify::new(),
+            server,
             conn_id,
         })
     }
@@ -78,33 +156,59 @@ impl ReplyBudget {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Waits until `n` bytes fit, then charges them. The first wait of a
-    /// call trips the `tcp.queued_reply_bytes` limit.
+    /// Charges `n` bytes on the connection (locked first) and the server.
+    fn try_charge(&self, n: usize) -> Result<(), (Spent, usize)> {
+        let mut conn = self.lock();
+        let mut server = self.server.lock();
+        Budget::try_charge_both(&mut conn, &mut server, n).map_err(|spent| {
+            let held = match spent {
+                Spent::Connection => conn.charged(),
+                Spent::Server => server.charged(),
+            };
+            (spent, held)
+        })
+    }
+
+    /// Waits until `n` bytes fit on the connection and the server, then
+    /// charges them. The first wait of a call trips the
+    /// `tcp.queued_reply_bytes` or `tcp.server_reply_bytes` limit.
     pub(crate) async fn charge(self: &Arc<Self>, n: usize) -> Charge {
         let mut tripped = false;
         loop {
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            {
-                let mut b = self.lock();
-                if b.try_charge(n) {
+            let conn_freed = self.freed.notified();
+            let server_freed = self.server.freed.notified();
+            tokio::pin!(conn_freed, server_freed);
+            conn_freed.as_mut().enable();
+            server_freed.as_mut().enable();
+            match self.try_charge(n) {
+                Ok(()) => {
                     return Charge {
                         budget: Arc::clone(self),
                         bytes: n,
-                    };
+                    }
                 }
-                if !tripped {
+                Err(_) if tripped => {}
+                Err((spent, held)) => {
                     tripped = true;
-                    let held = b.charged();
-                    drop(b);
-                    QUEUED_REPLY_BYTES.trip(format_args!(
-                        "connection {} holds {held} bytes of unread replies; not reading it",
-                        self.conn_id
-                    ));
+                    self.trip(spent, held);
                 }
             }
-            freed.await;
+            tokio::select! {
+                () = conn_freed => {}
+                () = server_freed => {}
+            }
+        }
+    }
+
+    fn trip(&self, spent: Spent, held: usize) {
+        let conn = self.conn_id;
+        match spent {
+            Spent::Connection => QUEUED_REPLY_BYTES.trip(format_args!(
+                "connection {conn} holds {held} bytes of unread replies; not reading it"
+            )),
+            Spent::Server => SERVER_REPLY_BYTES.trip(format_args!(
+                "connections hold {held} bytes of replies in total; not reading connection {conn}"
+            )),
         }
     }
 }
@@ -120,9 +224,15 @@ pub(crate) struct Charge {
 impl Charge {
     /// The call's reply is ready: charge its real size instead.
     pub(crate) fn settle(&mut self, bytes: usize) {
-        self.budget.lock().settle(self.bytes, bytes);
+        {
+            let mut conn = self.budget.lock();
+            let mut server = self.budget.server.lock();
+            conn.settle(self.bytes, bytes);
+            server.settle(self.bytes, bytes);
+        }
         if bytes < self.bytes {
             self.budget.freed.notify_waiters();
+            self.budget.server.freed.notify_waiters();
         }
         self.bytes = bytes;
     }
@@ -130,8 +240,14 @@ impl Charge {
 
 impl Drop for Charge {
     fn drop(&mut self) {
-        self.budget.lock().release(self.bytes);
+        {
+            let mut conn = self.budget.lock();
+            let mut server = self.budget.server.lock();
+            conn.release(self.bytes);
+            server.release(self.bytes);
+        }
         self.budget.freed.notify_waiters();
+        self.budget.server.freed.notify_waiters();
     }
 }
 
@@ -152,9 +268,34 @@ mod tests {
         assert_eq!(b.charged(), 40);
     }
 
+    #[test]
+    fn a_connection_holding_nothing_passes_a_spent_server_budget() {
+        let mut server = Budget::new(100);
+        let (mut a, mut b) = (Budget::new(1000), Budget::new(1000));
+        assert_eq!(Budget::try_charge_both(&mut a, &mut server, 80), Ok(()));
+        assert_eq!(
+            Budget::try_charge_both(&mut a, &mut server, 30),
+            Err(Spent::Server)
+        );
+        // `b` holds nothing: it passes, the server goes over its maximum.
+        assert_eq!(Budget::try_charge_both(&mut b, &mut server, 30), Ok(()));
+        assert_eq!(server.charged(), 110);
+        assert_eq!(
+            Budget::try_charge_both(&mut b, &mut server, 1),
+            Err(Spent::Server)
+        );
+        assert_eq!(a.charged(), 80, "a refused charge changes nothing");
+        let mut small = Budget::new(10);
+        small.try_charge(10);
+        assert_eq!(
+            Budget::try_charge_both(&mut small, &mut Budget::new(100), 5),
+            Err(Spent::Connection)
+        );
+    }
+
     #[tokio::test]
     async fn waits_until_a_written_reply_frees_its_bytes() {
-        let budget = ReplyBudget::new(10, 1);
+        let budget = ReplyBudget::new(10, ServerReplyBudget::new(1000), 1);
         let mut first = budget.charge(8).await;
         first.settle(9);
         let waiting = {
@@ -168,5 +309,26 @@ mod tests {
         drop(first);
         assert_eq!(waiting.await.unwrap(), 8);
         assert_eq!(budget.lock().charged(), 0);
+    }
+
+    #[tokio::test]
+    async fn waits_for_the_server_budget_freed_by_another_connection() {
+        let server = ServerReplyBudget::new(100);
+        let a = ReplyBudget::new(1000, Arc::clone(&server), 1);
+        let b = ReplyBudget::new(1000, Arc::clone(&server), 2);
+        let a_first = a.charge(60).await;
+        let b_first = b.charge(60).await;
+        assert_eq!(server.charged(), 120, "b held nothing, so it passed");
+        let waiting = {
+            let b = Arc::clone(&b);
+            tokio::spawn(async move { b.charge(30).await.bytes })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "the server budget is spent");
+        assert!(SERVER_REPLY_BYTES.count() >= 1);
+        drop(a_first);
+        assert_eq!(waiting.await.unwrap(), 30);
+        drop(b_first);
+        assert_eq!(server.charged(), 0);
     }
 }
