@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nfs_client::v4::{Session, SessionOptions};
@@ -15,80 +15,22 @@ use oncrpc::tcp::{TcpClient, TcpConfig};
 
 mod support;
 
+use support::serve::{free_port, ServeChild as Serve, BIN};
 use support::TempDir;
 
-const BIN: &str = env!("CARGO_BIN_EXE_nfsrdma");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral port")
-}
-
-struct Serve {
-    child: Child,
-    nfs: u16,
-    mnt: u16,
-    rdma: u16,
-    export: TempDir,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(self.export.0.with_extension("state"));
-    }
-}
-
-impl Serve {
-    fn start(tag: &str, extra: &[&str]) -> Self {
-        let export = TempDir::new(tag);
-        std::fs::write(export.0.join("hello"), b"hello\n").unwrap();
-        let secret = export.0.join("secret");
+/// The server under test: `hello` readable by all, `secret` 0600 owned by
+/// uid 1234.
+fn serve(tag: &str, extra: &[&str]) -> Serve {
+    Serve::start(tag, extra, |dir| {
+        std::fs::write(dir.join("hello"), b"hello\n").unwrap();
+        let secret = dir.join("secret");
         std::fs::write(&secret, b"top secret\n").unwrap();
         std::fs::set_permissions(&secret, PermissionsExt::from_mode(0o600)).unwrap();
         let _ = std::os::unix::fs::chown(&secret, Some(1234), Some(1234));
-        let (nfs, mnt, rdma) = (free_port(), free_port(), free_port());
-        let child = Command::new(BIN)
-            .arg("serve")
-            .arg(&export.0)
-            .arg("--state-dir")
-            .arg(export.0.with_extension("state"))
-            .args(["--addr", "127.0.0.1", "--port", &nfs.to_string()])
-            .args(["--mount-port", &mnt.to_string()])
-            .args(["--rdma-port", &rdma.to_string()])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn serve");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for port in [nfs, mnt, rdma] {
-            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(Instant::now() < deadline, "server never listened");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        Self {
-            child,
-            nfs,
-            mnt,
-            rdma,
-            export,
-        }
-    }
+    })
+}
 
-    fn url(&self, scheme: &str, file: &str) -> String {
-        let port = if scheme == "nfs" { self.nfs } else { self.rdma };
-        format!(
-            "{scheme}://127.0.0.1:{port}{}/{file}?mountport={}",
-            self.export.0.display(),
-            self.mnt
-        )
-    }
-
+impl Serve {
     /// `nfsrdma cat URL`: its output, or its error text.
     fn cat(&self, scheme: &str, file: &str) -> Result<String, String> {
         let out = Command::new(BIN)
@@ -100,10 +42,6 @@ impl Serve {
         } else {
             Err(String::from_utf8_lossy(&out.stderr).into_owned())
         }
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
     }
 }
 
@@ -141,7 +79,7 @@ async fn rdma_connects(port: u16) -> bool {
 
 #[test]
 fn client_outside_allow_is_refused_over_tcp_and_rdma_v3_and_v4() {
-    let mut srv = Serve::start("refused", &["--allow", "10.0.0.0/8"]);
+    let mut srv = serve("refused", &["--allow", "10.0.0.0/8"]);
     let tcp = srv.cat("nfs", "hello");
     assert!(tcp.as_ref().is_err_and(|e| e.contains("ACCES")), "{tcp:?}");
     let rdma = srv.cat("nfs+rdma", "hello");
@@ -160,7 +98,7 @@ fn client_outside_allow_is_refused_over_tcp_and_rdma_v3_and_v4() {
 
 #[test]
 fn loopback_is_served_by_default_with_root_squashed() {
-    let mut srv = Serve::start("allowed", &[]);
+    let mut srv = serve("allowed", &[]);
     assert_eq!(srv.cat("nfs", "hello").as_deref(), Ok("hello\n"));
     assert_eq!(srv.cat("nfs+rdma", "hello").as_deref(), Ok("hello\n"));
     let rt = rt();
@@ -184,7 +122,7 @@ fn loopback_is_served_by_default_with_root_squashed() {
 
 #[test]
 fn no_root_squash_and_allow_star_open_it_up() {
-    let mut srv = Serve::start("open", &["--allow", "*", "--no-root-squash"]);
+    let mut srv = serve("open", &["--allow", "*", "--no-root-squash"]);
     assert_eq!(srv.cat("nfs", "secret").as_deref(), Ok("top secret\n"));
     assert_eq!(srv.cat("nfs+rdma", "secret").as_deref(), Ok("top secret\n"));
     assert!(srv.alive());

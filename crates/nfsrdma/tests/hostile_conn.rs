@@ -11,8 +11,6 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -23,126 +21,26 @@ use xdr::{Decoder, Encode};
 
 mod support;
 
-use support::TempDir;
+use support::serve::ServeChild as Serve;
 
-const BIN: &str = env!("CARGO_BIN_EXE_nfsrdma");
-
-/// `nfsrdma serve` on free loopback ports, killed on drop; its standard
-/// error goes to a file read by [`Serve::log`].
-struct Serve {
-    child: Child,
-    nfs: u16,
-    mnt: u16,
-    rdma: u16,
-    export: TempDir,
-    log: PathBuf,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral port")
+/// The server under attack, exporting a 1 MiB file `data`.
+fn serve(tag: &str, extra: &[&str]) -> Serve {
+    Serve::start(tag, extra, |dir| {
+        std::fs::write(dir.join("data"), vec![0x5a; 1 << 20]).unwrap()
+    })
 }
 
 impl Serve {
-    fn start(tag: &str, extra: &[&str]) -> Self {
-        let export = TempDir::new(tag);
-        std::fs::write(export.0.join("data"), vec![0x5a; 1 << 20]).unwrap();
-        let log = export.0.with_extension("log");
-        let (nfs, mnt, rdma) = (free_port(), free_port(), free_port());
-        let child = Command::new(BIN)
-            .arg("serve")
-            .arg(&export.0)
-            .arg("--state-dir")
-            .arg(export.0.with_extension("state"))
-            .args(["--addr", "127.0.0.1", "--port", &nfs.to_string()])
-            .args(["--mount-port", &mnt.to_string()])
-            .args(["--rdma-port", &rdma.to_string()])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn serve");
-        let s = Self {
-            child,
-            nfs,
-            mnt,
-            rdma,
-            export,
-            log,
-        };
-        for port in [nfs, mnt, rdma] {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(Instant::now() < deadline, "server never listened on {port}");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        s
-    }
-
     fn addr(&self, port: u16) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], port))
-    }
-
-    fn assert_alive(&mut self) {
-        let status = self.child.try_wait().unwrap();
-        assert!(
-            status.is_none(),
-            "server exited: {status:?}\n{}",
-            self.log()
-        );
-    }
-
-    /// Resident memory of the server, in KiB.
-    fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS")
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// `nfsrdma ls` of the export over TCP and over RDMA each succeed and
     /// list `data`, each within a second.
     fn assert_serves_a_normal_client(&mut self) {
         self.assert_alive();
-        let dir = self.export.0.display().to_string();
-        let urls = [
-            format!("nfs://127.0.0.1:{}{dir}?mountport={}", self.nfs, self.mnt),
-            format!(
-                "nfs+rdma://127.0.0.1:{}{dir}?mountport={}",
-                self.rdma, self.mnt
-            ),
-        ];
-        for url in urls {
-            let start = Instant::now();
-            let out = Command::new(BIN).args(["ls", &url]).output().unwrap();
-            let took = start.elapsed();
-            assert!(
-                out.status.success(),
-                "ls {url}: {}\n{}",
-                String::from_utf8_lossy(&out.stderr),
-                self.log()
-            );
-            assert!(String::from_utf8_lossy(&out.stdout).contains("data"));
-            assert!(took < Duration::from_secs(1), "ls {url} took {took:?}");
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(self.export.0.with_extension("state"));
-        let _ = std::fs::remove_file(&self.log);
+        self.assert_lists_data_within_1s("nfs");
+        self.assert_lists_data_within_1s("nfs+rdma");
     }
 }
 
@@ -178,7 +76,7 @@ fn closed_within(mut s: &TcpStream, t: Duration) -> bool {
 
 #[test]
 fn connections_over_the_caps_are_closed_and_clients_still_served() {
-    let mut srv = Serve::start(
+    let mut srv = serve(
         "caps",
         &[
             "--max-connections",
@@ -220,7 +118,7 @@ fn connections_over_the_caps_are_closed_and_clients_still_served() {
 
 #[test]
 fn exhausted_descriptors_do_not_end_any_listener() {
-    let mut srv = Serve::start("emfile", &["--max-open-files", "160"]);
+    let mut srv = serve("emfile", &["--max-open-files", "160"]);
     // More connections than descriptors, on the MOUNT and NFS ports; then
     // one to the RDMA port (each used to end its listener or the process).
     let mut flood = Vec::new();
@@ -310,7 +208,7 @@ fn data_handle(srv: &Serve, owner: (u32, u32)) -> Vec<u8> {
 
 #[test]
 fn a_read_flood_that_never_reads_replies_is_held_to_the_reply_budget() {
-    let mut srv = Serve::start("readflood", &[]);
+    let mut srv = serve("readflood", &[]);
     let meta = std::fs::metadata(&srv.export.0).unwrap();
     let owner = (meta.uid(), meta.gid());
     let fh = data_handle(&srv, owner);
@@ -369,7 +267,7 @@ fn read_flood(srv: &Serve, conns: u32, fh: &[u8], owner: (u32, u32)) -> Vec<(Tcp
 
 #[test]
 fn a_read_flood_on_many_connections_is_held_to_the_server_reply_budget() {
-    let mut srv = Serve::start("serverbudget", &["--max-server-reply-bytes", "4194304"]);
+    let mut srv = serve("serverbudget", &["--max-server-reply-bytes", "4194304"]);
     let meta = std::fs::metadata(&srv.export.0).unwrap();
     let owner = (meta.uid(), meta.gid());
     let fh = data_handle(&srv, owner);
@@ -394,7 +292,7 @@ fn a_read_flood_on_many_connections_is_held_to_the_server_reply_budget() {
 
 #[test]
 fn record_marks_claiming_4_mib_cost_only_what_was_sent() {
-    let mut srv = Serve::start("recmark", &[]);
+    let mut srv = serve("recmark", &[]);
     srv.assert_serves_a_normal_client();
     let before = srv.rss_kib();
     let mut held = Vec::new();
@@ -414,7 +312,7 @@ fn record_marks_claiming_4_mib_cost_only_what_was_sent() {
 
 #[test]
 fn silent_connections_to_the_rdma_port_do_not_lock_out_a_real_client() {
-    let mut srv = Serve::start("mpasilent", &[]);
+    let mut srv = serve("mpasilent", &[]);
     // 300 silent TCP connections to the RDMA port from one address: it
     // may hold 8 MPA handshakes (for 5 s each); the rest are closed.
     let rdma = srv.addr(srv.rdma);
@@ -464,7 +362,7 @@ fn long_floods_with_default_bounds() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
-    let mut srv = Serve::start("longflood", &[]);
+    let mut srv = serve("longflood", &[]);
     srv.assert_serves_a_normal_client();
     let base = srv.rss_kib() / 1024;
     println!("baseline RSS {base} MiB");
@@ -494,7 +392,7 @@ fn long_floods_with_default_bounds() {
     // Each flood below gets a fresh server: freed memory is not always
     // returned to the system, so the RSS of one flood would carry over.
     drop(srv);
-    let mut srv = Serve::start("longflood-read", &[]);
+    let mut srv = serve("longflood-read", &[]);
     let meta = std::fs::metadata(&srv.export.0).unwrap();
     let owner = (meta.uid(), meta.gid());
     let fh = data_handle(&srv, owner);
@@ -523,7 +421,7 @@ fn long_floods_with_default_bounds() {
     drop(held);
 
     drop(srv);
-    let mut srv = Serve::start("longflood-marks", &[]);
+    let mut srv = serve("longflood-marks", &[]);
     let marks = 4000.min(n);
     let mut held = flood(&srv, srv.nfs, marks, 200);
     for s in &mut held {
@@ -537,7 +435,7 @@ fn long_floods_with_default_bounds() {
     drop(held);
 
     drop(srv);
-    let mut srv = Serve::start("longflood-mpa", &[]);
+    let mut srv = serve("longflood-mpa", &[]);
     let silent = flood(&srv, srv.rdma, 2000.min(n), 20);
     std::thread::sleep(Duration::from_millis(300));
     let open = open_count(&silent);

@@ -8,8 +8,6 @@
 //! client (`nfsrdma ls` over RDMA) is served within a second afterwards.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -22,77 +20,18 @@ use softrnic::{SoftConfig, SoftDevice, SoftQp};
 
 mod support;
 
-use support::TempDir;
+use support::serve::ServeChild as Serve;
 
-const BIN: &str = env!("CARGO_BIN_EXE_nfsrdma");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral port")
-}
-
-/// `nfsrdma serve` on free loopback ports, killed on drop; standard error
-/// goes to a file read by [`Serve::log`].
-struct Serve {
-    child: Child,
-    nfs: u16,
-    mnt: u16,
-    rdma: u16,
-    export: TempDir,
-    log: PathBuf,
+/// The server under attack, exporting a small file `data`.
+fn serve(tag: &str, extra: &[&str]) -> Serve {
+    Serve::start(tag, extra, |dir| {
+        std::fs::write(dir.join("data"), b"hello").unwrap()
+    })
 }
 
 impl Serve {
-    fn start(tag: &str, extra: &[&str]) -> Self {
-        let export = TempDir::new(tag);
-        std::fs::write(export.0.join("data"), b"hello").unwrap();
-        let log = export.0.with_extension("log");
-        let (nfs, mnt, rdma) = (free_port(), free_port(), free_port());
-        let child = Command::new(BIN)
-            .arg("serve")
-            .arg(&export.0)
-            .arg("--state-dir")
-            .arg(export.0.with_extension("state"))
-            .args(["--addr", "127.0.0.1", "--port", &nfs.to_string()])
-            .args(["--mount-port", &mnt.to_string()])
-            .args(["--rdma-port", &rdma.to_string()])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn serve");
-        let s = Self {
-            child,
-            nfs,
-            mnt,
-            rdma,
-            export,
-            log,
-        };
-        for port in [nfs, mnt, rdma] {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(Instant::now() < deadline, "server never listened on {port}");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        s
-    }
-
     fn rdma_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.rdma))
-    }
-
-    /// A memory figure of the server from /proc (`VmRSS`, `VmData`), in KiB.
-    fn vm_kib(&self, field: &str) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect(field)
     }
 
     /// (resident, allocated) memory in KiB. Zeroed buffers are allocated
@@ -102,59 +41,11 @@ impl Serve {
         (self.vm_kib("VmRSS"), self.vm_kib("VmData"))
     }
 
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
     /// The server is up and `nfsrdma ls` over RDMA lists the export
     /// within a second.
     fn assert_serves_a_normal_client(&mut self) {
-        let status = self.child.try_wait().unwrap();
-        assert!(
-            status.is_none(),
-            "server exited: {status:?}\n{}",
-            self.log()
-        );
-        let dir = self.export.0.display().to_string();
-        let url = format!(
-            "nfs+rdma://127.0.0.1:{}{dir}?mountport={}",
-            self.rdma, self.mnt
-        );
-        let start = Instant::now();
-        let out = Command::new(BIN).args(["ls", &url]).output().unwrap();
-        let took = start.elapsed();
-        assert!(
-            out.status.success(),
-            "ls {url}: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            self.log()
-        );
-        assert!(String::from_utf8_lossy(&out.stdout).contains("data"));
-        assert!(took < Duration::from_secs(1), "ls {url} took {took:?}");
-        let _ = self.nfs;
-    }
-
-    /// Waits up to `t` for `needle` in the server's log.
-    fn logged_within(&self, needle: &str, t: Duration) -> bool {
-        let end = Instant::now() + t;
-        loop {
-            if self.log().contains(needle) {
-                return true;
-            }
-            if Instant::now() > end {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
-        let _ = std::fs::remove_dir_all(self.export.0.with_extension("state"));
+        self.assert_alive();
+        self.assert_lists_data_within_1s("nfs+rdma");
     }
 }
 
@@ -255,7 +146,7 @@ async fn all_closed_within(conns: &[Stalling], t: Duration) -> bool {
 /// its 64 MiB read budget, and the read timeout closes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unanswered_read_chunks_hold_at_most_the_budget_and_time_out() {
-    let mut srv = Serve::start("hostile-rdma-reads", &["--rdma-read-timeout-ms", "2000"]);
+    let mut srv = serve("hostile-rdma-reads", &["--rdma-read-timeout-ms", "2000"]);
     srv.assert_serves_a_normal_client();
     let before = srv.memory_kib();
     let mut conns = Vec::new();
@@ -296,7 +187,7 @@ async fn unanswered_read_chunks_hold_at_most_the_budget_and_time_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_beyond_its_credits_is_cut_off() {
-    let mut srv = Serve::start("hostile-rdma-credits", &["--rdma-credits", "8"]);
+    let mut srv = serve("hostile-rdma-credits", &["--rdma-credits", "8"]);
     let mut c = Stalling::connect(200, srv.rdma_addr()).await;
     for _ in 0..8 {
         c.call(4096);

@@ -7,8 +7,6 @@
 //! a session once one hostile client has gone.
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use nfs::v4::session::*;
@@ -20,64 +18,13 @@ use xdr::{Bounded, FixedOpaque};
 
 mod support;
 
-use support::TempDir;
+use support::serve::ServeChild as Serve;
 
-const BIN: &str = env!("CARGO_BIN_EXE_nfsrdma");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral port")
-}
-
-struct Serve {
-    child: Child,
-    nfs: u16,
-    export: TempDir,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(self.export.0.with_extension("state"));
-    }
-}
-
-impl Serve {
-    fn start(tag: &str) -> Self {
-        let export = TempDir::new(tag);
-        std::fs::write(export.0.join("big"), vec![7u8; 60 << 10]).unwrap();
-        let (nfs, mnt, rdma) = (free_port(), free_port(), free_port());
-        let child = Command::new(BIN)
-            .arg("serve")
-            .arg(&export.0)
-            .arg("--state-dir")
-            .arg(export.0.with_extension("state"))
-            .args(["--addr", "127.0.0.1", "--port", &nfs.to_string()])
-            .args(["--mount-port", &mnt.to_string()])
-            .args(["--rdma-port", &rdma.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn serve");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", nfs)).is_err() {
-            assert!(Instant::now() < deadline, "server never listened");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self { child, nfs, export }
-    }
-
-    fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS")
-    }
+/// The server under test, exporting a 60 KiB file `big`.
+fn serve(tag: &str) -> Serve {
+    Serve::start(tag, &[], |dir| {
+        std::fs::write(dir.join("big"), vec![7u8; 60 << 10]).unwrap()
+    })
 }
 
 struct V4 {
@@ -197,7 +144,7 @@ impl V4 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_caching_big_replies_keep_the_server_rss_bounded() {
-    let s = Serve::start("v4cache");
+    let s = serve("v4cache");
     let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&s.export.0).unwrap());
     let before = s.rss_kib();
     let mut granted_slots = 0u64;

@@ -4,6 +4,8 @@
 // Each test file uses part of this module.
 #![allow(dead_code)]
 
+pub(crate) mod serve;
+
 use std::path::{Path, PathBuf};
 
 /// A fresh directory under the system's temporary directory, removed on

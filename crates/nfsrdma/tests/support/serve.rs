@@ -1,0 +1,156 @@
+//! `nfsrdma serve` as a child process, for the hostile-client tests: on
+//! free loopback ports (NFS, MOUNT, RDMA), its own export and state
+//! directory, standard error in a log file; killed and cleaned up on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::TempDir;
+
+/// The `nfsrdma` binary under test.
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_nfsrdma");
+
+/// A port free on 127.0.0.1 when asked.
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("an ephemeral port")
+}
+
+/// A running `nfsrdma serve` child.
+pub(crate) struct ServeChild {
+    pub(crate) child: Child,
+    pub(crate) nfs: u16,
+    pub(crate) mnt: u16,
+    pub(crate) rdma: u16,
+    pub(crate) export: TempDir,
+    log: PathBuf,
+}
+
+impl ServeChild {
+    /// Fills a fresh export with `populate`, then serves it with `extra`
+    /// arguments and waits until all three ports listen.
+    pub(crate) fn start(tag: &str, extra: &[&str], populate: impl FnOnce(&Path)) -> Self {
+        let export = TempDir::new(tag);
+        populate(&export.0);
+        let log = export.0.with_extension("log");
+        let (nfs, mnt, rdma) = (free_port(), free_port(), free_port());
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg(&export.0)
+            .arg("--state-dir")
+            .arg(export.0.with_extension("state"))
+            .args(["--addr", "127.0.0.1", "--port", &nfs.to_string()])
+            .args(["--mount-port", &mnt.to_string()])
+            .args(["--rdma-port", &rdma.to_string()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn serve");
+        let s = Self {
+            child,
+            nfs,
+            mnt,
+            rdma,
+            export,
+            log,
+        };
+        for port in [nfs, mnt, rdma] {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "server never listened on {port}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        s
+    }
+
+    /// The URL of `file` in the export: `nfs` (TCP) or `nfs+rdma`.
+    pub(crate) fn url(&self, scheme: &str, file: &str) -> String {
+        let port = if scheme == "nfs" { self.nfs } else { self.rdma };
+        format!(
+            "{scheme}://127.0.0.1:{port}{}/{file}?mountport={}",
+            self.export.0.display(),
+            self.mnt
+        )
+    }
+
+    /// Whether the server is still running.
+    pub(crate) fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Panics, with the log, if the server has exited.
+    pub(crate) fn assert_alive(&mut self) {
+        let status = self.child.try_wait().unwrap();
+        assert!(
+            status.is_none(),
+            "server exited: {status:?}\n{}",
+            self.log()
+        );
+    }
+
+    /// A memory figure of the server from /proc (`VmRSS`, `VmData`), in KiB.
+    pub(crate) fn vm_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect(field)
+    }
+
+    /// Resident memory of the server, in KiB.
+    pub(crate) fn rss_kib(&self) -> u64 {
+        self.vm_kib("VmRSS")
+    }
+
+    /// What the server wrote to standard error so far.
+    pub(crate) fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits up to `t` for `needle` in the server's log.
+    pub(crate) fn logged_within(&self, needle: &str, t: Duration) -> bool {
+        let end = Instant::now() + t;
+        loop {
+            if self.log().contains(needle) {
+                return true;
+            }
+            if Instant::now() > end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `nfsrdma ls` of the export's root over `scheme` succeeds, lists
+    /// `data` and takes under a second.
+    pub(crate) fn assert_lists_data_within_1s(&self, scheme: &str) {
+        let url = self.url(scheme, "");
+        let url = url.replacen("/?", "?", 1);
+        let start = Instant::now();
+        let out = Command::new(BIN).args(["ls", &url]).output().unwrap();
+        let took = start.elapsed();
+        assert!(
+            out.status.success(),
+            "ls {url}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("data"));
+        assert!(took < Duration::from_secs(1), "ls {url} took {took:?}");
+    }
+}
+
+impl Drop for ServeChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(self.export.0.with_extension("state"));
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
