@@ -5,17 +5,14 @@
 
 mod v4_common;
 
-use std::net::SocketAddr;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use nfs::v4::session::*;
 use nfs::v4::*;
-use nfs_server::v4::{ManualClock, Nfs4Config, Nfs4Service, SessionLimits};
-use nfs_server::LocalFs;
+use nfs_server::v4::{Nfs4Service, SessionLimits};
 use oncrpc::client::ClientConfig;
-use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
+use oncrpc::tcp::{TcpClient, TcpConfig};
 use v4_common::*;
 use xdr::FixedOpaque;
 
@@ -25,38 +22,8 @@ struct Served {
 }
 
 async fn serve_arc(tag: &str, limits: SessionLimits) -> Served {
-    let dir = TempDir::new(tag);
-    let clock = Arc::new(ManualClock::new());
-    let fs = Arc::new(LocalFs::new(dir.path(), false).unwrap());
-    let svc = Arc::new(Nfs4Service::with_config(
-        fs,
-        Nfs4Config {
-            limits,
-            clock: clock.clone(),
-            server_owner: Bytes::from_static(b"test"),
-        },
-    ));
-    let mut server = oncrpc::Server::new();
-    server.register_arc(Arc::clone(&svc));
-    let tcp = TcpServer::bind(
-        "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
-        Arc::new(server),
-        TcpConfig::default(),
-    )
-    .await
-    .unwrap();
-    let addr = tcp.local_addr().unwrap();
-    tcp.spawn();
-    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.path()).unwrap());
-    Served {
-        svc,
-        srv: Srv {
-            addr,
-            uid,
-            clock,
-            dir,
-        },
-    }
+    let (svc, srv) = serve_with_service(tag, limits).await;
+    Served { svc, srv }
 }
 
 async fn client(srv: &Srv) -> C4 {

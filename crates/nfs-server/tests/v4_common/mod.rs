@@ -50,11 +50,15 @@ pub struct Srv {
 }
 
 pub async fn serve(tag: &str, limits: SessionLimits) -> Srv {
+    serve_with_service(tag, limits).await.1
+}
+
+/// Like [`serve`], also handing back the service (to read its state).
+pub async fn serve_with_service(tag: &str, limits: SessionLimits) -> (Arc<Nfs4Service>, Srv) {
     let dir = TempDir::new(tag);
     let clock = Arc::new(ManualClock::new());
     let fs = Arc::new(LocalFs::new(dir.path(), false).unwrap());
-    let mut server = oncrpc::Server::new();
-    server.register(Nfs4Service::with_config(
+    let svc = Arc::new(Nfs4Service::with_config(
         fs,
         Nfs4Config {
             limits,
@@ -62,6 +66,8 @@ pub async fn serve(tag: &str, limits: SessionLimits) -> Srv {
             server_owner: Bytes::from_static(b"test"),
         },
     ));
+    let mut server = oncrpc::Server::new();
+    server.register_arc(Arc::clone(&svc));
     let tcp = TcpServer::bind(
         "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
         Arc::new(server),
@@ -72,12 +78,15 @@ pub async fn serve(tag: &str, limits: SessionLimits) -> Srv {
     let addr = tcp.local_addr().unwrap();
     tcp.spawn();
     let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.path()).unwrap());
-    Srv {
-        addr,
-        uid,
-        clock,
-        dir,
-    }
+    (
+        svc,
+        Srv {
+            addr,
+            uid,
+            clock,
+            dir,
+        },
+    )
 }
 
 /// One NFSv4.1 client: a connection, and after [`C4::establish`] a client
