@@ -11,7 +11,7 @@ use std::sync::Arc;
 use nfs::v4::session::*;
 use nfs::v4::*;
 use nfs_server::v4::{Nfs4Service, SessionLimits};
-use oncrpc::client::ClientConfig;
+use oncrpc::client::{ClientConfig, ClientTransport};
 use oncrpc::tcp::{TcpClient, TcpConfig};
 use v4_common::*;
 use xdr::FixedOpaque;
@@ -180,4 +180,121 @@ async fn clients_caching_big_replies_stay_within_the_reply_cache_budget() {
     let mut late = client(&s.srv).await;
     assert!(matches!(new_session(&mut late, "late").await, Res4::Ok(_)));
     assert!(s.svc.state_stats().reply_cache_reserved <= BUDGET);
+}
+
+fn trips(name: &str) -> u64 {
+    oncrpc::limits::snapshot()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .map_or(0, |(_, c)| c)
+}
+
+/// Another connection of `c`'s client and session (its own slot use is
+/// the caller's business).
+async fn same_session(srv: &Srv, c: &C4) -> C4 {
+    let mut o = client(srv).await;
+    o.clientid = c.clientid;
+    o.session = c.session;
+    o
+}
+
+async fn destroy_session_alone(c: &C4) -> Nfsstat4 {
+    c.ops(vec![NfsArgop4::DestroySession(DestroySession4Args {
+        sessionid: FixedOpaque(c.session),
+    })])
+    .await
+    .status
+}
+
+/// RFC 8881 §2.10.3.1: a session remembers at most 64 connections
+/// (`nfs4.session_connections`). §18.34 has no error for "too many
+/// connections", and a server cannot tell a dead connection from a silent
+/// one, so refusing the 65th would lock out a client that reconnected 64
+/// times; the oldest binding is forgotten instead, and that connection
+/// joins again with its next SEQUENCE (SP4_NONE, §18.34.3).
+#[tokio::test]
+async fn a_session_remembers_at_most_64_connections() {
+    let s = serve_arc("sessconns", SessionLimits::default()).await;
+    let mut first = client(&s.srv).await;
+    first.establish("many-conns").await;
+    let before = trips("nfs4.session_connections");
+    let mut seqid = 0;
+    let mut others = Vec::new();
+    // 64 more connections join by SEQUENCE (slot 0, one at a time).
+    for _ in 0..64 {
+        let o = same_session(&s.srv, &first).await;
+        seqid += 1;
+        let r = o.ops(vec![o.sequence(0, seqid, false)]).await;
+        assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+        others.push(o);
+    }
+    assert!(trips("nfs4.session_connections") > before);
+    // The first connection was forgotten: it may not destroy the session
+    // (§18.37.3) until it joins again.
+    assert_eq!(
+        destroy_session_alone(&first).await,
+        Nfsstat4::NFS4ERR_CONN_NOT_BOUND_TO_SESSION
+    );
+    seqid += 1;
+    let r = first.ops(vec![first.sequence(0, seqid, false)]).await;
+    assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+    // The newest connection is still bound, and so is the first again.
+    seqid += 1;
+    let last = others.last().unwrap();
+    let r = last.ops(vec![last.sequence(0, seqid, false)]).await;
+    assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+    assert_eq!(destroy_session_alone(&first).await, Nfsstat4::NFS4_OK);
+    assert_eq!(s.svc.state_stats().sessions, 0);
+}
+
+/// An idle TCP connection is closed (`tcp.idle_closed`) unless it is
+/// bound to a live NFSv4.1 session, which callbacks may use; once the
+/// session's client lets its lease run out, its connection goes too.
+#[tokio::test]
+async fn idle_connections_are_closed_unless_bound_to_a_live_session() {
+    let tcp = TcpConfig {
+        idle_timeout: Some(std::time::Duration::from_millis(300)),
+        ..TcpConfig::default()
+    };
+    let (svc, srv) = serve_with_tcp("idle", SessionLimits::default(), tcp).await;
+    let mut c = client(&srv).await;
+    c.establish("idle-holder").await;
+    let before = trips("tcp.idle_closed");
+    let mut plain = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+    let mut b = [0u8; 1];
+    let r = tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        tokio::io::AsyncReadExt::read(&mut plain, &mut b),
+    )
+    .await;
+    assert!(
+        matches!(r, Ok(Ok(0) | Err(_))),
+        "a plain idle connection is closed"
+    );
+    assert!(trips("tcp.idle_closed") > before);
+    // Four idle periods later the session's connection still works.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    c.ok(vec![NfsArgop4::Putrootfh(())]).await;
+    // The lease runs out: the connection is no longer held.
+    srv.clock.advance(std::time::Duration::from_secs(200));
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let id = c.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+    let args = Compound4Args {
+        tag: bytes::Bytes::new(),
+        minorversion: 1,
+        argarray: vec![c.sequence(0, id, false)],
+    };
+    let r = c
+        .rpc
+        .call(oncrpc::client::RpcCall {
+            prog: NFS4_PROGRAM,
+            vers: NFS_V4,
+            proc_: NFSPROC4_COMPOUND,
+            cred: c.cred.clone(),
+            args: xdr::XdrBuf::from_bytes(xdr::to_bytes(&args)),
+            reply_hint: Default::default(),
+        })
+        .await;
+    assert!(r.is_err(), "closed once the session expired: {r:?}");
+    assert_eq!(svc.state_stats().sessions, 0);
 }

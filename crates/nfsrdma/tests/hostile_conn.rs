@@ -449,3 +449,155 @@ fn long_floods_with_default_bounds() {
         println!("log: {line}");
     }
 }
+
+/// What the RDMA port answered an MPA Request (RFC 5044 §7.1).
+#[derive(Debug, PartialEq, Eq)]
+enum Mpa {
+    /// Accepted: the stream is an RDMA connection the server holds.
+    Accepted,
+    /// An MPA Reply with the Reject bit.
+    Rejected,
+}
+
+/// An RDMA connection from `from`, set up by hand: the MPA Request over
+/// TCP and the server's Reply (empty private data: RFC 8797 defaults).
+fn mpa_connect(from: [u8; 4], to: SocketAddr) -> (TcpStream, Mpa) {
+    use iwarp::negotiation::{FrameReader, Initiator, InitiatorConfig, ReplyOutcome};
+    let mut s = connect_from(from, to).unwrap();
+    let (awaiting, request) = Initiator::start(InitiatorConfig {
+        crc: true,
+        ird: 16,
+        ord: 16,
+        rtr_offer: Vec::new(),
+        private_data: Vec::new(),
+    })
+    .unwrap();
+    s.write_all(&request).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut reader = FrameReader::new();
+    let frame = loop {
+        let mut b = vec![0u8; reader.needed().unwrap()];
+        let n = s.read(&mut b).expect("an MPA Reply within 3 s");
+        assert!(n > 0, "closed without an MPA Reply");
+        if let (_, Some(f)) = reader.feed(&b[..n]).unwrap() {
+            break f;
+        }
+    };
+    let outcome = match awaiting.handle_reply(&frame).unwrap() {
+        ReplyOutcome::Accepted(_) => Mpa::Accepted,
+        ReplyOutcome::Rejected { .. } => Mpa::Rejected,
+    };
+    (s, outcome)
+}
+
+#[test]
+fn rdma_connections_over_the_caps_are_rejected_and_clients_still_served() {
+    let mut srv = serve(
+        "rdmacaps",
+        &[
+            "--max-connections",
+            "12",
+            "--max-connections-per-client",
+            "4",
+        ],
+    );
+    let rdma = srv.addr(srv.rdma);
+    // Four RDMA connections from one address; the fifth is rejected.
+    let mut held: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let (s, m) = mpa_connect([127, 0, 0, 2], rdma);
+            assert_eq!(m, Mpa::Accepted);
+            s
+        })
+        .collect();
+    assert_eq!(mpa_connect([127, 0, 0, 2], rdma).1, Mpa::Rejected);
+    assert!(srv.logged_within("rdma.connections_per_client", Duration::from_secs(2)));
+    // Two more addresses fill the total (12); a fourth address is rejected.
+    for from in [[127, 0, 0, 3], [127, 0, 0, 4]] {
+        for _ in 0..4 {
+            let (s, m) = mpa_connect(from, rdma);
+            assert_eq!(m, Mpa::Accepted);
+            held.push(s);
+        }
+    }
+    assert_eq!(mpa_connect([127, 0, 0, 5], rdma).1, Mpa::Rejected);
+    assert!(srv.logged_within("rdma.connections\"", Duration::from_secs(2)));
+    // The held connections are live: they close cleanly when dropped.
+    assert!(!closed_within(&held[0], Duration::from_millis(100)));
+    // Once some let go, a normal client is served over TCP and RDMA.
+    held.truncate(6);
+    std::thread::sleep(Duration::from_millis(200));
+    srv.assert_serves_a_normal_client();
+}
+
+#[test]
+fn exhausted_descriptors_do_not_end_the_rdma_listener() {
+    // 100 descriptors: the silent connections to the RDMA port (8 per
+    // address for 5 s each, 128 in all) use them up before their caps.
+    let mut srv = serve("mpaemfile", &["--max-open-files", "100"]);
+    let silent = flood(&srv, srv.rdma, 160, 8);
+    std::thread::sleep(Duration::from_millis(300));
+    srv.assert_alive();
+    assert!(
+        srv.logged_within("mpa.accept_failed", Duration::from_secs(2)),
+        "{}",
+        srv.log()
+    );
+    drop(silent);
+    // Accepting resumes within the backoff (at most 500 ms).
+    std::thread::sleep(Duration::from_millis(600));
+    srv.assert_serves_a_normal_client();
+}
+
+#[test]
+fn idle_tcp_connections_are_closed_and_free_their_places() {
+    let mut srv = serve(
+        "tcpidle",
+        &[
+            "--tcp-idle-timeout-secs",
+            "1",
+            "--max-connections-per-client",
+            "20",
+        ],
+    );
+    // 20 silent connections from one address hold all its places...
+    let nfs = srv.addr(srv.nfs);
+    let silent: Vec<TcpStream> = (0..20)
+        .map(|_| connect_from([127, 0, 0, 2], nfs).unwrap())
+        .collect();
+    let mut extra = connect_from([127, 0, 0, 2], nfs).unwrap();
+    assert!(
+        closed_within(&extra, Duration::from_millis(500)),
+        "over the cap"
+    );
+    // ...until the idle timeout closes them (1 s, at most 2 s).
+    let start = Instant::now();
+    let closed = silent
+        .iter()
+        .filter(|s| closed_within(s, Duration::from_secs(3)))
+        .count();
+    assert_eq!(closed, 20, "after {:?}", start.elapsed());
+    assert!(srv.logged_within("tcp.idle_closed", Duration::from_secs(1)));
+    // The address has its places again.
+    extra = connect_from([127, 0, 0, 2], nfs).unwrap();
+    let meta = std::fs::metadata(&srv.export.0).unwrap();
+    extra
+        .write_all(&call(1, 100_003, 3, 0, &[], (meta.uid(), meta.gid())))
+        .unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    reply_results_void(&mut extra);
+    srv.assert_serves_a_normal_client();
+}
+
+/// Reads one reply record to a NULL call: accepted, SUCCESS.
+fn reply_results_void(s: &mut TcpStream) {
+    let mut h = [0u8; 4];
+    s.read_exact(&mut h).unwrap();
+    let len = (u32::from_be_bytes(h) & 0x7fff_ffff) as usize;
+    let mut rec = vec![0u8; len];
+    s.read_exact(&mut rec).unwrap();
+    assert_eq!(&rec[4..12], &[0, 0, 0, 1, 0, 0, 0, 0], "an accepted reply");
+    assert_eq!(&rec[20..24], &[0, 0, 0, 0], "SUCCESS");
+}

@@ -138,6 +138,14 @@ pub trait RpcService: Send + Sync + 'static {
     fn is_cached(&self, _vers: u32, _proc: u32) -> bool {
         false
     }
+
+    /// Whether the service still needs connection `conn_id` (by
+    /// [`PeerInfo::conn_id`]) although its client sends nothing, e.g. an
+    /// NFSv4.1 session whose back channel may use it. The TCP shell does
+    /// not close such a connection as idle. Default: no.
+    fn holds_connection(&self, _conn_id: u64) -> bool {
+        false
+    }
 }
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -151,6 +159,7 @@ trait DynService: Send + Sync {
         args: Bytes,
     ) -> BoxFuture<'_, Result<XdrBuf, ServiceError>>;
     fn is_cached(&self, vers: u32, proc_: u32) -> bool;
+    fn holds_connection(&self, conn_id: u64) -> bool;
 }
 
 impl<S: RpcService> DynService for S {
@@ -166,6 +175,9 @@ impl<S: RpcService> DynService for S {
     }
     fn is_cached(&self, vers: u32, proc_: u32) -> bool {
         RpcService::is_cached(self, vers, proc_)
+    }
+    fn holds_connection(&self, conn_id: u64) -> bool {
+        RpcService::holds_connection(self, conn_id)
     }
 }
 
@@ -244,6 +256,15 @@ impl Server {
         let prog = service.program();
         self.programs.entry(prog).or_default().push(service);
         self
+    }
+
+    /// Whether a registered service still needs connection `conn_id`
+    /// ([`RpcService::holds_connection`]), so it must not be closed as idle.
+    pub fn holds_connection(&self, conn_id: u64) -> bool {
+        self.programs
+            .values()
+            .flatten()
+            .any(|s| s.holds_connection(conn_id))
     }
 
     /// Handles one call message (a whole RPC record) and returns the reply

@@ -55,6 +55,15 @@ pub struct TcpConfig {
     /// share one [`ServerReplyBudget`] between listeners with
     /// [`TcpServer::with_reply_budget`].
     pub max_server_reply_bytes: usize,
+    /// How long a server connection may stay silent (no byte received)
+    /// with no call running and no reply waiting to be written before it
+    /// is closed, freeing its place under the connection caps; `None`
+    /// keeps idle connections forever. A connection a service still holds
+    /// ([`crate::RpcService::holds_connection`]: an NFSv4.1 session bound
+    /// to it, which callbacks may use) is kept. Default 6 minutes, as the
+    /// Linux server (`svc_age_temp_xprts`, every `svc_conn_age_period`).
+    /// Trips the `tcp.idle_closed` limit.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for TcpConfig {
@@ -66,6 +75,7 @@ impl Default for TcpConfig {
             max_queued_reply_bytes: 8 * 1024 * 1024,
             reply_reserve: 1024 * 1024 + 4096,
             max_server_reply_bytes: 256 * 1024 * 1024,
+            idle_timeout: Some(Duration::from_secs(6 * 60)),
         }
     }
 }
@@ -135,6 +145,7 @@ async fn reply_writer(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Que
 static ACCEPT_FAILED: Limit = Limit::new("tcp.accept_failed");
 static CONNS_TOTAL: Limit = Limit::new("tcp.connections");
 static CONNS_PER_CLIENT: Limit = Limit::new("tcp.connections_per_client");
+static IDLE_CLOSED: Limit = Limit::new("tcp.idle_closed");
 
 /// An RPC server over TCP serving a [`Server`]'s programs.
 #[derive(Debug)]
@@ -274,7 +285,14 @@ pub async fn serve_connection(
         let record = match deframer.next_record() {
             Ok(Some(record)) => record,
             Ok(None) => {
-                if !read_some(&r, &mut deframer, config.read_chunk).await {
+                let idle = Idle {
+                    timeout: config.idle_timeout,
+                    permits: &permits,
+                    max: config.max_concurrent_per_conn.max(1),
+                    server: &server,
+                    peer: &peer,
+                };
+                if !read_or_idle(&r, &mut deframer, config.read_chunk, &idle).await {
                     break;
                 }
                 continue;
@@ -300,6 +318,54 @@ pub async fn serve_connection(
     }
     drop(tx);
     let _ = writer.await;
+}
+
+/// What decides whether a silent server connection is idle.
+struct Idle<'a> {
+    timeout: Option<Duration>,
+    /// The connection's call slots: all free when no call runs and no
+    /// reply waits to be written.
+    permits: &'a Semaphore,
+    max: usize,
+    server: &'a Server,
+    peer: &'a PeerInfo,
+}
+
+impl Idle<'_> {
+    /// Nothing in progress and no service holds the connection.
+    fn is_idle(&self) -> bool {
+        self.permits.available_permits() >= self.max
+            && !self.server.holds_connection(self.peer.conn_id)
+    }
+}
+
+/// [`read_some`], closing the connection (false) once it has been silent
+/// for `idle.timeout` while idle ([`Idle::is_idle`]); a silent connection
+/// that is not idle then gets another period.
+async fn read_or_idle(
+    r: &OwnedReadHalf,
+    deframer: &mut RecordDecoder,
+    chunk: usize,
+    idle: &Idle<'_>,
+) -> bool {
+    let Some(timeout) = idle.timeout else {
+        return read_some(r, deframer, chunk).await;
+    };
+    loop {
+        // `read_some` may be dropped at its await points: it only reads
+        // with `try_read_buf`, so no received byte is lost.
+        if let Ok(more) = tokio::time::timeout(timeout, read_some(r, deframer, chunk)).await {
+            return more;
+        }
+        if idle.is_idle() {
+            IDLE_CLOSED.trip(format_args!(
+                "closed connection {} from {}: idle for {timeout:?}",
+                idle.peer.conn_id,
+                idle.peer.addr.map_or_else(|| "?".into(), |a| a.to_string())
+            ));
+            return false;
+        }
+    }
 }
 
 /// Smallest room made in a connection's receive buffer for a read.

@@ -239,6 +239,9 @@ pub(crate) struct ClientTable {
     cached: u64,
     /// Clients removed since the owner last asked.
     dropped: Vec<u64>,
+    /// Connection id → sessions it is bound to (idle connections bound to
+    /// a session are kept open: callbacks may use them).
+    bound: HashMap<u64, u32>,
 }
 
 impl ClientTable {
@@ -258,6 +261,7 @@ impl ClientTable {
             reserved: 0,
             cached: 0,
             dropped: Vec::new(),
+            bound: HashMap::new(),
         }
     }
 
@@ -323,6 +327,9 @@ impl ClientTable {
 
     fn drop_session(&mut self, sid: &[u8; 16]) -> Option<Session> {
         let s = self.sessions.remove(sid)?;
+        for c in &s.conns {
+            self.unbind(*c);
+        }
         self.reserved = self.reserved.saturating_sub(s.reserved());
         self.cached = self.cached.saturating_sub(s.cached());
         if let Some(c) = self.clients.get_mut(&s.clientid) {
@@ -703,14 +710,34 @@ impl ClientTable {
         if s.conns.contains(&conn) {
             return;
         }
+        let mut forgotten = None;
         if s.conns.len() >= MAX_SESSION_CONNS {
             let old = s.conns.remove(0);
             SESSION_CONNS.trip(format_args!(
                 "session of client {:#x} forgets connection {old}: {MAX_SESSION_CONNS} bound",
                 s.clientid
             ));
+            forgotten = Some(old);
         }
         s.conns.push(conn);
+        if let Some(old) = forgotten {
+            self.unbind(old);
+        }
+        *self.bound.entry(conn).or_default() += 1;
+    }
+
+    fn unbind(&mut self, conn: u64) {
+        if let Some(n) = self.bound.get_mut(&conn) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.bound.remove(&conn);
+            }
+        }
+    }
+
+    /// Whether connection `conn` is bound to any session.
+    pub(crate) fn conn_in_session(&self, conn: u64) -> bool {
+        self.bound.contains_key(&conn)
     }
 
     /// Whether connection `conn` is bound to session `sid`.

@@ -505,4 +505,13 @@ impl<S: Storage> RpcService for Nfs4Service<S> {
             _ => Err(ServiceError::ProcUnavail),
         }
     }
+
+    /// A connection bound to a live session (RFC 8881 §2.10.3.1) is kept
+    /// open however long its client is silent: the session's back channel
+    /// may use it, and the client's lease bounds how long it is held.
+    fn holds_connection(&self, conn_id: u64) -> bool {
+        let now = self.clock.now();
+        self.state()
+            .is_ok_and(|mut st| st.conn_in_session(conn_id, now))
+    }
 }

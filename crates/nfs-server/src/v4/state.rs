@@ -73,6 +73,13 @@ impl StateTable {
         self.sweep();
     }
 
+    /// Whether connection `conn` is bound to a session whose client's
+    /// lease has not run out at `now` (expired clients are dropped first).
+    pub(crate) fn conn_in_session(&mut self, conn: u64, now: Duration) -> bool {
+        self.expire(now);
+        self.clients.conn_in_session(conn)
+    }
+
     /// EXCHANGE_ID (RFC 8881 §18.35.4).
     pub(crate) fn exchange_id(
         &mut self,

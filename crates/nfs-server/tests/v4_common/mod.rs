@@ -55,6 +55,15 @@ pub async fn serve(tag: &str, limits: SessionLimits) -> Srv {
 
 /// Like [`serve`], also handing back the service (to read its state).
 pub async fn serve_with_service(tag: &str, limits: SessionLimits) -> (Arc<Nfs4Service>, Srv) {
+    serve_with_tcp(tag, limits, TcpConfig::default()).await
+}
+
+/// Like [`serve_with_service`], with the TCP listener's settings.
+pub async fn serve_with_tcp(
+    tag: &str,
+    limits: SessionLimits,
+    tcp_config: TcpConfig,
+) -> (Arc<Nfs4Service>, Srv) {
     let dir = TempDir::new(tag);
     let clock = Arc::new(ManualClock::new());
     let fs = Arc::new(LocalFs::new(dir.path(), false).unwrap());
@@ -71,7 +80,7 @@ pub async fn serve_with_service(tag: &str, limits: SessionLimits) -> (Arc<Nfs4Se
     let tcp = TcpServer::bind(
         "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
         Arc::new(server),
-        TcpConfig::default(),
+        tcp_config,
     )
     .await
     .unwrap();

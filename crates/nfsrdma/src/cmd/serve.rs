@@ -11,6 +11,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use oncrpc::limits::ConnLimits;
@@ -120,6 +121,11 @@ pub(crate) struct ServeArgs {
     /// are written (one holding none may still run one call).
     #[arg(long, default_value_t = TcpConfig::default().max_server_reply_bytes)]
     max_server_reply_bytes: usize,
+    /// Seconds a TCP connection may stay silent with no call in progress
+    /// before the server closes it (0: never). A connection bound to an
+    /// NFSv4.1 session is kept while the session lives.
+    #[arg(long, default_value_t = TcpConfig::default().idle_timeout.map_or(0, |d| d.as_secs()))]
+    tcp_idle_timeout_secs: u64,
     /// RDMA connection set-ups (MPA handshakes) in progress at once from
     /// one client address; each must send its MPA Request within 5 s.
     #[arg(long, default_value_t = softrnic::SoftConfig::default().max_handshakes_per_client)]
@@ -150,6 +156,8 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     config.tcp.max_queued_reply_bytes = args.max_queued_reply_bytes;
     config.tcp.max_server_reply_bytes = args.max_server_reply_bytes;
+    config.tcp.idle_timeout =
+        (args.tcp_idle_timeout_secs > 0).then(|| Duration::from_secs(args.tcp_idle_timeout_secs));
     config.mount_list_max = args.mount_list_max;
     let mount_addr = SocketAddr::new(args.addr, args.mount_port);
     if tcp {
