@@ -124,6 +124,17 @@ impl<T: ClientTransport> Nfs3Client<T> {
         &self.cred
     }
 
+    /// A view of this client that sends `cred` on every call instead of
+    /// its own, over the same transport (borrowed, not copied): each RPC
+    /// call carries its own credential (RFC 5531 §8.2), so one connection
+    /// serves many users, as a multi-user mount needs.
+    pub fn with_credential(&self, cred: OpaqueAuth) -> Nfs3Client<&T> {
+        Nfs3Client {
+            rpc: &self.rpc,
+            cred,
+        }
+    }
+
     /// Sends one call and returns the raw procedure results.
     async fn raw(&self, proc: Nfsproc3, args: XdrBuf) -> Result<Bytes> {
         let reply_hint = reply_hint(proc, &args);
@@ -617,5 +628,42 @@ mod tests {
             assert_eq!(a.uid, m.uid());
         }
         assert!(a.machinename.len() <= MAX_MACHINENAME);
+    }
+
+    /// Records the credential of each call and answers NULL.
+    #[derive(Default)]
+    struct Recorder(std::sync::Mutex<Vec<OpaqueAuth>>);
+
+    impl ClientTransport for Recorder {
+        fn call(
+            &self,
+            call: RpcCall,
+        ) -> impl core::future::Future<Output = std::result::Result<Bytes, oncrpc::RpcError>> + Send
+        {
+            self.0.lock().unwrap().push(call.cred);
+            async { Ok(Bytes::new()) }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_carries_the_credential_of_the_view_it_is_made_on() {
+        let base = AuthSys {
+            uid: 1,
+            ..AuthSys::default()
+        }
+        .to_opaque_auth();
+        let other = AuthSys {
+            uid: 1001,
+            gid: 100,
+            gids: vec![4, 27],
+            ..AuthSys::default()
+        }
+        .to_opaque_auth();
+        let c = Nfs3Client::new(Recorder::default(), base.clone());
+        c.null().await.unwrap();
+        c.with_credential(other.clone()).null().await.unwrap();
+        c.null().await.unwrap();
+        let seen = c.transport().0.lock().unwrap().clone();
+        assert_eq!(seen, [base.clone(), other, base]);
     }
 }

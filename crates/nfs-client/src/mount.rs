@@ -7,6 +7,7 @@ use nfs::v3::{
     Cookieverf3, Createhow3, Entryplus3, Fattr3, Fsinfo3ResOk, Ftype3, NfsFh3, Nfsproc3, Nfsstat3,
     Sattr3,
 };
+use oncrpc::msg::OpaqueAuth;
 use oncrpc::ClientTransport;
 use xdr::FixedOpaque;
 
@@ -30,6 +31,11 @@ pub struct IoOptions {
     /// READ/WRITE size; `None` uses the server's preferred sizes
     /// (FSINFO `rtpref`/`wtpref`). Always capped by `rtmax`/`wtmax`.
     pub block_size: Option<u32>,
+    /// READ size alone (nfs(5) `rsize`), over `block_size`; capped the
+    /// same way.
+    pub rsize: Option<u32>,
+    /// WRITE size alone (nfs(5) `wsize`), over `block_size`.
+    pub wsize: Option<u32>,
     /// READDIRPLUS `maxcount` (the reply size); `dircount` is a quarter of
     /// it. `None` uses FSINFO `dtpref` times 8, at least 64 KiB, so a
     /// large directory takes few calls.
@@ -44,6 +50,8 @@ impl Default for IoOptions {
         Self {
             in_flight: 16,
             block_size: None,
+            rsize: None,
+            wsize: None,
             dir_bytes: None,
             commit_window: 64 << 20,
         }
@@ -88,6 +96,18 @@ impl<T: ClientTransport> Mount<T> {
         &self.nfs
     }
 
+    /// A view of this mount whose calls carry `cred` instead of the
+    /// mount's credential ([`Nfs3Client::with_credential`]): same
+    /// transport, root and transfer settings.
+    pub fn with_credential(&self, cred: OpaqueAuth) -> Mount<&T> {
+        Mount {
+            nfs: self.nfs.with_credential(cred),
+            root: self.root.clone(),
+            fsinfo: self.fsinfo.clone(),
+            opts: self.opts,
+        }
+    }
+
     /// The export's root handle.
     pub fn root(&self) -> &NfsFh3 {
         &self.root
@@ -108,15 +128,19 @@ impl<T: ClientTransport> Mount<T> {
         self.opts = opts;
     }
 
-    /// READ size: the block size option or `rtpref`, capped by `rtmax`
-    /// (RFC 1813 §3.3.19), within [`MIN_IO_SIZE`]..=[`MAX_IO_SIZE`].
+    /// READ size: the `rsize` or block size option, else `rtpref`,
+    /// capped by `rtmax` (RFC 1813 §3.3.19), within
+    /// [`MIN_IO_SIZE`]..=[`MAX_IO_SIZE`].
     pub fn read_size(&self) -> u32 {
-        io_size(self.opts.block_size, self.fsinfo.rtpref, self.fsinfo.rtmax)
+        let opt = self.opts.rsize.or(self.opts.block_size);
+        io_size(opt, self.fsinfo.rtpref, self.fsinfo.rtmax)
     }
 
-    /// WRITE size: the block size option or `wtpref`, capped by `wtmax`.
+    /// WRITE size: the `wsize` or block size option, else `wtpref`,
+    /// capped by `wtmax`.
     pub fn write_size(&self) -> u32 {
-        io_size(self.opts.block_size, self.fsinfo.wtpref, self.fsinfo.wtmax)
+        let opt = self.opts.wsize.or(self.opts.block_size);
+        io_size(opt, self.fsinfo.wtpref, self.fsinfo.wtmax)
     }
 
     /// READs or WRITEs in flight (at least one).

@@ -146,6 +146,23 @@ pub trait ClientTransport: Send + Sync {
     }
 }
 
+/// A borrowed transport is a transport: a client view that sends its own
+/// credential on a shared connection (each call carries its credential,
+/// RFC 5531 §8.2) borrows the transport instead of copying it.
+impl<T: ClientTransport + ?Sized> ClientTransport for &T {
+    fn call(&self, call: RpcCall) -> impl Future<Output = Result<Bytes, RpcError>> + Send {
+        (**self).call(call)
+    }
+
+    fn call_into(
+        &self,
+        call: RpcCall,
+        dst: BytesMut,
+    ) -> impl Future<Output = Result<Bytes, RpcError>> + Send {
+        (**self).call_into(call, dst)
+    }
+}
+
 /// Retransmission policy. Over TCP a timeout is usually left unset (the
 /// transport is reliable); over RDMA, and after any reconnect, calls are
 /// retransmitted with their original XID so the server's duplicate-request
