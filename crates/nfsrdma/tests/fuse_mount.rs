@@ -6,226 +6,14 @@
 //! user, or mounting refused) each test prints a loud `SKIPPED:` line and
 //! returns; once a mount is in place, any misbehaviour fails the test.
 
-use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_nfsrdma");
 
 mod support;
 
+use support::fuse::*;
 use support::{Server, TempDir};
-
-impl Server {
-    fn url(&self) -> String {
-        format!("nfs://127.0.0.1:{}{}", self.port, self.dir().display())
-    }
-
-    /// NFS over RPC-over-RDMA, MOUNT over TCP.
-    fn rdma_url(&self) -> String {
-        format!(
-            "nfs+rdma://127.0.0.1:{}{}?mountport={}",
-            self.rdma_port,
-            self.dir().display(),
-            self.port
-        )
-    }
-}
-
-/// Why FUSE cannot be used here, if it cannot.
-fn fuse_unavailable() -> Option<String> {
-    if !Path::new("/dev/fuse").exists() {
-        return Some("/dev/fuse is missing".into());
-    }
-    let root = std::fs::metadata("/proc/self").is_ok_and(|m| {
-        use std::os::unix::fs::MetadataExt;
-        m.uid() == 0
-    });
-    let fusermount = Command::new("fusermount3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !root && !fusermount {
-        return Some("not root and no fusermount3".into());
-    }
-    None
-}
-
-fn skip(why: &str) {
-    eprintln!("SKIPPED: FUSE mount test not run: {why} (install fuse3 and provide /dev/fuse)");
-}
-
-/// Whether a failed mount's message says FUSE mounting is not allowed
-/// here (rather than that something is broken).
-fn refused(msg: &str) -> bool {
-    [
-        "Operation not permitted",
-        "Permission denied",
-        "No such device",
-        "fusermount",
-    ]
-    .iter()
-    .any(|s| msg.contains(s))
-}
-
-fn is_mounted(dir: &Path) -> bool {
-    let want = dir.to_string_lossy().into_owned();
-    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| {
-        m.lines()
-            .any(|l| l.split(' ').nth(4).is_some_and(|p| p == want))
-    })
-}
-
-/// A mount of the server's export, unmounted (and its process reaped)
-/// when dropped, whatever happened.
-struct Mounted {
-    dir: TempDir,
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Mounted {
-    fn log(&self) -> String {
-        let mut s = String::new();
-        if let Ok(mut f) = File::open(&self.log) {
-            let _ = f.read_to_string(&mut s);
-        }
-        s
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.dir.0.join(rel)
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        if is_mounted(&self.dir.0) {
-            let _ = Command::new("fusermount3")
-                .args(["-u", "-z"])
-                .arg(&self.dir.0)
-                .output();
-            if is_mounted(&self.dir.0) {
-                let _ = Command::new("umount").arg("-l").arg(&self.dir.0).output();
-            }
-        }
-        if let Some(mut c) = self.child.take() {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while !matches!(c.try_wait(), Ok(Some(_)) | Err(_)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            if matches!(c.try_wait(), Ok(None)) {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-        let _ = std::fs::remove_file(&self.log);
-    }
-}
-
-/// Mounts `srv`'s export with `nfsrdma mount --foreground extra...`;
-/// `None` (after a SKIPPED line) when FUSE refuses.
-fn mount(srv: &Server, tag: &str, extra: &[&str]) -> Option<Mounted> {
-    mount_url(&srv.url(), tag, extra)
-}
-
-fn mount_url(url: &str, tag: &str, extra: &[&str]) -> Option<Mounted> {
-    if let Some(why) = fuse_unavailable() {
-        skip(&why);
-        return None;
-    }
-    let dir = TempDir::new(tag);
-    let log = std::env::temp_dir().join(format!("nfsrdma-fuse-{tag}-{}.log", std::process::id()));
-    let child = Command::new(BIN)
-        .arg("mount")
-        .arg("--foreground")
-        .args(extra)
-        .arg(url)
-        .arg(&dir.0)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(&log).unwrap())
-        .spawn()
-        .expect("start nfsrdma mount");
-    let mut m = Mounted {
-        dir,
-        child: Some(child),
-        log,
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !is_mounted(&m.dir.0) {
-        let exited = m.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
-        if let Some(status) = exited {
-            let log = m.log();
-            if refused(&log) {
-                skip(&format!("mounting was refused: {}", log.trim()));
-                return None;
-            }
-            panic!("nfsrdma mount exited ({status}) without mounting:\n{log}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "mount did not appear in 10 s:\n{}",
-            m.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Some(m)
-}
-
-fn sh(prog: &str, args: &[&str]) -> Output {
-    Command::new(prog)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running {prog}: {e}"))
-}
-
-/// Runs a tool and requires success; returns its standard output.
-fn ok(prog: &str, args: &[&str]) -> String {
-    let out = sh(prog, args);
-    assert!(
-        out.status.success(),
-        "{prog} {args:?} failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// Requires the file at `path` to hold exactly `want`; reports the size
-/// and first difference rather than the bytes.
-fn assert_holds(path: &Path, want: &[u8]) {
-    let got = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    if got != want {
-        let at = got.iter().zip(want).position(|(a, b)| a != b);
-        panic!(
-            "{}: {} bytes, want {}; first difference at {at:?}",
-            path.display(),
-            got.len(),
-            want.len()
-        );
-    }
-}
-
-/// Deterministic bytes that are not a short repeating pattern.
-fn pattern(len: usize) -> Vec<u8> {
-    let mut x: u32 = 0x1234_5678;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
-}
 
 #[test]
 fn ordinary_tools_work_on_the_mount() {
@@ -429,7 +217,7 @@ fn background_mount_returns_once_mounted_and_reports_failures() {
     }
     let dir = TempDir::new("bg-mnt");
     let out = Command::new(BIN)
-        .args(["mount", &srv.url(), s(&dir.0)])
+        .args(["mount", &srv.fuse_url(), s(&dir.0)])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -565,7 +353,7 @@ fn rdma_mount_copies_files_both_ways() {
     let srv = Server::start("rdma");
     let exp = srv.dir().to_path_buf();
     std::fs::write(exp.join("hello"), b"over rdma\n").unwrap();
-    let Some(m) = mount_url(&srv.rdma_url(), "rdma-mnt", &[]) else {
+    let Some(m) = mount_url(&srv.fuse_rdma_url(), "rdma-mnt", &[]) else {
         return;
     };
     assert_eq!(ok("cat", &[s(&m.path("hello"))]), "over rdma\n");
@@ -579,4 +367,52 @@ fn rdma_mount_copies_files_both_ways() {
     ok("ln", &["-s", "hello", s(&m.path("link"))]);
     assert_eq!(ok("readlink", &[s(&m.path("link"))]).trim(), "hello");
     ok("diff", &["-r", s(&m.path("")), s(&exp)]);
+}
+
+#[test]
+fn close_to_open_sees_changes_made_on_the_server() {
+    let srv = Server::start("cto");
+    let f = srv.dir().join("f");
+    std::fs::write(&f, b"version 1\n").unwrap();
+    // nfs(5)'s default attribute cache: 3 s or more for this file.
+    let Some(m) = mount(&srv, "cto-mnt", &[]) else {
+        return;
+    };
+    let p = m.path("f");
+    assert_eq!(ok("cat", &[s(&p)]), "version 1\n");
+    assert_eq!(ok("cat", &[s(&p)]), "version 1\n");
+    // Changed behind the mount's back: same size, then longer.
+    let later = |secs| std::time::SystemTime::now() + Duration::from_secs(secs);
+    std::fs::write(&f, b"version 2\n").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_modified(later(10))
+        .unwrap();
+    assert_eq!(ok("cat", &[s(&p)]), "version 2\n", "an open revalidates");
+    std::fs::write(&f, b"version 3, longer\n").unwrap();
+    assert_eq!(ok("cat", &[s(&p)]), "version 3, longer\n");
+    // A new name made on the server is found at once (no negative cache).
+    std::fs::write(srv.dir().join("g"), b"g\n").unwrap();
+    assert_eq!(ok("cat", &[s(&m.path("g"))]), "g\n");
+}
+
+#[test]
+fn mount_options_set_sizes_and_timeouts() {
+    let srv = Server::start("opts");
+    std::fs::write(srv.dir().join("f"), pattern(200_000)).unwrap();
+    let Some(m) = mount(
+        &srv,
+        "opts-mnt",
+        &["-o", "rsize=16384,wsize=8192", "-o", "noac,ro"],
+    ) else {
+        return;
+    };
+    assert_holds(&m.path("f"), &pattern(200_000));
+    let out = sh("touch", &[s(&m.path("new"))]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Read-only file system"));
+    // noac: a change on the server shows in the next stat.
+    std::fs::write(srv.dir().join("f"), b"short").unwrap();
+    assert_eq!(ok("stat", &["-c", "%s", s(&m.path("f"))]).trim(), "5");
 }

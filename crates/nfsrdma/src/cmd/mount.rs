@@ -3,12 +3,20 @@
 //! otherwise; no libfuse needed), so that ordinary tools work on it. The
 //! URL is `nfs://` (TCP) or `nfs+rdma://` (RPC-over-RDMA), as for `cp`.
 //!
+//! `-o` takes mount(8)/nfs(5) options ([`options`]): with `allow_other`
+//! every user of the machine may use the mount, each acting as itself
+//! towards the server (AUTH_SYS with the caller's uid, gid and groups,
+//! [`creds`]); `default_permissions` adds the kernel's own mode check.
+//!
 //! Without `--foreground` the command starts itself again in the
 //! background with `--foreground`, waits until the mount is in place and
 //! returns. The mount ends on SIGINT or SIGTERM (unmounting it), or when
 //! it is unmounted from outside (`fusermount3 -u DIR`, `umount DIR`).
 
+mod cache;
+mod creds;
 mod fs;
+mod options;
 mod table;
 mod unstable;
 
@@ -19,7 +27,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use fuser::{Config, MountOption, Session};
+use fuser::{Config, MountOption, Session, SessionACL};
 use nfs_client::nfs::v3::Ftype3;
 use nfs_client::Mounted;
 use oncrpc::ClientTransport;
@@ -45,17 +53,26 @@ pub(crate) struct MountArgs {
     /// Stay in the foreground until interrupted or unmounted.
     #[arg(long, short = 'f')]
     foreground: bool,
-    /// Mount read-only: every change fails with EROFS.
+    /// Mount options, comma-separated, as mount(8) and nfs(5) take them:
+    /// allow_other, default_permissions, ro, rw, ac, noac, actimeo=S,
+    /// acregmin=S, acregmax=S, acdirmin=S, acdirmax=S (attribute cache
+    /// timeouts in seconds; defaults 3, 60, 30, 60), rsize=N, wsize=N,
+    /// vers=3, sec=sys, writeback_cache. May be repeated.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    options: Vec<String>,
+    /// Mount read-only: every change fails with EROFS (`-o ro`).
     #[arg(long)]
     read_only: bool,
     /// Let the kernel cache writes and send them in large pieces (fast
     /// small writes); it then trusts its own size and mtime of files over
-    /// the server's, so changes made by others show late.
+    /// the server's, so changes made by others show late
+    /// (`-o writeback_cache`).
     #[arg(long)]
     writeback_cache: bool,
-    /// Seconds the kernel may cache attributes and names.
-    #[arg(long, default_value_t = 1.0, value_parser = parse_timeout)]
-    attr_timeout: f64,
+    /// Seconds the kernel may cache attributes and names (`-o actimeo=`,
+    /// fractions allowed).
+    #[arg(long, value_parser = parse_timeout)]
+    attr_timeout: Option<f64>,
     #[command(flatten)]
     io: IoArgs,
     /// Print a readiness line on standard output once mounted (used by
@@ -85,16 +102,31 @@ pub(crate) async fn run(args: MountArgs) -> anyhow::Result<()> {
     r
 }
 
+/// The `-o` options with the older flags applied over them.
+fn mount_options(args: &MountArgs) -> anyhow::Result<options::MountOpts> {
+    let mut o = options::MountOpts::parse(&args.options).map_err(anyhow::Error::msg)?;
+    o.read_only |= args.read_only;
+    o.writeback_cache |= args.writeback_cache;
+    if let Some(t) = args.attr_timeout {
+        o.ac = options::AcTimeouts::all(Duration::from_secs_f64(t));
+    }
+    Ok(o)
+}
+
 async fn mount(args: MountArgs) -> anyhow::Result<()> {
     let url = NfsUrl::parse(&args.url)?;
+    let opts = mount_options(&args)?;
     let dir = std::fs::canonicalize(&args.dir)
         .with_context(|| format!("mount point {}", args.dir.display()))?;
     anyhow::ensure!(dir.is_dir(), "{}: not a directory", dir.display());
     if !args.foreground {
         return tokio::task::spawn_blocking(move || start_background(&args, &dir)).await?;
     }
-    with_remote!(open(&url, args.io.options()).await?, |m| {
-        serve(m, &url, &args, dir).await
+    let mut io = args.io.options();
+    io.rsize = opts.rsize;
+    io.wsize = opts.wsize;
+    with_remote!(open(&url, io).await?, |m| {
+        serve(m, &url, &args, opts, dir).await
     })
 }
 
@@ -104,6 +136,7 @@ async fn serve<T: ClientTransport + Send + Sync + 'static>(
     m: Mounted<T>,
     url: &NfsUrl,
     args: &MountArgs,
+    opts: options::MountOpts,
     dir: PathBuf,
 ) -> anyhow::Result<()> {
     let Mounted { mount, rest, .. } = m;
@@ -114,11 +147,6 @@ async fn serve<T: ClientTransport + Send + Sync + 'static>(
     if root.attrs.ftype != Ftype3::NF3DIR {
         bail!("{}: not a directory", url.path);
     }
-    let opts = fs::FsOptions {
-        ttl: Duration::from_secs_f64(args.attr_timeout),
-        read_only: args.read_only,
-        writeback_cache: args.writeback_cache,
-    };
     let nfs_fs = fs::NfsFs::new(
         mount,
         root.fh,
@@ -132,12 +160,18 @@ async fn serve<T: ClientTransport + Send + Sync + 'static>(
         MountOption::Subtype("nfsrdma".into()),
         MountOption::NoDev,
         MountOption::NoSuid,
-        if args.read_only {
+        if opts.read_only {
             MountOption::RO
         } else {
             MountOption::RW
         },
     ];
+    if opts.default_permissions {
+        config.mount_options.push(MountOption::DefaultPermissions);
+    }
+    if opts.allow_other {
+        config.acl = SessionACL::All;
+    }
     config.n_threads = Some(FUSE_THREADS);
     let mp = dir.clone();
     let mut session = tokio::task::spawn_blocking(move || Session::new(nfs_fs, &mp, &config))
@@ -194,12 +228,16 @@ fn start_background(args: &MountArgs, dir: &Path) -> anyhow::Result<()> {
     cmd.arg("mount")
         .arg("--foreground")
         .arg("--notify-ready")
-        .arg("--attr-timeout")
-        .arg(args.attr_timeout.to_string())
         .arg("--in-flight")
         .arg(args.io.in_flight.to_string());
     if let Some(bs) = args.io.block_size {
         cmd.arg("--block-size").arg(bs.to_string());
+    }
+    if let Some(t) = args.attr_timeout {
+        cmd.arg("--attr-timeout").arg(t.to_string());
+    }
+    for o in &args.options {
+        cmd.arg("-o").arg(o);
     }
     if args.read_only {
         cmd.arg("--read-only");

@@ -4,6 +4,7 @@
 // Each test file uses part of this module.
 #![allow(dead_code)]
 
+pub(crate) mod fuse;
 pub(crate) mod serve;
 
 use std::path::{Path, PathBuf};

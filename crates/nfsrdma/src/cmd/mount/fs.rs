@@ -8,6 +8,15 @@
 //! COMMIT (on flush, fsync, release, or when the commit window fills)
 //! confirms them under the same write verifier; a changed verifier resends
 //! them FILE_SYNC (RFC 1813 §3.3.7, §3.3.21).
+//!
+//! Every call carries the AUTH_SYS credential of the process that made
+//! the request ([`super::creds`]), so the server decides what each user
+//! may do; an open file's READs, WRITEs and COMMITs carry its opener's,
+//! as Linux's client does with its open context. Attributes and names
+//! are cached by the kernel for the timeouts of [`super::cache`];
+//! opening a file checks ACCESS and revalidates its attributes
+//! (close-to-open), closing it COMMITs. Unlinking an open file renames it
+//! to a hidden `.nfs…` name until its last close ([`open`]).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -20,9 +29,9 @@ use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use nfs_client::nfs::v3::{
     Create3ResOk, Createhow3, Fattr3, Ftype3, Mknoddata3, NfsFh3, Sattr3, SetTime, Specdata3,
@@ -30,13 +39,19 @@ use nfs_client::nfs::v3::{
     NFS3_MAXNAMLEN,
 };
 use nfs_client::Mount;
+use oncrpc::msg::OpaqueAuth;
 use oncrpc::ClientTransport;
 use tokio::runtime::Handle;
 
+use super::cache::AttrCache;
+use super::creds::Creds;
+use super::options::MountOpts;
 use super::table::{decode_dev, errno, file_attr, nfs_time, Inodes};
-use super::unstable::OpenFile;
 
 mod dir;
+mod open;
+
+use open::{Open, Opens};
 
 /// Largest FUSE WRITE asked for, whatever the server allows.
 const MAX_FUSE_WRITE: u32 = 1 << 20;
@@ -45,20 +60,11 @@ const MAX_FUSE_READ: u32 = 4 << 20;
 /// Block size reported by `statfs`.
 const STATFS_BSIZE: u64 = 4096;
 
-/// Mount-wide settings.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FsOptions {
-    /// How long the kernel may cache attributes and names.
-    pub(crate) ttl: Duration,
-    /// Refuse every change with `EROFS`.
-    pub(crate) read_only: bool,
-    /// Let the kernel cache writes and send them in large pieces
-    /// (FUSE_WRITEBACK_CACHE); it then trusts its own size and mtime of
-    /// regular files over the server's.
-    pub(crate) writeback_cache: bool,
-}
-
 type Res<T> = Result<T, Errno>;
+
+/// What the kernel is handed for an object: its handle, attributes, and
+/// how long it may cache them and its name.
+type Entry = (NfsFh3, FileAttr, Duration);
 
 /// The FUSE file system over one mounted export.
 #[derive(Debug)]
@@ -66,10 +72,13 @@ pub(crate) struct NfsFs<T> {
     mount: Mount<T>,
     rt: Handle,
     inodes: Inodes,
-    files: Mutex<HashMap<u64, Arc<OpenFile>>>,
+    creds: Creds,
+    ac: AttrCache,
+    files: Mutex<HashMap<u64, Arc<Open>>>,
+    opens: Mutex<Opens>,
     dirs: Mutex<HashMap<u64, dir::OpenDir>>,
     next_handle: AtomicU64,
-    opts: FsOptions,
+    opts: MountOpts,
     blksize: u32,
 }
 
@@ -100,19 +109,40 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
         root_fh: NfsFh3,
         root: &Fattr3,
         rt: Handle,
-        opts: FsOptions,
+        opts: MountOpts,
     ) -> Self {
         let blksize = mount.write_size().min(MAX_FUSE_WRITE);
+        let me = nfs_client::process_auth_sys();
         Self {
             mount,
             rt,
             inodes: Inodes::new(root.fileid, root_fh),
+            creds: Creds::new(me.machinename, me.stamp),
+            ac: AttrCache::new(opts.ac),
             files: Mutex::new(HashMap::new()),
+            opens: Mutex::new(Opens::default()),
             dirs: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             opts,
             blksize,
         }
+    }
+
+    /// The credential of the process behind `req`.
+    fn cred(&self, req: &Request) -> OpaqueAuth {
+        self.creds.of(req.pid(), req.uid(), req.gid())
+    }
+
+    /// The mount, with calls made as the process behind `req`.
+    fn caller(&self, req: &Request) -> Mount<&T> {
+        self.mount.with_credential(self.cred(req))
+    }
+
+    /// FUSE attributes of inode `ino` from fresh server attributes `a`,
+    /// and how long the kernel may cache them.
+    fn attr(&self, ino: INodeNo, a: &Fattr3) -> (FileAttr, Duration) {
+        let ttl = self.ac.observe(ino.0, a);
+        (file_attr(ino, a, self.blksize), ttl)
     }
 
     fn run<F: Future>(&self, f: F) -> F::Output {
@@ -135,64 +165,63 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
         self.next_handle.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn open_file(&self, fh: FileHandle) -> Res<Arc<OpenFile>> {
+    fn open_file(&self, fh: FileHandle) -> Res<Arc<Open>> {
         let files = self.files.lock().unwrap_or_else(|p| p.into_inner());
         files.get(&fh.0).cloned().ok_or(Errno::EBADF)
     }
 
-    fn new_open_file(&self, fh: NfsFh3) -> FileHandle {
-        let id = self.handle();
-        let of = Arc::new(OpenFile::new(fh));
-        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-        files.insert(id, of);
-        FileHandle(id)
-    }
-
     /// Attributes for an object handed to the kernel, which then holds
     /// one more lookup of it.
-    async fn entry(&self, fh: NfsFh3, attrs: Option<Fattr3>) -> Res<(NfsFh3, FileAttr)> {
+    async fn entry(&self, m: &Mount<&T>, fh: NfsFh3, attrs: Option<Fattr3>) -> Res<Entry> {
         let a = match attrs {
             Some(a) => a,
-            None => nfs(self.mount.client().getattr(&fh).await)?,
+            None => nfs(m.client().getattr(&fh).await)?,
         };
         let ino = self.inodes.ino(a.fileid).ok_or(Errno::EIO)?;
         self.inodes.remember(ino, &fh);
-        Ok((fh, file_attr(ino, &a, self.blksize)))
+        let (attr, ttl) = self.attr(ino, &a);
+        Ok((fh, attr, ttl))
     }
 
     /// The new object of a CREATE, MKDIR or SYMLINK (RFC 1813 §3.3.8):
     /// its handle, or a LOOKUP when the server left it out.
     async fn created(
         &self,
+        m: &Mount<&T>,
         dir: &NfsFh3,
         name: &OsStr,
         r: Create3ResOk,
-    ) -> Res<(NfsFh3, FileAttr)> {
+    ) -> Res<Entry> {
         match r.obj {
-            Some(fh) => self.entry(fh, r.obj_attributes).await,
+            Some(fh) => self.entry(m, fh, r.obj_attributes).await,
             None => {
-                let l = nfs(self.mount.client().lookup(dir, name.as_bytes()).await)?;
-                self.entry(l.object, l.obj_attributes).await
+                let l = nfs(m.client().lookup(dir, name.as_bytes()).await)?;
+                self.entry(m, l.object, l.obj_attributes).await
             }
         }
     }
 
-    async fn do_setattr(&self, ino: INodeNo, s: Sattr3) -> Res<FileAttr> {
+    async fn do_setattr(
+        &self,
+        m: &Mount<&T>,
+        ino: INodeNo,
+        s: Sattr3,
+    ) -> Res<(FileAttr, Duration)> {
         self.writable()?;
         let fh = self.fh(ino)?;
-        let c = self.mount.client();
+        let c = m.client();
         let wcc = nfs(c.setattr(&fh, s, None).await)?;
         let a = match wcc.after {
             Some(a) => a,
             None => nfs(c.getattr(&fh).await)?,
         };
-        Ok(file_attr(ino, &a, self.blksize))
+        Ok(self.attr(ino, &a))
     }
 
     /// ACCESS (RFC 1813 §3.3.4) for `access(2)`'s mask, mapped as Linux's
     /// client does: write is any of modify, extend or delete; execute is
     /// lookup on a directory.
-    async fn do_access(&self, ino: INodeNo, mask: AccessFlags) -> Res<()> {
+    async fn do_access(&self, m: &Mount<&T>, ino: INodeNo, mask: AccessFlags) -> Res<()> {
         let fh = self.fh(ino)?;
         if mask == AccessFlags::F_OK {
             return Ok(());
@@ -200,7 +229,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
         if mask.contains(AccessFlags::W_OK) {
             self.writable()?;
         }
-        let c = self.mount.client();
+        let c = m.client();
         let all = ACCESS3_READ
             | ACCESS3_LOOKUP
             | ACCESS3_MODIFY
@@ -234,9 +263,16 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
     }
 }
 
-fn reply_entry(reply: ReplyEntry, ttl: Duration, r: Res<(NfsFh3, FileAttr)>) {
+fn reply_entry(reply: ReplyEntry, r: Res<Entry>) {
     match r {
-        Ok((_, a)) => reply.entry(&ttl, &a, Generation(0)),
+        Ok((_, a, ttl)) => reply.entry(&ttl, &a, Generation(0)),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn reply_attr(reply: ReplyAttr, r: Res<(FileAttr, Duration)>) {
+    match r {
+        Ok((a, ttl)) => reply.attr(&ttl, &a),
         Err(e) => reply.error(e),
     }
 }
@@ -265,37 +301,43 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         Ok(())
     }
 
+    /// Removes what is left of silly renames when the mount ends.
+    fn destroy(&mut self) {
+        self.rt.block_on(self.remove_silly_left());
+    }
+
     /// LOOKUP (RFC 1813 §3.3.3).
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let m = self.caller(req);
         let r = self.run(async {
             let dir = self.fh(parent)?;
-            let l = nfs(self.mount.client().lookup(&dir, name.as_bytes()).await)?;
-            self.entry(l.object, l.obj_attributes).await
+            let l = nfs(m.client().lookup(&dir, name.as_bytes()).await)?;
+            self.entry(&m, l.object, l.obj_attributes).await
         });
-        reply_entry(reply, self.opts.ttl, r);
+        reply_entry(reply, r);
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.inodes.forget(ino, nlookup);
+        if self.inodes.forget(ino, nlookup) {
+            self.ac.forget(ino.0);
+        }
     }
 
     /// GETATTR (RFC 1813 §3.3.1).
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let m = self.caller(req);
         let r = self.run(async {
             let fh = self.fh(ino)?;
-            let a = nfs(self.mount.client().getattr(&fh).await)?;
-            Ok(file_attr(ino, &a, self.blksize))
+            let a = nfs(m.client().getattr(&fh).await)?;
+            Ok(self.attr(ino, &a))
         });
-        match r {
-            Ok(a) => reply.attr(&self.opts.ttl, &a),
-            Err(e) => reply.error(e),
-        }
+        reply_attr(reply, r);
     }
 
     /// SETATTR (RFC 1813 §3.3.2): mode, owner, size and times.
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -319,17 +361,16 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
             atime: set_time(atime),
             mtime: set_time(mtime),
         };
-        match self.run(self.do_setattr(ino, s)) {
-            Ok(a) => reply.attr(&self.opts.ttl, &a),
-            Err(e) => reply.error(e),
-        }
+        let m = self.caller(req);
+        reply_attr(reply, self.run(self.do_setattr(&m, ino, s)));
     }
 
     /// READLINK (RFC 1813 §3.3.5).
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let m = self.caller(req);
         let r = self.run(async {
             let fh = self.fh(ino)?;
-            nfs(self.mount.client().readlink(&fh).await)
+            nfs(m.client().readlink(&fh).await)
         });
         match r {
             Ok(l) => reply.data(&l.data.0),
@@ -340,13 +381,14 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
     /// MKDIR (RFC 1813 §3.3.9).
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         reply: ReplyEntry,
     ) {
+        let m = self.caller(req);
         let r = self.run(async {
             self.writable()?;
             let dir = self.fh(parent)?;
@@ -354,17 +396,17 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
                 mode: Some(mode & !umask & 0o7777),
                 ..Sattr3::default()
             };
-            let c = nfs(self.mount.client().mkdir(&dir, name.as_bytes(), s).await)?;
-            self.created(&dir, name, c).await
+            let c = nfs(m.client().mkdir(&dir, name.as_bytes(), s).await)?;
+            self.created(&m, &dir, name, c).await
         });
-        reply_entry(reply, self.opts.ttl, r);
+        reply_entry(reply, r);
     }
 
     /// MKNOD (RFC 1813 §3.3.11) for FIFOs, sockets and devices; CREATE
     /// GUARDED for a regular file.
     fn mknod(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -372,6 +414,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let m = self.caller(req);
         let r = self.run(async {
             self.writable()?;
             let dir = self.fh(parent)?;
@@ -394,46 +437,44 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
                     },
                 }
             };
-            let c = self.mount.client();
+            let c = m.client();
+            let n = name.as_bytes();
             let res = match mode & libc::S_IFMT {
                 libc::S_IFREG => {
                     let how = Createhow3::Guarded(attributes.clone());
-                    c.create(&dir, name.as_bytes(), how).await
+                    c.create(&dir, n, how).await
                 }
-                libc::S_IFIFO => {
-                    c.mknod(&dir, name.as_bytes(), special(Ftype3::NF3FIFO))
-                        .await
-                }
-                libc::S_IFSOCK => {
-                    c.mknod(&dir, name.as_bytes(), special(Ftype3::NF3SOCK))
-                        .await
-                }
-                libc::S_IFCHR => c.mknod(&dir, name.as_bytes(), device(Ftype3::NF3CHR)).await,
-                libc::S_IFBLK => c.mknod(&dir, name.as_bytes(), device(Ftype3::NF3BLK)).await,
+                libc::S_IFIFO => c.mknod(&dir, n, special(Ftype3::NF3FIFO)).await,
+                libc::S_IFSOCK => c.mknod(&dir, n, special(Ftype3::NF3SOCK)).await,
+                libc::S_IFCHR => c.mknod(&dir, n, device(Ftype3::NF3CHR)).await,
+                libc::S_IFBLK => c.mknod(&dir, n, device(Ftype3::NF3BLK)).await,
                 _ => return Err(Errno::EINVAL),
             };
             let res = nfs(res)?;
-            self.created(&dir, name, res).await
+            self.created(&m, &dir, name, res).await
         });
-        reply_entry(reply, self.opts.ttl, r);
+        reply_entry(reply, r);
     }
 
-    /// REMOVE (RFC 1813 §3.3.12).
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    /// REMOVE (RFC 1813 §3.3.12), or a silly rename of a file still open
+    /// here.
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let cred = self.cred(req);
         let r = self.run(async {
             self.writable()?;
             let dir = self.fh(parent)?;
-            nfs(self.mount.client().remove(&dir, name.as_bytes()).await).map(drop)
+            self.remove_or_hide(&cred, &dir, name.as_bytes()).await
         });
         reply_empty(reply, r);
     }
 
     /// RMDIR (RFC 1813 §3.3.13).
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let m = self.caller(req);
         let r = self.run(async {
             self.writable()?;
             let dir = self.fh(parent)?;
-            nfs(self.mount.client().rmdir(&dir, name.as_bytes()).await).map(drop)
+            nfs(m.client().rmdir(&dir, name.as_bytes()).await).map(drop)
         });
         reply_empty(reply, r);
     }
@@ -441,30 +482,32 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
     /// SYMLINK (RFC 1813 §3.3.10).
     fn symlink(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         link_name: &OsStr,
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let m = self.caller(req);
         let r = self.run(async {
             self.writable()?;
             let dir = self.fh(parent)?;
-            let c = self.mount.client();
             let t = target.as_os_str().as_bytes();
-            let res = nfs(c
+            let res = nfs(m
+                .client()
                 .symlink(&dir, link_name.as_bytes(), t, Sattr3::default())
                 .await)?;
-            self.created(&dir, link_name, res).await
+            self.created(&m, &dir, link_name, res).await
         });
-        reply_entry(reply, self.opts.ttl, r);
+        reply_entry(reply, r);
     }
 
-    /// RENAME (RFC 1813 §3.3.14); `renameat2` flags are refused with
-    /// `EINVAL`, which makes callers fall back to plain `rename`.
+    /// RENAME (RFC 1813 §3.3.14), after a silly rename of a target still
+    /// open here; `renameat2` flags are refused with `EINVAL`, which
+    /// makes callers fall back to plain `rename`.
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -472,6 +515,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let cred = self.cred(req);
         let r = self.run(async {
             if !flags.is_empty() {
                 return Err(Errno::EINVAL);
@@ -479,8 +523,10 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
             self.writable()?;
             let from = self.fh(parent)?;
             let to = self.fh(newparent)?;
-            let c = self.mount.client();
-            nfs(c
+            self.hide_if_open(&cred, &to, newname.as_bytes()).await?;
+            let m = self.mount.with_credential(cred.clone());
+            nfs(m
+                .client()
                 .rename(&from, name.as_bytes(), &to, newname.as_bytes())
                 .await)
             .map(drop)
@@ -491,40 +537,35 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
     /// LINK (RFC 1813 §3.3.15).
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let m = self.caller(req);
         let r = self.run(async {
             self.writable()?;
             let fh = self.fh(ino)?;
             let dir = self.fh(newparent)?;
-            let l = nfs(self
-                .mount
-                .client()
-                .link(&fh, &dir, newname.as_bytes())
-                .await)?;
-            self.entry(fh, l.file_attributes).await
+            let l = nfs(m.client().link(&fh, &dir, newname.as_bytes()).await)?;
+            self.entry(&m, fh, l.file_attributes).await
         });
-        reply_entry(reply, self.opts.ttl, r);
+        reply_entry(reply, r);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let r = self.fh(ino).and_then(|fh| {
-            if flags.acc_mode() != OpenAccMode::O_RDONLY {
-                self.writable()?;
-            }
-            Ok(self.new_open_file(fh))
-        });
-        match r {
-            Ok(h) => reply.opened(h, FopenFlags::empty()),
+    /// OPEN: ACCESS for the open mode as the caller, which also brings
+    /// fresh attributes (close-to-open consistency, [`open`]).
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let cred = self.cred(req);
+        match self.run(self.do_open(cred, ino, flags.0, flags.acc_mode())) {
+            Ok((h, f)) => reply.opened(h, f),
             Err(e) => reply.error(e),
         }
     }
 
-    /// READ (RFC 1813 §3.3.6), pipelined for large requests.
+    /// READ (RFC 1813 §3.3.6) as the opener, pipelined for large
+    /// requests.
     fn read(
         &self,
         _req: &Request,
@@ -537,9 +578,10 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         reply: ReplyData,
     ) {
         let r = self.run(async {
-            let of = self.open_file(fh)?;
+            let o = self.open_file(fh)?;
+            let m = self.mount.with_credential(o.cred.clone());
             let mut buf = vec![0u8; size.min(MAX_FUSE_READ) as usize];
-            let n = nfs(self.mount.read_at(&of.fh, offset, &mut buf).await)?;
+            let n = nfs(m.read_at(&o.file.fh, offset, &mut buf).await)?;
             buf.truncate(n);
             Ok(buf)
         });
@@ -549,7 +591,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         }
     }
 
-    /// WRITE (RFC 1813 §3.3.7), UNSTABLE until COMMIT.
+    /// WRITE (RFC 1813 §3.3.7) as the opener, UNSTABLE until COMMIT.
     fn write(
         &self,
         _req: &Request,
@@ -565,8 +607,9 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         let r = self.run(async {
             self.writable()?;
             let n = u32::try_from(data.len()).map_err(|_| Errno::EFBIG)?;
-            let of = self.open_file(fh)?;
-            nfs(of.write(&self.mount, offset, data).await)?;
+            let o = self.open_file(fh)?;
+            let m = self.mount.with_credential(o.cred.clone());
+            nfs(o.file.write(&m, offset, data).await)?;
             Ok(n)
         });
         match r {
@@ -576,7 +619,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
     }
 
     /// `close(2)`: COMMIT (RFC 1813 §3.3.21), so that errors reach the
-    /// closer.
+    /// closer (the "close" of close-to-open).
     fn flush(
         &self,
         _req: &Request,
@@ -586,8 +629,8 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         reply: ReplyEmpty,
     ) {
         let r = self.run(async {
-            let of = self.open_file(fh)?;
-            nfs(of.commit(&self.mount).await)
+            let o = self.open_file(fh)?;
+            self.commit(&o).await
         });
         reply_empty(reply, r);
     }
@@ -602,15 +645,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let of = {
-            let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-            files.remove(&fh.0)
-        };
-        let r = match of {
-            Some(of) => self.run(async { nfs(of.commit(&self.mount).await) }),
-            None => Err(Errno::EBADF),
-        };
-        reply_empty(reply, r);
+        reply_empty(reply, self.run(self.do_release(fh)));
     }
 
     /// `fsync(2)`: COMMIT (RFC 1813 §3.3.21).
@@ -623,8 +658,8 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         reply: ReplyEmpty,
     ) {
         let r = self.run(async {
-            let of = self.open_file(fh)?;
-            nfs(of.commit(&self.mount).await)
+            let o = self.open_file(fh)?;
+            self.commit(&o).await
         });
         reply_empty(reply, r);
     }
@@ -645,13 +680,14 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
     /// types come from the attributes. FUSE offsets are NFS cookies.
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = self.run(self.fill_dir(ino, fh, offset, &mut reply));
+        let m = self.caller(req);
+        let r = self.run(self.fill_dir(&m, ino, fh, offset, &mut reply));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -662,13 +698,14 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
     /// the kernel one lookup of its inode.
     fn readdirplus(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let r = self.run(self.fill_dir_plus(ino, fh, offset, &mut reply));
+        let m = self.caller(req);
+        let r = self.run(self.fill_dir_plus(&m, ino, fh, offset, &mut reply));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -689,8 +726,9 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
     }
 
     /// FSSTAT (RFC 1813 §3.3.18).
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let r = self.run(async { nfs(self.mount.client().fsstat(self.mount.root()).await) });
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let m = self.caller(req);
+        let r = self.run(async { nfs(m.client().fsstat(m.root()).await) });
         match r {
             Ok(s) => reply.statfs(
                 s.tbytes / STATFS_BSIZE,
@@ -723,14 +761,15 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         reply.error(Errno::from_i32(libc::EOPNOTSUPP));
     }
 
-    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        reply_empty(reply, self.run(self.do_access(ino, mask)));
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let m = self.caller(req);
+        reply_empty(reply, self.run(self.do_access(&m, ino, mask)));
     }
 
     /// CREATE (RFC 1813 §3.3.8): GUARDED for `O_EXCL`, else UNCHECKED.
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -738,6 +777,8 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let cred = self.cred(req);
+        let m = self.mount.with_credential(cred.clone());
         let r = self.run(async {
             self.writable()?;
             let dir = self.fh(parent)?;
@@ -750,12 +791,13 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
             } else {
                 Createhow3::Unchecked(s)
             };
-            let c = nfs(self.mount.client().create(&dir, name.as_bytes(), how).await)?;
-            let (fh, attr) = self.created(&dir, name, c).await?;
-            Ok((attr, self.new_open_file(fh)))
+            let c = nfs(m.client().create(&dir, name.as_bytes(), how).await)?;
+            let (fh, attr, ttl) = self.created(&m, &dir, name, c).await?;
+            let h = self.new_open_file(fh, attr.ino, cred.clone());
+            Ok((attr, ttl, h))
         });
         match r {
-            Ok((a, h)) => reply.created(&self.opts.ttl, &a, Generation(0), h, FopenFlags::empty()),
+            Ok((a, ttl, h)) => reply.created(&ttl, &a, Generation(0), h, FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
     }

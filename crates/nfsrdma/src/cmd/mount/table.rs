@@ -87,14 +87,17 @@ impl Inodes {
     }
 
     /// FUSE FORGET: the kernel dropped `count` lookups of `ino`.
-    pub(crate) fn forget(&self, ino: INodeNo, count: u64) {
+    /// Returns whether that was the last (the inode is gone).
+    pub(crate) fn forget(&self, ino: INodeNo, count: u64) -> bool {
         let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(n) = nodes.get_mut(&ino.0) {
             n.nlookup = n.nlookup.saturating_sub(count);
             if n.nlookup == 0 {
                 nodes.remove(&ino.0);
+                return true;
             }
         }
+        false
     }
 
     /// Inodes held (the root not counted).
@@ -261,12 +264,12 @@ mod tests {
         t.remember(ino, &fh(b"nine"));
         t.remember(ino, &fh(b"nine"));
         assert_eq!(t.fh(ino), Some(fh(b"nine")));
-        t.forget(ino, 1);
+        assert!(!t.forget(ino, 1));
         assert_eq!(t.fh(ino), Some(fh(b"nine")));
-        t.forget(ino, 1);
+        assert!(t.forget(ino, 1));
         assert_eq!(t.fh(ino), None);
         assert_eq!(t.len(), 0);
-        t.forget(INodeNo::ROOT, 5);
+        assert!(!t.forget(INodeNo::ROOT, 5));
         assert_eq!(t.fh(INodeNo::ROOT), Some(fh(b"root")));
     }
 

@@ -11,9 +11,10 @@ use std::os::unix::ffi::OsStrExt;
 use fuser::{Errno, FileHandle, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 use nfs_client::nfs::v3::{Cookieverf3, Entryplus3, Fattr3, NfsFh3};
 use nfs_client::nfs::xdr::FixedOpaque;
+use nfs_client::Mount;
 use oncrpc::ClientTransport;
 
-use super::super::table::{file_attr, file_type, resumes_after};
+use super::super::table::{file_type, resumes_after};
 use super::{is_dot, nfs, NfsFs};
 
 type Res<T> = Result<T, Errno>;
@@ -21,8 +22,13 @@ type Res<T> = Result<T, Errno>;
 impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
     /// Handle and attributes of a READDIRPLUS entry (RFC 1813 §3.3.17),
     /// looked up when the server sent neither.
-    async fn entry_info(&self, dir: &NfsFh3, e: &Entryplus3) -> Res<(NfsFh3, Fattr3)> {
-        let c = self.mount.client();
+    async fn entry_info(
+        &self,
+        m: &Mount<&T>,
+        dir: &NfsFh3,
+        e: &Entryplus3,
+    ) -> Res<(NfsFh3, Fattr3)> {
+        let c = m.client();
         match (&e.name_handle, &e.name_attributes) {
             (Some(fh), Some(a)) => Ok((fh.clone(), a.clone())),
             (Some(fh), None) => Ok((fh.clone(), nfs(c.getattr(fh).await)?)),
@@ -43,6 +49,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
     /// large READDIRPLUS (RFC 1813 §3.3.17) with the kept verifier.
     async fn read_dir_page(
         &self,
+        m: &Mount<&T>,
         dir: &NfsFh3,
         dh: FileHandle,
         offset: u64,
@@ -65,8 +72,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
             .dtpref
             .saturating_mul(8)
             .clamp(64 << 10, 1 << 20);
-        let r = nfs(self
-            .mount
+        let r = nfs(m
             .client()
             .readdirplus(dir, offset, verf, maxcount / 2, maxcount)
             .await)?;
@@ -91,20 +97,21 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
     /// come from the attributes.
     pub(super) async fn fill_dir(
         &self,
+        m: &Mount<&T>,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         reply: &mut ReplyDirectory,
     ) -> Res<()> {
         let dir = self.fh(ino)?;
-        let mut page = self.read_dir_page(&dir, fh, offset).await?;
+        let mut page = self.read_dir_page(m, &dir, fh, offset).await?;
         let mut at = offset;
         while let Some(e) = page.pop_front() {
             resumes_after(at, e.cookie)?;
             let (ftype, fileid) = match &e.name_attributes {
                 Some(a) => (a.ftype, a.fileid),
                 None => {
-                    let (_, a) = self.entry_info(&dir, &e).await?;
+                    let (_, a) = self.entry_info(m, &dir, &e).await?;
                     (a.ftype, a.fileid)
                 }
             };
@@ -127,24 +134,25 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
     /// but `.` and `..` hands the kernel one lookup of its inode.
     pub(super) async fn fill_dir_plus(
         &self,
+        m: &Mount<&T>,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         reply: &mut ReplyDirectoryPlus,
     ) -> Res<()> {
         let dir = self.fh(ino)?;
-        let mut page = self.read_dir_page(&dir, fh, offset).await?;
+        let mut page = self.read_dir_page(m, &dir, fh, offset).await?;
         let mut at = offset;
         while let Some(e) = page.pop_front() {
             resumes_after(at, e.cookie)?;
-            let (efh, a) = self.entry_info(&dir, &e).await?;
+            let (efh, a) = self.entry_info(m, &dir, &e).await?;
             let Some(eino) = self.inodes.ino(a.fileid) else {
                 at = e.cookie;
                 continue;
             };
-            let attr = file_attr(eino, &a, self.blksize);
+            let (attr, ttl) = self.attr(eino, &a);
             let name = OsStr::from_bytes(&e.name.0);
-            if reply.add(eino, e.cookie, name, &self.opts.ttl, &attr, Generation(0)) {
+            if reply.add(eino, e.cookie, name, &ttl, &attr, Generation(0)) {
                 page.push_front(e);
                 break;
             }

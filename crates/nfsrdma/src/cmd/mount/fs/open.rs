@@ -1,0 +1,345 @@
+//! Open files of [`NfsFs`]: the ACCESS check and attribute revalidation
+//! on open (close-to-open consistency, nfs(5) "Close-to-open cache
+//! consistency"), COMMIT on close, and the silly rename of a file
+//! unlinked while open.
+//!
+//! NFSv3 has no open state, so a file removed on the server is gone for
+//! whoever still holds it open (NFS3ERR_STALE). Like Linux's client
+//! (`nfs_sillyrename`), the mount renames a file that is open here and
+//! being unlinked, or replaced by a RENAME, to `.nfs` + its file id + a
+//! counter (hex) in the same directory, and REMOVEs that name when the
+//! last open handle is released (or the mount ends).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use fuser::{Errno, FileHandle, FopenFlags, INodeNo, OpenAccMode};
+use nfs_client::nfs::v3::{
+    Fattr3, NfsFh3, ACCESS3_EXECUTE, ACCESS3_EXTEND, ACCESS3_MODIFY, ACCESS3_READ,
+};
+use nfs_client::Mount;
+use oncrpc::msg::OpaqueAuth;
+use oncrpc::ClientTransport;
+
+use super::super::unstable::OpenFile;
+use super::{nfs, NfsFs, Res};
+
+/// `__FMODE_EXEC` in the open flags FUSE passes on: the open of
+/// `execve(2)`, which needs execute permission only (Linux's
+/// `nfs_open_permission_mask`).
+const FMODE_EXEC: i32 = 0x20;
+
+/// Silly renames made by this process, for unique names.
+static SILLY_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// An open file handle: the file with its unconfirmed writes, its inode,
+/// and the credential of the process that opened it, which its READs,
+/// WRITEs and COMMITs carry.
+#[derive(Debug)]
+pub(crate) struct Open {
+    pub(crate) file: OpenFile,
+    pub(crate) ino: INodeNo,
+    pub(crate) cred: OpaqueAuth,
+}
+
+/// A file renamed away instead of removed: where, and as whom to remove
+/// it at the last close.
+#[derive(Debug, Clone)]
+pub(crate) struct Silly {
+    dir: NfsFh3,
+    name: String,
+    cred: OpaqueAuth,
+}
+
+#[derive(Debug, Default)]
+struct Count {
+    handles: usize,
+    silly: Option<Silly>,
+}
+
+/// Open handles per inode, and the silly renames waiting for their last
+/// close.
+#[derive(Debug, Default)]
+pub(crate) struct Opens {
+    inodes: HashMap<u64, Count>,
+}
+
+impl Opens {
+    fn opened(&mut self, ino: INodeNo) {
+        self.inodes.entry(ino.0).or_default().handles += 1;
+    }
+
+    /// One handle of `ino` closed: the silly rename to undo if it was the
+    /// last.
+    fn closed(&mut self, ino: INodeNo) -> Option<Silly> {
+        let c = self.inodes.get_mut(&ino.0)?;
+        c.handles = c.handles.saturating_sub(1);
+        if c.handles > 0 {
+            return None;
+        }
+        self.inodes.remove(&ino.0).and_then(|c| c.silly)
+    }
+
+    /// Whether `ino` is open and not yet renamed away.
+    fn needs_hiding(&self, ino: INodeNo) -> bool {
+        self.inodes
+            .get(&ino.0)
+            .is_some_and(|c| c.handles > 0 && c.silly.is_none())
+    }
+}
+
+/// The hidden name for file id `fileid` (Linux's `.nfs%016llx%08x`).
+pub(crate) fn silly_name(fileid: u64, n: u32) -> String {
+    format!(".nfs{fileid:016x}{n:08x}")
+}
+
+/// The ACCESS bits an open needs (RFC 1813 §3.3.4), as Linux's client
+/// asks them: read, write (modify or extend), or execute for `execve`.
+fn open_needs(acc: OpenAccMode, flags: i32) -> (u32, u32) {
+    const W: u32 = ACCESS3_MODIFY | ACCESS3_EXTEND;
+    if flags & FMODE_EXEC != 0 {
+        return (ACCESS3_EXECUTE, 0);
+    }
+    match acc {
+        OpenAccMode::O_RDONLY => (ACCESS3_READ, 0),
+        OpenAccMode::O_WRONLY => (0, W),
+        _ => (ACCESS3_READ, W),
+    }
+}
+
+/// Whether ACCESS granted `granted` covers `all` (every bit) and `any`
+/// (one bit at least, when any are asked).
+fn granted(granted: u32, all: u32, any: u32) -> bool {
+    granted & all == all && (any == 0 || granted & any != 0)
+}
+
+impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
+    pub(super) fn new_open_file(&self, fh: NfsFh3, ino: INodeNo, cred: OpaqueAuth) -> FileHandle {
+        let id = self.handle();
+        let o = Arc::new(Open {
+            file: OpenFile::new(fh),
+            ino,
+            cred,
+        });
+        self.opens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .opened(ino);
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        files.insert(id, o);
+        FileHandle(id)
+    }
+
+    /// OPEN: ACCESS (RFC 1813 §3.3.4) as the caller for the open mode
+    /// (EACCES when the server denies it), whose attributes revalidate
+    /// the file: the kernel keeps its cached data only when they are
+    /// unchanged since last seen (close-to-open consistency).
+    pub(super) async fn do_open(
+        &self,
+        cred: OpaqueAuth,
+        ino: INodeNo,
+        flags: i32,
+        acc: OpenAccMode,
+    ) -> Res<(FileHandle, FopenFlags)> {
+        let fh = self.fh(ino)?;
+        if acc != OpenAccMode::O_RDONLY {
+            self.writable()?;
+        }
+        let (all, any) = open_needs(acc, flags);
+        let m = self.mount.with_credential(cred.clone());
+        let r = nfs(m.client().access(&fh, all | any).await)?;
+        if !granted(r.access, all, any) {
+            return Err(Errno::EACCES);
+        }
+        let a: Fattr3 = match r.obj_attributes {
+            Some(a) => a,
+            None => nfs(m.client().getattr(&fh).await)?,
+        };
+        let keep = !self.ac.changed(ino.0, &a);
+        self.ac.observe(ino.0, &a);
+        let flags = if keep {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        Ok((self.new_open_file(fh, ino, cred), flags))
+    }
+
+    /// COMMIT (RFC 1813 §3.3.21) of an open file's writes, as its opener.
+    pub(super) async fn commit(&self, o: &Open) -> Res<()> {
+        let m = self.mount.with_credential(o.cred.clone());
+        nfs(o.file.commit(&m).await)
+    }
+
+    /// The last close of a handle: COMMIT, then the REMOVE a silly rename
+    /// put off, if this was the file's last handle.
+    pub(super) async fn do_release(&self, fh: FileHandle) -> Res<()> {
+        let o = {
+            let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+            files.remove(&fh.0)
+        };
+        let Some(o) = o else {
+            return Err(Errno::EBADF);
+        };
+        let r = self.commit(&o).await;
+        let silly = {
+            let mut opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
+            opens.closed(o.ino)
+        };
+        if let Some(s) = silly {
+            self.remove_silly(&s).await;
+        }
+        r
+    }
+
+    async fn remove_silly(&self, s: &Silly) {
+        let m = self.mount.with_credential(s.cred.clone());
+        if let Err(e) = m.client().remove(&s.dir, &s.name).await {
+            tracing::warn!(name = %s.name, error = %e, "removing a silly-renamed file failed");
+        }
+    }
+
+    /// The inode of `name` in `dir` if it is open here and not yet
+    /// renamed away (LOOKUP only while some file is open).
+    async fn open_target(
+        &self,
+        m: &Mount<&T>,
+        dir: &NfsFh3,
+        name: &[u8],
+    ) -> Option<(INodeNo, u64)> {
+        if self
+            .opens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .inodes
+            .is_empty()
+        {
+            return None;
+        }
+        let l = m.client().lookup(dir, name).await.ok()?;
+        let fileid = match l.obj_attributes {
+            Some(a) => a.fileid,
+            None => m.client().getattr(&l.object).await.ok()?.fileid,
+        };
+        let ino = self.inodes.ino(fileid)?;
+        let opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
+        opens.needs_hiding(ino).then_some((ino, fileid))
+    }
+
+    /// Renames `name` in `dir` to a hidden name if it is a file open
+    /// here: it then outlives the unlink or the RENAME over it until its
+    /// last close. Returns whether it did.
+    pub(super) async fn hide_if_open(
+        &self,
+        cred: &OpaqueAuth,
+        dir: &NfsFh3,
+        name: &[u8],
+    ) -> Res<bool> {
+        let m = self.mount.with_credential(cred.clone());
+        let Some((ino, fileid)) = self.open_target(&m, dir, name).await else {
+            return Ok(false);
+        };
+        let hidden = silly_name(fileid, SILLY_COUNTER.fetch_add(1, Ordering::Relaxed));
+        nfs(m.client().rename(dir, name, dir, &hidden).await)?;
+        tracing::debug!(hidden, "silly rename of a file open here");
+        let silly = Silly {
+            dir: dir.clone(),
+            name: hidden,
+            cred: cred.clone(),
+        };
+        let orphan = {
+            let mut opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
+            match opens.inodes.get_mut(&ino.0) {
+                Some(c) if c.handles > 0 => {
+                    c.silly = Some(silly);
+                    None
+                }
+                // Closed meanwhile: nothing holds it any more.
+                _ => Some(silly),
+            }
+        };
+        if let Some(s) = orphan {
+            self.remove_silly(&s).await;
+        }
+        Ok(true)
+    }
+
+    /// UNLINK: REMOVE (RFC 1813 §3.3.12), or a silly rename of a file
+    /// open here.
+    pub(super) async fn remove_or_hide(
+        &self,
+        cred: &OpaqueAuth,
+        dir: &NfsFh3,
+        name: &[u8],
+    ) -> Res<()> {
+        if self.hide_if_open(cred, dir, name).await? {
+            return Ok(());
+        }
+        let m = self.mount.with_credential(cred.clone());
+        nfs(m.client().remove(dir, name).await).map(drop)
+    }
+
+    /// At unmount: REMOVEs the silly-renamed files whose holders never
+    /// closed them.
+    pub(super) async fn remove_silly_left(&self) {
+        let left: Vec<Silly> = {
+            let mut opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
+            opens.inodes.drain().filter_map(|(_, c)| c.silly).collect()
+        };
+        for s in &left {
+            self.remove_silly(s).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn silly() -> Silly {
+        Silly {
+            dir: NfsFh3::new(b"d").unwrap(),
+            name: silly_name(1, 2),
+            cred: OpaqueAuth::NONE,
+        }
+    }
+
+    #[test]
+    fn silly_names_are_hidden_and_unique_per_counter() {
+        assert_eq!(silly_name(0xabc, 7), ".nfs0000000000000abc00000007");
+        assert_ne!(silly_name(1, 1), silly_name(1, 2));
+    }
+
+    #[test]
+    fn the_last_close_of_a_hidden_file_removes_it() {
+        let mut o = Opens::default();
+        let ino = INodeNo(5);
+        o.opened(ino);
+        o.opened(ino);
+        assert!(o.needs_hiding(ino));
+        o.inodes.get_mut(&5).unwrap().silly = Some(silly());
+        assert!(!o.needs_hiding(ino), "renamed once only");
+        assert!(o.closed(ino).is_none(), "one handle still open");
+        assert_eq!(o.closed(ino).map(|s| s.name), Some(silly_name(1, 2)));
+        assert!(o.inodes.is_empty());
+        assert!(!o.needs_hiding(ino));
+        assert!(o.closed(ino).is_none());
+    }
+
+    #[test]
+    fn open_modes_ask_the_access_linux_asks() {
+        let w = ACCESS3_MODIFY | ACCESS3_EXTEND;
+        assert_eq!(open_needs(OpenAccMode::O_RDONLY, 0), (ACCESS3_READ, 0));
+        assert_eq!(open_needs(OpenAccMode::O_WRONLY, 1), (0, w));
+        assert_eq!(open_needs(OpenAccMode::O_RDWR, 2), (ACCESS3_READ, w));
+        assert_eq!(
+            open_needs(OpenAccMode::O_RDONLY, FMODE_EXEC),
+            (ACCESS3_EXECUTE, 0)
+        );
+        assert!(granted(ACCESS3_READ | ACCESS3_EXTEND, ACCESS3_READ, w));
+        assert!(!granted(ACCESS3_READ, ACCESS3_READ, w));
+        assert!(!granted(ACCESS3_EXTEND, ACCESS3_READ, w));
+        assert!(granted(ACCESS3_READ, ACCESS3_READ, 0));
+    }
+}
