@@ -390,4 +390,64 @@ mod tests {
         assert_eq!(s.mounts().0.len(), 2, "UMNT with another spelling");
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// DUMP through the service, as a client calling MOUNTPROC3_DUMP sees
+    /// it: the reply's encoded bytes and its entries.
+    fn dump(s: &MountService<LocalFs>) -> (usize, usize) {
+        let ctx = CallContext {
+            xid: 1,
+            prog: MOUNT_PROGRAM,
+            vers: MOUNT_V3,
+            proc_: Mountproc3::DUMP.0,
+            cred: oncrpc::msg::OpaqueAuth::NONE,
+            credential: oncrpc::msg::Credential::None,
+            peer: peer([127, 0, 0, 1]),
+        };
+        let out = block(s.call(ctx, Bytes::new())).unwrap();
+        let bytes = out.to_bytes();
+        let list: MountList = xdr::from_slice(&bytes).unwrap();
+        (bytes.len(), list.0.len())
+    }
+
+    /// `mount.dump_bytes` at its default (256 KiB): 4,096 mounts (the
+    /// list's default bound) of 250-byte directory names from 256 client
+    /// addresses would answer about 1.2 MB; the reply stops at the bound,
+    /// and 2,000 more MNT calls do not grow it.
+    #[test]
+    fn dump_reply_stays_within_its_default_bound() {
+        assert_eq!((DUMP_MAX_BYTES, MOUNT_LIST_MAX), (256 << 10, 4096));
+        let dir = tmp("dump");
+        let names: Vec<String> = (0..16u8)
+            .map(|i| format!("{}", char::from(b'a' + i)).repeat(250))
+            .collect();
+        for n in &names {
+            std::fs::create_dir(dir.join(n)).unwrap();
+        }
+        let (_fs, s) = service(&dir, "*");
+        let before = DUMP_BYTES.count();
+        let mnt_all = |clients: std::ops::Range<u32>| {
+            block(async {
+                for c in clients {
+                    let h = peer([10, (c >> 16) as u8, (c >> 8) as u8, c as u8]);
+                    for n in &names {
+                        let d = Dirpath(Bytes::from(format!("/srv/x/{n}")));
+                        assert!(matches!(s.mnt(&d, &h).await, Mountres3::Ok(_)));
+                    }
+                }
+            })
+        };
+        mnt_all(0..256);
+        let (bytes, entries) = dump(&s);
+        assert!(bytes <= DUMP_MAX_BYTES, "{bytes} bytes");
+        assert!(
+            bytes > DUMP_MAX_BYTES - 512,
+            "filled up to the bound: {bytes}"
+        );
+        assert!(entries < 4096, "cut: {entries} entries");
+        assert!(DUMP_BYTES.count() > before);
+        mnt_all(256..381);
+        assert_eq!(s.mounts.lock().unwrap().len(), MOUNT_LIST_MAX);
+        assert!(dump(&s).0 <= DUMP_MAX_BYTES);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -15,7 +15,8 @@ use nfs::v4::session::*;
 use nfs::v4::*;
 use nfs_server::nfs3::Nfs3Service;
 use nfs_server::v4::{
-    backchannel_fn, BackchannelSlot, ManualClock, Nfs4Config, Nfs4Service, SessionLimits,
+    backchannel_fn, BackchannelSlot, DelegLimits, ManualClock, Nfs4Config, Nfs4Service,
+    SessionLimits,
 };
 use nfs_server::LocalFs;
 use oncrpc::client::{ReplyHint, RpcCall};
@@ -112,6 +113,11 @@ struct Srv {
 /// The NFSv4 server on RPC-over-RDMA; `backchannel_credits` 0 means the
 /// transport offers no back channel.
 async fn serve(tag: &str, backchannel_credits: u32) -> Srv {
+    serve_with(tag, backchannel_credits, DelegLimits::default()).await
+}
+
+/// Like [`serve`], granting delegations within `deleg`.
+async fn serve_with(tag: &str, backchannel_credits: u32, deleg: DelegLimits) -> Srv {
     static N: AtomicU32 = AtomicU32::new(0);
     let n = N.fetch_add(1, Ordering::SeqCst);
     let p = std::env::temp_dir().join(format!("nfs4-deleg-{tag}-{}-{n}", std::process::id()));
@@ -130,7 +136,8 @@ async fn serve(tag: &str, backchannel_credits: u32) -> Srv {
             server_owner: Bytes::from_static(b"deleg"),
         },
     )
-    .with_backchannels(slot.clone());
+    .with_backchannels(slot.clone())
+    .with_deleg_limits(deleg);
     // NFSv3 on the same files breaks the delegations, waiting 300 ms.
     let delegs = v4.delegations().with_wait(Duration::from_millis(300));
     server.register(v4);
@@ -910,4 +917,83 @@ async fn nfsv3_rename_of_a_delegated_file_recalls_and_the_holder_finds_the_new_n
     assert_eq!(r.status, Nfsstat4::NFS4ERR_NOENT);
     let (_, _, fh2) = opened(&a.open("new", OPEN4_SHARE_ACCESS_READ).await);
     assert_eq!(fh2, fh);
+}
+
+fn trips(name: &str) -> u64 {
+    oncrpc::limits::snapshot()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .map_or(0, |(_, c)| c)
+}
+
+/// A read-only OPEN of `file`: its delegation stateid, if one was granted.
+async fn read_deleg(c: &Client, file: &'static str) -> (Option<Stateid4>, NfsFh4) {
+    let (_, d, fh) = opened(&c.open(file, OPEN4_SHARE_ACCESS_READ).await);
+    match d {
+        OpenDelegation4::Read(sid, ..) => (Some(sid), fh),
+        OpenDelegation4::None => (None, fh),
+        other => panic!("unexpected delegation {other:?}"),
+    }
+}
+
+/// The delegation caps (`nfs4.delegations`, RFC 8881 §10.2: a server may
+/// decline to delegate): beyond the per-client and the total cap OPEN
+/// succeeds with OPEN_DELEGATE_NONE, delegations granted earlier stay
+/// valid, and a returned delegation makes room.
+#[tokio::test]
+async fn opens_beyond_the_delegation_caps_get_none() {
+    let limits = DelegLimits {
+        max: 3,
+        max_per_client: 2,
+        ..DelegLimits::default()
+    };
+    let srv = serve_with("delegcaps", 16, limits).await;
+    let a = Client::connect(&srv, "caps-a").await;
+    let b = Client::connect(&srv, "caps-b").await;
+    let before = trips("nfs4.delegations");
+    let (a1, fh1) = read_deleg(&a, "a1").await;
+    let (a2, _) = read_deleg(&a, "a2").await;
+    assert!(a1.is_some() && a2.is_some());
+    assert_eq!(read_deleg(&a, "a3").await.0, None, "per-client cap");
+    assert!(trips("nfs4.delegations") > before);
+    let (b1, _) = read_deleg(&b, "b1").await;
+    assert!(b1.is_some());
+    let before = trips("nfs4.delegations");
+    assert_eq!(read_deleg(&b, "b2").await.0, None, "total cap");
+    assert!(trips("nfs4.delegations") > before);
+    // Earlier delegations are untouched: still held, returned normally.
+    assert_eq!(a.delegreturn(&fh1, &a1.unwrap()).await, Nfsstat4::NFS4_OK);
+    // The returned one made room under both caps.
+    assert!(read_deleg(&a, "a3").await.0.is_some());
+}
+
+/// The cap on delegated files watched for local changes
+/// (`nfs4.delegation_watches`): beyond it OPEN grants no delegation
+/// (none may be granted on a file whose local changes are not seen,
+/// RFC 8881 §10.4.1); a returned delegation frees its watch.
+#[tokio::test]
+async fn opens_beyond_the_watch_cap_get_no_delegation() {
+    let limits = DelegLimits {
+        max_watches: 2,
+        ..DelegLimits::default()
+    };
+    let srv = serve_with("watchcap", 16, limits).await;
+    let a = Client::connect(&srv, "watch-a").await;
+    let before = trips("nfs4.delegation_watches");
+    let (w1, fh1) = read_deleg(&a, "w1").await;
+    let (w2, _) = read_deleg(&a, "w2").await;
+    assert!(w1.is_some() && w2.is_some());
+    assert_eq!(read_deleg(&a, "w3").await.0, None);
+    assert!(trips("nfs4.delegation_watches") > before);
+    assert_eq!(a.delegreturn(&fh1, &w1.unwrap()).await, Nfsstat4::NFS4_OK);
+    assert!(read_deleg(&a, "w3").await.0.is_some());
+}
+
+#[test]
+fn delegation_limits_default_to_the_documented_values() {
+    let d = DelegLimits::default();
+    assert_eq!(
+        (d.max, d.max_per_client, d.max_watches),
+        (65_536, 4096, 4096)
+    );
 }

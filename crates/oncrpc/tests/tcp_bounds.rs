@@ -217,3 +217,76 @@ async fn many_connections_not_reading_stay_within_the_server_budget() {
     assert!(most <= bound, "{most} bytes held at most, bound {bound}");
     drop(held);
 }
+
+/// A program whose every call takes 100 ms, counting how many run at once.
+struct Busy {
+    running: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+}
+
+const BUSY_PROGRAM: u32 = 0x2000_0778;
+
+impl oncrpc::RpcService for Busy {
+    fn program(&self) -> u32 {
+        BUSY_PROGRAM
+    }
+    fn versions(&self) -> std::ops::RangeInclusive<u32> {
+        1..=1
+    }
+    async fn call(
+        &self,
+        _ctx: oncrpc::CallContext,
+        _args: Bytes,
+    ) -> Result<xdr::XdrBuf, oncrpc::ServiceError> {
+        let n = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(n, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        Ok(xdr::XdrBuf::new())
+    }
+}
+
+/// `TcpConfig::max_concurrent_per_conn`: a client pipelining 24 calls on
+/// one connection has at most that many running at once; all are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_running_per_connection_are_bounded() {
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut server = Server::new();
+    server.register(Busy {
+        running: Arc::new(AtomicUsize::new(0)),
+        most: Arc::clone(&most),
+    });
+    let tcp = TcpConfig {
+        max_concurrent_per_conn: 4,
+        ..TcpConfig::default()
+    };
+    let srv = TcpServer::bind("127.0.0.1:0", Arc::new(server), tcp)
+        .await
+        .unwrap();
+    let addr = srv.local_addr().unwrap();
+    srv.spawn();
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    for xid in 0..24u32 {
+        let h = CallHeader {
+            xid,
+            prog: BUSY_PROGRAM,
+            vers: 1,
+            proc_: 1,
+            cred: OpaqueAuth::NONE,
+            verf: OpaqueAuth::NONE,
+        };
+        let mut body = Vec::new();
+        h.encode(&mut body);
+        let mut rec = fragment_header(body.len(), true).to_vec();
+        rec.extend_from_slice(&body);
+        s.write_all(&rec).await.unwrap();
+    }
+    for _ in 0..24 {
+        let mut head = [0u8; 4];
+        s.read_exact(&mut head).await.unwrap();
+        let mut rec = vec![0u8; (u32::from_be_bytes(head) & 0x7fff_ffff) as usize];
+        s.read_exact(&mut rec).await.unwrap();
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 4);
+    assert_eq!(TcpConfig::default().max_concurrent_per_conn, 128);
+}

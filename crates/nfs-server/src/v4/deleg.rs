@@ -13,9 +13,10 @@
 //!   (revoked, SEQ4_STATUS_RECALLABLE_STATE_REVOKED until FREE_STATEID)
 //!   and the access proceeds.
 //! - Indexed by file and by client: conflict checks and expiry do not
-//!   scan the table. Bounds: [`MAX_DELEGS`] in all and
-//!   [`MAX_DELEGS_PER_CLIENT`] per client (beyond them OPEN grants none,
-//!   with an [`oncrpc::limits::Limit`] trip), [`MAX_REVOKED`] remembered.
+//!   scan the table. Bounds ([`DelegLimits`]): [`MAX_DELEGS`] in all and
+//!   [`MAX_DELEGS_PER_CLIENT`] per client by default (beyond them OPEN
+//!   grants none, with an [`oncrpc::limits::Limit`] trip), [`MAX_REVOKED`]
+//!   remembered.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -42,6 +43,32 @@ pub(crate) const OP_DELEGRETURN: u32 = 8;
 pub(crate) const MAX_DELEGS: usize = 1 << 16;
 /// Most delegations one client holds at once.
 pub(crate) const MAX_DELEGS_PER_CLIENT: usize = 1 << 12;
+
+/// Bounds on delegations (RFC 8881 §10.2: a server may always decline
+/// to delegate, so beyond them OPEN answers OPEN_DELEGATE_NONE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DelegLimits {
+    /// Delegations held at once, all clients (limit `nfs4.delegations`).
+    /// Default 65,536.
+    pub max: usize,
+    /// Delegations one client holds at once (`nfs4.delegations`).
+    /// Default 4096.
+    pub max_per_client: usize,
+    /// Delegated files watched for local changes, one inotify watch each
+    /// (`nfs4.delegation_watches`); watches of files no longer delegated
+    /// are dropped first. Default 4096.
+    pub max_watches: usize,
+}
+
+impl Default for DelegLimits {
+    fn default() -> Self {
+        Self {
+            max: MAX_DELEGS,
+            max_per_client: MAX_DELEGS_PER_CLIENT,
+            max_watches: super::watch::MAX_WATCHES,
+        }
+    }
+}
 /// Most revoked delegations remembered for their holders.
 const MAX_REVOKED: usize = 1 << 12;
 
@@ -133,9 +160,15 @@ pub(crate) struct DelegTable {
     /// Revoked delegations remembered per client.
     revoked_of: HashMap<u64, usize>,
     next: u32,
+    limits: DelegLimits,
 }
 
 impl DelegTable {
+    /// Grants within `limits` from now on.
+    pub(crate) fn set_limits(&mut self, limits: DelegLimits) {
+        self.limits = limits;
+    }
+
     /// Records the back channel of `clientid` (CREATE_SESSION with
     /// CONN_BACK_CHAN, RFC 8881 §18.36.3; BIND_CONN_TO_SESSION, §18.34.3).
     /// `cred` is the callback credential of a new session; a connection
@@ -336,13 +369,15 @@ impl DelegTable {
         {
             return false;
         }
-        if self.delegs.len() >= MAX_DELEGS {
-            DELEGS.trip(format_args!("no delegation granted: {MAX_DELEGS} held"));
+        let l = self.limits;
+        if self.delegs.len() >= l.max {
+            DELEGS.trip(format_args!("no delegation granted: {} held", l.max));
             return false;
         }
-        if self.by_client.get(&clientid).map_or(0, HashSet::len) >= MAX_DELEGS_PER_CLIENT {
+        if self.by_client.get(&clientid).map_or(0, HashSet::len) >= l.max_per_client {
             DELEGS.trip(format_args!(
-                "no delegation granted: client {clientid:#x} holds {MAX_DELEGS_PER_CLIENT}"
+                "no delegation granted: client {clientid:#x} holds {}",
+                l.max_per_client
             ));
             return false;
         }
@@ -450,6 +485,39 @@ mod tests {
             addr: None,
             transport: oncrpc::TransportKind::Rdma,
         }
+    }
+
+    #[test]
+    fn revoked_delegations_remembered_are_bounded() {
+        let mut t = DelegTable::default();
+        t.set_limits(DelegLimits {
+            max_per_client: 1 << 16,
+            ..DelegLimits::default()
+        });
+        t.bind(1, [1; 16], peer(10), 0x4000_0000, None);
+        t.set_status(1, peer(10), PathStatus::Up);
+        let lease = Duration::from_secs(90);
+        let fhs: Vec<Bytes> = (0..MAX_REVOKED as u32 + 100)
+            .map(|i| Bytes::from(i.to_be_bytes().to_vec()))
+            .collect();
+        let sids: Vec<Stateid4> = fhs.iter().map(|f| t.grant(1, f, true)).collect();
+        for f in &fhs {
+            assert!(t.conflicts(f, 2, false, Duration::ZERO, lease).0);
+            assert!(!t.conflicts(f, 2, false, lease, lease).0);
+        }
+        assert_eq!(t.held(), 0);
+        assert_eq!(t.revoked.len(), MAX_REVOKED, "remembered up to the bound");
+        assert_eq!(t.status_flags(1), SEQ4_STATUS_RECALLABLE_STATE_REVOKED);
+        // A remembered one answers DELEG_REVOKED; one beyond the bound is
+        // simply unknown.
+        assert_eq!(
+            t.delegreturn(&sids[0], 1, &fhs[0]),
+            Nfsstat4::NFS4ERR_DELEG_REVOKED
+        );
+        assert_ne!(
+            t.delegreturn(&sids[MAX_REVOKED + 50], 1, &fhs[MAX_REVOKED + 50]),
+            Nfsstat4::NFS4ERR_DELEG_REVOKED
+        );
     }
 
     #[test]

@@ -68,6 +68,7 @@ pub use callback::{backchannel_fn, BackchannelSlot, BackchannelSource, CbTranspo
 pub use clients::SessionLimits;
 use clients::{SeqOutcome, SessCtx};
 pub use coherence::{Delegations, RECALL_WAIT};
+pub use deleg::DelegLimits;
 use state::StateTable;
 
 /// A monotonic time source for leases, injected so tests can move time.
@@ -259,6 +260,15 @@ impl<S: Storage> Nfs4Service<S> {
             watch: watch::FileWatch::default(),
             exports: None,
         }
+    }
+
+    /// Grants delegations within `limits` (default [`DelegLimits::default`]).
+    pub fn with_deleg_limits(mut self, limits: DelegLimits) -> Self {
+        if let Ok(mut st) = self.state.lock() {
+            st.delegs.set_limits(limits);
+        }
+        self.watch = watch::FileWatch::with_max(limits.max_watches);
+        self
     }
 
     /// Applies the access rules of `table`'s first export (which must be

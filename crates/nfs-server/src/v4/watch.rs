@@ -56,8 +56,18 @@ struct Inner {
 
 /// The inotify watches on delegated files of one server; started with the
 /// first delegation.
-#[derive(Debug, Default)]
-pub(crate) struct FileWatch(OnceLock<Option<Inner>>);
+#[derive(Debug)]
+pub(crate) struct FileWatch {
+    inner: OnceLock<Option<Inner>>,
+    /// Most files watched at once.
+    max: usize,
+}
+
+impl Default for FileWatch {
+    fn default() -> Self {
+        Self::with_max(MAX_WATCHES)
+    }
+}
 
 fn events() -> WatchFlags {
     WatchFlags::MODIFY
@@ -68,8 +78,16 @@ fn events() -> WatchFlags {
 }
 
 impl FileWatch {
+    /// Watches at most `max` files at once.
+    pub(crate) fn with_max(max: usize) -> Self {
+        Self {
+            inner: OnceLock::new(),
+            max,
+        }
+    }
+
     fn inner(&self, delegs: &Delegations) -> Option<&Inner> {
-        self.0.get_or_init(|| start(delegs.clone())).as_ref()
+        self.inner.get_or_init(|| start(delegs.clone())).as_ref()
     }
 
     /// Watches `file` (open on the delegated file `key`); `false` when no
@@ -84,11 +102,12 @@ impl FileWatch {
         if map.by_key.contains_key(key) {
             return true;
         }
-        if map.by_key.len() >= MAX_WATCHES {
+        if map.by_key.len() >= self.max {
             sweep(&inner.fd, &mut map, delegs);
-            if map.by_key.len() >= MAX_WATCHES {
+            if map.by_key.len() >= self.max {
                 WATCHES.trip(format_args!(
-                    "no delegation granted: {MAX_WATCHES} delegated files watched"
+                    "no delegation granted: {} delegated files watched",
+                    self.max
                 ));
                 return false;
             }
@@ -114,7 +133,7 @@ impl FileWatch {
     /// The server itself is about to change `key` (or just did): its
     /// events for the next [`QUIET`] are its own.
     pub(crate) fn quiet(&self, key: &Bytes) {
-        let Some(Some(inner)) = self.0.get() else {
+        let Some(Some(inner)) = self.inner.get() else {
             return;
         };
         if let Ok(mut map) = inner.map.lock() {
