@@ -21,9 +21,12 @@ use crate::record::{fragment_headers, framed_slices, RecordDecoder, MAX_FRAGMENT
 use crate::server::{PeerInfo, Server, TransportKind};
 
 mod budget;
+mod reverse;
 
 pub use budget::ServerReplyBudget;
 use budget::{Charge, ReplyBudget};
+use reverse::Outgoing;
+pub use reverse::{classify, Direction, TcpBackchannel, TcpBackchannels, MAX_REVERSE_IN_FLIGHT};
 
 /// Settings of the TCP shells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,13 +134,16 @@ async fn writer_task(mut w: OwnedWriteHalf, mut rx: mpsc::Receiver<XdrBuf>) {
 /// call slots and reply budget (both freed once it is written).
 type QueuedReply = (XdrBuf, Charge, OwnedSemaphorePermit);
 
-async fn reply_writer(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<QueuedReply>) {
-    while let Some((msg, charge, permit)) = rx.recv().await {
-        if let Err(e) = write_record(&mut w, &msg).await {
+async fn reply_writer(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
+    while let Some(out) = rx.recv().await {
+        let msg = match &out {
+            Outgoing::Reply((msg, _, _)) | Outgoing::Call(msg) => msg,
+        };
+        if let Err(e) = write_record(&mut w, msg).await {
             tracing::debug!(error = %e, "write failed");
             return;
         }
-        drop((charge, permit));
+        drop(out);
     }
     let _ = w.shutdown().await;
 }
@@ -155,6 +161,7 @@ pub struct TcpServer {
     config: TcpConfig,
     conns: Arc<ConnLimiter>,
     replies: Arc<ServerReplyBudget>,
+    backchannels: TcpBackchannels,
 }
 
 impl TcpServer {
@@ -171,7 +178,21 @@ impl TcpServer {
             config,
             conns: ConnLimiter::new(ConnLimits::default()),
             replies: ServerReplyBudget::new(config.max_server_reply_bytes),
+            backchannels: TcpBackchannels::new(),
         })
+    }
+
+    /// Registers this listener's connections in `backchannels` (share
+    /// one registry between listeners).
+    pub fn with_backchannels(mut self, backchannels: TcpBackchannels) -> Self {
+        self.backchannels = backchannels;
+        self
+    }
+
+    /// The reverse direction of each open connection: how the server
+    /// sends calls (NFSv4.1 callbacks) to a client on its connection.
+    pub fn backchannels(&self) -> TcpBackchannels {
+        self.backchannels.clone()
     }
 
     /// Charges this listener's replies to `replies` (share one budget
@@ -243,8 +264,9 @@ impl TcpServer {
         let server = Arc::clone(&self.server);
         let config = self.config;
         let replies = Arc::clone(&self.replies);
+        let bcs = self.backchannels.clone();
         tokio::spawn(async move {
-            serve_connection(stream, Some(addr), server, config, replies).await;
+            serve_bidirectional(stream, Some(addr), server, config, replies, &bcs).await;
             drop(slot);
         });
     }
@@ -269,6 +291,21 @@ pub async fn serve_connection(
     config: TcpConfig,
     replies: Arc<ServerReplyBudget>,
 ) {
+    let bcs = TcpBackchannels::new();
+    serve_bidirectional(stream, addr, server, config, replies, &bcs).await;
+}
+
+/// [`serve_connection`], with the connection's reverse direction in
+/// `bcs` while it is open: REPLY records go to the server's own calls
+/// ([`TcpBackchannel`]), CALL records to `server`.
+async fn serve_bidirectional(
+    stream: TcpStream,
+    addr: Option<SocketAddr>,
+    server: Arc<Server>,
+    config: TcpConfig,
+    replies: Arc<ServerReplyBudget>,
+    bcs: &TcpBackchannels,
+) {
     let _ = stream.set_nodelay(true);
     let peer = PeerInfo {
         conn_id: crate::server::next_conn_id(),
@@ -276,8 +313,32 @@ pub async fn serve_connection(
         transport: TransportKind::Tcp,
     };
     let (r, w) = stream.into_split();
-    let (tx, rx) = mpsc::unbounded_channel::<QueuedReply>();
+    let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
     let writer = tokio::spawn(reply_writer(w, rx));
+    let seed = (peer.conn_id as u32).wrapping_mul(0x9e37_79b9);
+    let reverse = TcpBackchannel::new(peer.conn_id, tx.clone(), seed);
+    bcs.insert(reverse.clone());
+    let clean = serve_records(&r, &peer, server, config, replies, &reverse, tx).await;
+    bcs.remove(peer.conn_id);
+    reverse.close();
+    if !clean {
+        writer.abort();
+    }
+    let _ = writer.await;
+}
+
+/// The read loop of a server connection: false when it ends on a record
+/// over the bound (pending replies are not written then).
+async fn serve_records(
+    r: &OwnedReadHalf,
+    peer: &PeerInfo,
+    server: Arc<Server>,
+    config: TcpConfig,
+    replies: Arc<ServerReplyBudget>,
+    reverse: &TcpBackchannel,
+    tx: mpsc::UnboundedSender<Outgoing>,
+) -> bool {
+    let peer = *peer;
     let permits = Arc::new(Semaphore::new(config.max_concurrent_per_conn.max(1)));
     let budget = ReplyBudget::new(config.max_queued_reply_bytes, replies, peer.conn_id);
     let mut deframer = RecordDecoder::new(config.max_record);
@@ -291,18 +352,29 @@ pub async fn serve_connection(
                     max: config.max_concurrent_per_conn.max(1),
                     server: &server,
                     peer: &peer,
+                    reverse,
                 };
-                if !read_or_idle(&r, &mut deframer, config.read_chunk, &idle).await {
+                if !read_or_idle(r, &mut deframer, config.read_chunk, &idle).await {
                     break;
                 }
                 continue;
             }
             Err(e) => {
                 tracing::info!(conn = peer.conn_id, error = %e, "closing connection");
-                writer.abort();
-                return;
+                return false;
             }
         };
+        match classify(&record) {
+            Direction::Call => {}
+            Direction::Reply(xid) => {
+                reverse.on_reply(&record, xid);
+                continue;
+            }
+            Direction::Garbage => {
+                reverse::garbage(peer.conn_id, record.len());
+                continue;
+            }
+        }
         let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
             break;
         };
@@ -312,12 +384,11 @@ pub async fn serve_connection(
         tokio::spawn(async move {
             if let Some(reply) = server.handle_call(record, &peer).await {
                 charge.settle(reply.len());
-                let _ = tx.send((reply, charge, permit));
+                let _ = tx.send(Outgoing::Reply((reply, charge, permit)));
             }
         });
     }
-    drop(tx);
-    let _ = writer.await;
+    true
 }
 
 /// What decides whether a silent server connection is idle.
@@ -329,6 +400,9 @@ struct Idle<'a> {
     max: usize,
     server: &'a Server,
     peer: &'a PeerInfo,
+    /// The connection's reverse direction: idle only without callbacks
+    /// waiting for their replies.
+    reverse: &'a TcpBackchannel,
 }
 
 impl Idle<'_> {
@@ -336,6 +410,7 @@ impl Idle<'_> {
     fn is_idle(&self) -> bool {
         self.permits.available_permits() >= self.max
             && !self.server.holds_connection(self.peer.conn_id)
+            && self.reverse.in_flight() == 0
     }
 }
 
@@ -460,12 +535,53 @@ impl Drop for TcpClient {
     }
 }
 
+/// Calls the server sends on a client's connection at once (the client
+/// answers them with its callback [`Server`]); beyond it they are
+/// dropped and trip `tcp.client_callbacks`.
+pub const MAX_CALLBACKS_PER_CONN: usize = 64;
+
+static CLIENT_CALLBACKS: Limit = Limit::new("tcp.client_callbacks");
+
+/// The program a client serves on its own connection (the NFSv4.1
+/// callback program, RFC 8881 §2.10.3.1, §20).
+#[derive(Clone)]
+struct CallbackService {
+    server: Arc<Server>,
+    peer: PeerInfo,
+    running: Arc<Semaphore>,
+}
+
+impl CallbackService {
+    /// Runs one call from the server and sends its reply on the
+    /// connection the call came on.
+    fn serve(&self, record: Bytes, shared: &ClientShared) {
+        let Ok(permit) = Arc::clone(&self.running).try_acquire_owned() else {
+            CLIENT_CALLBACKS.trip(format_args!(
+                "dropped a call from the server: {MAX_CALLBACKS_PER_CONN} running"
+            ));
+            return;
+        };
+        let Some(sender) = shared.sender() else {
+            return;
+        };
+        let (server, peer) = (Arc::clone(&self.server), self.peer);
+        tokio::spawn(async move {
+            if let Some(reply) = server.handle_call(record, &peer).await {
+                let _ = sender.send(reply).await;
+            }
+            drop(permit);
+        });
+    }
+}
+
 /// Reads replies until the connection ends; false if the client is gone.
+/// Calls from the server go to `callbacks`, or are dropped without one.
 async fn read_replies(
     r: &mut OwnedReadHalf,
     weak: &Weak<ClientShared>,
     max_record: usize,
     read_chunk: usize,
+    callbacks: Option<&CallbackService>,
 ) -> bool {
     let mut deframer = RecordDecoder::new(max_record);
     loop {
@@ -480,6 +596,13 @@ async fn read_replies(
                     let Some(shared) = weak.upgrade() else {
                         return false;
                     };
+                    if classify(&rec) == Direction::Call {
+                        match callbacks {
+                            Some(cb) => cb.serve(rec, &shared),
+                            None => tracing::debug!("call from the server dropped"),
+                        }
+                        continue;
+                    }
                     let done = shared.lock().handle_reply(&rec);
                     match done {
                         Some((_, tx, result)) => {
@@ -525,6 +648,42 @@ impl TcpClient {
         tcp: TcpConfig,
         reconnect: ReconnectPolicy,
     ) -> io::Result<Self> {
+        Self::open(addr, xid_seed, config, tcp, reconnect, None).await
+    }
+
+    /// Like [`Self::connect`], answering the calls the server sends on
+    /// this connection (its back channel, RFC 8881 §2.10.3.1) with
+    /// `callbacks`, at most [`MAX_CALLBACKS_PER_CONN`] at once. The
+    /// services see the calls as from [`TransportKind::Tcp`] connection
+    /// `conn_id` of the server's address.
+    pub async fn connect_with_backchannel(
+        addr: SocketAddr,
+        xid_seed: u32,
+        config: ClientConfig,
+        tcp: TcpConfig,
+        callbacks: Arc<Server>,
+    ) -> io::Result<Self> {
+        let cb = CallbackService {
+            server: callbacks,
+            peer: PeerInfo {
+                conn_id: crate::server::next_conn_id(),
+                addr: Some(addr),
+                transport: TransportKind::Tcp,
+            },
+            running: Arc::new(Semaphore::new(MAX_CALLBACKS_PER_CONN)),
+        };
+        let policy = ReconnectPolicy::default();
+        Self::open(addr, xid_seed, config, tcp, policy, Some(cb)).await
+    }
+
+    async fn open(
+        addr: SocketAddr,
+        xid_seed: u32,
+        config: ClientConfig,
+        tcp: TcpConfig,
+        reconnect: ReconnectPolicy,
+        callbacks: Option<CallbackService>,
+    ) -> io::Result<Self> {
         let stream = TcpStream::connect(addr).await?;
         let _ = stream.set_nodelay(true);
         let (mut r, w) = stream.into_split();
@@ -541,7 +700,8 @@ impl TcpClient {
         let reader = tokio::spawn(async move {
             let mut attempts = 0u32;
             'conn: loop {
-                if !read_replies(&mut r, &weak, tcp.max_record, tcp.read_chunk).await {
+                let cb = callbacks.as_ref();
+                if !read_replies(&mut r, &weak, tcp.max_record, tcp.read_chunk, cb).await {
                     writer.abort();
                     return;
                 }
