@@ -1,11 +1,12 @@
 //! The NFSv4.1 callback program (RFC 8881 §20): CB_COMPOUND with
-//! CB_SEQUENCE and CB_RECALL. CB_NULL is procedure [`CB_NULL`] with no
+//! CB_SEQUENCE, CB_RECALL and CB_GETATTR. CB_NULL is procedure [`CB_NULL`] with no
 //! arguments and no results. The program number is the one the client
 //! gave in CREATE_SESSION (`csa_cb_program`).
 
 use bytes::Bytes;
 use xdr::{Bounded, Decode, Decoder, Encode, Encoder, Error, ErrorKind};
 
+use super::attr::{Bitmap4, Fattr4};
 use super::{NfsFh4, Nfsstat4, Res4, Sessionid4, Stateid4, NFS4_MAX_OPS, NFS4_MAX_TAGLEN};
 
 /// Procedure CB_NULL (RFC 8881 §20.1).
@@ -14,6 +15,8 @@ pub const CB_NULL: u32 = 0;
 pub const CB_COMPOUND: u32 = 1;
 /// Version of the callback program (RFC 8881 §20).
 pub const NFS4_CALLBACK_VERSION: u32 = 1;
+/// OP_CB_GETATTR (RFC 8881 §20.1).
+pub const OP_CB_GETATTR: u32 = 3;
 /// OP_CB_RECALL (RFC 8881 §20.2).
 pub const OP_CB_RECALL: u32 = 4;
 /// OP_CB_SEQUENCE (RFC 8881 §20.2).
@@ -83,11 +86,24 @@ xdr_struct! {
     }
 }
 
+xdr_struct! {
+    /// CB_GETATTR4args (RFC 8881 §20.1.1): the attributes of a file under
+    /// a write delegation, as its holder sees them.
+    pub struct CbGetattr4Args {
+        /// The file.
+        pub fh: NfsFh4,
+        /// Attributes wanted (size and change, §10.4.3).
+        pub attr_request: Bitmap4,
+    }
+}
+
 /// One callback operation's arguments (`nfs_cb_argop4`, RFC 8881 §20.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NfsCbArgop4 {
     /// CB_SEQUENCE.
     Sequence(CbSequence4Args),
+    /// CB_GETATTR.
+    Getattr(CbGetattr4Args),
     /// CB_RECALL.
     Recall(CbRecall4Args),
     /// Any other operation (number only; the client answers with an error).
@@ -106,6 +122,10 @@ impl Encode for NfsCbArgop4 {
                 enc.put_u32(OP_CB_RECALL);
                 a.encode(enc);
             }
+            NfsCbArgop4::Getattr(a) => {
+                enc.put_u32(OP_CB_GETATTR);
+                a.encode(enc);
+            }
             NfsCbArgop4::Other(n) => enc.put_u32(*n),
         }
     }
@@ -116,6 +136,7 @@ impl<'a> Decode<'a> for NfsCbArgop4 {
         Ok(match dec.u32()? {
             OP_CB_SEQUENCE => NfsCbArgop4::Sequence(dec.decode()?),
             OP_CB_RECALL => NfsCbArgop4::Recall(dec.decode()?),
+            OP_CB_GETATTR => NfsCbArgop4::Getattr(dec.decode()?),
             n => NfsCbArgop4::Other(n),
         })
     }
@@ -176,6 +197,8 @@ pub enum NfsCbResop4 {
     Sequence(Res4<CbSequence4ResOk>),
     /// CB_RECALL.
     Recall(Nfsstat4),
+    /// CB_GETATTR (RFC 8881 §20.1.2): the holder's attributes.
+    Getattr(Res4<Fattr4>),
     /// Any other operation, answered with an error status.
     Other(u32, Nfsstat4),
 }
@@ -192,6 +215,10 @@ impl Encode for NfsCbResop4 {
                 enc.put_u32(OP_CB_RECALL);
                 s.encode(enc);
             }
+            NfsCbResop4::Getattr(r) => {
+                enc.put_u32(OP_CB_GETATTR);
+                r.encode(enc);
+            }
             NfsCbResop4::Other(n, s) => {
                 enc.put_u32(*n);
                 s.encode(enc);
@@ -206,6 +233,7 @@ impl<'a> Decode<'a> for NfsCbResop4 {
         Ok(match dec.u32()? {
             OP_CB_SEQUENCE => NfsCbResop4::Sequence(dec.decode()?),
             OP_CB_RECALL => NfsCbResop4::Recall(dec.decode()?),
+            OP_CB_GETATTR => NfsCbResop4::Getattr(dec.decode()?),
             n => {
                 let s: Nfsstat4 = dec.decode()?;
                 if s.is_ok() {
@@ -275,5 +303,35 @@ mod tests {
         };
         let wire = xdr::to_bytes(&res);
         assert_eq!(xdr::from_slice::<CbCompound4Res>(&wire).unwrap(), res);
+    }
+
+    #[test]
+    fn cb_getattr_round_trips_with_its_wire_layout() {
+        let mut want = Bitmap4::new();
+        want.insert(3);
+        want.insert(4);
+        let op = NfsCbArgop4::Getattr(CbGetattr4Args {
+            fh: NfsFh4(Bytes::from_static(&[9, 9])),
+            attr_request: want.clone(),
+        });
+        let wire = xdr::to_bytes(&op);
+        // opnum 3, the handle (length 2, padded), a one-word bitmap 0x18.
+        assert_eq!(
+            &wire[..],
+            &[0, 0, 0, 3, 0, 0, 0, 2, 9, 9, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0x18]
+        );
+        assert_eq!(xdr::from_slice::<NfsCbArgop4>(&wire).unwrap(), op);
+        let mut vals = Vec::new();
+        vals.extend_from_slice(&7u64.to_be_bytes());
+        vals.extend_from_slice(&4096u64.to_be_bytes());
+        let res = NfsCbResop4::Getattr(Res4::Ok(Fattr4 {
+            attrmask: want,
+            attr_vals: Bounded(Bytes::from(vals)),
+        }));
+        let wire = xdr::to_bytes(&res);
+        assert_eq!(xdr::from_slice::<NfsCbResop4>(&wire).unwrap(), res);
+        let err = NfsCbResop4::Getattr(Res4::Err(Nfsstat4::NFS4ERR_BADHANDLE));
+        let wire = xdr::to_bytes(&err);
+        assert_eq!(xdr::from_slice::<NfsCbResop4>(&wire).unwrap(), err);
     }
 }

@@ -266,6 +266,8 @@ operations! {
     Verify = 37 OP_VERIFY(Verify4Args) -> Nfsstat4;
     /// WRITE (RFC 8881 §18.32).
     Write = 38 OP_WRITE(Write4Args) -> Res4<Write4ResOk>;
+    /// BACKCHANNEL_CTL (RFC 8881 §18.33).
+    BackchannelCtl = 40 OP_BACKCHANNEL_CTL(BackchannelCtl4Args) -> Nfsstat4;
     /// BIND_CONN_TO_SESSION (RFC 8881 §18.34).
     BindConnToSession = 41 OP_BIND_CONN_TO_SESSION(BindConnToSession4Args)
         -> Res4<BindConnToSession4ResOk>;

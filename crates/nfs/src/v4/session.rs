@@ -287,6 +287,16 @@ impl<'a> Decode<'a> for CallbackSecParms4 {
 }
 
 xdr_struct! {
+    /// BACKCHANNEL_CTL4args (RFC 8881 §18.33.1): a new callback program
+    /// and security parameters for the session's back channel.
+    pub struct BackchannelCtl4Args {
+        /// The callback program number.
+        pub cb_program: u32,
+        /// Security parameters for callbacks.
+        pub sec_parms: Bounded<Vec<CallbackSecParms4>, 16>,
+    }
+}
+xdr_struct! {
     /// CREATE_SESSION4args (RFC 8881 §18.36.1).
     pub struct CreateSession4Args {
         /// From EXCHANGE_ID.
