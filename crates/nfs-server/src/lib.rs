@@ -52,7 +52,7 @@ use nfs::mount::{MOUNT_PROGRAM, MOUNT_V3};
 use nfs::v3::{NfsFh3, NFS_PROGRAM, NFS_V3};
 use oncrpc::drc::DrcConfig;
 use oncrpc::limits::{ConnLimiter, ConnLimits};
-use oncrpc::tcp::{ServerReplyBudget, TcpConfig, TcpServer};
+use oncrpc::tcp::{ServerReplyBudget, TcpBackchannels, TcpConfig, TcpServer};
 use tokio::task::JoinHandle;
 
 pub use localfs::LocalFs;
@@ -238,6 +238,16 @@ pub fn rpc_server_for(
     server
 }
 
+/// The [`v4::BackchannelSource`] of ONC RPC over TCP: the reverse
+/// direction of the client's own connection (connection ids are unique
+/// across transports, so only TCP calls match).
+pub fn tcp_backchannels(bcs: TcpBackchannels) -> Arc<dyn v4::BackchannelSource> {
+    v4::backchannel_fn(move |p: &oncrpc::PeerInfo| match p.transport {
+        oncrpc::TransportKind::Tcp => bcs.get(p.conn_id),
+        _ => None,
+    })
+}
+
 /// A running server: its bound addresses and listener tasks.
 #[derive(Debug)]
 pub struct RunningServer {
@@ -397,13 +407,22 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
     ));
     let conns = ConnLimiter::new(config.connections);
     let replies = ServerReplyBudget::new(config.tcp.max_server_reply_bytes);
+    // NFSv4.1 callbacks over TCP go on a connection the client opened and
+    // bound to the back channel (RFC 8881 §2.10.3.1).
+    let tcp_back = TcpBackchannels::new();
+    backchannels.set(tcp_backchannels(tcp_back.clone()));
     let bind = |addr: SocketAddr| {
         let server = Arc::clone(&server);
         let conns = Arc::clone(&conns);
         let replies = Arc::clone(&replies);
+        let tcp_back = tcp_back.clone();
         async move {
             let l = TcpServer::bind(addr, server, config.tcp).await?;
-            Ok::<_, io::Error>(l.with_conn_limiter(conns).with_reply_budget(replies))
+            Ok::<_, io::Error>(
+                l.with_conn_limiter(conns)
+                    .with_reply_budget(replies)
+                    .with_backchannels(tcp_back),
+            )
         }
     };
     let nfs = bind(config.nfs_addr).await?;

@@ -81,6 +81,9 @@ impl RpcService for CbService {
                         NfsCbArgop4::Other(n) => {
                             res.push(NfsCbResop4::Other(n, Nfsstat4::NFS4ERR_NOTSUPP))
                         }
+                        NfsCbArgop4::Getattr(_) => {
+                            res.push(NfsCbResop4::Other(OP_CB_GETATTR, Nfsstat4::NFS4ERR_NOTSUPP))
+                        }
                     }
                 }
                 Ok(xdr::to_xdr_buf(&CbCompound4Res {

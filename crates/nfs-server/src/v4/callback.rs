@@ -9,11 +9,16 @@
 //!   draft-ietf-nfsv4-rpcrdma-bidirection-01 §1.4.2). The path is probed
 //!   with CB_NULL before the first delegation; a path that fails is
 //!   reported with SEQ4_STATUS_CB_PATH_DOWN in SEQUENCE results.
-//! - Callbacks are serialised per client (callback slot 0 of its
-//!   session, RFC 8881 §20.9.3), never server-wide: a dead back channel
-//!   stalls only its own client's callbacks, each bounded by
+//! - Callbacks of a client run on the slots of its session's back
+//!   channel (RFC 8881 §20.9.3; at most the `ca_maxrequests` it granted,
+//!   [`super::cbslots::MAX_CB_SLOTS`]), never server-wide: a dead back
+//!   channel stalls only its own client's callbacks, each bounded by
 //!   [`CB_TIMEOUT`], and the conflicting operations of other clients are
 //!   answered NFS4ERR_DELAY at once rather than waiting on it.
+//! - Over ONC RPC on TCP the back channel is the reverse direction of a
+//!   connection the client opened and bound to it (RFC 8881 §2.10.3.1;
+//!   `oncrpc::tcp::TcpBackchannels`), over RPC-over-RDMA that of its RDMA
+//!   connection (RFC 8167).
 //! - A recall that finds no connection waits for the client to bind a
 //!   new one (BIND_CONN_TO_SESSION or a new session), at most a lease
 //!   period; the delegation is revoked a lease after the recall
@@ -36,6 +41,7 @@ use oncrpc::client::{ReplyHint, RpcCall};
 use oncrpc::{ClientTransport, PeerInfo, RpcError};
 use xdr::{Bounded, FixedOpaque, XdrBuf};
 
+use super::cbslots::SlotOutcome;
 use super::deleg::{CbPath, PathStatus, Recall, OPEN4_SHARE_ACCESS_WANT_NO_DELEG, OP_DELEGRETURN};
 use super::fileops::{cur, key, resolve_sid};
 use super::state::StateTable;
@@ -94,16 +100,16 @@ where
     Arc::new(FnSource(f))
 }
 
-/// A shared place for the [`BackchannelSource`], filled once the
-/// transport that offers back channels is listening. Empty: no back
-/// channel, so no delegations.
+/// A shared place for the [`BackchannelSource`]s, one per transport
+/// that offers back channels (ONC RPC over TCP, RPC-over-RDMA), filled
+/// once each is listening. Empty: no back channel, so no delegations.
 #[derive(Clone, Default)]
-pub struct BackchannelSlot(Arc<RwLock<Option<Arc<dyn BackchannelSource>>>>);
+pub struct BackchannelSlot(Arc<RwLock<Vec<Arc<dyn BackchannelSource>>>>);
 
 impl core::fmt::Debug for BackchannelSlot {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("BackchannelSlot")
-            .field("set", &self.0.read().map(|s| s.is_some()).unwrap_or(false))
+            .field("sources", &self.0.read().map(|s| s.len()).unwrap_or(0))
             .finish()
     }
 }
@@ -114,29 +120,43 @@ impl BackchannelSlot {
         Self::default()
     }
 
-    /// Installs (or replaces) the source.
+    /// Adds a source; each is asked in turn for a connection's back
+    /// channel (a source answers only for its own transport's
+    /// connections).
     pub fn set(&self, source: Arc<dyn BackchannelSource>) {
         if let Ok(mut s) = self.0.write() {
-            *s = Some(source);
+            s.push(source);
         }
     }
 
     fn is_set(&self) -> bool {
-        self.0.read().map(|s| s.is_some()).unwrap_or(false)
+        self.0.read().map(|s| !s.is_empty()).unwrap_or(false)
     }
 
     fn get(&self, peer: &PeerInfo) -> Option<Box<dyn CbTransport>> {
-        let src = self.0.read().ok()?.clone()?;
-        src.backchannel(peer)
+        let sources = self.0.read().ok()?.clone();
+        sources.iter().find_map(|s| s.backchannel(peer))
     }
 }
 
-/// The callback side of the service: the source of back channels. One
-/// callback at a time per client (callback slot 0, RFC 8881 §20.9.3; the
-/// lock is the client's [`CbPath::busy`]).
-#[derive(Clone, Default)]
+/// The callback side of the service: the source of back channels and the
+/// bound on each callback. Callbacks of a client run on its session's
+/// back-channel slots (RFC 8881 §20.9.3, [`super::cbslots`]), several at
+/// once, never server-wide.
+#[derive(Clone)]
 pub(crate) struct Callbacks {
     pub(crate) slot: BackchannelSlot,
+    /// How long one callback may take before the path counts as down.
+    pub(crate) timeout: Duration,
+}
+
+impl Default for Callbacks {
+    fn default() -> Self {
+        Self {
+            slot: BackchannelSlot::default(),
+            timeout: CB_TIMEOUT,
+        }
+    }
 }
 
 fn cb_call(p: &CbPath, proc_: u32, args: XdrBuf) -> RpcCall {
@@ -150,20 +170,36 @@ fn cb_call(p: &CbPath, proc_: u32, args: XdrBuf) -> RpcCall {
     }
 }
 
+/// Why a CB_COMPOUND did not get an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CbFailure {
+    /// The client has no back channel (or no connection for it now).
+    NoPath,
+    /// No reply within the bound, or the connection failed: the path is
+    /// marked down (SEQ4_STATUS_CB_PATH_DOWN).
+    Down,
+    /// The reply did not decode.
+    Garbage,
+}
+
 impl Callbacks {
     /// Probes the back channel of `clientid` with CB_NULL (RFC 8881
     /// §20.1) unless already known good; `true` when it works.
     pub(crate) async fn usable(&self, state: &Mutex<StateTable>, clientid: u64) -> bool {
-        let path = match state.lock() {
+        let path = |state: &Mutex<StateTable>| match state.lock() {
             Ok(st) => st.delegs.path(clientid),
             Err(_) => None,
         };
-        let Some(p) = path else { return false };
+        let Some(p) = path(state) else { return false };
         if !self.slot.is_set() {
             // No transport offers back channels: nothing to probe, and
             // nothing to report as down.
             return false;
         }
+        // One probe at a time; a probe that waited sees the first's result.
+        let probe = Arc::clone(&p.probe);
+        let _one = probe.lock().await;
+        let Some(p) = path(state) else { return false };
         match p.status {
             PathStatus::Up => {
                 if self.slot.get(&p.conn).is_some() {
@@ -184,15 +220,15 @@ impl Callbacks {
             // CB_NULL (RFC 8881 §20.1) proves the path before any
             // delegation depends on it.
             Some(t) => {
-                let _one = p.busy.lock().await;
                 let call = t.call_boxed(cb_call(&p, CB_NULL, XdrBuf::new()));
-                matches!(tokio::time::timeout(CB_TIMEOUT, call).await, Ok(Ok(_)))
+                matches!(tokio::time::timeout(self.timeout, call).await, Ok(Ok(_)))
             }
             None => false,
         };
         tracing::info!(
             clientid,
             conn = p.conn.conn_id,
+            transport = ?p.conn.transport,
             ok,
             "CB_NULL probe of the back channel"
         );
@@ -204,6 +240,79 @@ impl Callbacks {
             }
         }
         ok
+    }
+
+    /// One CB_COMPOUND { CB_SEQUENCE, `ops` } (RFC 8881 §20.2, §20.9) to
+    /// `clientid` on a free slot of its session's back channel, within
+    /// the callback bound. The results after CB_SEQUENCE come back when
+    /// CB_SEQUENCE succeeded.
+    pub(crate) async fn compound(
+        &self,
+        state: &Mutex<StateTable>,
+        clientid: u64,
+        ops: Vec<NfsCbArgop4>,
+    ) -> Result<CbCompound4Res, CbFailure> {
+        let path = match state.lock() {
+            Ok(st) => st.delegs.path(clientid),
+            Err(_) => None,
+        };
+        let p = path.ok_or(CbFailure::NoPath)?;
+        let Some(t) = self.slot.get(&p.conn) else {
+            // The connection went away: report the path down so the
+            // client binds a new one (RFC 8881 §18.46.3).
+            set_status(state, clientid, p.conn, PathStatus::Down);
+            return Err(CbFailure::NoPath);
+        };
+        // Waiting for a slot is bounded by the callbacks holding them,
+        // each by the callback bound that starts once it has its slot.
+        let mut slot = p.slots.take().await.ok_or(CbFailure::NoPath)?;
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut argarray = vec![NfsCbArgop4::Sequence(CbSequence4Args {
+            sessionid: FixedOpaque(p.sessionid),
+            sequenceid: slot.seq,
+            slotid: slot.slot,
+            highest_slotid: slot.highest,
+            cachethis: false,
+            referring_call_lists: Bounded(Vec::new()),
+        })];
+        argarray.extend(ops);
+        let args = CbCompound4Args {
+            tag: Bytes::new(),
+            minorversion: 1,
+            callback_ident: 0,
+            argarray,
+        };
+        let call = cb_call(&p, CB_COMPOUND, xdr::to_xdr_buf(&args));
+        let reply = match tokio::time::timeout_at(deadline, t.call_boxed(call)).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(e)) => {
+                tracing::info!(clientid, error = %e, "CB_COMPOUND failed");
+                set_status(state, clientid, p.conn, PathStatus::Down);
+                return Err(CbFailure::Down);
+            }
+            Err(_) => {
+                tracing::info!(clientid, conn = p.conn.conn_id, "CB_COMPOUND timed out");
+                set_status(state, clientid, p.conn, PathStatus::Down);
+                return Err(CbFailure::Down);
+            }
+        };
+        let res = xdr::from_slice::<CbCompound4Res>(&reply).map_err(|e| {
+            tracing::info!(error = %e, "CB_COMPOUND reply undecodable");
+            CbFailure::Garbage
+        })?;
+        let sequenced = matches!(
+            res.resarray.0.first(),
+            Some(NfsCbResop4::Sequence(Res4::Ok(_)))
+        );
+        slot.finish(if sequenced {
+            SlotOutcome::Sequenced
+        } else {
+            SlotOutcome::Refused
+        });
+        if let Ok(mut st) = state.lock() {
+            st.delegs.callback_done(clientid, p.conn);
+        }
+        Ok(res)
     }
 
     /// Starts CB_RECALL of each delegation in `recalls`.
@@ -231,79 +340,22 @@ impl Callbacks {
     async fn recall_one(&self, state: &Mutex<StateTable>, r: Recall, lease: Duration) {
         let deadline = tokio::time::Instant::now() + lease;
         loop {
-            let path = match state.lock() {
-                Ok(st) if st.delegs.holds(&r.stateid.other.0) => st.delegs.path(r.clientid),
+            match state.lock() {
+                Ok(st) if st.delegs.holds(&r.stateid.other.0) => {}
                 _ => return,
-            };
-            let transport = path.as_ref().and_then(|p| self.slot.get(&p.conn));
-            if let (Some(p), None) = (&path, &transport) {
-                // The connection went away: report the path down so the
-                // client binds a new one (RFC 8881 §18.46.3).
-                set_status(state, r.clientid, p.conn, PathStatus::Down);
             }
-            if let (Some(p), Some(t)) = (path, transport) {
-                let _one = p.busy.lock().await;
-                let seq = match state.lock() {
-                    Ok(st) => st.delegs.path(r.clientid).map_or(p.seq, |x| x.seq),
-                    Err(_) => return,
-                };
-                let args = CbCompound4Args {
-                    tag: Bytes::new(),
-                    minorversion: 1,
-                    callback_ident: 0,
-                    argarray: vec![
-                        NfsCbArgop4::Sequence(CbSequence4Args {
-                            sessionid: FixedOpaque(p.sessionid),
-                            sequenceid: seq.wrapping_add(1),
-                            slotid: 0,
-                            highest_slotid: 0,
-                            cachethis: false,
-                            referring_call_lists: Bounded(Vec::new()),
-                        }),
-                        NfsCbArgop4::Recall(CbRecall4Args {
-                            stateid: r.stateid,
-                            truncate: false,
-                            fh: NfsFh4(r.fh.clone()),
-                        }),
-                    ],
-                };
-                let call = cb_call(&p, CB_COMPOUND, xdr::to_xdr_buf(&args));
-                match tokio::time::timeout(CB_TIMEOUT, t.call_boxed(call)).await {
-                    Ok(Ok(reply)) => {
-                        let res = xdr::from_slice::<CbCompound4Res>(&reply);
-                        let seq_ok = matches!(
-                            res.as_ref().ok().and_then(|x| x.resarray.0.first()),
-                            Some(NfsCbResop4::Sequence(Res4::Ok(_)))
-                        );
-                        if let Ok(mut st) = state.lock() {
-                            // After a misordered sequence id the next
-                            // attempt starts the slot anew.
-                            let next = seq_ok.then(|| seq.wrapping_add(1));
-                            st.delegs.callback_done(r.clientid, &p.sessionid, next);
-                        }
-                        match res {
-                            Ok(x) if x.status.is_ok() => {
-                                tracing::info!(
-                                    clientid = r.clientid,
-                                    conn = p.conn.conn_id,
-                                    cb_seq = seq.wrapping_add(1),
-                                    "CB_RECALL answered NFS4_OK"
-                                );
-                                return;
-                            }
-                            Ok(x) => tracing::info!(status = ?x.status, "CB_RECALL refused"),
-                            Err(e) => tracing::info!(error = %e, "CB_COMPOUND reply undecodable"),
-                        }
-                    }
-                    Ok(Err(e)) => {
-                        tracing::info!(clientid = r.clientid, error = %e, "CB_RECALL failed");
-                        set_status(state, r.clientid, p.conn, PathStatus::Down);
-                    }
-                    Err(_) => {
-                        tracing::info!(clientid = r.clientid, "CB_RECALL timed out");
-                        set_status(state, r.clientid, p.conn, PathStatus::Down);
-                    }
+            let recall = NfsCbArgop4::Recall(CbRecall4Args {
+                stateid: r.stateid,
+                truncate: false,
+                fh: NfsFh4(r.fh.clone()),
+            });
+            match self.compound(state, r.clientid, vec![recall]).await {
+                Ok(x) if x.status.is_ok() => {
+                    tracing::info!(clientid = r.clientid, "CB_RECALL answered NFS4_OK");
+                    return;
                 }
+                Ok(x) => tracing::info!(status = ?x.status, "CB_RECALL refused"),
+                Err(e) => tracing::info!(clientid = r.clientid, failure = ?e, "CB_RECALL failed"),
             }
             if tokio::time::Instant::now() >= deadline {
                 tracing::info!(

@@ -38,7 +38,10 @@ use bytes::Bytes;
 use nfs::v4::session::*;
 use nfs::v4::{Nfsstat4, Res4};
 use oncrpc::limits::Limit;
+use oncrpc::msg::OpaqueAuth;
 use xdr::{Bounded, FixedOpaque, XdrBuf};
+
+use super::cbslots::{cb_cred, CbParams, MAX_CB_SLOTS};
 
 static CLIENTS: Limit = Limit::new("nfs4.clients");
 static UNCONFIRMED: Limit = Limit::new("nfs4.unconfirmed_clients");
@@ -122,6 +125,15 @@ const CREATE_SESSION4_FLAGS: u32 = CREATE_SESSION4_FLAG_PERSIST
     | CREATE_SESSION4_FLAG_CONN_BACK_CHAN
     | CREATE_SESSION4_FLAG_CONN_RDMA;
 
+/// The callback credential of `csa_sec_parms` ([`cb_cred`]); an empty
+/// list states no preference and gets AUTH_NONE.
+fn session_cb_cred(parms: &[CallbackSecParms4]) -> Option<OpaqueAuth> {
+    if parms.is_empty() {
+        return Some(OpaqueAuth::NONE);
+    }
+    cb_cred(parms)
+}
+
 /// RFC 8881 §18.36.3: a channel whose sizes cannot carry even SEQUENCE
 /// (or CB_SEQUENCE and a recall) is NFS4ERR_TOOSMALL, as are no slots or
 /// no operations.
@@ -157,8 +169,9 @@ struct Session {
     clientid: u64,
     fore: ChannelAttrs4,
     slots: Vec<Slot>,
-    /// `csa_cb_program` (RFC 8881 §18.36.3).
-    cb_program: u32,
+    /// `csa_cb_program`, the credential from `csa_sec_parms` and the
+    /// back channel's slots (RFC 8881 §18.36.3; BACKCHANNEL_CTL, §18.33).
+    cb: CbParams,
     /// Connections bound to the session (RFC 8881 §2.10.3.1), oldest
     /// first, at most [`MAX_SESSION_CONNS`].
     conns: Vec<u64>,
@@ -529,6 +542,9 @@ impl ClientTable {
         if let Err(e) = check_channels(a) {
             return Res4::Err(e);
         }
+        let Some(cred) = session_cb_cred(&a.sec_parms.0) else {
+            return Res4::Err(Nfsstat4::NFS4ERR_ENCR_ALG_UNSUPP);
+        };
         // RFC 8881 §18.36.4: out of resources for another reply cache is
         // NFS4ERR_NOSPC; a client may not pile up sessions without bound.
         if c.sessions.len() >= MAX_SESSIONS_PER_CLIENT {
@@ -544,6 +560,7 @@ impl ClientTable {
         }
         let mut back = a.back_chan_attrs.clone();
         back.rdma_ird = Bounded(Vec::new());
+        back.maxrequests = back.maxrequests.min(MAX_CB_SLOTS);
         if !c.confirmed {
             self.confirm(a.clientid);
         }
@@ -564,7 +581,12 @@ impl ClientTable {
             clientid: a.clientid,
             fore,
             slots,
-            cb_program: a.cb_program,
+            cb: CbParams {
+                clientid: a.clientid,
+                program: a.cb_program,
+                cred,
+                slots: ok.back_chan_attrs.maxrequests,
+            },
             conns: Vec::new(),
         };
         let reserved = s.reserved();
@@ -695,9 +717,27 @@ impl ClientTable {
         self.cached = self.cached.saturating_sub(old) + new;
     }
 
-    /// The client and `csa_cb_program` of a session.
-    pub(crate) fn cb_program_of(&self, sid: &[u8; 16]) -> Option<(u64, u32)> {
-        self.sessions.get(sid).map(|s| (s.clientid, s.cb_program))
+    /// The callback parameters of a session.
+    pub(crate) fn cb_params(&self, sid: &[u8; 16]) -> Option<CbParams> {
+        self.sessions.get(sid).map(|s| s.cb.clone())
+    }
+
+    /// BACKCHANNEL_CTL (RFC 8881 §18.33.3): a new callback program and
+    /// credential for session `sid`; RPCSEC_GSS alone is
+    /// NFS4ERR_ENCR_ALG_UNSUPP, as CREATE_SESSION.
+    pub(crate) fn backchannel_ctl(
+        &mut self,
+        sid: &[u8; 16],
+        a: &BackchannelCtl4Args,
+    ) -> Result<CbParams, Nfsstat4> {
+        let cred = session_cb_cred(&a.sec_parms.0).ok_or(Nfsstat4::NFS4ERR_ENCR_ALG_UNSUPP)?;
+        let s = self
+            .sessions
+            .get_mut(sid)
+            .ok_or(Nfsstat4::NFS4ERR_BADSESSION)?;
+        s.cb.program = a.cb_program;
+        s.cb.cred = cred;
+        Ok(s.cb.clone())
     }
 
     /// Binds connection `conn` to session `sid` (RFC 8881 §2.10.3.1: by

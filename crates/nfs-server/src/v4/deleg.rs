@@ -19,16 +19,18 @@
 //!   remembered.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use nfs::v4::session::CallbackSecParms4;
 use nfs::v4::session::SEQ4_STATUS_CB_PATH_DOWN;
 use nfs::v4::{Nfsstat4, Stateid4};
 use oncrpc::limits::Limit;
-use oncrpc::msg::{AuthSys, OpaqueAuth};
+use oncrpc::msg::OpaqueAuth;
 use oncrpc::PeerInfo;
 use xdr::FixedOpaque;
+
+use super::cbslots::{CbParams, CbSlots};
 
 static DELEGS: Limit = Limit::new("nfs4.delegations");
 
@@ -88,7 +90,7 @@ pub(crate) enum PathStatus {
 }
 
 /// The back channel of one client: the session and connection callbacks
-/// use, and callback slot 0 of that session (RFC 8881 §20.9.3).
+/// use, and that session's back-channel slot table (RFC 8881 §20.9.3).
 #[derive(Debug, Clone)]
 pub(crate) struct CbPath {
     pub(crate) sessionid: [u8; 16],
@@ -98,34 +100,11 @@ pub(crate) struct CbPath {
     pub(crate) cred: OpaqueAuth,
     /// The connection already reported down for having no back channel.
     pub(crate) told: Option<u64>,
-    pub(crate) seq: u32,
     pub(crate) status: PathStatus,
-    /// Held while a callback is on the wire: one at a time per client
-    /// (callback slot 0), never server-wide.
-    pub(crate) busy: std::sync::Arc<tokio::sync::Mutex<()>>,
-}
-
-/// The credential for callbacks from CREATE_SESSION's `csa_sec_parms`
-/// (RFC 8881 §18.36.3: the server uses one of the client's choices):
-/// AUTH_SYS when offered (Linux accepts AUTH_NONE only for CB_NULL), else
-/// AUTH_NONE. RPCSEC_GSS is not supported.
-pub(crate) fn cb_cred(parms: &[CallbackSecParms4]) -> OpaqueAuth {
-    parms
-        .iter()
-        .find_map(|p| match p {
-            CallbackSecParms4::Sys(a) => Some(
-                AuthSys {
-                    stamp: a.stamp,
-                    machinename: a.machinename.0.clone(),
-                    uid: a.uid,
-                    gid: a.gid,
-                    gids: a.gids.0.clone(),
-                }
-                .to_opaque_auth(),
-            ),
-            _ => None,
-        })
-        .unwrap_or(OpaqueAuth::NONE)
+    /// The session's back-channel slots: the callbacks in flight.
+    pub(crate) slots: Arc<CbSlots>,
+    /// Held by the CB_NULL probe, so one probe runs at a time.
+    pub(crate) probe: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// One delegation (RFC 8881 §10.2).
@@ -136,6 +115,25 @@ struct Deleg {
     write: bool,
     /// When CB_RECALL was started (clock time).
     recalled: Option<Duration>,
+    /// What CB_GETATTR last learnt (RFC 8881 §10.4.3).
+    seen: Option<HolderAttrs>,
+}
+
+/// What a write delegation's holder reported by CB_GETATTR, and the
+/// change attribute the server answered others with for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HolderAttrs {
+    change: u64,
+    size: u64,
+    answered: u64,
+}
+
+/// Another client's write delegation on a file (for CB_GETATTR).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WriteHolder {
+    pub(crate) clientid: u64,
+    /// CB_RECALL already started: the delegation is going.
+    pub(crate) recalled: bool,
 }
 
 /// A CB_RECALL to send.
@@ -169,38 +167,40 @@ impl DelegTable {
         self.limits = limits;
     }
 
-    /// Records the back channel of `clientid` (CREATE_SESSION with
-    /// CONN_BACK_CHAN, RFC 8881 §18.36.3; BIND_CONN_TO_SESSION, §18.34.3).
-    /// `cred` is the callback credential of a new session; a connection
-    /// bound to an existing session keeps the session's.
-    pub(crate) fn bind(
-        &mut self,
-        clientid: u64,
-        sessionid: [u8; 16],
-        conn: PeerInfo,
-        program: u32,
-        cred: Option<OpaqueAuth>,
-    ) {
-        let e = self.paths.entry(clientid).or_insert_with(|| CbPath {
+    /// Records the back channel of a client (CREATE_SESSION with
+    /// CONN_BACK_CHAN, RFC 8881 §18.36.3; BIND_CONN_TO_SESSION, §18.34.3):
+    /// connection `conn` of session `sessionid`, with the session's
+    /// callback parameters. Another session starts a new slot table.
+    pub(crate) fn bind(&mut self, sessionid: [u8; 16], conn: PeerInfo, cb: &CbParams) {
+        let e = self.paths.entry(cb.clientid).or_insert_with(|| CbPath {
             sessionid,
             conn,
-            program,
-            cred: OpaqueAuth::NONE,
+            program: cb.program,
+            cred: cb.cred.clone(),
             told: None,
-            seq: 0,
             status: PathStatus::Unprobed,
-            busy: Default::default(),
+            slots: CbSlots::new(cb.slots),
+            probe: Default::default(),
         });
         if e.sessionid != sessionid {
-            e.seq = 0;
-            e.program = program;
+            e.slots = CbSlots::new(cb.slots);
         }
-        if let Some(c) = cred {
-            e.cred = c;
-        }
+        e.program = cb.program;
+        e.cred = cb.cred.clone();
         e.sessionid = sessionid;
         e.conn = conn;
         e.status = PathStatus::Unprobed;
+    }
+
+    /// BACKCHANNEL_CTL (RFC 8881 §18.33.3): the client's path, if it uses
+    /// session `sessionid`, takes the new program and credential.
+    pub(crate) fn set_callback(&mut self, sessionid: &[u8; 16], cb: &CbParams) {
+        if let Some(p) = self.paths.get_mut(&cb.clientid) {
+            if p.sessionid == *sessionid {
+                p.program = cb.program;
+                p.cred = cb.cred.clone();
+            }
+        }
     }
 
     /// Forgets everything of a client whose lease ended.
@@ -260,17 +260,46 @@ impl DelegTable {
         }
     }
 
-    /// After a CB_COMPOUND on `sessionid`: the callback slot's sequence
-    /// id (`None`: start over) and the path is up.
-    pub(crate) fn callback_done(&mut self, clientid: u64, sessionid: &[u8; 16], seq: Option<u32>) {
-        if let Some(p) = self.paths.get_mut(&clientid) {
-            match seq {
-                Some(s) if p.sessionid == *sessionid => p.seq = s,
-                Some(_) => {}
-                None => p.seq = 0,
-            }
-            p.status = PathStatus::Up;
-        }
+    /// After a CB_COMPOUND answered on `conn`: the path is up.
+    pub(crate) fn callback_done(&mut self, clientid: u64, conn: PeerInfo) {
+        self.set_status(clientid, conn, PathStatus::Up);
+    }
+
+    /// The write delegation on `fh` of a client other than `clientid`.
+    pub(crate) fn write_holder(&self, fh: &Bytes, clientid: u64) -> Option<WriteHolder> {
+        let d = self.delegs.get(self.by_fh.get(fh)?)?;
+        (d.write && d.clientid != clientid).then_some(WriteHolder {
+            clientid: d.clientid,
+            recalled: d.recalled.is_some(),
+        })
+    }
+
+    /// The size and change attribute to answer a GETATTR on `fh` with,
+    /// from the holder's CB_GETATTR reply (RFC 8881 §10.4.3): when the
+    /// holder's size or change differs from the server's the file is
+    /// modified, and the answer is the holder's size with a change
+    /// attribute past the server's that moves on each time the holder's
+    /// does. `None` while the holder has not modified the file.
+    pub(crate) fn holder_attrs(
+        &mut self,
+        fh: &Bytes,
+        holder: (u64, u64),
+        server: (u64, u64),
+    ) -> Option<(u64, u64)> {
+        let d = self.delegs.get_mut(self.by_fh.get(fh)?)?;
+        let (change, size) = holder;
+        let answered = match d.seen {
+            Some(s) if s.change == change && s.size == size => s.answered,
+            _ if holder == server && d.seen.is_none() => return None,
+            Some(s) => s.answered.max(server.0).wrapping_add(1),
+            None => server.0.wrapping_add(1),
+        };
+        d.seen = Some(HolderAttrs {
+            change,
+            size,
+            answered,
+        });
+        Some((size, answered))
     }
 
     /// Whether some client holds a delegation on `fh`.
@@ -398,6 +427,7 @@ impl DelegTable {
                 fh: fh.clone(),
                 write,
                 recalled: None,
+                seen: None,
             },
         );
         self.by_fh.insert(fh.clone(), o);
@@ -479,6 +509,15 @@ mod tests {
         Bytes::from_static(b"file")
     }
 
+    fn cb(program: u32) -> CbParams {
+        CbParams {
+            clientid: 1,
+            program,
+            cred: OpaqueAuth::NONE,
+            slots: 1,
+        }
+    }
+
     fn peer(conn_id: u64) -> PeerInfo {
         PeerInfo {
             conn_id,
@@ -494,7 +533,7 @@ mod tests {
             max_per_client: 1 << 16,
             ..DelegLimits::default()
         });
-        t.bind(1, [1; 16], peer(10), 0x4000_0000, None);
+        t.bind([1; 16], peer(10), &cb(0x4000_0000));
         t.set_status(1, peer(10), PathStatus::Up);
         let lease = Duration::from_secs(90);
         let fhs: Vec<Bytes> = (0..MAX_REVOKED as u32 + 100)
@@ -523,7 +562,7 @@ mod tests {
     #[test]
     fn read_delegation_conflicts_only_with_writers_and_is_revoked_after_a_lease() {
         let mut t = DelegTable::default();
-        t.bind(1, [1; 16], peer(10), 0x4000_0000, None);
+        t.bind([1; 16], peer(10), &cb(0x4000_0000));
         t.set_status(1, peer(10), PathStatus::Up);
         assert!(t.may_grant(1, &fh()));
         let sid = t.grant(1, &fh(), false);
@@ -571,12 +610,12 @@ mod tests {
     #[test]
     fn a_down_path_is_reported_and_grants_nothing() {
         let mut t = DelegTable::default();
-        t.bind(1, [1; 16], peer(10), 1, None);
+        t.bind([1; 16], peer(10), &cb(1));
         assert!(!t.may_grant(1, &fh()), "unprobed");
         t.set_status(1, peer(10), PathStatus::Down);
         assert_eq!(t.status_flags(1), SEQ4_STATUS_CB_PATH_DOWN);
         assert!(!t.may_grant(1, &fh()));
-        t.bind(1, [1; 16], peer(11), 1, None);
+        t.bind([1; 16], peer(11), &cb(1));
         assert_eq!(t.status_flags(1), 0, "a new connection is probed afresh");
     }
 }

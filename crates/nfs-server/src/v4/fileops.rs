@@ -231,9 +231,18 @@ impl<S: Storage> Nfs4Service<S> {
         } else {
             None
         };
+        let mut attrs = file_attrs(&attr, &fh, fsstat, self.lease_secs());
+        let server = (change_of(&attr), attr.size);
+        // RFC 8881 §10.4.3: another client's write delegation.
+        if let Some((size, change)) = self
+            .delegated_attrs(&fh, cx, &a.attr_request, server)
+            .await?
+        {
+            attrs.size = Some(size);
+            attrs.change = Some(change);
+        }
         Ok(Getattr4ResOk {
-            obj_attributes: file_attrs(&attr, &fh, fsstat, self.lease_secs())
-                .to_fattr4(&a.attr_request),
+            obj_attributes: attrs.to_fattr4(&a.attr_request),
         })
     }
 

@@ -38,6 +38,8 @@
 
 mod attrs;
 pub mod callback;
+mod cbgetattr;
+mod cbslots;
 mod clients;
 mod coherence;
 mod deleg;
@@ -321,6 +323,13 @@ impl<S: Storage> Nfs4Service<S> {
     /// may be filled later, once the transport is listening.
     pub fn with_backchannels(mut self, slot: BackchannelSlot) -> Self {
         self.cbs.slot = slot;
+        self
+    }
+
+    /// How long one callback may take before the client's back channel
+    /// counts as down (SEQ4_STATUS_CB_PATH_DOWN); default 5 s.
+    pub fn with_callback_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.cbs.timeout = timeout;
         self
     }
 

@@ -70,15 +70,11 @@ impl<S: Storage> Nfs4Service<S> {
                     st.expire(now);
                     let r = st.create_session(a, cx.peer.conn_id, now);
                     if let Res4::Ok(ok) = &r {
-                        if ok.flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0 {
-                            let cred = super::deleg::cb_cred(&a.sec_parms.0);
-                            st.delegs.bind(
-                                a.clientid,
-                                ok.sessionid.0,
-                                cx.peer,
-                                a.cb_program,
-                                Some(cred),
-                            );
+                        let cb = st.cb_params(&ok.sessionid.0);
+                        if let (true, Some(cb)) =
+                            (ok.flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0, cb)
+                        {
+                            st.delegs.bind(ok.sessionid.0, cx.peer, &cb);
                         }
                     }
                     r
@@ -105,14 +101,19 @@ impl<S: Storage> Nfs4Service<S> {
                     let r = st.bind_conn(a, cx.peer.conn_id, now);
                     if let Res4::Ok(ok) = &r {
                         if ok.dir != ChannelDir4::CDFC4_FORE {
-                            if let Some((c, p)) = st.cb_program_of(&a.sessid.0) {
-                                st.delegs.bind(c, a.sessid.0, cx.peer, p, None);
+                            if let Some(cb) = st.cb_params(&a.sessid.0) {
+                                st.delegs.bind(a.sessid.0, cx.peer, &cb);
                             }
                         }
                     }
                     r
                 }
                 Err(e) => Res4::Err(e),
+            }),
+            A::BackchannelCtl(a) => Z::BackchannelCtl(match (cx.sess, self.state()) {
+                (Some(s), Ok(mut st)) => st.backchannel_ctl(&s.sessionid, a),
+                (None, _) => Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION,
+                (_, Err(e)) => e,
             }),
             other => NfsResop4::error(other.opnum(), Nfsstat4::NFS4ERR_NOTSUPP),
         }

@@ -14,6 +14,7 @@ use nfs::v4::session::*;
 use nfs::v4::{Nfsstat4, Res4, Stateid4, OPEN4_SHARE_ACCESS_WRITE};
 use xdr::XdrBuf;
 
+use super::cbslots::CbParams;
 use super::clients::{ClientTable, SeqOutcome, SessionLimits};
 use super::deleg::{DelegTable, OPEN4_SHARE_ACCESS_WANT_NO_DELEG};
 use super::stateids::StateIds;
@@ -136,16 +137,28 @@ impl StateTable {
         self.clients.finish_slot(sessionid, slot, reply);
     }
 
-    /// The client and `csa_cb_program` of a session.
-    pub(crate) fn cb_program_of(&self, sid: &[u8; 16]) -> Option<(u64, u32)> {
-        self.clients.cb_program_of(sid)
+    /// The callback parameters of a session.
+    pub(crate) fn cb_params(&self, sid: &[u8; 16]) -> Option<CbParams> {
+        self.clients.cb_params(sid)
+    }
+
+    /// BACKCHANNEL_CTL (RFC 8881 §18.33.3) on session `sid`: callbacks
+    /// take the new program and credential from now on.
+    pub(crate) fn backchannel_ctl(&mut self, sid: &[u8; 16], a: &BackchannelCtl4Args) -> Nfsstat4 {
+        match self.clients.backchannel_ctl(sid, a) {
+            Ok(cb) => {
+                self.delegs.set_callback(sid, &cb);
+                Nfsstat4::NFS4_OK
+            }
+            Err(e) => e,
+        }
     }
 
     /// DESTROY_SESSION (RFC 8881 §18.37.3) from connection `conn`, which
     /// must be bound to the session (NFS4ERR_CONN_NOT_BOUND_TO_SESSION);
     /// callbacks stop using it.
     pub(crate) fn destroy_session(&mut self, sid: &[u8; 16], conn: u64) -> Nfsstat4 {
-        if self.clients.cb_program_of(sid).is_some() && !self.clients.is_bound(sid, conn) {
+        if self.clients.cb_params(sid).is_some() && !self.clients.is_bound(sid, conn) {
             return Nfsstat4::NFS4ERR_CONN_NOT_BOUND_TO_SESSION;
         }
         let s = self.clients.destroy_session(sid);

@@ -1,0 +1,790 @@
+//! NFSv4.1 delegations over ONC RPC on TCP, with the back channel on a
+//! connection the client opened (RFC 8881 §2.10.3.1, §10.2, §10.4,
+//! §18.33, §18.34, §18.36, §20): scripted clients whose TCP connections
+//! answer the server's CB_NULL and CB_COMPOUND (CB_SEQUENCE, CB_RECALL,
+//! CB_GETATTR) with their own callback service.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use nfs::v4::attr::{Bitmap4, FileAttrs, FATTR4_CHANGE, FATTR4_MODE, FATTR4_SIZE};
+use nfs::v4::cb::*;
+use nfs::v4::session::*;
+use nfs::v4::*;
+use nfs_server::nfs3::Nfs3Service;
+use nfs_server::v4::{BackchannelSlot, ManualClock, Nfs4Config, Nfs4Service, SessionLimits};
+use nfs_server::LocalFs;
+use oncrpc::client::{ClientConfig, ReplyHint, RpcCall};
+use oncrpc::msg::{AuthSys, Credential, OpaqueAuth};
+use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
+use oncrpc::{CallContext, ClientTransport, RpcService, ServiceError};
+use tokio::sync::mpsc;
+use xdr::{Bounded, Encode, FixedOpaque, XdrBuf};
+
+const CB_PROGRAM: u32 = 0x4000_0000;
+const LEASE: Duration = Duration::from_secs(90);
+const OP_DELEGRETURN: u32 = 8;
+/// The server's bound on one callback in these tests.
+const CB_BOUND: Duration = Duration::from_millis(400);
+
+/// One callback as the client saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    seq: CbSequence4Args,
+    op: NfsCbArgop4,
+    cred: Credential,
+}
+
+/// What a client's callback service does and saw.
+#[derive(Default)]
+struct CbState {
+    nulls: AtomicU32,
+    /// CB_COMPOUND never answers (a dead back channel).
+    stall: AtomicBool,
+    /// CB_RECALL answers only after this long.
+    recall_delay_ms: AtomicU32,
+    /// CB_COMPOUNDs running now, and the most at once.
+    running: AtomicUsize,
+    most: AtomicUsize,
+    /// What CB_GETATTR reports: (change, size).
+    attrs: Mutex<Option<(u64, u64)>>,
+}
+
+/// The client's callback program.
+struct CbService {
+    program: u32,
+    st: Arc<CbState>,
+    seen: mpsc::UnboundedSender<Seen>,
+}
+
+impl CbService {
+    fn answer(&self, op: &NfsCbArgop4) -> NfsCbResop4 {
+        match op {
+            NfsCbArgop4::Sequence(s) => NfsCbResop4::Sequence(Res4::Ok(CbSequence4ResOk {
+                sessionid: s.sessionid,
+                sequenceid: s.sequenceid,
+                slotid: s.slotid,
+                highest_slotid: s.highest_slotid,
+                target_highest_slotid: s.highest_slotid,
+            })),
+            NfsCbArgop4::Recall(_) => NfsCbResop4::Recall(Nfsstat4::NFS4_OK),
+            NfsCbArgop4::Getattr(g) => match *self.st.attrs.lock().unwrap() {
+                Some((change, size)) => NfsCbResop4::Getattr(Res4::Ok(
+                    FileAttrs {
+                        change: Some(change),
+                        size: Some(size),
+                        ..Default::default()
+                    }
+                    .to_fattr4(&g.attr_request),
+                )),
+                None => NfsCbResop4::Getattr(Res4::Err(Nfsstat4::NFS4ERR_BADHANDLE)),
+            },
+            NfsCbArgop4::Other(n) => NfsCbResop4::Other(*n, Nfsstat4::NFS4ERR_NOTSUPP),
+        }
+    }
+
+    async fn compound(&self, ctx: CallContext, args: Bytes) -> Result<XdrBuf, ServiceError> {
+        if self.st.stall.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        let a: CbCompound4Args = xdr::from_slice(&args).map_err(ServiceError::GarbageArgs)?;
+        let Some(NfsCbArgop4::Sequence(seq)) = a.argarray.first().cloned() else {
+            return Err(ServiceError::SystemErr("no CB_SEQUENCE"));
+        };
+        let now = self.st.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.st.most.fetch_max(now, Ordering::SeqCst);
+        let mut res = Vec::new();
+        for op in &a.argarray {
+            if matches!(op, NfsCbArgop4::Recall(_)) {
+                let ms = self.st.recall_delay_ms.load(Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(u64::from(ms))).await;
+            }
+            if !matches!(op, NfsCbArgop4::Sequence(_)) {
+                let _ = self.seen.send(Seen {
+                    seq: seq.clone(),
+                    op: op.clone(),
+                    cred: ctx.credential.clone(),
+                });
+            }
+            res.push(self.answer(op));
+        }
+        self.st.running.fetch_sub(1, Ordering::SeqCst);
+        Ok(xdr::to_xdr_buf(&CbCompound4Res {
+            status: Nfsstat4::NFS4_OK,
+            tag: Bounded(a.tag),
+            resarray: Bounded(res),
+        }))
+    }
+}
+
+impl RpcService for CbService {
+    fn program(&self) -> u32 {
+        self.program
+    }
+    fn versions(&self) -> std::ops::RangeInclusive<u32> {
+        NFS4_CALLBACK_VERSION..=NFS4_CALLBACK_VERSION
+    }
+    async fn call(&self, ctx: CallContext, args: Bytes) -> Result<XdrBuf, ServiceError> {
+        match ctx.proc_ {
+            CB_NULL => {
+                self.st.nulls.fetch_add(1, Ordering::SeqCst);
+                Ok(XdrBuf::new())
+            }
+            CB_COMPOUND => self.compound(ctx, args).await,
+            _ => Err(ServiceError::ProcUnavail),
+        }
+    }
+}
+
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Srv {
+    addr: std::net::SocketAddr,
+    clock: Arc<ManualClock>,
+    uid: u32,
+    _dir: TempDir,
+}
+
+/// The NFSv4.1 (and NFSv3) server over TCP, callbacks on the clients'
+/// connections, each bounded by [`CB_BOUND`].
+async fn serve(tag: &str) -> Srv {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::SeqCst);
+    let p = std::env::temp_dir().join(format!("nfs4-cbtcp-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&p).unwrap());
+    let clock = Arc::new(ManualClock::new());
+    let fs = Arc::new(LocalFs::new(&p, false).unwrap());
+    let slot = BackchannelSlot::new();
+    let mut server = oncrpc::Server::new();
+    let v4 = Nfs4Service::with_config(
+        Arc::clone(&fs),
+        Nfs4Config {
+            limits: SessionLimits::default(),
+            clock: clock.clone(),
+            server_owner: Bytes::from_static(b"cbtcp"),
+        },
+    )
+    .with_backchannels(slot.clone())
+    .with_callback_timeout(CB_BOUND);
+    let delegs = v4.delegations().with_wait(Duration::from_millis(300));
+    server.register(v4);
+    server.register(
+        Nfs3Service::new(Arc::new(nfs_server::access::ExportTable::open_to_all(
+            fs,
+            Vec::new(),
+        )))
+        .with_delegations(delegs),
+    );
+    let listener = TcpServer::bind("127.0.0.1:0", Arc::new(server), TcpConfig::default())
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    slot.set(nfs_server::tcp_backchannels(listener.backchannels()));
+    listener.spawn();
+    Srv {
+        addr,
+        clock,
+        uid,
+        _dir: TempDir(p),
+    }
+}
+
+/// How a scripted client sets up its session.
+#[derive(Clone)]
+struct Setup {
+    /// CREATE_SESSION4_FLAG_CONN_BACK_CHAN.
+    back_chan: bool,
+    /// Back channel `ca_maxrequests`.
+    back_slots: u32,
+    sec: Vec<CallbackSecParms4>,
+    /// Whether the fore-channel connection answers calls from the server.
+    answers: bool,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Self {
+            back_chan: true,
+            back_slots: 4,
+            sec: vec![CallbackSecParms4::None],
+            answers: true,
+        }
+    }
+}
+
+/// One scripted NFSv4.1 client over TCP with its callback service.
+struct Client {
+    rpc: TcpClient,
+    cred: OpaqueAuth,
+    clientid: u64,
+    session: [u8; 16],
+    seq: AtomicU32,
+    st: Arc<CbState>,
+    seen: mpsc::UnboundedReceiver<Seen>,
+    tx: mpsc::UnboundedSender<Seen>,
+}
+
+/// A TCP connection to `srv`, answering calls for `program` with a
+/// service sharing `st` when `answers`.
+async fn connect_rpc(
+    srv: &Srv,
+    answers: bool,
+    program: u32,
+    st: &Arc<CbState>,
+    tx: &mpsc::UnboundedSender<Seen>,
+) -> TcpClient {
+    let (cfg, tcp) = (ClientConfig::default(), TcpConfig::default());
+    if !answers {
+        return TcpClient::connect(srv.addr, 7, cfg, tcp).await.unwrap();
+    }
+    let mut cb = oncrpc::Server::new();
+    cb.register(CbService {
+        program,
+        st: Arc::clone(st),
+        seen: tx.clone(),
+    });
+    TcpClient::connect_with_backchannel(srv.addr, 7, cfg, tcp, Arc::new(cb))
+        .await
+        .unwrap()
+}
+
+fn sys_parms(uid: u32) -> CallbackSecParms4 {
+    CallbackSecParms4::Sys(AuthsysParms {
+        stamp: 3,
+        machinename: Bounded(Bytes::from_static(b"cbhost")),
+        uid,
+        gid: uid,
+        gids: Bounded(vec![]),
+    })
+}
+
+async fn call(rpc: &TcpClient, cred: &OpaqueAuth, args: Bytes) -> Compound4Res {
+    xdr::from_slice(&raw(rpc, cred, args).await).unwrap()
+}
+
+async fn raw(rpc: &TcpClient, cred: &OpaqueAuth, args: Bytes) -> Bytes {
+    rpc.call(RpcCall {
+        prog: NFS4_PROGRAM,
+        vers: NFS_V4,
+        proc_: NFSPROC4_COMPOUND,
+        cred: cred.clone(),
+        args: XdrBuf::from_bytes(args),
+        reply_hint: ReplyHint::default(),
+    })
+    .await
+    .unwrap()
+}
+
+fn compound(ops: Vec<NfsArgop4>) -> Bytes {
+    xdr::to_bytes(&Compound4Args {
+        tag: Bytes::new(),
+        minorversion: 1,
+        argarray: ops,
+    })
+}
+
+impl Client {
+    async fn connect(srv: &Srv, name: &str, setup: Setup) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let st = Arc::new(CbState::default());
+        let rpc = connect_rpc(srv, setup.answers, CB_PROGRAM, &st, &tx).await;
+        let mut c = Self {
+            rpc,
+            cred: AuthSys {
+                stamp: 1,
+                machinename: Bytes::from_static(b"cbtcp"),
+                uid: srv.uid,
+                gid: srv.uid,
+                gids: vec![],
+            }
+            .to_opaque_auth(),
+            clientid: 0,
+            session: [0; 16],
+            seq: AtomicU32::new(0),
+            st,
+            seen: rx,
+            tx,
+        };
+        let r = c.establish(name, &setup).await;
+        assert_eq!(r, Nfsstat4::NFS4_OK);
+        c
+    }
+
+    async fn ops(&self, ops: Vec<NfsArgop4>) -> Compound4Res {
+        call(&self.rpc, &self.cred, compound(ops)).await
+    }
+
+    /// EXCHANGE_ID and CREATE_SESSION; the CREATE_SESSION status.
+    async fn establish(&mut self, name: &str, setup: &Setup) -> Nfsstat4 {
+        let r = self
+            .ops(vec![NfsArgop4::ExchangeId(ExchangeId4Args {
+                clientowner: ClientOwner4 {
+                    verifier: FixedOpaque([1; 8]),
+                    ownerid: Bounded(Bytes::from(name.to_string())),
+                },
+                flags: 0,
+                state_protect: StateProtect4A::None,
+                client_impl_id: Bounded(vec![]),
+            })])
+            .await;
+        let Some(NfsResop4::ExchangeId(Res4::Ok(x))) = r.resarray.first() else {
+            panic!("EXCHANGE_ID: {r:?}")
+        };
+        self.clientid = x.clientid;
+        let attrs = |n| ChannelAttrs4 {
+            headerpadsize: 0,
+            maxrequestsize: 65536,
+            maxresponsesize: 65536,
+            maxresponsesize_cached: 7584,
+            maxoperations: 16,
+            maxrequests: n,
+            rdma_ird: Bounded(vec![]),
+        };
+        let flags = if setup.back_chan {
+            CREATE_SESSION4_FLAG_CONN_BACK_CHAN
+        } else {
+            0
+        };
+        let r = self
+            .ops(vec![NfsArgop4::CreateSession(CreateSession4Args {
+                clientid: x.clientid,
+                sequence: x.sequenceid,
+                flags,
+                fore_chan_attrs: attrs(16),
+                back_chan_attrs: attrs(setup.back_slots),
+                cb_program: CB_PROGRAM,
+                sec_parms: Bounded(setup.sec.clone()),
+            })])
+            .await;
+        match r.resarray.first() {
+            Some(NfsResop4::CreateSession(Res4::Ok(s))) => {
+                assert_eq!(s.flags, flags, "back channel granted as asked");
+                self.session = s.sessionid.0;
+                Nfsstat4::NFS4_OK
+            }
+            Some(NfsResop4::CreateSession(Res4::Err(e))) => *e,
+            _ => panic!("CREATE_SESSION: {r:?}"),
+        }
+    }
+
+    fn sequence(&self) -> NfsArgop4 {
+        NfsArgop4::Sequence(Sequence4Args {
+            sessionid: FixedOpaque(self.session),
+            sequenceid: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
+            slotid: 0,
+            highest_slotid: 0,
+            cachethis: false,
+        })
+    }
+
+    async fn seq(&self, ops: Vec<NfsArgop4>) -> Compound4Res {
+        let mut all = vec![self.sequence()];
+        all.extend(ops);
+        self.ops(all).await
+    }
+
+    /// SEQUENCE's status flags.
+    async fn flags(&self) -> u32 {
+        match self.seq(vec![]).await.resarray.first() {
+            Some(NfsResop4::Sequence(Res4::Ok(s))) => s.status_flags,
+            r => panic!("SEQUENCE: {r:?}"),
+        }
+    }
+
+    /// PUTROOTFH; OPEN `file` (created if missing) with `access`; GETFH.
+    async fn open(&self, file: &'static str, access: u32) -> Compound4Res {
+        self.seq(vec![
+            NfsArgop4::Putrootfh(()),
+            NfsArgop4::Open(Open4Args {
+                seqid: 0,
+                share_access: access,
+                share_deny: OPEN4_SHARE_DENY_NONE,
+                owner: StateOwner4 {
+                    clientid: self.clientid,
+                    owner: Bounded(Bytes::from_static(b"owner")),
+                },
+                openhow: OpenHow4(Some(Createhow4::Unchecked(
+                    FileAttrs {
+                        mode: Some(0o644),
+                        ..Default::default()
+                    }
+                    .to_fattr4(&Bitmap4::from_bits(&[FATTR4_MODE])),
+                ))),
+                claim: OpenClaim4::Null(Component4::from_static(file)),
+            }),
+            NfsArgop4::Getfh(()),
+        ])
+        .await
+    }
+
+    /// PUTFH; GETATTR(change, size).
+    async fn getattr(&self, fh: &NfsFh4) -> Result<FileAttrs, Nfsstat4> {
+        let r = self
+            .seq(vec![
+                NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+                NfsArgop4::Getattr(Getattr4Args {
+                    attr_request: Bitmap4::from_bits(&[FATTR4_CHANGE, FATTR4_SIZE]),
+                }),
+            ])
+            .await;
+        match r.resarray.last() {
+            Some(NfsResop4::Getattr(Res4::Ok(g))) => {
+                Ok(FileAttrs::from_fattr4(&g.obj_attributes).unwrap())
+            }
+            Some(other) => Err(other.status()),
+            None => panic!("no result"),
+        }
+    }
+
+    /// SEQUENCE; PUTFH; DELEGRETURN. Returns the COMPOUND status.
+    async fn delegreturn(&self, fh: &NfsFh4, sid: &Stateid4) -> Nfsstat4 {
+        let mut b = BytesMut::new();
+        Bytes::new().encode(&mut b);
+        1u32.encode(&mut b);
+        3u32.encode(&mut b);
+        self.sequence().encode(&mut b);
+        NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }).encode(&mut b);
+        OP_DELEGRETURN.encode(&mut b);
+        sid.encode(&mut b);
+        let r = raw(&self.rpc, &self.cred, b.freeze()).await;
+        xdr::from_slice::<Nfsstat4>(&r[..4]).unwrap()
+    }
+
+    /// The next callback operation the client received.
+    async fn callback(&mut self) -> Seen {
+        tokio::time::timeout(Duration::from_secs(10), self.seen.recv())
+            .await
+            .expect("a callback within 10 s")
+            .unwrap()
+    }
+}
+
+fn opened(r: &Compound4Res) -> (OpenDelegation4, NfsFh4) {
+    assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+    let o = r
+        .resarray
+        .iter()
+        .find_map(|x| match x {
+            NfsResop4::Open(Res4::Ok(o)) => Some(o.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let fh = r
+        .resarray
+        .iter()
+        .find_map(|x| match x {
+            NfsResop4::Getfh(Res4::Ok(g)) => Some(g.object.clone()),
+            _ => None,
+        })
+        .unwrap();
+    (o.delegation, fh)
+}
+
+fn write_deleg(d: &OpenDelegation4) -> Stateid4 {
+    match d {
+        OpenDelegation4::Write(sid, ..) => *sid,
+        other => panic!("write delegation expected: {other:?}"),
+    }
+}
+
+fn open_status(r: &Compound4Res) -> Nfsstat4 {
+    r.resarray.last().map(NfsResop4::status).unwrap()
+}
+
+/// `c`'s OPEN until it stops answering NFS4ERR_DELAY (bounded).
+async fn open_after_delay(c: &Client, file: &'static str, access: u32) -> Compound4Res {
+    for _ in 0..200 {
+        let r = c.open(file, access).await;
+        if r.status != Nfsstat4::NFS4ERR_DELAY {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("still NFS4ERR_DELAY");
+}
+
+/// RFC 8881 §2.10.3.1, §18.36.3 (CONN_BACK_CHAN on TCP), §10.4.1,
+/// §20.2: a TCP client gets a delegation, another client's conflicting
+/// OPEN recalls it on the holder's own connection, with the AUTH_SYS
+/// credential the holder asked for in `csa_sec_parms`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_delegation_is_recalled_on_the_holders_connection_with_its_credential() {
+    let srv = serve("recall").await;
+    let setup = Setup {
+        sec: vec![sys_parms(4242), CallbackSecParms4::None],
+        ..Setup::default()
+    };
+    let mut a = Client::connect(&srv, "client-a", setup).await;
+    let b = Client::connect(&srv, "client-b", Setup::default()).await;
+    let (deleg, fh) = opened(&a.open("f", OPEN4_SHARE_ACCESS_BOTH).await);
+    let dsid = write_deleg(&deleg);
+    assert_eq!(a.st.nulls.load(Ordering::SeqCst), 1, "CB_NULL probe first");
+    let r = b.open("f", OPEN4_SHARE_ACCESS_READ).await;
+    assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
+    let cb = a.callback().await;
+    let NfsCbArgop4::Recall(recall) = &cb.op else {
+        panic!("CB_RECALL expected: {cb:?}")
+    };
+    assert_eq!((recall.stateid, &recall.fh), (dsid, &fh));
+    assert_eq!(cb.seq.sessionid.0, a.session);
+    assert_eq!(cb.seq.sequenceid, 1);
+    let Credential::Sys(sys) = &cb.cred else {
+        panic!("AUTH_SYS expected: {:?}", cb.cred)
+    };
+    assert_eq!((sys.uid, &sys.machinename[..]), (4242, &b"cbhost"[..]));
+    assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    let r = open_after_delay(&b, "f", OPEN4_SHARE_ACCESS_READ).await;
+    opened(&r);
+    assert_eq!(a.flags().await, 0);
+}
+
+/// RFC 8881 §10.4.3, §20.1: another client's GETATTR of a file under a
+/// write delegation is answered with the size the holder reports by
+/// CB_GETATTR, and a change attribute past the server's that moves when
+/// the holder's does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cb_getattr_answers_the_size_the_write_delegation_holder_reports() {
+    let srv = serve("getattr").await;
+    let mut a = Client::connect(&srv, "client-a", Setup::default()).await;
+    let b = Client::connect(&srv, "client-b", Setup::default()).await;
+    let (deleg, fh) = opened(&a.open("g", OPEN4_SHARE_ACCESS_BOTH).await);
+    write_deleg(&deleg);
+    let server = a.getattr(&fh).await.unwrap();
+    assert_eq!(server.size, Some(0));
+    let c0 = server.change.unwrap();
+    // The holder has written 12345 bytes it has not sent yet.
+    *a.st.attrs.lock().unwrap() = Some((c0 + 7, 12345));
+    let seen = b.getattr(&fh).await.unwrap();
+    assert_eq!(seen.size, Some(12345));
+    let c1 = seen.change.unwrap();
+    assert!(c1 > c0, "{c1} > {c0}");
+    let cb = a.callback().await;
+    let NfsCbArgop4::Getattr(g) = &cb.op else {
+        panic!("CB_GETATTR expected: {cb:?}")
+    };
+    assert_eq!(g.fh, fh);
+    assert!(g.attr_request.contains(FATTR4_SIZE) && g.attr_request.contains(FATTR4_CHANGE));
+    // Same report: same answer; the holder writes more: change moves.
+    assert_eq!(b.getattr(&fh).await.unwrap().change, Some(c1));
+    *a.st.attrs.lock().unwrap() = Some((c0 + 8, 20000));
+    let again = b.getattr(&fh).await.unwrap();
+    assert_eq!(again.size, Some(20000));
+    assert!(again.change.unwrap() > c1);
+    // The holder's own GETATTR is the server's: no callback.
+    assert_eq!(a.getattr(&fh).await.unwrap().size, Some(0));
+    // A holder that cannot answer CB_GETATTR has the delegation recalled;
+    // meanwhile the GETATTR is NFS4ERR_DELAY.
+    *a.st.attrs.lock().unwrap() = None;
+    assert_eq!(b.getattr(&fh).await, Err(Nfsstat4::NFS4ERR_DELAY));
+    loop {
+        let cb = a.callback().await;
+        if matches!(cb.op, NfsCbArgop4::Recall(_)) {
+            break;
+        }
+    }
+}
+
+/// RFC 8881 §18.46.3 (SEQ4_STATUS_CB_PATH_DOWN), §10.2, §8.4: a holder
+/// whose connection never answers callbacks has its path marked down
+/// after the callback bound, and the conflicting OPEN proceeds once the
+/// delegation is revoked a lease after the recall.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_never_answers_gets_cb_path_down_and_the_conflict_proceeds() {
+    let srv = serve("stall").await;
+    let a = Client::connect(&srv, "client-a", Setup::default()).await;
+    let b = Client::connect(&srv, "client-b", Setup::default()).await;
+    let (deleg, _) = opened(&a.open("s", OPEN4_SHARE_ACCESS_BOTH).await);
+    write_deleg(&deleg);
+    a.st.stall.store(true, Ordering::SeqCst);
+    let r = b.open("s", OPEN4_SHARE_ACCESS_READ).await;
+    assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
+    let t0 = std::time::Instant::now();
+    while a.flags().await & SEQ4_STATUS_CB_PATH_DOWN == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "no CB_PATH_DOWN");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(t0.elapsed() >= CB_BOUND / 2, "marked down by the bound");
+    let r = b.open("s", OPEN4_SHARE_ACCESS_READ).await;
+    assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY, "within the lease");
+    // A down path grants nothing more.
+    let (deleg, _) = opened(&a.open("s2", OPEN4_SHARE_ACCESS_BOTH).await);
+    assert_eq!(deleg, OpenDelegation4::None);
+    // A lease after the recall the delegation is revoked (B renews its
+    // own lease meanwhile).
+    for _ in 0..10 {
+        srv.clock.advance(LEASE / 9);
+        b.flags().await;
+    }
+    let r = b.open("s", OPEN4_SHARE_ACCESS_READ).await;
+    opened(&r);
+}
+
+/// RFC 8881 §18.34.3, §2.10.3.1: a session made without a back channel
+/// gets one by BIND_CONN_TO_SESSION from a second connection that
+/// answers callbacks; recalls then go there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bind_conn_to_session_gives_the_session_a_back_channel_connection() {
+    let srv = serve("bind").await;
+    let setup = Setup {
+        back_chan: false,
+        answers: false,
+        ..Setup::default()
+    };
+    let mut a = Client::connect(&srv, "client-a", setup).await;
+    let b = Client::connect(&srv, "client-b", Setup::default()).await;
+    let (deleg, _) = opened(&a.open("x", OPEN4_SHARE_ACCESS_BOTH).await);
+    assert_eq!(deleg, OpenDelegation4::None, "no back channel yet");
+    let back = connect_rpc(&srv, true, CB_PROGRAM, &a.st, &a.tx).await;
+    let bind = compound(vec![NfsArgop4::BindConnToSession(BindConnToSession4Args {
+        sessid: FixedOpaque(a.session),
+        dir: ChannelDir4::CDFC4_BACK,
+        use_conn_in_rdma_mode: false,
+    })]);
+    let r = call(&back, &a.cred, bind).await;
+    let Some(NfsResop4::BindConnToSession(Res4::Ok(ok))) = r.resarray.first() else {
+        panic!("BIND_CONN_TO_SESSION: {r:?}")
+    };
+    assert_eq!(ok.dir, ChannelDir4::CDFC4_BACK);
+    let (deleg, fh) = opened(&a.open("y", OPEN4_SHARE_ACCESS_BOTH).await);
+    let dsid = write_deleg(&deleg);
+    let r = b.open("y", OPEN4_SHARE_ACCESS_READ).await;
+    assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
+    let cb = a.callback().await;
+    assert!(matches!(cb.op, NfsCbArgop4::Recall(_)), "{cb:?}");
+    assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    opened(&open_after_delay(&b, "y", OPEN4_SHARE_ACCESS_READ).await);
+    drop(back);
+}
+
+/// RFC 8881 §18.33.3: BACKCHANNEL_CTL gives the back channel a new
+/// program and credential; RPCSEC_GSS alone is refused
+/// (NFS4ERR_ENCR_ALG_UNSUPP), in CREATE_SESSION as well (§18.36.3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backchannel_ctl_changes_the_callback_program_and_credential() {
+    let srv = serve("ctl").await;
+    let gss = CallbackSecParms4::Gss(1, Bounded(Bytes::new()), Bounded(Bytes::new()));
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let mut c = Client {
+        rpc: TcpClient::connect(srv.addr, 9, ClientConfig::default(), TcpConfig::default())
+            .await
+            .unwrap(),
+        cred: OpaqueAuth::NONE,
+        clientid: 0,
+        session: [0; 16],
+        seq: AtomicU32::new(0),
+        st: Arc::default(),
+        seen: _rx,
+        tx,
+    };
+    let only_gss = Setup {
+        sec: vec![gss.clone()],
+        ..Setup::default()
+    };
+    assert_eq!(
+        c.establish("gss-only", &only_gss).await,
+        Nfsstat4::NFS4ERR_ENCR_ALG_UNSUPP
+    );
+    // A client whose connection serves only program 0x4000_0001.
+    let (tx, rx) = mpsc::unbounded_channel();
+    let st = Arc::new(CbState::default());
+    let mut a = Client {
+        rpc: connect_rpc(&srv, true, CB_PROGRAM + 1, &st, &tx).await,
+        cred: AuthSys {
+            stamp: 1,
+            machinename: Bytes::from_static(b"cbtcp"),
+            uid: srv.uid,
+            gid: srv.uid,
+            gids: vec![],
+        }
+        .to_opaque_auth(),
+        clientid: 0,
+        session: [0; 16],
+        seq: AtomicU32::new(0),
+        st,
+        seen: rx,
+        tx,
+    };
+    assert_eq!(
+        a.establish("client-a", &Setup::default()).await,
+        Nfsstat4::NFS4_OK
+    );
+    let ctl = |prog, sec: Vec<CallbackSecParms4>| {
+        NfsArgop4::BackchannelCtl(BackchannelCtl4Args {
+            cb_program: prog,
+            sec_parms: Bounded(sec),
+        })
+    };
+    let r = a.seq(vec![ctl(CB_PROGRAM + 1, vec![gss])]).await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_ENCR_ALG_UNSUPP, "{r:?}");
+    let r = a.seq(vec![ctl(CB_PROGRAM + 1, vec![sys_parms(777)])]).await;
+    assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+    let b = Client::connect(&srv, "client-b", Setup::default()).await;
+    let (deleg, _) = opened(&a.open("c", OPEN4_SHARE_ACCESS_BOTH).await);
+    write_deleg(&deleg);
+    let r = b.open("c", OPEN4_SHARE_ACCESS_READ).await;
+    assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
+    let cb = a.callback().await;
+    let Credential::Sys(sys) = &cb.cred else {
+        panic!("AUTH_SYS expected: {:?}", cb.cred)
+    };
+    assert_eq!(sys.uid, 777);
+    // Outside a session BACKCHANNEL_CTL has no session to act on.
+    let r = a.ops(vec![ctl(CB_PROGRAM, vec![])]).await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION, "{r:?}");
+}
+
+/// RFC 8881 §20.9.3, §2.10.6.1: several callbacks in flight per session,
+/// on distinct back-channel slots, never more than the client granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_recalls_run_at_once_on_distinct_slots_within_the_grant() {
+    let srv = serve("slots").await;
+    for (granted, files) in [(3u32, ["m1", "m2", "m3"]), (1, ["n1", "n2", "n3"])] {
+        let setup = Setup {
+            back_slots: granted,
+            ..Setup::default()
+        };
+        let mut a = Client::connect(&srv, &format!("client-a{granted}"), setup).await;
+        let b = Client::connect(&srv, &format!("client-b{granted}"), Setup::default()).await;
+        let mut held = Vec::new();
+        for f in files {
+            let (deleg, fh) = opened(&a.open(f, OPEN4_SHARE_ACCESS_BOTH).await);
+            held.push((fh, write_deleg(&deleg)));
+        }
+        a.st.recall_delay_ms.store(150, Ordering::SeqCst);
+        for f in files {
+            let r = b.open(f, OPEN4_SHARE_ACCESS_READ).await;
+            assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
+        }
+        let mut slots = Vec::new();
+        for _ in 0..3 {
+            let cb = a.callback().await;
+            assert!(matches!(cb.op, NfsCbArgop4::Recall(_)), "{cb:?}");
+            assert_eq!(cb.seq.highest_slotid, granted - 1);
+            slots.push((cb.seq.slotid, cb.seq.sequenceid));
+        }
+        let most = a.st.most.load(Ordering::SeqCst);
+        if granted == 1 {
+            assert_eq!(most, 1, "one slot: one at a time");
+            slots.sort_unstable();
+            assert_eq!(slots, vec![(0, 1), (0, 2), (0, 3)]);
+        } else {
+            assert_eq!(most, 3, "three at once");
+            let mut ids: Vec<u32> = slots.iter().map(|s| s.0).collect();
+            ids.sort_unstable();
+            assert_eq!(ids, vec![0, 1, 2]);
+        }
+        for (fh, sid) in &held {
+            assert_eq!(a.delegreturn(fh, sid).await, Nfsstat4::NFS4_OK);
+        }
+    }
+}
