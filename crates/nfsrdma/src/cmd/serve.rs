@@ -1,6 +1,7 @@
 //! `serve`: the NFS server (NFSv3 + MOUNT v3, NFSv4.1/4.2, optional
 //! rpcbind) on a local directory, over TCP and over RPC-over-RDMA on the
-//! software iWARP device; RDMA connections carry the NFSv4.1 backchannel.
+//! software iWARP device; TCP and RDMA connections carry the NFSv4.1
+//! back channel.
 //!
 //! Access: `serve DIR` exports DIR read-write with root squashed to
 //! loopback clients only; `--allow SPEC` (repeatable) replaces that list;
