@@ -403,8 +403,14 @@ impl Client {
 
     /// PUTROOTFH; OPEN `file` (created if missing) with `access`; GETFH.
     async fn open(&self, file: &'static str, access: u32) -> Compound4Res {
+        self.open_in(NfsArgop4::Putrootfh(()), file, access).await
+    }
+
+    /// `dir` (PUTROOTFH or PUTFH); OPEN `file` (created if missing) with
+    /// `access`; GETFH.
+    async fn open_in(&self, dir: NfsArgop4, file: &'static str, access: u32) -> Compound4Res {
         self.seq(vec![
-            NfsArgop4::Putrootfh(()),
+            dir,
             NfsArgop4::Open(Open4Args {
                 seqid: 0,
                 share_access: access,
@@ -787,4 +793,55 @@ async fn several_recalls_run_at_once_on_distinct_slots_within_the_grant() {
             assert_eq!(a.delegreturn(fh, sid).await, Nfsstat4::NFS4_OK);
         }
     }
+}
+
+/// `nfs_server::start`, what `nfsrdma serve` runs: its TCP listener offers
+/// back channels, so a TCP client with CONN_BACK_CHAN gets a delegation
+/// and its recall (RFC 8881 §2.10.3.1, §10.4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_server_grants_delegations_over_tcp() {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::SeqCst);
+    let p = std::env::temp_dir().join(format!("nfs4-cbtcp-start-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    let export = p.join("export");
+    std::fs::create_dir_all(&export).unwrap();
+    // Root is squashed to 65534: let anyone create files.
+    std::fs::set_permissions(&export, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let dir = TempDir(p.clone());
+    let mut config = nfs_server::ServerConfig::new(&export);
+    config.nfs_addr = "127.0.0.1:0".parse().unwrap();
+    config.mount_addr = None;
+    config.state_dir = Some(p.join("state"));
+    let server = nfs_server::start(config).await.unwrap();
+    let srv = Srv {
+        addr: server.nfs_addr(),
+        clock: Arc::new(ManualClock::new()),
+        uid: std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&p).unwrap()),
+        _dir: dir,
+    };
+    let root = NfsArgop4::Putfh(Putfh4Args {
+        object: NfsFh4(Bytes::copy_from_slice(server.root_handle().as_bytes())),
+    });
+    let mut a = Client::connect(&srv, "start-a", Setup::default()).await;
+    let b = Client::connect(&srv, "start-b", Setup::default()).await;
+    let (deleg, fh) = opened(&a.open_in(root.clone(), "f", OPEN4_SHARE_ACCESS_BOTH).await);
+    let dsid = write_deleg(&deleg);
+    let r = b.open_in(root.clone(), "f", OPEN4_SHARE_ACCESS_READ).await;
+    assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
+    let cb = a.callback().await;
+    assert!(matches!(cb.op, NfsCbArgop4::Recall(_)), "{cb:?}");
+    assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    let mut done = false;
+    for _ in 0..200 {
+        let r = b.open_in(root.clone(), "f", OPEN4_SHARE_ACCESS_READ).await;
+        if r.status != Nfsstat4::NFS4ERR_DELAY {
+            opened(&r);
+            done = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(done, "B's OPEN still delayed");
+    server.stop();
 }
