@@ -845,3 +845,43 @@ async fn a_started_server_grants_delegations_over_tcp() {
     assert!(done, "B's OPEN still delayed");
     server.stop();
 }
+
+/// RFC 8881 §10.4.1, §20.2: an NFSv3 WRITE (over TCP) of a file a TCP
+/// NFSv4.1 client holds a write delegation on waits for the recall on the
+/// holder's connection and succeeds once the holder returns it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nfsv3_write_recalls_a_tcp_write_delegation() {
+    let srv = serve("v3write").await;
+    let mut a = Client::connect(&srv, "client-a", Setup::default()).await;
+    let (deleg, fh) = opened(&a.open("w", OPEN4_SHARE_ACCESS_BOTH).await);
+    let dsid = write_deleg(&deleg);
+    let v3 = TcpClient::connect(srv.addr, 11, ClientConfig::default(), TcpConfig::default())
+        .await
+        .unwrap();
+    let args = xdr::to_xdr_buf(&nfs::v3::Write3Args {
+        file: nfs::v3::NfsFh3::new(&fh.0).unwrap(),
+        offset: 0,
+        count: 7,
+        stable: nfs::v3::StableHow::FILE_SYNC,
+        data: xdr::DdpOpaque(Bytes::from_static(b"from v3")),
+    });
+    let write = v3.call(RpcCall {
+        prog: NFS4_PROGRAM,
+        vers: 3,
+        proc_: 7,
+        cred: a.cred.clone(),
+        args,
+        reply_hint: ReplyHint::default(),
+    });
+    let holder = async {
+        let cb = a.callback().await;
+        let NfsCbArgop4::Recall(recall) = &cb.op else {
+            panic!("CB_RECALL expected: {cb:?}")
+        };
+        assert_eq!(recall.stateid, dsid);
+        assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    };
+    let (r, ()) = tokio::join!(write, holder);
+    let status = xdr::from_slice::<nfs::v3::Nfsstat3>(&r.unwrap()[..4]).unwrap();
+    assert_eq!(status, nfs::v3::Nfsstat3::NFS3_OK);
+}
