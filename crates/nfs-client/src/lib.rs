@@ -65,7 +65,9 @@ pub use rdma::{
     DEFAULT_RDMA_PORT,
 };
 #[cfg(feature = "tokio")]
-pub use tcp::{connect_tcp, Mounted, TcpMount, TcpOptions, TcpTarget, DEFAULT_NFS_PORT};
+pub use tcp::{
+    connect_tcp, find_export, Mounted, TcpMount, TcpOptions, TcpTarget, DEFAULT_NFS_PORT,
+};
 
 pub use nfs;
 pub use oncrpc;

@@ -161,6 +161,25 @@ async fn pmap_mount_port(host: &str, opts: &TcpOptions) -> Result<Option<u16>> {
     getport(&rpc, MOUNT_PROGRAM, MOUNT_V3).await
 }
 
+/// The export holding `path` on `host`, and `path` below it, asked of
+/// MOUNT over TCP (on `mount_port`, else found as [`connect_tcp`] finds
+/// it: the port mapper, `nfs_port`, 2049, 20048): for an NFSv4 client of
+/// a server whose root is an export rather than a pseudo file system.
+pub async fn find_export(
+    host: &str,
+    mount_port: Option<u16>,
+    nfs_port: Option<u16>,
+    path: &str,
+) -> Result<(String, String)> {
+    let ports = MountPorts {
+        explicit: mount_port,
+        first: nfs_port,
+        fallback: vec![DEFAULT_NFS_PORT, crate::rdma::DEFAULT_MOUNT_PORT],
+    };
+    let e = mount_export(host, path, &ports, &TcpOptions::default()).await?;
+    Ok((e.export, e.rest))
+}
+
 /// Whether a failed MOUNT attempt on one port says to try another: no
 /// connection, or no MOUNT program behind it.
 fn try_next_port(e: &Error) -> bool {

@@ -36,6 +36,10 @@ pub enum Error {
     /// long, or holding `/` or NUL).
     #[error("invalid file name {0:?}")]
     InvalidName(String),
+    /// The local side of a transfer failed (the sink of
+    /// [`super::Session::read_to`]).
+    #[error("local I/O: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 impl Error {

@@ -497,7 +497,7 @@ impl<T: ClientTransport> Session<T> {
     /// WRITEs of `data` at `offset` in pieces of at most `maxwrite`, one
     /// in flight per slot; a short write is completed by further WRITEs.
     /// Returns the distinct verifiers of UNSTABLE4 replies.
-    async fn write_range(
+    pub(super) async fn write_range(
         &self,
         file: &OpenFile,
         offset: u64,

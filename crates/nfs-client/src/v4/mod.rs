@@ -11,6 +11,7 @@
 
 mod error;
 mod fs;
+mod io;
 mod session;
 
 pub use error::{Error, Result};

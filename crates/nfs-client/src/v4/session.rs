@@ -36,6 +36,10 @@ pub struct SessionOptions {
     /// Most NFS4ERR_DELAY retries of one COMPOUND before the error is
     /// returned (RFC 8881 §15.1.1.3).
     pub delay_retries: u32,
+    /// The minor version of every COMPOUND, from EXCHANGE_ID on: 1
+    /// (RFC 8881) or 2 (RFC 7862, whose operations this client does not
+    /// use; the session works the same, RFC 7862 §1.3).
+    pub minor_version: u32,
 }
 
 impl SessionOptions {
@@ -50,6 +54,7 @@ impl SessionOptions {
             max_response_size: sized,
             slots: 16,
             delay_retries: 10,
+            minor_version: 1,
         }
     }
 }
@@ -156,6 +161,7 @@ pub struct Session<T> {
     slot_wait_total: usize,
     delay_retries: u32,
     open_owner: AtomicU32,
+    minor: u32,
 }
 
 /// A client owner name unique to this process and call (RFC 8881 §2.4:
@@ -188,7 +194,8 @@ impl<T: ClientTransport> Session<T> {
             state_protect: StateProtect4A::None,
             client_impl_id: Bounded(vec![]),
         });
-        let res = unsequenced(&rpc, &cred, vec![x]).await?;
+        let minor = opts.minor_version;
+        let res = unsequenced(&rpc, &cred, minor, vec![x]).await?;
         let Some(NfsResop4::ExchangeId(Res4::Ok(xid))) = res.into_iter().next() else {
             return Err(Error::Protocol("EXCHANGE_ID result missing"));
         };
@@ -219,7 +226,7 @@ impl<T: ClientTransport> Session<T> {
             cb_program: 0,
             sec_parms: Bounded(vec![CallbackSecParms4::None]),
         });
-        let res = unsequenced(&rpc, &cred, vec![cs]).await?;
+        let res = unsequenced(&rpc, &cred, minor, vec![cs]).await?;
         let Some(NfsResop4::CreateSession(Res4::Ok(s))) = res.into_iter().next() else {
             return Err(Error::Protocol("CREATE_SESSION result missing"));
         };
@@ -244,6 +251,7 @@ impl<T: ClientTransport> Session<T> {
             slot_wait_total: granted as usize,
             delay_retries: opts.delay_retries,
             open_owner: AtomicU32::new(0),
+            minor,
         };
         let rc = NfsArgop4::ReclaimComplete(ReclaimComplete4Args { one_fs: false });
         match session.compound(vec![rc]).await {
@@ -262,6 +270,11 @@ impl<T: ClientTransport> Session<T> {
     /// The session id (RFC 8881 §18.36.2).
     pub fn sessionid(&self) -> &Sessionid4 {
         &self.sessionid
+    }
+
+    /// The minor version of this session's COMPOUNDs.
+    pub fn minor_version(&self) -> u32 {
+        self.minor
     }
 
     /// The fore channel the server granted (RFC 8881 §18.36.2).
@@ -408,7 +421,7 @@ impl<T: ClientTransport> Session<T> {
     async fn send(&self, argarray: Vec<NfsArgop4>, dst: Option<BytesMut>) -> Result<Compound4Res> {
         let args = Compound4Args {
             tag: Bytes::new(),
-            minorversion: 1,
+            minorversion: self.minor,
             argarray,
         };
         let reply_hint = compound_hint(&args, self.fore.maxresponsesize);
@@ -421,11 +434,11 @@ impl<T: ClientTransport> Session<T> {
         let ds = NfsArgop4::DestroySession(DestroySession4Args {
             sessionid: self.sessionid,
         });
-        unsequenced(&self.rpc, &self.cred, vec![ds]).await?;
+        unsequenced(&self.rpc, &self.cred, self.minor, vec![ds]).await?;
         let dc = NfsArgop4::DestroyClientid(DestroyClientid4Args {
             clientid: self.clientid,
         });
-        unsequenced(&self.rpc, &self.cred, vec![dc]).await?;
+        unsequenced(&self.rpc, &self.cred, self.minor, vec![dc]).await?;
         Ok(())
     }
 }
@@ -492,12 +505,13 @@ fn check(res: Compound4Res) -> Result<Vec<NfsResop4>> {
 async fn unsequenced<T: ClientTransport>(
     rpc: &T,
     cred: &OpaqueAuth,
+    minor: u32,
     ops: Vec<NfsArgop4>,
 ) -> Result<Vec<NfsResop4>> {
     let n = ops.len();
     let args = Compound4Args {
         tag: Bytes::new(),
-        minorversion: 1,
+        minorversion: minor,
         argarray: ops,
     };
     let hint = ReplyHint {

@@ -1,0 +1,121 @@
+//! Streaming transfers over a [`Session`]: a window of READ COMPOUNDs in
+//! flight delivered in order to a sink, as the NFSv3 [`crate::Mount`]
+//! does, and windows of UNSTABLE WRITEs confirmed by COMMIT.
+
+use bytes::Bytes;
+use futures::StreamExt;
+use nfs::v4::attr::{Bitmap4, FileAttrs, FATTR4_SIZE};
+use nfs::v4::{NfsArgop4, Putfh4Args, Setattr4Args, StableHow4};
+use oncrpc::ClientTransport;
+
+use super::error::{Error, Result};
+use super::fs::OpenFile;
+use super::session::Session;
+
+impl<T: ClientTransport> Session<T> {
+    /// Streams `file` from `offset` to its end into `sink`, in order, in
+    /// READs (RFC 8881 §18.22) of `block` bytes with at most `in_flight`
+    /// (and at most one per slot) in flight; returns the bytes
+    /// delivered. The size comes from GETATTR, and reading goes on past
+    /// it until a READ says `eof` (the file may grow); a short READ is
+    /// completed by further READs of the rest of its block.
+    pub async fn read_to(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        block: u32,
+        in_flight: usize,
+        mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<u64> {
+        let size = self.getattr(&file.fh).await?.size;
+        let block = block.max(1);
+        let bs = u64::from(block);
+        let window = in_flight.clamp(1, self.slot_count().max(1));
+        let mut next = offset;
+        let mut eof = false;
+        if size > offset {
+            let starts = (0..(size - offset).div_ceil(bs)).map(|i| offset + i * bs);
+            let mut s = futures::stream::iter(starts)
+                .map(|start| {
+                    let want = (size - start).min(bs) as u32;
+                    async move { (start, want, self.read(file, start, want).await) }
+                })
+                .buffered(window);
+            while let Some((start, want, res)) = s.next().await {
+                let (mut data, mut at_end) = res?;
+                let mut got = 0u64;
+                loop {
+                    got += data.len() as u64;
+                    sink(&data)?;
+                    if at_end || got >= u64::from(want) {
+                        break;
+                    }
+                    if data.is_empty() {
+                        return Err(Error::Protocol("READ without data before end of file"));
+                    }
+                    (data, at_end) = self.read(file, start + got, want - got as u32).await?;
+                }
+                next = start + got;
+                if at_end {
+                    eof = true;
+                    break;
+                }
+            }
+        }
+        while !eof {
+            let (data, at_end) = self.read(file, next, block).await?;
+            if data.is_empty() && !at_end {
+                return Err(Error::Protocol("READ without data before end of file"));
+            }
+            next += data.len() as u64;
+            sink(&data)?;
+            eof = at_end;
+        }
+        Ok(next - offset)
+    }
+
+    /// SETATTR of the size of an open file (RFC 8881 §18.30: a size
+    /// change carries the open stateid), as `O_TRUNC` or `ftruncate`.
+    pub async fn truncate(&self, file: &OpenFile, size: u64) -> Result<()> {
+        let attrs = FileAttrs {
+            size: Some(size),
+            ..FileAttrs::default()
+        };
+        let ops = vec![
+            NfsArgop4::Putfh(Putfh4Args {
+                object: file.fh.clone(),
+            }),
+            NfsArgop4::Setattr(Setattr4Args {
+                stateid: file.stateid,
+                obj_attributes: attrs.to_fattr4(&Bitmap4::from_bits(&[FATTR4_SIZE])),
+            }),
+        ];
+        self.compound(ops).await.map(drop)
+    }
+
+    /// Writes `data` at `offset` in UNSTABLE WRITEs (RFC 8881 §18.32) of
+    /// `block` bytes, one in flight per slot, then COMMITs (§18.3): when a
+    /// WRITE's verifier differs from the COMMIT's (the server restarted
+    /// and may have lost them), the data is written again FILE_SYNC4.
+    /// The caller keeps no copy: `data` is held until the COMMIT.
+    pub async fn write_committed(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        data: &Bytes,
+        block: u32,
+    ) -> Result<()> {
+        let verfs = self
+            .write_range(file, offset, data, block, StableHow4::UNSTABLE4)
+            .await?;
+        if verfs.is_empty() {
+            return Ok(());
+        }
+        let committed = self.commit(&file.fh).await?;
+        if verfs.iter().any(|v| *v != committed) {
+            self.write_range(file, offset, data, block, StableHow4::FILE_SYNC4)
+                .await?;
+        }
+        Ok(())
+    }
+}
