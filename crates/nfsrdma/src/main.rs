@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod cmd;
+mod remote;
 mod url;
 
 use clap::{Parser, Subcommand};

@@ -1,9 +1,14 @@
 //! NFS URLs: `nfs://host[:port]/export/path` (TCP) and
 //! `nfs+rdma://host[:port]/export/path` (RPC-over-RDMA), with libnfs-style
 //! query options `?mountport=N&nfsport=N&version=3`, and for
-//! `nfs+rdma://` also `crc=1` (ask for MPA CRC32c, RFC 5044 §4.4) and
-//! `version=1|2` (the RPC-over-RDMA version to start with; version 2 falls
-//! back to 1 when the server answers ERR_VERS).
+//! `nfs+rdma://` also `crc=1` (ask for MPA CRC32c, RFC 5044 §4.4).
+//!
+//! `version=` may be given more than once; each value names what it can:
+//! `3`, `4.1`, `4.2` and `4` (the highest NFSv4 minor version the client
+//! speaks, 4.2) choose the NFS version (default 3), and on `nfs+rdma://`
+//! `1` and `2` choose the RPC-over-RDMA version to start with (version 2
+//! falls back to 1 when the server answers ERR_VERS), as they did before
+//! NFSv4 was offered: `nfs+rdma://h/e?version=4.1&version=2`.
 
 use std::path::PathBuf;
 
@@ -36,7 +41,12 @@ pub(crate) struct NfsUrl {
     pub(crate) crc: bool,
     /// `version=2`: start with RPC-over-RDMA version 2.
     pub(crate) rdma_v2: bool,
+    /// `version=4.x`: NFSv4 with this minor version; `None` is NFSv3.
+    pub(crate) nfs4_minor: Option<u32>,
 }
+
+/// The highest NFSv4 minor version the client speaks (`version=4`).
+pub(crate) const NFS4_MAX_MINOR: u32 = 2;
 
 /// A `cp`/`ls` operand: a local path or an NFS URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +137,7 @@ impl NfsUrl {
             trailing_slash: path.len() > 1 && path.ends_with('/'),
             crc: false,
             rdma_v2: false,
+            nfs4_minor: None,
         };
         for kv in query.unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
             let (k, v) = kv
@@ -135,14 +146,17 @@ impl NfsUrl {
             match k {
                 "mountport" => url.mount_port = Some(port(v, "mountport")?),
                 "nfsport" => url.nfs_port = Some(port(v, "nfsport")?),
-                // NFS version 3; over RDMA, 1 and 2 name the RPC-over-RDMA
-                // version instead.
-                "version" if v == "3" => {}
+                // NFS versions 3 and 4.x; over RDMA, 1 and 2 name the
+                // RPC-over-RDMA version instead.
+                "version" if v == "3" => url.nfs4_minor = None,
+                "version" if v == "4" => url.nfs4_minor = Some(NFS4_MAX_MINOR),
+                "version" if v == "4.1" => url.nfs4_minor = Some(1),
+                "version" if v == "4.2" => url.nfs4_minor = Some(2),
                 "version" if scheme == Scheme::Rdma && (v == "1" || v == "2") => {
                     url.rdma_v2 = v == "2";
                 }
                 "version" => bail!(
-                    "version {v} is not supported (NFS version 3; RPC-over-RDMA 1 or 2 with nfs+rdma://)"
+                    "version {v} is not supported (NFS 3, 4, 4.1 or 4.2; RPC-over-RDMA 1 or 2 with nfs+rdma://)"
                 ),
                 "crc" if scheme == Scheme::Rdma => {
                     url.crc = match v {
@@ -208,6 +222,9 @@ pub(crate) fn soft_device(crc: bool) -> softrnic::SoftDevice {
 /// `nfs://` over TCP, `nfs+rdma://` with MOUNT over TCP and NFS over
 /// RPC-over-RDMA on a [`softrnic::SoftDevice`] (port 20049 unless given).
 pub(crate) async fn open(url: &NfsUrl, io: nfs_client::IoOptions) -> anyhow::Result<Remote> {
+    if let Some(minor) = url.nfs4_minor {
+        bail!("this command speaks NFSv3 only (version=4.{minor} works with ls, cat and cp)");
+    }
     match url.scheme {
         Scheme::Tcp => connect(url, io).await.map(Remote::Tcp),
         Scheme::Rdma => {
@@ -217,20 +234,25 @@ pub(crate) async fn open(url: &NfsUrl, io: nfs_client::IoOptions) -> anyhow::Res
                 mount_port: url.mount_port,
                 path: url.path.clone(),
             };
-            let opts = nfs_client::RdmaOptions {
-                io,
-                version: if url.rdma_v2 {
-                    nfs_client::rpcrdma::plan::Version::V2
-                } else {
-                    nfs_client::rpcrdma::plan::Version::V1
-                },
-                ..nfs_client::RdmaOptions::default()
-            };
+            let opts = rdma_options(url, io);
             nfs_client::connect_rdma(&soft_device(url.crc), &target, &opts)
                 .await
                 .map(Remote::Rdma)
                 .with_context(|| format!("mounting {}:{} over RDMA", url.host, url.path))
         }
+    }
+}
+
+/// The RPC-over-RDMA settings of `url` (its `version=1|2`).
+pub(crate) fn rdma_options(url: &NfsUrl, io: nfs_client::IoOptions) -> nfs_client::RdmaOptions {
+    nfs_client::RdmaOptions {
+        io,
+        version: if url.rdma_v2 {
+            nfs_client::rpcrdma::plan::Version::V2
+        } else {
+            nfs_client::rpcrdma::plan::Version::V1
+        },
+        ..nfs_client::RdmaOptions::default()
     }
 }
 
@@ -357,11 +379,33 @@ mod tests {
         for bad in [
             "nfs://h/e?crc=1",
             "nfs://h/e?version=2",
-            "nfs+rdma://h/e?version=4",
+            "nfs+rdma://h/e?version=4.3",
             "nfs+rdma://h/e?crc=yes",
         ] {
             assert!(NfsUrl::parse(bad).is_err(), "{bad} parsed");
         }
+    }
+
+    #[test]
+    fn version_names_the_nfs_version_or_over_rdma_the_transport_one() {
+        let v = |s: &str| {
+            let u = NfsUrl::parse(s).unwrap();
+            (u.nfs4_minor, u.rdma_v2)
+        };
+        assert_eq!(v("nfs://h/e"), (None, false));
+        assert_eq!(v("nfs://h/e?version=3"), (None, false));
+        assert_eq!(v("nfs://h/e?version=4.1"), (Some(1), false));
+        assert_eq!(v("nfs://h/e?version=4.2"), (Some(2), false));
+        assert_eq!(v("nfs://h/e?version=4"), (Some(NFS4_MAX_MINOR), false));
+        assert_eq!(v("nfs+rdma://h/e?version=4.1"), (Some(1), false));
+        assert_eq!(v("nfs+rdma://h/e?version=2"), (None, true));
+        assert_eq!(v("nfs+rdma://h/e?version=4.1&version=2"), (Some(1), true));
+        assert_eq!(v("nfs+rdma://h/e?version=1&version=4"), (Some(2), false));
+        assert_eq!(v("nfs://h/e?version=4.1&version=3"), (None, false));
+        let e = NfsUrl::parse("nfs://h/e?version=2")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("RPC-over-RDMA 1 or 2 with nfs+rdma://"), "{e}");
     }
 
     #[test]
@@ -372,7 +416,8 @@ mod tests {
             "nfs://h:0/x",
             "nfs://h:70000/x",
             "nfs://h/x?foo=1",
-            "nfs://h/x?version=4",
+            "nfs://h/x?version=4.0",
+            "nfs://h/x?version=5",
             "nfs://h/%zz",
             "nfs://[::1/x",
         ] {

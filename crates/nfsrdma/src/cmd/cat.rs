@@ -1,19 +1,20 @@
-//! `nfsrdma cat URL`: write a remote file to standard output.
+//! `nfsrdma cat URL`: write a remote file to standard output (NFSv3 or,
+//! with `?version=4.1`, NFSv4).
 
 use std::io::Write;
 
 use anyhow::{bail, Context};
-use nfs_client::nfs::v3::Ftype3;
-use nfs_client::Mounted;
 use oncrpc::ClientTransport;
 
-use crate::url::{open, quiet_broken_pipe, with_remote, IoArgs, NfsUrl};
+use crate::remote::{open_fs, with_fs, Fs};
+use crate::url::{quiet_broken_pipe, IoArgs, NfsUrl};
 
 /// Arguments of `nfsrdma cat`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct CatArgs {
     /// nfs://host[:port]/export/path/to/file, or nfs+rdma://host[:port]/...
-    /// (RPC-over-RDMA; options ?mountport=N&crc=1&version=2)
+    /// (RPC-over-RDMA; options ?mountport=N&crc=1&version=2, and
+    /// version=4.1|4.2|4 for NFSv4)
     url: String,
     #[command(flatten)]
     io: IoArgs,
@@ -21,21 +22,21 @@ pub(crate) struct CatArgs {
 
 pub(crate) async fn run(args: CatArgs) -> anyhow::Result<()> {
     let url = NfsUrl::parse(&args.url)?;
-    with_remote!(open(&url, args.io.options()).await?, |m| cat(m, &url).await)
+    with_fs!(open_fs(&url, args.io.options()).await?, |fs| {
+        let r = cat(&fs, &url).await;
+        let closed = fs.close().await;
+        r.and(closed)
+    })
 }
 
-async fn cat<T: ClientTransport>(m: Mounted<T>, url: &NfsUrl) -> anyhow::Result<()> {
-    let Mounted { mount, rest, .. } = m;
-    let f = mount
-        .resolve(&rest)
-        .await
-        .with_context(|| url.path.clone())?;
-    if f.attrs.ftype == Ftype3::NF3DIR {
+async fn cat<T: ClientTransport>(fs: &Fs<T>, url: &NfsUrl) -> anyhow::Result<()> {
+    let (h, a) = fs.resolve(fs.rest(), &url.path).await?;
+    if a.is_dir() {
         bail!("{}: is a directory", url.path);
     }
     let mut out = std::io::stdout().lock();
-    let r = mount
-        .read_to(&f.fh, 0, |b| out.write_all(b))
+    let r = fs
+        .read_to(&h, |b| out.write_all(b))
         .await
         .with_context(|| format!("reading {}", url.path));
     quiet_broken_pipe(r.and_then(|_| out.flush().map_err(Into::into)))

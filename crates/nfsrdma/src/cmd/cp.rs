@@ -1,6 +1,7 @@
 //! `nfsrdma cp SRC DST`: copy a file where either side (or both) is an
 //! NFS URL, with pipelined READs/WRITEs, a progress bar on long copies
-//! (when standard error is a terminal) and a final throughput line.
+//! (when standard error is a terminal) and a final throughput line. Over
+//! NFSv3, or NFSv4 with `?version=4.1` on a URL.
 
 use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
@@ -11,11 +12,11 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use bytes::{Bytes, BytesMut};
 use indicatif::{ProgressBar, ProgressStyle};
-use nfs_client::nfs::v3::{Ftype3, NfsFh3};
-use nfs_client::{Mount, Mounted};
+use nfs_client::nfs::v3::Ftype3;
 use oncrpc::ClientTransport;
 
-use crate::url::{open, with_remote, IoArgs, Location, NfsUrl};
+use crate::remote::{open_fs, with_fs, Fs, Handle, Writer};
+use crate::url::{IoArgs, Location, NfsUrl};
 
 /// Copies shorter than this get no progress bar.
 const PROGRESS_MIN: u64 = 8 << 20;
@@ -54,29 +55,38 @@ struct Source {
     name: String,
 }
 
-/// A remote file opened for writing at `path` below the export.
-async fn create_remote<T: ClientTransport>(
-    m: &Mount<T>,
+/// The file to write for `url` on `fs`: the URL's path, or the source's
+/// name inside it when it is a directory (or ends in `/`); created or
+/// truncated.
+async fn create_remote<'a, T: ClientTransport>(
+    fs: &'a Fs<T>,
     url: &NfsUrl,
-    rest: &str,
     src_name: &str,
     mode: u32,
-) -> anyhow::Result<NfsFh3> {
+) -> anyhow::Result<Writer<'a, T>> {
+    let rest = fs.rest();
     let mut path = rest.to_owned();
     let is_dir = url.trailing_slash
-        || match m.resolve(rest).await {
-            Ok(r) => r.attrs.ftype == Ftype3::NF3DIR,
-            Err(e) if e.is_not_found() => false,
-            Err(e) => return Err(e).with_context(|| url.path.clone()),
-        };
+        || fs
+            .find(rest)
+            .await
+            .with_context(|| url.path.clone())?
+            .is_some_and(|(_, a)| a.is_dir());
     if is_dir {
         path = format!("{}/{src_name}", path.trim_end_matches('/'));
     }
-    let (dir, name) = m
-        .resolve_parent(&path)
-        .await
-        .with_context(|| url.path.clone())?;
-    m.create_file(&dir, &name, mode & 0o7777)
+    let (dirs, name) = match path.trim_end_matches('/').rsplit_once('/') {
+        Some((d, n)) => (d, n),
+        None => ("", path.as_str()),
+    };
+    if name.is_empty() {
+        bail!("{}: no file name", url.path);
+    }
+    let (dir, a) = fs.resolve(dirs, &url.path).await?;
+    if !a.is_dir() {
+        bail!("{}: not a directory", url.path);
+    }
+    fs.create(&dir, name, mode & 0o7777)
         .await
         .with_context(|| format!("creating {path}"))
 }
@@ -89,47 +99,52 @@ fn local_dst(dst: &Path, src_name: &str) -> PathBuf {
     }
 }
 
-/// The regular file `url` names on the mount `tm`.
+/// The regular file `url` names on `fs`.
 async fn open_remote<T: ClientTransport>(
-    tm: &Mounted<T>,
+    fs: &Fs<T>,
     url: &NfsUrl,
-) -> anyhow::Result<(NfsFh3, Source)> {
-    let f = tm
-        .mount
-        .resolve(&tm.rest)
-        .await
-        .with_context(|| url.path.clone())?;
-    if f.attrs.ftype != Ftype3::NF3REG {
+) -> anyhow::Result<(Handle, Source)> {
+    let (h, a) = fs.resolve(fs.rest(), &url.path).await?;
+    if a.ftype != Ftype3::NF3REG {
         bail!("{}: not a regular file", url.path);
     }
     let src = Source {
-        size: f.attrs.size,
-        mode: f.attrs.mode,
+        size: a.size,
+        mode: a.mode,
         name: url.file_name().unwrap_or("file").to_owned(),
     };
-    Ok((f.fh, src))
+    Ok((h, src))
 }
 
 pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
     let src = Location::parse(&args.src)?;
     let dst = Location::parse(&args.dst)?;
     let start = Instant::now();
+    let io = args.io.options();
     let bytes = match (src, dst) {
         (Location::Local(s), Location::Remote(d)) => {
-            let remote = open(&d, args.io.options()).await?;
-            with_remote!(remote, |tm| local_to_remote(&s, &d, tm).await?)
+            with_fs!(open_fs(&d, io).await?, |fs| {
+                let r = local_to_remote(&s, &d, &fs).await;
+                let closed = fs.close().await;
+                r.and_then(|n| closed.map(|()| n))?
+            })
         }
         (Location::Remote(s), Location::Local(d)) => {
-            let remote = open(&s, args.io.options()).await?;
-            with_remote!(remote, |tm| remote_to_local(&s, &d, tm).await?)
+            with_fs!(open_fs(&s, io).await?, |fs| {
+                let r = remote_to_local(&s, &d, &fs).await;
+                let closed = fs.close().await;
+                r.and_then(|n| closed.map(|()| n))?
+            })
         }
         (Location::Remote(s), Location::Remote(d)) => {
-            let src = open(&s, args.io.options()).await?;
-            let dst = open(&d, args.io.options()).await?;
-            with_remote!(src, |stm| with_remote!(dst, |dtm| remote_to_remote(
-                &s, &d, &stm, &dtm
-            )
-            .await?))
+            let src = open_fs(&s, io).await?;
+            let dst = open_fs(&d, io).await?;
+            with_fs!(src, |sfs| with_fs!(dst, |dfs| {
+                let r = remote_to_remote(&s, &d, &sfs, &dfs).await;
+                let c1 = sfs.close().await;
+                let c2 = dfs.close().await;
+                r.and_then(|n| c1.and(c2).map(|()| n))?
+            }))
         }
         (Location::Local(_), Location::Local(_)) => {
             bail!("both operands are local: one of them must be an nfs:// URL")
@@ -148,7 +163,7 @@ pub(crate) async fn run(args: CpArgs) -> anyhow::Result<()> {
 async fn local_to_remote<T: ClientTransport>(
     src: &Path,
     dst: &NfsUrl,
-    tm: Mounted<T>,
+    fs: &Fs<T>,
 ) -> anyhow::Result<u64> {
     let mut file = File::open(src).with_context(|| format!("opening {}", src.display()))?;
     let meta = file.metadata()?;
@@ -159,11 +174,9 @@ async fn local_to_remote<T: ClientTransport>(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "file".into());
-    let m = &tm.mount;
-    let fh = create_remote(m, dst, &tm.rest, &name, meta.permissions().mode()).await?;
+    let mut w = create_remote(fs, dst, &name, meta.permissions().mode()).await?;
     let pb = progress(meta.len());
-    let chunk = (m.write_size() as usize).saturating_mul(4);
-    let mut w = m.writer(&fh, 0);
+    let chunk = fs.write_window();
     loop {
         let mut buf = BytesMut::zeroed(chunk);
         let n = read_full(&mut file, &mut buf)?;
@@ -176,17 +189,14 @@ async fn local_to_remote<T: ClientTransport>(
             pb.inc(n as u64);
         }
     }
-    let stats = w.finish().await.context("writing")?;
+    let (bytes, resent) = w.finish().await.context("writing")?;
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
-    if stats.resent_bytes > 0 {
-        eprintln!(
-            "server lost unstable writes: {} bytes sent again",
-            stats.resent_bytes
-        );
+    if resent > 0 {
+        eprintln!("server lost unstable writes: {resent} bytes sent again");
     }
-    Ok(stats.bytes)
+    Ok(bytes)
 }
 
 /// Reads until `buf` is full or the file ends.
@@ -206,18 +216,17 @@ fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
 async fn remote_to_local<T: ClientTransport>(
     src: &NfsUrl,
     dst: &Path,
-    tm: Mounted<T>,
+    fs: &Fs<T>,
 ) -> anyhow::Result<u64> {
-    let (fh, s) = open_remote(&tm, src).await?;
+    let (h, s) = open_remote(fs, src).await?;
     let path = local_dst(dst, &s.name);
     let mut out = std::io::BufWriter::with_capacity(
         1 << 20,
         File::create(&path).with_context(|| format!("creating {}", path.display()))?,
     );
     let pb = progress(s.size);
-    let n = tm
-        .mount
-        .read_to(&fh, 0, |b| {
+    let n = fs
+        .read_to(&h, |b| {
             if let Some(pb) = &pb {
                 pb.inc(b.len() as u64);
             }
@@ -234,37 +243,57 @@ async fn remote_to_local<T: ClientTransport>(
     Ok(n)
 }
 
+/// Server to server: the source streamed out in READs, gathered into
+/// windows handed to the destination's WRITEs.
 async fn remote_to_remote<S: ClientTransport, D: ClientTransport>(
     src: &NfsUrl,
     dst: &NfsUrl,
-    stm: &Mounted<S>,
-    dtm: &Mounted<D>,
+    sfs: &Fs<S>,
+    dfs: &Fs<D>,
 ) -> anyhow::Result<u64> {
-    let (sfh, s) = open_remote(stm, src).await?;
-    let dfh = create_remote(&dtm.mount, dst, &dtm.rest, &s.name, s.mode).await?;
+    let (h, s) = open_remote(sfs, src).await?;
+    let mut w = create_remote(dfs, dst, &s.name, s.mode).await?;
     let pb = progress(s.size);
-    let window = (stm.mount.read_size() as usize).saturating_mul(stm.mount.in_flight());
-    let mut w = dtm.mount.writer(&dfh, 0);
-    let mut off = 0u64;
-    loop {
-        let mut buf = vec![0u8; window];
-        let n = stm.mount.read_at(&sfh, off, &mut buf).await?;
-        if n == 0 {
-            break;
+    let window = dfs.write_window().max(sfs.read_size() as usize);
+    // The READ stream's sink is synchronous: full windows queue here and
+    // are written between READ replies by the loop below.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+    let mut buf = BytesMut::with_capacity(window);
+    let done = {
+        let read = sfs.read_to(&h, |b| {
+            buf.extend_from_slice(b);
+            if buf.len() >= window {
+                let _ = tx.send(buf.split().freeze());
+            }
+            Ok(())
+        });
+        tokio::pin!(read);
+        let mut done = None;
+        loop {
+            tokio::select! {
+                r = &mut read, if done.is_none() => done = Some(r),
+                Some(data) = rx.recv() => {
+                    if let Some(pb) = &pb {
+                        pb.inc(data.len() as u64);
+                    }
+                    w.write(data).await?;
+                }
+                else => break,
+            }
+            if done.is_some() && rx.is_empty() {
+                break;
+            }
         }
-        buf.truncate(n);
-        off += n as u64;
-        w.write(Bytes::from(buf)).await?;
-        if let Some(pb) = &pb {
-            pb.inc(n as u64);
-        }
-        if n < window {
-            break;
-        }
+        done
+    };
+    done.unwrap_or(Ok(0))
+        .with_context(|| format!("reading {}", src.path))?;
+    if !buf.is_empty() {
+        w.write(buf.split().freeze()).await?;
     }
-    let stats = w.finish().await?;
+    let (bytes, _) = w.finish().await?;
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
-    Ok(stats.bytes)
+    Ok(bytes)
 }

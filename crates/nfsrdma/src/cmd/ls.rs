@@ -1,22 +1,23 @@
-//! `nfsrdma ls URL`: list a remote directory (or show one file).
+//! `nfsrdma ls URL`: list a remote directory (or show one file), over
+//! NFSv3 or, with `?version=4.1`, NFSv4.
 
 use std::io::Write;
 
-use anyhow::Context;
-use nfs_client::nfs::v3::{Entryplus3, Fattr3, Ftype3, NfsFh3};
-use nfs_client::{Mount, Mounted};
 use oncrpc::ClientTransport;
 
-use crate::url::{open, quiet_broken_pipe, with_remote, NfsUrl};
+use crate::remote::{open_fs, with_fs, Attr, Entry, Fs, Handle};
+use crate::url::{quiet_broken_pipe, NfsUrl};
+use nfs_client::nfs::v3::Ftype3;
 
 /// Arguments of `nfsrdma ls`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct LsArgs {
     /// nfs://host[:port]/export/path (a directory or a file), or
     /// nfs+rdma://host[:port]/export/path (RPC-over-RDMA; options
-    /// ?mountport=N&crc=1&version=2).
+    /// ?mountport=N&crc=1&version=2, and version=4.1|4.2|4 for NFSv4).
     url: String,
-    /// Long format: type and mode, links, owner, group, size, mtime, name.
+    /// Long format: type and mode, links, owner, group, size, mtime, name
+    /// (links, owner and group show as `?` over NFSv4).
     #[arg(short = 'l', long)]
     long: bool,
     /// Include entries whose names start with '.'.
@@ -31,27 +32,23 @@ pub(crate) struct LsArgs {
 
 pub(crate) async fn run(args: LsArgs) -> anyhow::Result<()> {
     let url = NfsUrl::parse(&args.url)?;
-    let remote = open(&url, nfs_client::IoOptions::default()).await?;
-    with_remote!(remote, |m| list(m, &url, &args).await)
+    let any = open_fs(&url, nfs_client::IoOptions::default()).await?;
+    with_fs!(any, |fs| {
+        let r = list(&fs, &url, &args).await;
+        let closed = fs.close().await;
+        r.and(closed)
+    })
 }
 
-async fn list<T: ClientTransport>(
-    m: Mounted<T>,
-    url: &NfsUrl,
-    args: &LsArgs,
-) -> anyhow::Result<()> {
-    let Mounted { mount, rest, .. } = m;
-    let target = mount
-        .resolve(&rest)
-        .await
-        .with_context(|| url.path.clone())?;
+async fn list<T: ClientTransport>(fs: &Fs<T>, url: &NfsUrl, args: &LsArgs) -> anyhow::Result<()> {
+    let (h, a) = fs.resolve(fs.rest(), &url.path).await?;
     let mut out = std::io::BufWriter::new(std::io::stdout());
-    let r = if target.attrs.ftype == Ftype3::NF3DIR {
-        list_dir(&mount, &target.fh, url, args, &mut out).await
+    let r = if a.is_dir() {
+        list_dir(fs, &h, url, args, &mut out).await
     } else {
         let name = url.file_name().unwrap_or("/").to_owned();
         let line = if args.long {
-            long_line(&mount, &target.attrs, Some(&target.fh), &name).await
+            long_line(&a, None, &name)
         } else {
             name
         };
@@ -60,16 +57,17 @@ async fn list<T: ClientTransport>(
     quiet_broken_pipe(r.and_then(|()| out.flush().map_err(Into::into)))
 }
 
-/// Lists directory `dir`: each READDIRPLUS reply printed and flushed as
-/// it arrives (server order), or with `--sort` all of them sorted by name.
+/// Lists directory `dir`: each reply printed and flushed as it arrives
+/// (server order), or with `--sort` all of them sorted by name.
 async fn list_dir<T: ClientTransport>(
-    mount: &Mount<T>,
-    dir: &NfsFh3,
+    fs: &Fs<T>,
+    dir: &Handle,
     url: &NfsUrl,
     args: &LsArgs,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let mut pages = mount.read_dir(dir);
+    use anyhow::Context;
+    let mut pages = fs.list(dir);
     let mut sorted = Vec::new();
     while let Some(page) = pages
         .next_page()
@@ -77,17 +75,16 @@ async fn list_dir<T: ClientTransport>(
         .with_context(|| format!("listing {}", url.path))?
     {
         for e in page {
-            let name = nfs_client::entry_name(&e);
-            if name == "." || name == ".." || (!args.all && name.starts_with('.')) {
+            if !args.all && e.name.starts_with('.') {
                 continue;
             }
             let line = if args.long {
-                entry_line(mount, dir, e, &name).await?
+                entry_line(fs, dir, &e).await?
             } else {
-                name.clone()
+                e.name.clone()
             };
             if args.sort {
-                sorted.push((name, line));
+                sorted.push((e.name, line));
             } else {
                 writeln!(out, "{line}")?;
             }
@@ -104,47 +101,33 @@ async fn list_dir<T: ClientTransport>(
 /// The `-l` line of one entry; attributes the server left out are
 /// fetched.
 async fn entry_line<T: ClientTransport>(
-    mount: &Mount<T>,
-    dir: &NfsFh3,
-    e: Entryplus3,
-    name: &str,
+    fs: &Fs<T>,
+    dir: &Handle,
+    e: &Entry,
 ) -> anyhow::Result<String> {
-    let attrs = match (e.name_attributes, &e.name_handle) {
-        (Some(a), _) => a,
-        (None, Some(fh)) => mount.client().getattr(fh).await?,
-        (None, None) => mount
-            .client()
-            .lookup(dir, &e.name.0)
-            .await?
-            .obj_attributes
-            .context("server gave no attributes")?,
-    };
-    Ok(long_line(mount, &attrs, e.name_handle.as_ref(), name).await)
+    let (a, link) = fs.entry_attr(dir, e).await?;
+    Ok(long_line(&a, link.as_deref(), &e.name))
 }
 
-async fn long_line<T: ClientTransport>(
-    m: &Mount<T>,
-    a: &Fattr3,
-    fh: Option<&NfsFh3>,
-    name: &str,
-) -> String {
+fn long_line(a: &Attr, link: Option<&str>, name: &str) -> String {
+    let show = |v: Option<u32>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
+    let (nlink, uid, gid) = match a.ids {
+        Some((n, u, g)) => (Some(n), Some(u), Some(g)),
+        None => (None, None, None),
+    };
     let mut line = format!(
         "{} {:>3} {:>5} {:>5} {:>12} {} {}",
         mode_string(a.ftype, a.mode),
-        a.nlink,
-        a.uid,
-        a.gid,
+        show(nlink),
+        show(uid),
+        show(gid),
         a.size,
-        format_time(a.mtime.seconds),
+        format_time(a.mtime),
         name
     );
-    if a.ftype == Ftype3::NF3LNK {
-        if let Some(fh) = fh {
-            if let Ok(l) = m.client().readlink(fh).await {
-                line.push_str(" -> ");
-                line.push_str(&String::from_utf8_lossy(&l.data.0));
-            }
-        }
+    if let Some(l) = link {
+        line.push_str(" -> ");
+        line.push_str(l);
     }
     line
 }

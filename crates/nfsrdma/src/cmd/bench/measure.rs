@@ -119,6 +119,7 @@ impl ServerChild {
             trailing_slash: true,
             crc: false,
             rdma_v2: false,
+            nfs4_minor: None,
         }
     }
 }

@@ -1,0 +1,598 @@
+//! [`Fs`]: what `ls`, `cat` and `cp` need of a server, over an NFSv3
+//! [`Mount`] or an NFSv4.1/4.2 [`Session`], so each command is written
+//! once: resolving a path, listing a directory page by page, streaming a
+//! file out with READs in flight, and creating (or truncating) a file
+//! and streaming data into it with WRITEs in flight, COMMITted (NFSv3
+//! [`nfs_client::Mount`]).
+//!
+//! Paths are the URL's path. Over NFSv3, MOUNT chose the export and the
+//! path within it. Over NFSv4 the path is walked from PUTROOTFH, the way
+//! the Linux client mounts `server:/path` (RFC 8881 §7.3: the server's
+//! pseudo file system joins the exports); a server whose root is the
+//! export itself has no such names, so when the path's first component is
+//! not in the root, the export holding the path is asked of MOUNT and the
+//! root stands for it (logged at debug).
+
+use std::net::SocketAddr;
+
+use anyhow::{bail, Context};
+use bytes::Bytes;
+use nfs_client::nfs::v3::{Entryplus3, Fattr3, Ftype3, NfsFh3};
+use nfs_client::nfs::v4::{NfsFh4, NfsFtype4, OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_DENY_NONE};
+use nfs_client::v4::{Attrs, OpenFile, OpenOptions, Session, SessionOptions};
+use nfs_client::{FileWriter, IoOptions, Mounted};
+use oncrpc::ClientTransport;
+
+use crate::url::{NfsUrl, Scheme};
+
+/// A server reached over NFSv3 or NFSv4.
+pub(crate) enum Fs<T> {
+    /// MOUNT, then NFSv3.
+    V3(Mounted<T>),
+    /// An NFSv4.1 (or 4.2) session.
+    V4(V4<T>),
+}
+
+/// An NFSv4 session and where the URL's path starts.
+pub(crate) struct V4<T> {
+    session: Session<T>,
+    root: NfsFh4,
+    /// The URL's path from the root (see the module docs).
+    rest: String,
+    io: IoOptions,
+    maxread: u32,
+    maxwrite: u32,
+}
+
+/// A file or directory on either version.
+#[derive(Debug, Clone)]
+pub(crate) enum Handle {
+    V3(NfsFh3),
+    /// Its handle, and its directory and name (NFSv4 opens by name).
+    V4 {
+        fh: NfsFh4,
+        dir: NfsFh4,
+        name: String,
+    },
+}
+
+/// The attributes the commands show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Attr {
+    pub(crate) ftype: Ftype3,
+    pub(crate) mode: u32,
+    pub(crate) size: u64,
+    /// Seconds since the epoch.
+    pub(crate) mtime: u32,
+    /// Links, owner and group: NFSv3 only (this NFSv4 client does not ask
+    /// for them).
+    pub(crate) ids: Option<(u32, u32, u32)>,
+}
+
+impl Attr {
+    fn v3(a: &Fattr3) -> Self {
+        Self {
+            ftype: a.ftype,
+            mode: a.mode,
+            size: a.size,
+            mtime: a.mtime.seconds,
+            ids: Some((a.nlink, a.uid, a.gid)),
+        }
+    }
+
+    fn v4(a: &Attrs) -> Self {
+        Self {
+            ftype: ftype4(a.ftype),
+            mode: a.mode.unwrap_or(0),
+            size: a.size,
+            mtime: a
+                .mtime
+                .map_or(0, |t| u32::try_from(t.seconds.max(0)).unwrap_or(u32::MAX)),
+            ids: None,
+        }
+    }
+
+    pub(crate) fn is_dir(&self) -> bool {
+        self.ftype == Ftype3::NF3DIR
+    }
+}
+
+/// The NFSv3 file type of an NFSv4 one (RFC 8881 §5.8.1.2; both follow
+/// the Unix types).
+fn ftype4(t: NfsFtype4) -> Ftype3 {
+    match t {
+        NfsFtype4::NF4DIR => Ftype3::NF3DIR,
+        NfsFtype4::NF4LNK => Ftype3::NF3LNK,
+        NfsFtype4::NF4BLK => Ftype3::NF3BLK,
+        NfsFtype4::NF4CHR => Ftype3::NF3CHR,
+        NfsFtype4::NF4SOCK => Ftype3::NF3SOCK,
+        NfsFtype4::NF4FIFO => Ftype3::NF3FIFO,
+        _ => Ftype3::NF3REG,
+    }
+}
+
+/// A directory entry, with attributes when the server gave them.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub(crate) name: String,
+    attr: Option<Attr>,
+    v3: Option<Entryplus3>,
+}
+
+/// `/`-separated components, without empty ones and `.`.
+fn components(path: &str) -> Vec<&str> {
+    path.split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect()
+}
+
+impl<T: ClientTransport> Fs<T> {
+    /// The URL's target relative to where [`Fs::find`] starts.
+    pub(crate) fn rest(&self) -> &str {
+        match self {
+            Fs::V3(m) => &m.rest,
+            Fs::V4(v) => &v.rest,
+        }
+    }
+
+    /// The object at `rel` (relative to [`Fs::rest`]'s start), or `None`
+    /// when the server says it does not exist.
+    pub(crate) async fn find(&self, rel: &str) -> anyhow::Result<Option<(Handle, Attr)>> {
+        match self {
+            Fs::V3(m) => match m.mount.resolve(rel).await {
+                Ok(r) => Ok(Some((Handle::V3(r.fh), Attr::v3(&r.attrs)))),
+                Err(e) if e.is_not_found() => Ok(None),
+                Err(e) => Err(e.into()),
+            },
+            Fs::V4(v) => v.find(rel).await,
+        }
+    }
+
+    /// Like [`Fs::find`], failing with the server's status (in context
+    /// `what`) when it does not exist.
+    pub(crate) async fn resolve(&self, rel: &str, what: &str) -> anyhow::Result<(Handle, Attr)> {
+        match self {
+            Fs::V3(m) => {
+                let r = m
+                    .mount
+                    .resolve(rel)
+                    .await
+                    .with_context(|| what.to_owned())?;
+                Ok((Handle::V3(r.fh), Attr::v3(&r.attrs)))
+            }
+            Fs::V4(v) => match v.find(rel).await.with_context(|| what.to_owned())? {
+                Some(f) => Ok(f),
+                None => bail!("{what}: no such file or directory (NFS4ERR_NOENT)"),
+            },
+        }
+    }
+
+    /// A lister of directory `dir`.
+    pub(crate) fn list<'a>(&'a self, dir: &'a Handle) -> Lister<'a, T> {
+        Lister {
+            fs: self,
+            dir,
+            v3: match (self, dir) {
+                (Fs::V3(m), Handle::V3(fh)) => Some(m.mount.read_dir(fh)),
+                _ => None,
+            },
+            done: false,
+        }
+    }
+
+    /// The attributes of entry `e` of `dir`, asked of the server when the
+    /// listing left them out; its symbolic link target, if it is one
+    /// (NFSv3 only).
+    pub(crate) async fn entry_attr(
+        &self,
+        dir: &Handle,
+        e: &Entry,
+    ) -> anyhow::Result<(Attr, Option<String>)> {
+        match (self, dir) {
+            (Fs::V3(m), Handle::V3(dfh)) => {
+                let c = m.mount.client();
+                let Some(ep) = &e.v3 else {
+                    bail!("NFSv3 entry without its reply");
+                };
+                let (a, fh) = match (&ep.name_attributes, &ep.name_handle) {
+                    (Some(a), fh) => (a.clone(), fh.clone()),
+                    (None, Some(fh)) => (c.getattr(fh).await?, Some(fh.clone())),
+                    (None, None) => {
+                        let l = c.lookup(dfh, &ep.name.0).await?;
+                        let a = l.obj_attributes.context("server gave no attributes")?;
+                        (a, Some(l.object))
+                    }
+                };
+                let link = match (a.ftype, fh) {
+                    (Ftype3::NF3LNK, Some(fh)) => c
+                        .readlink(&fh)
+                        .await
+                        .ok()
+                        .map(|l| String::from_utf8_lossy(&l.data.0).into_owned()),
+                    _ => None,
+                };
+                Ok((Attr::v3(&a), link))
+            }
+            (Fs::V4(v), Handle::V4 { fh, .. }) => match &e.attr {
+                Some(a) => Ok((a.clone(), None)),
+                None => {
+                    let efh = v.session.lookup(fh, &e.name).await?;
+                    Ok((Attr::v4(&v.session.getattr(&efh).await?), None))
+                }
+            },
+            _ => bail!("handle of the other NFS version"),
+        }
+    }
+
+    /// Streams the regular file `h` into `sink` with READs in flight;
+    /// returns the bytes delivered.
+    pub(crate) async fn read_to(
+        &self,
+        h: &Handle,
+        sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> anyhow::Result<u64> {
+        match (self, h) {
+            (Fs::V3(m), Handle::V3(fh)) => Ok(m.mount.read_to(fh, 0, sink).await?),
+            (Fs::V4(v), Handle::V4 { dir, name, .. }) => v.read_to(dir, name, sink).await,
+            _ => bail!("handle of the other NFS version"),
+        }
+    }
+
+    /// READ size.
+    pub(crate) fn read_size(&self) -> u32 {
+        match self {
+            Fs::V3(m) => m.mount.read_size(),
+            Fs::V4(v) => v.maxread,
+        }
+    }
+
+    /// Creates the regular file `name` in directory `dir` with `mode`,
+    /// or truncates it if it exists, for writing.
+    pub(crate) async fn create(
+        &self,
+        dir: &Handle,
+        name: &str,
+        mode: u32,
+    ) -> anyhow::Result<Writer<'_, T>> {
+        match (self, dir) {
+            (Fs::V3(m), Handle::V3(dfh)) => {
+                let fh = m.mount.create_file(dfh, name, mode).await?;
+                Ok(Writer::V3(m.mount.writer(&fh, 0)))
+            }
+            (Fs::V4(v), Handle::V4 { fh, .. }) => {
+                let how = OpenOptions {
+                    create_mode: Some(mode),
+                    ..OpenOptions::default()
+                };
+                let file = v.session.open(fh, name, how).await?;
+                v.session.truncate(&file, 0).await?;
+                Ok(Writer::V4 {
+                    v,
+                    file,
+                    at: 0,
+                    bytes: 0,
+                })
+            }
+            _ => bail!("handle of the other NFS version"),
+        }
+    }
+
+    /// WRITE size.
+    pub(crate) fn write_size(&self) -> u32 {
+        match self {
+            Fs::V3(m) => m.mount.write_size(),
+            Fs::V4(v) => v.maxwrite,
+        }
+    }
+
+    /// Bytes to hand a [`Writer`] at once: enough for every WRITE in
+    /// flight.
+    pub(crate) fn write_window(&self) -> usize {
+        let in_flight = match self {
+            Fs::V3(m) => m.mount.in_flight(),
+            Fs::V4(v) => v.io.in_flight.clamp(1, v.session.slot_count().max(1)),
+        };
+        (self.write_size() as usize).saturating_mul(in_flight.max(4))
+    }
+
+    /// Ends the session (NFSv4 DESTROY_SESSION and DESTROY_CLIENTID).
+    pub(crate) async fn close(self) -> anyhow::Result<()> {
+        if let Fs::V4(v) = self {
+            v.session.close().await?;
+        }
+        Ok(())
+    }
+}
+
+/// Pages of a directory listing.
+pub(crate) struct Lister<'a, T> {
+    fs: &'a Fs<T>,
+    dir: &'a Handle,
+    v3: Option<nfs_client::ReadDirPlus<'a, T>>,
+    done: bool,
+}
+
+impl<T: ClientTransport> Lister<'_, T> {
+    /// The next page of entries (`.` and `..` left out), or `None`
+    /// after the last: NFSv3 READDIRPLUS replies one by one, NFSv4
+    /// READDIR as one page.
+    pub(crate) async fn next_page(&mut self) -> anyhow::Result<Option<Vec<Entry>>> {
+        if let Some(it) = &mut self.v3 {
+            let Some(page) = it.next_page().await? else {
+                return Ok(None);
+            };
+            let out = page
+                .into_iter()
+                .filter(|e| e.name.0[..] != *b"." && e.name.0[..] != *b"..")
+                .map(|e| Entry {
+                    name: nfs_client::entry_name(&e),
+                    attr: e.name_attributes.as_ref().map(Attr::v3),
+                    v3: Some(e),
+                })
+                .collect();
+            return Ok(Some(out));
+        }
+        if self.done {
+            return Ok(None);
+        }
+        self.done = true;
+        let (Fs::V4(v), Handle::V4 { fh, .. }) = (self.fs, self.dir) else {
+            bail!("handle of the other NFS version");
+        };
+        let entries = v.session.readdir(fh).await?;
+        Ok(Some(
+            entries
+                .into_iter()
+                .map(|e| Entry {
+                    name: String::from_utf8_lossy(&e.name).into_owned(),
+                    attr: None,
+                    v3: None,
+                })
+                .collect(),
+        ))
+    }
+}
+
+/// A file being written: data handed in windows goes out with WRITEs in
+/// flight; [`Writer::finish`] COMMITs what is not yet committed.
+pub(crate) enum Writer<'a, T> {
+    V3(FileWriter<'a, T>),
+    V4 {
+        v: &'a V4<T>,
+        file: OpenFile,
+        at: u64,
+        bytes: u64,
+    },
+}
+
+impl<T: ClientTransport> Writer<'_, T> {
+    /// Writes `data` after what was written so far.
+    pub(crate) async fn write(&mut self, data: Bytes) -> anyhow::Result<()> {
+        match self {
+            Writer::V3(w) => Ok(w.write(data).await?),
+            Writer::V4 { v, file, at, bytes } => {
+                let n = data.len() as u64;
+                v.session
+                    .write_committed(file, *at, &data, v.maxwrite)
+                    .await?;
+                *at += n;
+                *bytes += n;
+                Ok(())
+            }
+        }
+    }
+
+    /// COMMITs (NFSv3) or CLOSEs (NFSv4) the file; returns the bytes
+    /// written and those sent again after a lost unstable write.
+    pub(crate) async fn finish(self) -> anyhow::Result<(u64, u64)> {
+        match self {
+            Writer::V3(w) => {
+                let s = w.finish().await?;
+                Ok((s.bytes, s.resent_bytes))
+            }
+            Writer::V4 { v, file, bytes, .. } => {
+                v.session.close_file(file).await?;
+                Ok((bytes, 0))
+            }
+        }
+    }
+}
+
+impl<T: ClientTransport> V4<T> {
+    /// Establishes a session on `rpc` and finds where `path` starts.
+    async fn new(
+        rpc: T,
+        minor: u32,
+        opts: SessionOptions,
+        url: &NfsUrl,
+        io: IoOptions,
+    ) -> anyhow::Result<Self> {
+        let cred = nfs_client::process_auth_sys().to_opaque_auth();
+        let opts = SessionOptions {
+            minor_version: minor,
+            ..opts
+        };
+        let session = Session::establish(rpc, cred, &opts)
+            .await
+            .context("establishing an NFSv4 session")?;
+        let root = session.root().await?;
+        let rest = start_of(&session, &root, url).await?;
+        let (maxread, maxwrite) = session.io_sizes(&root).await?;
+        let pick = |opt: Option<u32>, max: u32| opt.map_or(max, |o| o.min(max)).max(1);
+        Ok(Self {
+            maxread: pick(io.rsize.or(io.block_size), maxread),
+            maxwrite: pick(io.wsize.or(io.block_size), maxwrite),
+            session,
+            root,
+            rest,
+            io,
+        })
+    }
+
+    async fn find(&self, rel: &str) -> anyhow::Result<Option<(Handle, Attr)>> {
+        let comps = components(rel);
+        let Some((name, dirs)) = comps.split_last() else {
+            let a = self.session.getattr(&self.root).await?;
+            let h = Handle::V4 {
+                fh: self.root.clone(),
+                dir: self.root.clone(),
+                name: String::new(),
+            };
+            return Ok(Some((h, Attr::v4(&a))));
+        };
+        let walk = async {
+            let mut dir = self.root.clone();
+            for c in dirs {
+                dir = self.session.lookup(&dir, c).await?;
+            }
+            let fh = self.session.lookup(&dir, name).await?;
+            let a = self.session.getattr(&fh).await?;
+            Ok::<_, nfs_client::v4::Error>((fh, dir, a))
+        };
+        match walk.await {
+            Ok((fh, dir, a)) => {
+                let h = Handle::V4 {
+                    fh,
+                    dir,
+                    name: (*name).to_owned(),
+                };
+                Ok(Some((h, Attr::v4(&a))))
+            }
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn read_to(
+        &self,
+        dir: &NfsFh4,
+        name: &str,
+        sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> anyhow::Result<u64> {
+        let how = OpenOptions {
+            share_access: OPEN4_SHARE_ACCESS_READ,
+            share_deny: OPEN4_SHARE_DENY_NONE,
+            create_mode: None,
+        };
+        let file = self.session.open(dir, name, how).await?;
+        let r = self
+            .session
+            .read_to(&file, 0, self.maxread, self.io.in_flight, sink)
+            .await;
+        let closed = self.session.close_file(file).await;
+        let n = r?;
+        closed?;
+        Ok(n)
+    }
+}
+
+/// Where the URL's path starts from the root: the whole path when its
+/// first component is in the root (a pseudo file system, RFC 8881 §7.3);
+/// else the root is the export, and the path below the export is asked
+/// of MOUNT (over TCP, as for NFSv3).
+async fn start_of<T: ClientTransport>(
+    s: &Session<T>,
+    root: &NfsFh4,
+    url: &NfsUrl,
+) -> anyhow::Result<String> {
+    let comps = components(&url.path);
+    let Some(first) = comps.first() else {
+        return Ok(String::new());
+    };
+    match s.lookup(root, first).await {
+        Ok(_) => Ok(comps.join("/")),
+        Err(e) if e.is_not_found() => {
+            let nfs_port = match url.scheme {
+                Scheme::Tcp => url.nfs_port,
+                Scheme::Rdma => None,
+            };
+            let (export, rest) =
+                nfs_client::find_export(&url.host, url.mount_port, nfs_port, &url.path)
+                    .await
+                    .with_context(|| format!("{first} is not in the NFSv4 root; asking MOUNT"))?;
+            tracing::debug!(export, "the NFSv4 root is the export");
+            Ok(rest)
+        }
+        Err(e) => Err(e).with_context(|| format!("looking up {first}")),
+    }
+}
+
+/// A server on either transport, for commands written once over [`Fs`].
+pub(crate) enum AnyFs {
+    Tcp(Fs<oncrpc::tcp::TcpClient>),
+    Rdma(Fs<rpcrdma::transport::RdmaClient<softrnic::SoftDevice>>),
+}
+
+/// Runs `$body` with `$fs` bound to the [`Fs`] inside an [`AnyFs`]
+/// (instantiated once per transport).
+macro_rules! with_fs {
+    ($any:expr, |$fs:ident| $body:expr) => {
+        match $any {
+            $crate::remote::AnyFs::Tcp($fs) => $body,
+            $crate::remote::AnyFs::Rdma($fs) => $body,
+        }
+    };
+}
+pub(crate) use with_fs;
+
+/// Connects to `url`'s server with the NFS version it names: MOUNT and
+/// NFSv3 ([`crate::url::open`]), or an NFSv4 session straight to the NFS
+/// port (2049, or 20049 over RDMA, unless given).
+pub(crate) async fn open_fs(url: &NfsUrl, io: IoOptions) -> anyhow::Result<AnyFs> {
+    let Some(minor) = url.nfs4_minor else {
+        return Ok(match crate::url::open(url, io).await? {
+            crate::url::Remote::Tcp(m) => AnyFs::Tcp(Fs::V3(m)),
+            crate::url::Remote::Rdma(m) => AnyFs::Rdma(Fs::V3(m)),
+        });
+    };
+    let what = || format!("NFSv4.{minor} to {}", url.host);
+    match url.scheme {
+        Scheme::Tcp => {
+            let port = url.nfs_port.unwrap_or(nfs_client::DEFAULT_NFS_PORT);
+            let addr = lookup(&url.host, port).await?;
+            let rpc = oncrpc::tcp::TcpClient::connect(
+                addr,
+                rand_seed(),
+                oncrpc::client::ClientConfig::default(),
+                oncrpc::tcp::TcpConfig::default(),
+            )
+            .await
+            .with_context(|| format!("connecting to {addr}"))?;
+            let opts = SessionOptions::default();
+            let v = V4::new(rpc, minor, opts, url, io)
+                .await
+                .with_context(what)?;
+            Ok(AnyFs::Tcp(Fs::V4(v)))
+        }
+        Scheme::Rdma => {
+            let port = url.nfs_port.unwrap_or(nfs_client::DEFAULT_RDMA_PORT);
+            let ropts = crate::url::rdma_options(url, io);
+            let dev = crate::url::soft_device(url.crc);
+            let rpc = nfs_client::connect_rdma_transport(&dev, &url.host, port, &ropts)
+                .await
+                .with_context(what)?;
+            let opts = SessionOptions::for_rdma(&ropts.client_config());
+            let v = V4::new(rpc, minor, opts, url, io)
+                .await
+                .with_context(what)?;
+            Ok(AnyFs::Rdma(Fs::V4(v)))
+        }
+    }
+}
+
+async fn lookup(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
+    tokio::net::lookup_host((host, port))
+        .await
+        .with_context(|| format!("resolving {host}"))?
+        .next()
+        .with_context(|| format!("{host}: no address"))
+}
+
+/// An XID seed that differs between runs.
+fn rand_seed() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    t ^ std::process::id().rotate_left(16)
+}
