@@ -1000,3 +1000,271 @@ fn delegation_limits_default_to_the_documented_values() {
         (65_536, 4096, 4096)
     );
 }
+
+/// The directory's `change` attribute and `time_modify` as A sees them.
+async fn dir_change(a: &Client) -> (u64, Nfstime4) {
+    let r = a
+        .seq(vec![
+            NfsArgop4::Putrootfh(()),
+            NfsArgop4::Getattr(Getattr4Args {
+                attr_request: Bitmap4::from_bits(&[
+                    nfs::v4::attr::FATTR4_CHANGE,
+                    nfs::v4::attr::FATTR4_TIME_MODIFY,
+                ]),
+            }),
+        ])
+        .await;
+    let Some(NfsResop4::Getattr(Res4::Ok(g))) = r.resarray.last() else {
+        panic!("GETATTR: {r:?}")
+    };
+    let f = FileAttrs::from_fattr4(&g.obj_attributes).unwrap();
+    (f.change.unwrap(), f.time_modify.unwrap())
+}
+
+/// A's LOOKUP of `name` in the export's root.
+async fn lookup(a: &Client, name: &'static str) -> Nfsstat4 {
+    lookup_fh(a, name).await.0
+}
+
+/// LOOKUP and GETFH of `name` in the export's root (no OPEN, so no
+/// delegation).
+async fn lookup_fh(a: &Client, name: &'static str) -> (Nfsstat4, Option<NfsFh4>) {
+    let r = a
+        .seq(vec![
+            NfsArgop4::Putrootfh(()),
+            NfsArgop4::Lookup(Lookup4Args {
+                objname: Component4::from_static(name),
+            }),
+            NfsArgop4::Getfh(()),
+        ])
+        .await;
+    let fh = match r.resarray.last() {
+        Some(NfsResop4::Getfh(Res4::Ok(g))) => Some(g.object.clone()),
+        _ => None,
+    };
+    (r.status, fh)
+}
+
+/// Who changes the directory in [`namespace_ops_change_the_directory_for_a_delegation_holder`].
+enum NsOp {
+    /// An NFSv3 procedure from client B.
+    V3(u32, XdrBuf),
+    /// An NFSv4.1 COMPOUND from client B (after SEQUENCE).
+    V4(Vec<NfsArgop4>),
+    /// A process on the server.
+    Local(Box<dyn Fn(&std::path::Path) + Send>),
+}
+
+/// Issue 19 item 3, name-cache safety: the server grants no directory
+/// delegations, so a client holding a delegation on a file in a directory
+/// learns of renames, creates and removes there from the directory's
+/// `change` attribute (RFC 8881 §10.8, §5.8.1.4; RFC 1813 §2.3.5 ctime
+/// and mtime for NFSv3). Every namespace operation in the directory, by an
+/// NFSv3 client, another NFSv4.1 client or a local process, must change
+/// the directory's change attribute and mtime, and the holder's next
+/// LOOKUP must see the new names and not the old ones; operations on other
+/// names do not recall the holder's delegation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_ops_change_the_directory_for_a_delegation_holder() {
+    let srv = serve("names", 4).await;
+    let mut a = Client::connect(&srv, "client-a").await;
+    let b = Client::connect(&srv, "client-b").await;
+    std::fs::write(srv._dir.0.join("src"), b"link source").unwrap();
+    let (_, deleg, _) = opened(&a.open("held", OPEN4_SHARE_ACCESS_READ).await);
+    assert!(matches!(deleg, OpenDelegation4::Read(..)), "{deleg:?}");
+    let root = nfs::v3::NfsFh3::new(&root_fh(&a).await.0).unwrap();
+    let src = nfs::v3::NfsFh3::new(&lookup_fh(&b, "src").await.1.unwrap().0).unwrap();
+    let d = |n: &'static str| nfs::v3::Diropargs3 {
+        dir: root.clone(),
+        name: nfs::v3::Filename3(Bytes::from_static(n.as_bytes())),
+    };
+    let v3_create = |n| {
+        xdr::to_xdr_buf(&nfs::v3::Create3Args {
+            dir: d(n),
+            how: nfs::v3::Createhow3::Guarded(nfs::v3::Sattr3::default()),
+        })
+    };
+    let v3_remove = |n| xdr::to_xdr_buf(&nfs::v3::Remove3Args { object: d(n) });
+    let rename3 = |f, t| {
+        xdr::to_xdr_buf(&nfs::v3::Rename3Args {
+            from: d(f),
+            to: d(t),
+        })
+    };
+    let comp = |n: &'static str| Component4::from_static(n);
+    let local = |f: fn(&std::path::Path)| NsOp::Local(Box::new(f));
+    // (what, the operation, names it adds, names it takes away)
+    type Case = (
+        &'static str,
+        NsOp,
+        &'static [&'static str],
+        &'static [&'static str],
+    );
+    let ops: Vec<Case> = vec![
+        ("v3 CREATE", NsOp::V3(8, v3_create("v3c")), &["v3c"], &[]),
+        (
+            "v3 MKDIR",
+            NsOp::V3(
+                9,
+                xdr::to_xdr_buf(&nfs::v3::Mkdir3Args {
+                    dir: d("v3d"),
+                    attributes: nfs::v3::Sattr3::default(),
+                }),
+            ),
+            &["v3d"],
+            &[],
+        ),
+        (
+            "v3 LINK",
+            NsOp::V3(
+                15,
+                xdr::to_xdr_buf(&nfs::v3::Link3Args {
+                    file: src.clone(),
+                    link: d("v3l"),
+                }),
+            ),
+            &["v3l"],
+            &[],
+        ),
+        (
+            "v3 RENAME",
+            NsOp::V3(14, rename3("v3c", "v3r")),
+            &["v3r"],
+            &["v3c"],
+        ),
+        (
+            "v3 RENAME over",
+            NsOp::V3(14, rename3("v3r", "v3l")),
+            &["v3l"],
+            &["v3r"],
+        ),
+        ("v3 REMOVE", NsOp::V3(12, v3_remove("v3l")), &[], &["v3l"]),
+        ("v3 RMDIR", NsOp::V3(13, v3_remove("v3d")), &[], &["v3d"]),
+        ("v4 OPEN create", NsOp::V4(vec![]), &["v4c"], &[]),
+        (
+            "v4 CREATE dir",
+            NsOp::V4(vec![
+                NfsArgop4::Putrootfh(()),
+                NfsArgop4::Create(Create4Args {
+                    objtype: Createtype4::Dir,
+                    objname: comp("v4d"),
+                    createattrs: FileAttrs::default().to_fattr4(&Bitmap4::from_bits(&[])),
+                }),
+            ]),
+            &["v4d"],
+            &[],
+        ),
+        (
+            "v4 RENAME",
+            NsOp::V4(vec![
+                NfsArgop4::Putrootfh(()),
+                NfsArgop4::Savefh(()),
+                NfsArgop4::Rename(Rename4Args {
+                    oldname: comp("v4c"),
+                    newname: comp("v4r"),
+                }),
+            ]),
+            &["v4r"],
+            &["v4c"],
+        ),
+        (
+            "v4 REMOVE",
+            NsOp::V4(vec![
+                NfsArgop4::Putrootfh(()),
+                NfsArgop4::Remove(Remove4Args {
+                    target: comp("v4r"),
+                }),
+            ]),
+            &[],
+            &["v4r"],
+        ),
+        (
+            "v4 REMOVE dir",
+            NsOp::V4(vec![
+                NfsArgop4::Putrootfh(()),
+                NfsArgop4::Remove(Remove4Args {
+                    target: comp("v4d"),
+                }),
+            ]),
+            &[],
+            &["v4d"],
+        ),
+        (
+            "local create",
+            local(|p| std::fs::write(p.join("lc"), b"x").unwrap()),
+            &["lc"],
+            &[],
+        ),
+        (
+            "local rename",
+            local(|p| std::fs::rename(p.join("lc"), p.join("lr")).unwrap()),
+            &["lr"],
+            &["lc"],
+        ),
+        (
+            "local link",
+            local(|p| std::fs::hard_link(p.join("lr"), p.join("ll")).unwrap()),
+            &["ll"],
+            &[],
+        ),
+        (
+            "local unlink",
+            local(|p| std::fs::remove_file(p.join("lr")).unwrap()),
+            &[],
+            &["lr"],
+        ),
+        (
+            "local mkdir",
+            local(|p| std::fs::create_dir(p.join("ld")).unwrap()),
+            &["ld"],
+            &[],
+        ),
+        (
+            "local rmdir",
+            local(|p| std::fs::remove_dir(p.join("ld")).unwrap()),
+            &[],
+            &["ld"],
+        ),
+    ];
+    for (what, op, added, gone) in ops {
+        // A looks the names up first, as a client filling its name cache would.
+        for n in added.iter().chain(gone) {
+            lookup(&a, n).await;
+        }
+        let before = dir_change(&a).await;
+        match op {
+            NsOp::V3(p, args) => {
+                let r = v3_call(&b.rpc, &b.cred, p, args).await;
+                assert_eq!(v3_status(&r), nfs::v3::Nfsstat3::NFS3_OK, "{what}");
+            }
+            NsOp::V4(ops) if ops.is_empty() => {
+                opened(&b.open("v4c", OPEN4_SHARE_ACCESS_READ).await);
+            }
+            NsOp::V4(ops) => {
+                let r = b.seq(ops).await;
+                assert_eq!(r.status, Nfsstat4::NFS4_OK, "{what}: {r:?}");
+            }
+            NsOp::Local(f) => f(&srv._dir.0),
+        }
+        let after = dir_change(&a).await;
+        assert_ne!(
+            after.0, before.0,
+            "{what}: the directory's change attribute"
+        );
+        assert_ne!(after.1, before.1, "{what}: the directory's mtime");
+        for n in added {
+            assert_eq!(lookup(&a, n).await, Nfsstat4::NFS4_OK, "{what}: {n} after");
+        }
+        for n in gone {
+            assert_eq!(
+                lookup(&a, n).await,
+                Nfsstat4::NFS4ERR_NOENT,
+                "{what}: {n} after"
+            );
+        }
+    }
+    assert!(
+        a.recalls.try_recv().is_err(),
+        "changes to other names do not recall the holder's delegation"
+    );
+}
