@@ -1,8 +1,10 @@
 //! NFSv3 accesses that conflict with NFSv4 delegations (RFC 8881
 //! §10.4.1; RFC 1813 §2.6 NFS3ERR_JUKEBOX): before a procedure runs, the
-//! delegations on the files it reads (READ, COMMIT: a write delegation)
-//! or changes (WRITE, SETATTR, LINK; CREATE over, REMOVE or RENAME of a
-//! delegated name, and the file a RENAME replaces) are recalled through
+//! delegations on the files it reads (READ, COMMIT; and GETATTR, ACCESS
+//! and LOOKUP, whose attributes a write delegation's holder may not have
+//! sent yet, RFC 8881 §10.4.3: a write delegation) or changes (WRITE,
+//! SETATTR, LINK; CREATE over, REMOVE or RENAME of a delegated name, and
+//! the file a RENAME replaces) are recalled through
 //! [`crate::v4::Delegations::break_for`]. When the holder does not return
 //! them within the wait the procedure is answered NFS3ERR_JUKEBOX with
 //! empty attributes and the client retries later.
@@ -18,22 +20,25 @@ type Target = (NfsFh3, bool);
 
 /// The files `args` touches, each with whether it changes them.
 async fn targets<S: Storage>(fs: &S, args: &Args3) -> Vec<Target> {
-    let named = |d: &Diropargs3| d.clone();
-    let (direct, names): (Vec<Target>, Vec<Diropargs3>) = match args {
+    let named = |d: &Diropargs3, write| (d.clone(), write);
+    let (direct, names): (Vec<Target>, Vec<(Diropargs3, bool)>) = match args {
+        Args3::Getattr(a) => (vec![(a.object.clone(), false)], vec![]),
+        Args3::Access(a) => (vec![(a.object.clone(), false)], vec![]),
+        Args3::Lookup(a) => (vec![], vec![named(&a.what, false)]),
         Args3::Read(a) => (vec![(a.file.clone(), false)], vec![]),
         Args3::Commit(a) => (vec![(a.file.clone(), false)], vec![]),
         Args3::Write(a) => (vec![(a.file.clone(), true)], vec![]),
         Args3::Setattr(a) => (vec![(a.object.clone(), true)], vec![]),
         Args3::Link(a) => (vec![(a.file.clone(), true)], vec![]),
-        Args3::Create(a) => (vec![], vec![named(&a.dir)]),
-        Args3::Remove(a) => (vec![], vec![named(&a.object)]),
-        Args3::Rename(a) => (vec![], vec![named(&a.from), named(&a.to)]),
+        Args3::Create(a) => (vec![], vec![named(&a.dir, true)]),
+        Args3::Remove(a) => (vec![], vec![named(&a.object, true)]),
+        Args3::Rename(a) => (vec![], vec![named(&a.from, true), named(&a.to, true)]),
         _ => return Vec::new(),
     };
     let mut out = direct;
-    for d in names {
+    for (d, write) in names {
         if let Ok(fh) = fs.lookup(&d.dir, &d.name).await {
-            out.push((fh, true));
+            out.push((fh, write));
         }
     }
     out
@@ -44,7 +49,8 @@ async fn targets<S: Storage>(fs: &S, args: &Args3) -> Vec<Target> {
 /// FALSE discriminant each).
 fn jukebox(args: &Args3) -> XdrBuf {
     let words = match args {
-        Args3::Read(_) => 1,
+        Args3::Getattr(_) => 0,
+        Args3::Read(_) | Args3::Lookup(_) | Args3::Access(_) => 1,
         Args3::Link(_) => 3,
         Args3::Rename(_) => 4,
         _ => 2,
@@ -109,6 +115,21 @@ mod tests {
                     link: dir.clone(),
                 }),
             ),
+            (
+                Nfsproc3::LOOKUP,
+                Args3::Lookup(Lookup3Args { what: dir.clone() }),
+            ),
+            (
+                Nfsproc3::ACCESS,
+                Args3::Access(Access3Args {
+                    object: fh.clone(),
+                    access: 1,
+                }),
+            ),
+            (
+                Nfsproc3::GETATTR,
+                Args3::Getattr(Getattr3Args { object: fh.clone() }),
+            ),
             (Nfsproc3::REMOVE, Args3::Remove(Remove3Args { object: dir })),
         ];
         for (p, a) in cases {
@@ -118,6 +139,9 @@ mod tests {
                 Nfsproc3::READ => Read3Res::decode(&mut d).map(|r| r.status()),
                 Nfsproc3::RENAME => Rename3Res::decode(&mut d).map(|r| r.status()),
                 Nfsproc3::LINK => Link3Res::decode(&mut d).map(|r| r.status()),
+                Nfsproc3::LOOKUP => Lookup3Res::decode(&mut d).map(|r| r.status()),
+                Nfsproc3::ACCESS => Access3Res::decode(&mut d).map(|r| r.status()),
+                Nfsproc3::GETATTR => Getattr3Res::decode(&mut d).map(|r| r.status()),
                 _ => Remove3Res::decode(&mut d).map(|r| r.status()),
             };
             assert_eq!(s.unwrap(), Nfsstat3::NFS3ERR_JUKEBOX, "{p:?}");

@@ -1268,3 +1268,73 @@ async fn namespace_ops_change_the_directory_for_a_delegation_holder() {
         "changes to other names do not recall the holder's delegation"
     );
 }
+
+/// Issue 19, found by the kpeer two-mount check: a holder of a write
+/// delegation only starts writing back at close (Linux), so the size and
+/// change another client reads may be behind. NFSv3 GETATTR, LOOKUP and
+/// ACCESS and another NFSv4.1 client's GETATTR of size or change recall the
+/// write delegation first (RFC 8881 §10.4.3); they leave read delegations
+/// alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attribute_reads_by_others_recall_a_write_delegation() {
+    let srv = serve("getattr", 4).await;
+    let mut a = Client::connect(&srv, "client-a").await;
+    let b = Client::connect(&srv, "client-b").await;
+    let root = nfs::v3::NfsFh3::new(&root_fh(&a).await.0).unwrap();
+    for (name, proc_) in [("g1", 1u32), ("g2", 3), ("g3", 4)] {
+        let (_, deleg, fh) = opened(&a.open(name, OPEN4_SHARE_ACCESS_BOTH).await);
+        let OpenDelegation4::Write(dsid, ..) = deleg else {
+            panic!("write delegation expected: {deleg:?}")
+        };
+        let object = nfs::v3::NfsFh3::new(&fh.0).unwrap();
+        let args = match proc_ {
+            1 => xdr::to_xdr_buf(&nfs::v3::Getattr3Args { object }),
+            3 => xdr::to_xdr_buf(&nfs::v3::Lookup3Args {
+                what: nfs::v3::Diropargs3 {
+                    dir: root.clone(),
+                    name: nfs::v3::Filename3(Bytes::from_static(name.as_bytes())),
+                },
+            }),
+            _ => xdr::to_xdr_buf(&nfs::v3::Access3Args { object, access: 1 }),
+        };
+        let call = v3_call(&b.rpc, &b.cred, proc_, args);
+        let holder = async {
+            let (_, recall) = a.recall().await;
+            assert_eq!(recall.stateid, dsid);
+            assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+        };
+        let (r, ()) = tokio::join!(call, holder);
+        assert_eq!(v3_status(&r), nfs::v3::Nfsstat3::NFS3_OK, "proc {proc_}");
+    }
+    // A read delegation: GETATTR goes through without a recall.
+    let (_, deleg, fh) = opened(&a.open("g4", OPEN4_SHARE_ACCESS_READ).await);
+    assert!(matches!(deleg, OpenDelegation4::Read(..)), "{deleg:?}");
+    let object = nfs::v3::NfsFh3::new(&fh.0).unwrap();
+    let r = v3_call(
+        &b.rpc,
+        &b.cred,
+        1,
+        xdr::to_xdr_buf(&nfs::v3::Getattr3Args { object }),
+    )
+    .await;
+    assert_eq!(v3_status(&r), nfs::v3::Nfsstat3::NFS3_OK);
+    // Another v4.1 client's GETATTR of size: NFS4ERR_DELAY until returned.
+    let (_, deleg, fh) = opened(&a.open("g5", OPEN4_SHARE_ACCESS_BOTH).await);
+    let OpenDelegation4::Write(dsid, ..) = deleg else {
+        panic!("write delegation expected: {deleg:?}")
+    };
+    let getattr = vec![
+        NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+        NfsArgop4::Getattr(Getattr4Args {
+            attr_request: Bitmap4::from_bits(&[nfs::v4::attr::FATTR4_SIZE]),
+        }),
+    ];
+    assert_eq!(b.seq(getattr.clone()).await.status, Nfsstat4::NFS4ERR_DELAY);
+    let (_, recall) = a.recall().await;
+    assert_eq!(recall.stateid, dsid);
+    // The holder itself is not held up.
+    assert_eq!(a.seq(getattr.clone()).await.status, Nfsstat4::NFS4_OK);
+    assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    assert_eq!(b.seq(getattr).await.status, Nfsstat4::NFS4_OK);
+    assert!(a.recalls.try_recv().is_err(), "one recall per delegation");
+}
