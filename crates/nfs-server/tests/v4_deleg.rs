@@ -1338,3 +1338,34 @@ async fn attribute_reads_by_others_recall_a_write_delegation() {
     assert_eq!(b.seq(getattr).await.status, Nfsstat4::NFS4_OK);
     assert!(a.recalls.try_recv().is_err(), "one recall per delegation");
 }
+
+/// A process on the server writing just after the holder's own write
+/// (within the server's quiet time for its own changes) still recalls the
+/// delegation: the kpeer two-mount check had a host write missed this way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_write_right_after_the_holders_write_still_recalls() {
+    let srv = serve("ownthenlocal", 4).await;
+    let mut a = Client::connect(&srv, "client-a").await;
+    let (_, deleg, fh) = opened(&a.open("q", OPEN4_SHARE_ACCESS_BOTH).await);
+    let OpenDelegation4::Write(dsid, ..) = deleg else {
+        panic!("write delegation expected: {deleg:?}")
+    };
+    let r = a
+        .seq(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+            NfsArgop4::Write(Write4Args {
+                stateid: dsid,
+                offset: 0,
+                stable: StableHow4(2),
+                data: xdr::DdpOpaque(Bytes::from_static(b"from the holder")),
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+    std::fs::write(srv._dir.0.join("q"), b"local").unwrap();
+    let (_, recall) = a.recall().await;
+    assert_eq!(recall.stateid, dsid);
+    assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    let (sid, _, _) = opened(&a.open("q", OPEN4_SHARE_ACCESS_READ).await);
+    assert_eq!(&read_all(&a, &fh, sid).await[..], b"local");
+}

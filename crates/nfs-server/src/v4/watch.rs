@@ -14,9 +14,17 @@
 //! OPEN after the DELEGRETURN. Local *reads* are not seen (IN_ACCESS
 //! would also fire for the server's own reads), so a local reader may
 //! miss data a write-delegation holder still caches. The server's own
-//! writes to a watched file (the holder writing through NFS) are ignored
-//! for [`QUIET`] after each one, and a local write inside that window is
-//! missed. When no watch can be set (the inotify limit,
+//! changes to a watched file (the holder writing through NFS) are told
+//! apart from local ones by the file's state: after each one the server
+//! notes the file's ctime and size ([`FileWatch::quiet`]); an event within
+//! [`QUIET`] of such a change is checked when that time is over, any other
+//! at once, and recalls only when the file no longer has the state the
+//! server left it in. (Found by the kpeer two-mount check: a host process
+//! writing within 500 ms of the holder's own write was missed when such
+//! events were simply dropped.) A local write that the server's own next
+//! change overtakes within the same [`QUIET`] still goes unseen; ctime
+//! granularity matters too (Linux 6.13+ gives a file whose ctime was just
+//! read a fine-grained one at its next change). When no watch can be set (the inotify limit,
 //! `fs.inotify.max_user_watches`, or [`MAX_WATCHES`]) no delegation is
 //! granted, with an [`oncrpc::limits::Limit`] trip.
 
@@ -41,11 +49,45 @@ pub(crate) const MAX_WATCHES: usize = 1 << 12;
 /// ignored.
 pub(crate) const QUIET: Duration = Duration::from_millis(500);
 
+/// A file's state as the server left it: ctime in nanoseconds and size.
+type Own = Option<(i128, u64)>;
+
 #[derive(Debug, Default)]
 struct Map {
     by_wd: HashMap<i32, Bytes>,
     by_key: HashMap<Bytes, i32>,
+    /// A descriptor of each watched file, to read its state.
+    files: HashMap<Bytes, File>,
     quiet_until: HashMap<Bytes, Instant>,
+    /// The state the server's last own change left each file in.
+    own: HashMap<Bytes, Own>,
+    /// Files with an event waiting for their quiet time to end.
+    deferred: std::collections::HashSet<Bytes>,
+}
+
+impl Map {
+    fn forget(&mut self, key: &Bytes) {
+        if let Some(wd) = self.by_key.remove(key) {
+            self.by_wd.remove(&wd);
+        }
+        self.files.remove(key);
+        self.quiet_until.remove(key);
+        self.own.remove(key);
+        self.deferred.remove(key);
+    }
+
+    /// The state of `key`'s file now.
+    fn state(&self, key: &Bytes) -> Own {
+        let st = rustix::fs::fstat(self.files.get(key)?).ok()?;
+        let ctime = i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec);
+        Some((ctime, u64::try_from(st.st_size).ok()?))
+    }
+
+    /// Whether `key`'s file changed since the server's own last change.
+    fn changed_locally(&self, key: &Bytes) -> bool {
+        let now = self.state(key);
+        now.is_none() || self.own.get(key).is_none_or(|own| *own != now)
+    }
 }
 
 #[derive(Debug)]
@@ -112,12 +154,18 @@ impl FileWatch {
                 return false;
             }
         }
+        let Ok(dup) = file.try_clone() else {
+            return false;
+        };
         // The watch follows the inode, whatever its name becomes.
         let path = format!("/proc/self/fd/{}", file.as_raw_fd());
         match inotify::add_watch(&*inner.fd, path.as_str(), events()) {
             Ok(wd) => {
                 map.by_wd.insert(wd, key.clone());
                 map.by_key.insert(key.clone(), wd);
+                map.files.insert(key.clone(), dup);
+                let own = map.state(key);
+                map.own.insert(key.clone(), own);
                 true
             }
             Err(e) => {
@@ -130,8 +178,10 @@ impl FileWatch {
         }
     }
 
-    /// The server itself is about to change `key` (or just did): its
-    /// events for the next [`QUIET`] are its own.
+    /// The server itself is about to change `key` (or just did): called
+    /// before and after the change. Notes the file's state; events within
+    /// the next [`QUIET`] are checked against the state noted last once
+    /// that time is over.
     pub(crate) fn quiet(&self, key: &Bytes) {
         let Some(Some(inner)) = self.inner.get() else {
             return;
@@ -139,6 +189,8 @@ impl FileWatch {
         if let Ok(mut map) = inner.map.lock() {
             if map.by_key.contains_key(key) {
                 map.quiet_until.insert(key.clone(), Instant::now() + QUIET);
+                let own = map.state(key);
+                map.own.insert(key.clone(), own);
             }
         }
     }
@@ -154,9 +206,7 @@ fn sweep(fd: &OwnedFd, map: &mut Map, delegs: &Delegations) {
         .collect();
     for (k, wd) in gone {
         let _ = inotify::remove_watch(fd, wd);
-        map.by_key.remove(&k);
-        map.by_wd.remove(&wd);
-        map.quiet_until.remove(&k);
+        map.forget(&k);
     }
 }
 
@@ -196,28 +246,83 @@ fn start(delegs: Delegations) -> Option<Inner> {
 
 /// One inotify event: a change not made by the server recalls the
 /// delegation on the file; a file without one is no longer watched.
-fn on_event(fd: &OwnedFd, map: &Mutex<Map>, delegs: &Delegations, wd: i32, flags: ReadFlags) {
+fn on_event(
+    fd: &Arc<OwnedFd>,
+    map: &Arc<Mutex<Map>>,
+    delegs: &Delegations,
+    wd: i32,
+    flags: ReadFlags,
+) {
     let Ok(mut m) = map.lock() else { return };
     let Some(key) = m.by_wd.get(&wd).cloned() else {
         return;
     };
     if flags.contains(ReadFlags::IGNORED) {
-        m.by_wd.remove(&wd);
-        m.by_key.remove(&key);
-        m.quiet_until.remove(&key);
+        m.forget(&key);
         return;
     }
-    if m.quiet_until.get(&key).is_some_and(|t| Instant::now() < *t) {
-        return;
+    if let Some(until) = m.quiet_until.get(&key).copied() {
+        if Instant::now() < until {
+            if m.deferred.insert(key.clone()) {
+                defer(fd, map, delegs, key, until);
+            }
+            return;
+        }
     }
+    let changed = m.changed_locally(&key);
     drop(m);
+    if changed {
+        recall_local(fd, map, delegs, &key, flags);
+    }
+}
+
+/// Checks `key` once its quiet time (at least `until`) is over.
+fn defer(
+    fd: &Arc<OwnedFd>,
+    map: &Arc<Mutex<Map>>,
+    delegs: &Delegations,
+    key: Bytes,
+    until: Instant,
+) {
+    let (fd, map, delegs) = (Arc::clone(fd), Arc::downgrade(map), delegs.clone());
+    tokio::spawn(async move {
+        let mut until = until;
+        loop {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(until)).await;
+            let Some(map) = map.upgrade() else { return };
+            let Ok(mut m) = map.lock() else { return };
+            match m.quiet_until.get(&key) {
+                Some(t) if Instant::now() < *t => until = *t,
+                _ => {
+                    m.deferred.remove(&key);
+                    let changed = m.by_key.contains_key(&key) && m.changed_locally(&key);
+                    drop(m);
+                    if changed {
+                        recall_local(&fd, &map, &delegs, &key, ReadFlags::empty());
+                    }
+                    return;
+                }
+            }
+        }
+    });
+}
+
+/// A local change to `key`'s file: recall its delegation; a file with
+/// none left is no longer watched.
+fn recall_local(
+    fd: &OwnedFd,
+    map: &Mutex<Map>,
+    delegs: &Delegations,
+    key: &Bytes,
+    flags: ReadFlags,
+) {
     tracing::info!(?flags, "local change to a delegated file: recalling");
-    if !delegs.recall(&key, 0, true) && !delegs.held_on(&key) {
+    if !delegs.recall(key, 0, true) && !delegs.held_on(key) {
         if let Ok(mut m) = map.lock() {
-            let _ = inotify::remove_watch(fd, wd);
-            m.by_wd.remove(&wd);
-            m.by_key.remove(&key);
-            m.quiet_until.remove(&key);
+            if let Some(wd) = m.by_key.get(key).copied() {
+                let _ = inotify::remove_watch(fd, wd);
+            }
+            m.forget(key);
         }
     }
 }
