@@ -6,7 +6,10 @@
 #   rdma  issue 9 check 2: the kernel NFSv3 and NFSv4.1 clients mount
 #         nfsrdma serve over RDMA, guest siw -> our softrnic (rdma_phase);
 #   knfsd issue 9 checks 1 and 3: our iwarp/softrnic initiators and our NFS
-#         client against knfsd over siw in the guest (knfsd_phase).
+#         client against knfsd over siw in the guest (knfsd_phase);
+#   coherence  issue 19: two kernel mounts of one export (v4.1/RDMA + v3/TCP
+#         and the reverse) and small-file READ latency RDMA vs TCP
+#         (coherence_phase; not in the default PHASES).
 #
 # Phase tcp (NFSv3 over TCP, Linux kernel client): builds nfsrdma (release),
 # runs `nfsrdma serve` on a fresh temporary export on the host, boots the kpeer
@@ -45,9 +48,14 @@
 # Env: OUT (result dir, default /tmp/interop-<time>), NFS_PORT / MOUNT_PORT /
 # RPCBIND_PORT (host ports, default 12049 / 12048 / 12111), BULK_MIB (default
 # 100), KPEER (default interop/kpeer in this repository), CAPTURE=0 to skip the pcaps,
-# NO_BUILD=1 to use the existing target/release/nfsrdma. Phase rdma:
+# NO_BUILD=1 to use the existing target/release/nfsrdma (NFSRDMA_BIN names
+# another binary). Phase rdma:
 # RDMA_PORT / RDMA_MOUNT_PORT / RDMA_TCP_PORT (12050 / 12051 / 12052),
-# RDMA_VERS ("3 4.1"); phase knfsd: KNFSD_BULK_MIB (100).
+# RDMA_VERS ("3 4.1"); phase knfsd: KNFSD_BULK_MIB (100); phase coherence:
+# COH_RDMA_PORT / COH_TCP_PORT / COH_MOUNT_PORT (12070 / 12071 / 12072; the
+# baseline server +10), COH_WAIT (70 s), COH_LAT_FILES (200), COH_LAT_ROUNDS
+# (3, 0 skips the latency part), COH_LAT_VERS ("3"), COH_BASE_BIN (the
+# "before" binary for the latency part; empty for none), COH_RUST_LOG (info).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # Where cargo puts binaries: CARGO_TARGET_DIR when set, else target/ in the checkout.
@@ -68,6 +76,14 @@ RDMA_MOUNT_PORT=${RDMA_MOUNT_PORT:-12051}
 RDMA_TCP_PORT=${RDMA_TCP_PORT:-12052}
 RDMA_VERS=${RDMA_VERS:-3 4.1}
 KNFSD_BULK_MIB=${KNFSD_BULK_MIB:-100}
+COH_RDMA_PORT=${COH_RDMA_PORT:-12070}
+COH_TCP_PORT=${COH_TCP_PORT:-12071}
+COH_MOUNT_PORT=${COH_MOUNT_PORT:-12072}
+COH_WAIT=${COH_WAIT:-70}
+COH_LAT_FILES=${COH_LAT_FILES:-200}
+COH_LAT_ROUNDS=${COH_LAT_ROUNDS:-3}
+COH_LAT_VERS=${COH_LAT_VERS:-3}
+COH_BASE_BIN=${COH_BASE_BIN-/tmp/own/nfsrdma-baseline}
 has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 mkdir -p "$OUT/guest"; OUT=$(cd "$OUT" && pwd)
 T0=$(date +%s)
@@ -87,6 +103,7 @@ cleanup() {
     [ -n "$EXPORT" ] && rm -rf "$EXPORT"
     rdma_cleanup
     knfsd_cleanup
+    coherence_cleanup
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -301,6 +318,155 @@ knfsd_phase() {
     fi
 }
 
+# ---- phase coherence (issue 19): two kernel mounts of one `nfsrdma serve`
+# export in the guest, v4.1/RDMA + v3/TCP and the reverse, following
+# close-to-open (interop/guest/coherence.sh), plus the kernel client's
+# small-file READ latency over RDMA vs TCP. The host answers the guest's
+# handshakes: host-write (a host process writes guest-provided bytes into the
+# export directly, not through NFS) and mark-<name> (notes the server's
+# delegation counters from its log: grants, answered CB_RECALLs, recalls
+# for local changes, revocations). With COH_BASE_BIN (default
+# /tmp/own/nfsrdma-baseline when it exists: a build from before the one-write
+# RDMA reply framing) a second server serves a copy of the latency files on
+# guest ports 20050/2050/20047, interleaved with ours in each round.
+C_PID=; C_BASE_PID=; C_WATCH_PID=; C_EXPORT=; C_BASE_EXPORT=; C_TCPDUMP_PID=
+coherence_cleanup() {
+    [ -n "$C_WATCH_PID" ] && kill "$C_WATCH_PID" 2>/dev/null
+    [ -n "$C_TCPDUMP_PID" ] && kill -INT "$C_TCPDUMP_PID" 2>/dev/null
+    [ -n "$C_PID" ] && kill -INT "$C_PID" 2>/dev/null && wait "$C_PID" 2>/dev/null
+    [ -n "$C_BASE_PID" ] && kill -INT "$C_BASE_PID" 2>/dev/null && wait "$C_BASE_PID" 2>/dev/null
+    [ -n "$C_EXPORT" ] && rm -rf "$C_EXPORT"
+    [ -n "$C_BASE_EXPORT" ] && rm -rf "$C_BASE_EXPORT"
+}
+# deleg_counts LOG: "granted=N recalled=N local=N revoked=N" from the server's log lines
+deleg_counts() {
+    printf 'granted=%s recalled=%s inotify=%s revoked=%s\n' "$(grep -c 'delegation granted' "$1")" \
+        "$(grep -c 'CB_RECALL answered NFS4_OK' "$1")" "$(grep -c 'local change to a delegated file' "$1")" \
+        "$(grep -c 'delegation revoked' "$1")"
+}
+coherence_export() { # DIR: the marker and LAT_FILES 4 KiB files in lat/
+    mkdir -p "$1/lat"; chmod 0777 "$1"; touch "$1/.coherence-root"
+    for i in $(seq 1 "$COH_LAT_FILES"); do head -c 4096 /dev/urandom > "$1/lat/f$i"; done
+}
+coherence_phase() {
+    local G=$OUT/guest-coherence p rc t0 base=0 log=$OUT/server-coherence.log
+    local ports="$COH_RDMA_PORT $COH_TCP_PORT $COH_MOUNT_PORT"
+    [ -x "$COH_BASE_BIN" ] && base=1 && ports+=" $((COH_RDMA_PORT + 10)) $((COH_TCP_PORT + 10)) $((COH_MOUNT_PORT + 10))"
+    for p in $ports; do
+        if [ -n "$(ss -Hltn "sport = :$p")" ]; then
+            fail "coherence: host port $p is in use; set COH_RDMA_PORT/COH_TCP_PORT/COH_MOUNT_PORT"; return
+        fi
+    done
+    mkdir -p "$G"; rm -f "$G"/mark* "$G"/host-* "$G/rc" "$G/latency.txt"
+    C_EXPORT=$(mktemp -d /tmp/interop-coh-export.XXXXXX)
+    coherence_export "$C_EXPORT"
+    echo "== nfsrdma serve $C_EXPORT: RDMA :$COH_RDMA_PORT, TCP :$COH_TCP_PORT, MOUNT :$COH_MOUNT_PORT"
+    RUST_LOG=${COH_RUST_LOG:-info} "$BIN" serve "$C_EXPORT" --transports tcp,rdma --addr 127.0.0.1 \
+        --port "$COH_TCP_PORT" --rdma-port "$COH_RDMA_PORT" --mount-port "$COH_MOUNT_PORT" --alias /export \
+        --no-root-squash --state-dir "$OUT/state-coherence" > "$log" 2>&1 &
+    C_PID=$!
+    local fwd="20049:$COH_RDMA_PORT 2049:$COH_TCP_PORT 20048:$COH_MOUNT_PORT"
+    if [ "$base" = 1 ]; then
+        C_BASE_EXPORT=$(mktemp -d /tmp/interop-coh-base.XXXXXX)
+        coherence_export "$C_BASE_EXPORT"
+        echo "== baseline $COH_BASE_BIN serve $C_BASE_EXPORT: RDMA :$((COH_RDMA_PORT + 10)), TCP :$((COH_TCP_PORT + 10))"
+        RUST_LOG=warn "$COH_BASE_BIN" serve "$C_BASE_EXPORT" --transports tcp,rdma --addr 127.0.0.1 \
+            --port $((COH_TCP_PORT + 10)) --rdma-port $((COH_RDMA_PORT + 10)) --mount-port $((COH_MOUNT_PORT + 10)) \
+            --alias /export > "$OUT/server-coherence-base.log" 2>&1 &
+        C_BASE_PID=$!
+        fwd+=" 20050:$((COH_RDMA_PORT + 10)) 2050:$((COH_TCP_PORT + 10)) 20047:$((COH_MOUNT_PORT + 10))"
+    fi
+    for p in $ports; do
+        for _ in $(seq 50); do [ -n "$(ss -Hltn "sport = :$p")" ] && break; sleep 0.1; done
+        [ -n "$(ss -Hltn "sport = :$p")" ] || { fail "coherence: no server on :$p (logs: $OUT/server-coherence*.log)"; coherence_cleanup; return; }
+    done
+    ( # the guest's handshakes
+        while [ ! -e "$G/rc" ]; do
+            for m in "$G"/mark-*; do
+                [ -e "$m" ] || continue
+                m=${m##*/mark-}
+                echo "$m $(deleg_counts "$log")" >> "$G/marks.txt"
+                rm -f "$G/mark-$m"; touch "$G/marked-$m"
+            done
+            if [ -e "$G/host-write" ]; then
+                rm -f "$G/host-write"
+                # a process on the host writes into the export, not through NFS
+                cp "$G/host-data" "$C_EXPORT/$(cat "$G/host-path")"
+                touch "$G/host-wrote"
+            fi
+            sleep 0.1
+        done
+    ) &
+    C_WATCH_PID=$!
+    local pcap=$OUT/coherence.pcap
+    if [ "$CAPTURE" = 1 ]; then
+        local filter; filter=$(printf 'tcp port %s or ' $ports); filter=${filter% or }
+        tcpdump -i lo -s 0 -B 262144 -U -w "$pcap" "$filter" > /dev/null 2> "$OUT/tcpdump-coherence.log" &
+        C_TCPDUMP_PID=$!
+        for _ in $(seq 50); do grep -q 'listening on' "$OUT/tcpdump-coherence.log" && break; sleep 0.1; done
+    fi
+    echo "== kpeer: two kernel mounts (v4.1/RDMA + v3/TCP, and the reverse), small-file READ latency"
+    t0=$(date +%s)
+    KPEER_HOSTFWD=none KPEER_GUESTFWD="$fwd" bash "$KPEER/run.sh" "$ROOT/interop/guest/coherence.sh" "$G" \
+        -- 20048 "$COH_WAIT" "$COH_LAT_FILES" "$COH_LAT_ROUNDS" "$base" "$COH_LAT_VERS" > "$OUT/run-coherence.log" 2>&1
+    rc=$?
+    [ -n "$C_TCPDUMP_PID" ] && { sleep 0.5; kill -INT "$C_TCPDUMP_PID"; wait "$C_TCPDUMP_PID" 2>/dev/null; C_TCPDUMP_PID=; }
+    grep -E '^(PASS|FAIL|INFO)' "$G/guest.log" 2>/dev/null | sed 's/^/  guest: /'
+    local n_pass n_fail
+    n_pass=$(grep -c '^PASS' "$G/guest.log" 2>/dev/null)
+    n_fail=$(grep -c '^FAIL' "$G/guest.log" 2>/dev/null)
+    if [ "$rc" = 0 ]; then
+        pass "kernel-two-mounts-coherence: $n_pass guest checks passed (VM $(( $(date +%s) - t0 )) s)"
+    else
+        fail "kernel-two-mounts-coherence: guest rc $rc, $n_fail of $((n_pass + n_fail)) guest checks failed (log: $G/guest.log)"
+    fi
+    # delegations granted and recalled per direction, from the marks
+    local d s e
+    for d in fwd rev; do
+        s=$(grep "^$d-start " "$G/marks.txt" 2>/dev/null | cut -d' ' -f2-)
+        e=$(grep "^$d-end " "$G/marks.txt" 2>/dev/null | cut -d' ' -f2-)
+        if [ -z "$s" ] || [ -z "$e" ]; then fail "coherence-delegations-$d: no marks (see $G/marks.txt)"; continue; fi
+        local diff
+        diff=$(printf '%s\n%s\n' "$s" "$e" | tr ' ' '\n' | awk -F= 'NF==2{if($1 in a){printf "%s=%d ", $1, $2-a[$1]}else{a[$1]=$2}}')
+        echo "  delegations $d: $diff"
+        if [ "$d" = fwd ]; then
+            # A (v4.1 over RDMA) must have held delegations and had them recalled
+            if echo "$diff" | awk '{split($1,g,"=");split($2,r,"=");exit !(g[2] > 0 && r[2] > 0)}'; then
+                pass "coherence-delegations-$d: $diff"
+            else
+                fail "coherence-delegations-$d: no delegation granted or none recalled: $diff"
+            fi
+        else
+            pass "coherence-delegations-$d (v4.1 over TCP: delegations only with a back channel on TCP): $diff"
+        fi
+    done
+    if [ -s "$G/latency.txt" ]; then
+        echo "  small-file READ latency, medians over $COH_LAT_ROUNDS rounds of $COH_LAT_FILES x 4 KiB (ms/file, READ RTT ms, READ execute ms):"
+        awk '{k=$2" "$3" v"$4; n[k]++; f[k]=f[k]" "$7; r[k]=r[k]" "$9; x[k]=x[k]" "$10}
+             function med(s,  a,m,i,j,t){m=split(s,a," ");for(i=1;i<=m;i++)for(j=i+1;j<=m;j++)if(a[j]+0<a[i]+0){t=a[i];a[i]=a[j];a[j]=t};return (m%2)?a[(m+1)/2]:(a[m/2]+a[m/2+1])/2}
+             END{for(k in n) printf "    %-16s %6.2f %6.2f %6.2f\n", k, med(f[k]), med(r[k]), med(x[k])}' "$G/latency.txt" | sort
+    fi
+    if [ -s "$pcap" ]; then
+        # our side of each READ, seen on the host's lo between slirp's socat
+        # and the server: call to reply (rpc.time), per server port
+        echo "  NFSv3 READ call-to-reply time on the host (ms: calls, median, p90), from $pcap:"
+        local dd="-d tcp.port==$COH_TCP_PORT,rpc -d tcp.port==$COH_MOUNT_PORT,rpc"
+        [ "$base" = 1 ] && dd+=" -d tcp.port==$((COH_TCP_PORT + 10)),rpc -d tcp.port==$((COH_MOUNT_PORT + 10)),rpc"
+        # shellcheck disable=SC2086
+        tshark -n -r "$pcap" $dd -Y 'rpc.msgtyp==1 && rpc.program==100003 && rpc.version==3 && rpc.procedure==6' \
+            -T fields -e tcp.srcport -e rpc.time 2>/dev/null |
+            awk -v r="$COH_RDMA_PORT" -v t="$COH_TCP_PORT" '{n=($1==r)?"ours rdma":($1==t)?"ours tcp":($1==r+10)?"base rdma":($1==t+10)?"base tcp":"other "$1;
+                 split($2,a,","); v[n]=v[n]" "a[1]*1000}
+                 function st(s,  x,m,i,j,tt){m=split(s,x," ");for(i=1;i<=m;i++)for(j=i+1;j<=m;j++)if(x[j]+0<x[i]+0){tt=x[i];x[i]=x[j];x[j]=tt};
+                   return sprintf("%d %.3f %.3f", m, x[int((m+1)/2)], x[int(m*0.9)>0?int(m*0.9):1])}
+                 END{for(k in v) printf "    %-10s %s\n", k, st(v[k])}' | sort
+    fi
+    if kill -0 "$C_PID" 2>/dev/null; then pass "coherence-server-alive"; else fail "coherence-server-alive: nfsrdma serve exited (log: $log)"; fi
+    echo "  server delegation log totals: $(deleg_counts "$log")"
+    grep -iE 'panic|error' "$log" | head -5 | sed 's/^/  server: /'
+    coherence_cleanup; C_PID=; C_BASE_PID=; C_WATCH_PID=; C_EXPORT=; C_BASE_EXPORT=
+}
+
 if [ "${NO_BUILD:-0}" != 1 ]; then
     echo "== building nfsrdma (release)"
     if ! (cd "$ROOT" && cargo build --release -p nfsrdma > "$OUT/build.log" 2>&1); then
@@ -308,7 +474,7 @@ if [ "${NO_BUILD:-0}" != 1 ]; then
         echo "build failed (NO_BUILD=1 uses the last binary)" >&2; exit 2
     fi
 fi
-BIN=$TARGET_DIR/release/nfsrdma
+BIN=${NFSRDMA_BIN:-$TARGET_DIR/release/nfsrdma}
 [ -x "$BIN" ] || { echo "no $BIN" >&2; exit 2; }
 bash "$KPEER/build.sh" > "$OUT/kpeer-build.log" 2>&1 ||
     { echo "kpeer build.sh failed: see $OUT/kpeer-build.log" >&2; exit 2; }
@@ -447,6 +613,9 @@ if has_phase rdma; then
 fi
 if has_phase knfsd; then
     knfsd_phase
+fi
+if has_phase coherence; then
+    coherence_phase
 fi
 echo "wall time: $(( $(date +%s) - T0 )) s; results in $OUT"
 [ "$FAILS" -eq 0 ]
