@@ -1272,9 +1272,10 @@ async fn namespace_ops_change_the_directory_for_a_delegation_holder() {
 /// Issue 19, found by the kpeer two-mount check: a holder of a write
 /// delegation only starts writing back at close (Linux), so the size and
 /// change another client reads may be behind. NFSv3 GETATTR, LOOKUP and
-/// ACCESS and another NFSv4.1 client's GETATTR of size or change recall the
-/// write delegation first (RFC 8881 §10.4.3); they leave read delegations
-/// alone.
+/// ACCESS recall the write delegation first (RFC 8881 §10.4.3), and so
+/// does another NFSv4.1 client's GETATTR of size or change when the holder
+/// does not answer CB_GETATTR (this test's holder answers it NOTSUPP);
+/// they leave read delegations alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attribute_reads_by_others_recall_a_write_delegation() {
     let srv = serve("getattr", 4).await;

@@ -217,10 +217,7 @@ impl<S: Storage> Nfs4Service<S> {
 
     /// GETATTR (RFC 8881 §18.7.4): requested attributes the server does
     /// not support are left out of the mask; write-only ones are
-    /// NFS4ERR_INVAL. Size or change of a file another client holds a
-    /// write delegation on may be ahead on that client (§10.4.3): the
-    /// delegation is recalled (this server sends no CB_GETATTR) and the
-    /// answer is NFS4ERR_DELAY until it is returned.
+    /// NFS4ERR_INVAL.
     async fn getattr(&self, a: &Getattr4Args, cx: &Cx) -> R<Getattr4ResOk> {
         if a.attr_request.contains(FATTR4_TIME_ACCESS_SET)
             || a.attr_request.contains(FATTR4_TIME_MODIFY_SET)
@@ -228,9 +225,6 @@ impl<S: Storage> Nfs4Service<S> {
             return Err(Nfsstat4::NFS4ERR_INVAL);
         }
         let fh = cur(cx)?;
-        if a.attr_request.contains(FATTR4_SIZE) || a.attr_request.contains(FATTR4_CHANGE) {
-            self.deleg_conflict(&fh, cx, false)?;
-        }
         let attr = self.attr(&fh).await?;
         let fsstat = if wants_fsstat(&a.attr_request) {
             Some(self.fs.fsstat(&fh).await.map_err(st4)?)
