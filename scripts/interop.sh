@@ -437,7 +437,7 @@ coherence_phase() {
                 fail "coherence-delegations-$d: no delegation granted or none recalled: $diff"
             fi
         else
-            pass "coherence-delegations-$d (v4.1 over TCP: delegations only with a back channel on TCP): $diff"
+            pass "coherence-delegations-$d (B = NFSv4.1 over TCP: delegations need the TCP back channel): $diff"
         fi
     done
     if [ -s "$G/latency.txt" ]; then

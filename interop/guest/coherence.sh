@@ -175,12 +175,12 @@ direction() {
     check "A-writes-l" sh -c "echo from-A > $A/$D/l && sync"
     printf 'host-1 %s\n' "$DIR" > host-data; echo "$D/l" > host-path
     handshake "host-write" "host-wrote" || fail "host-write-1: no answer"
-    seen "A-reads-host-write-over-its-write-delegation" strict \
+    seen "A-reads-host-write-after-A-wrote-it (fwd: A holds a write delegation)" strict \
         sh -c "test \"\$(cat $A/$D/l)\" = 'host-1 $DIR'"
     check "A-reads-l-again" cat "$A/$D/l"
     printf 'host-2 %s, longer\n' "$DIR" > host-data
     handshake "host-write" "host-wrote" || fail "host-write-2: no answer"
-    seen "A-reads-host-write-over-its-read-delegation" strict \
+    seen "A-reads-host-write-after-A-read-it (fwd: A holds a read delegation)" strict \
         sh -c "test \"\$(cat $A/$D/l)\" = 'host-2 $DIR, longer'"
     seen "B-reads-host-write" strict sh -c "test \"\$(cat $B/$D/l)\" = 'host-2 $DIR, longer'"
     grep -A200 " mounted on $A " /proc/self/mountstats | grep -m1 'xprt:' | sed "s|^|INFO $DIR/A |"
