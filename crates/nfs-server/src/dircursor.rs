@@ -43,6 +43,15 @@
 //! its largest position) is [`CursorError::BadCookie`]: NFS3ERR_BAD_COOKIE
 //! / NFS4ERR_BAD_COOKIE. Any other position lands on the next entry at or
 //! after it, never inside one (above).
+//!
+//! Resuming without a seek. A page that stops before the end keeps the
+//! entries it read ahead but did not take, and remembers the cookie it
+//! stopped at; a later [`DirCursor::read`] from exactly that cookie hands
+//! those entries out first and reads on from where the stream is, with
+//! no `lseek` (on ext4 a seek makes the next `getdents64` rebuild its
+//! hash-ordered view of the block, `ext4_htree_fill_tree`). The server
+//! keeps such cursors for a while between the calls of one listing
+//! ([`crate::localfs`]); any other cookie seeks as above.
 
 use std::ffi::CStr;
 use std::io;
@@ -131,13 +140,74 @@ impl Entry<'_> {
 pub struct DirCursor {
     fd: OwnedFd,
     verifier: [u8; 8],
+    /// The cookie the last page stopped at, when it stopped early: the
+    /// entries of [`Self::ahead`] come next, then the fd's stream.
+    resume: Option<u64>,
+    ahead: Ahead,
+}
+
+/// Entries read from the directory and not yet handed out, in order:
+/// names (NUL-terminated) in one buffer.
+#[derive(Debug, Default)]
+struct Ahead {
+    names: Vec<u8>,
+    entries: Vec<AheadEntry>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct AheadEntry {
+    ino: u64,
+    file_type: FileType,
+    cookie: u64,
+    /// Where the name starts and ends (after its NUL) in `names`.
+    name: (usize, usize),
+}
+
+impl Ahead {
+    fn push(&mut self, name: &CStr, ino: u64, file_type: FileType, cookie: u64) {
+        let start = self.names.len();
+        self.names.extend_from_slice(name.to_bytes_with_nul());
+        self.entries.push(AheadEntry {
+            ino,
+            file_type,
+            cookie,
+            name: (start, self.names.len()),
+        });
+    }
+
+    fn clear(&mut self) {
+        self.names.clear();
+        self.entries.clear();
+    }
+
+    /// Bytes held.
+    fn bytes(&self) -> usize {
+        self.names.capacity() + self.entries.capacity() * std::mem::size_of::<AheadEntry>()
+    }
 }
 
 impl DirCursor {
     /// A cursor over the directory open on `fd` (opened with `O_DIRECTORY`).
     pub fn new(fd: OwnedFd) -> io::Result<Self> {
         let verifier = verifier_of(fd.as_fd())?;
-        Ok(Self { fd, verifier })
+        Ok(Self {
+            fd,
+            verifier,
+            resume: None,
+            ahead: Ahead::default(),
+        })
+    }
+
+    /// The cookie a [`Self::read`] resumes from without a seek, when the
+    /// last page stopped before the end of the directory.
+    pub fn resume_cookie(&self) -> Option<u64> {
+        self.resume
+    }
+
+    /// Bytes of entries read ahead and held for the next page (at most
+    /// about one `getdents64` buffer, [`MAX_BUF`]).
+    pub fn held_bytes(&self) -> usize {
+        self.ahead.bytes()
     }
 
     /// The cookie verifier of this directory (never all zeros, which
@@ -157,19 +227,85 @@ impl DirCursor {
     /// after `cookie` was visited and taken. `buf_len` sizes the
     /// `getdents64` buffer (clamped to [`MIN_BUF`]..=[`MAX_BUF`]); pass
     /// about the bytes of entries the page can hold.
+    ///
+    /// From [`Self::resume_cookie`] the page goes on where the last one
+    /// stopped, without a seek (module docs); from any other cookie it
+    /// seeks there first.
     pub fn read(
         &mut self,
         cookie: u64,
         buf_len: usize,
         mut visit: impl FnMut(&Entry<'_>) -> bool,
     ) -> Result<bool, CursorError> {
-        match rustix::fs::seek(&self.fd, SeekFrom::Start(cookie)) {
-            Ok(_) => {}
-            Err(Errno::INVAL | Errno::OVERFLOW | Errno::NXIO) => {
-                return Err(CursorError::BadCookie)
+        let mut last = cookie;
+        if self.resume.take() == Some(cookie) {
+            let (stopped, at) = self.read_ahead(cookie, &mut visit);
+            if stopped {
+                self.resume = Some(at);
+                return Ok(false);
             }
-            Err(e) => return Err(e.into()),
+            last = at;
+        } else {
+            self.ahead.clear();
+            match rustix::fs::seek(&self.fd, SeekFrom::Start(cookie)) {
+                Ok(_) => {}
+                Err(Errno::INVAL | Errno::OVERFLOW | Errno::NXIO) => {
+                    return Err(CursorError::BadCookie)
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
+        self.read_stream(last, buf_len, visit)
+    }
+
+    /// Hands out the entries read ahead by the last page: whether `visit`
+    /// refused one (it and the later ones stay held), and the cookie of
+    /// the last one taken.
+    fn read_ahead(
+        &mut self,
+        mut last: u64,
+        visit: &mut impl FnMut(&Entry<'_>) -> bool,
+    ) -> (bool, u64) {
+        let dir = self.fd.as_fd();
+        let mut stop = None;
+        for (i, a) in self.ahead.entries.iter().enumerate() {
+            let bytes = self.ahead.names.get(a.name.0..a.name.1).unwrap_or_default();
+            let Ok(name) = CStr::from_bytes_with_nul(bytes) else {
+                continue;
+            };
+            let entry = Entry {
+                name,
+                ino: a.ino,
+                file_type: a.file_type,
+                cookie: a.cookie,
+                dir,
+            };
+            if !visit(&entry) {
+                stop = Some(i);
+                break;
+            }
+            last = a.cookie;
+        }
+        match stop {
+            Some(i) => {
+                self.ahead.entries.drain(..i);
+                (true, last)
+            }
+            None => {
+                self.ahead.clear();
+                (false, last)
+            }
+        }
+    }
+
+    /// Reads on from the fd's position; on a refusal keeps the refused
+    /// entry and the rest of the buffer for the next page.
+    fn read_stream(
+        &mut self,
+        mut last: u64,
+        buf_len: usize,
+        mut visit: impl FnMut(&Entry<'_>) -> bool,
+    ) -> Result<bool, CursorError> {
         let mut buf: Vec<u8> = Vec::with_capacity(buf_len.clamp(MIN_BUF, MAX_BUF));
         let dir = self.fd.as_fd();
         let mut raw = RawDir::new(dir, buf.spare_capacity_mut());
@@ -183,8 +319,16 @@ impl DirCursor {
                 dir,
             };
             if !visit(&entry) {
+                let ahead = &mut self.ahead;
+                ahead.push(entry.name, entry.ino, entry.file_type, entry.cookie);
+                while !raw.is_buffer_empty() {
+                    let Some(Ok(e)) = raw.next() else { break };
+                    ahead.push(e.file_name(), e.ino(), e.file_type(), e.next_entry_cookie());
+                }
+                self.resume = Some(last);
                 return Ok(false);
             }
+            last = entry.cookie;
         }
         Ok(true)
     }

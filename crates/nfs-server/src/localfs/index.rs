@@ -73,6 +73,45 @@ impl Entry {
     }
 }
 
+impl Entry {
+    /// Whether this entry says the file is `name` in `parent`, generation
+    /// `gen`.
+    fn is(&self, parent: u64, gen: u64, name: &[u8]) -> bool {
+        self.parent == parent && self.gen == gen && self.name[..] == *name
+    }
+}
+
+/// Whether the stored form `v` of an entry says the file is `name` in
+/// `parent`, generation `gen` (compared without decoding).
+fn stored_is(v: &[u8], parent: u64, gen: u64, name: &[u8]) -> bool {
+    v.len() == 16 + name.len()
+        && v.get(..8) == Some(&parent.to_be_bytes()[..])
+        && v.get(8..16) == Some(&gen.to_be_bytes()[..])
+        && v.get(16..) == Some(name)
+}
+
+/// The files one READDIRPLUS page found in a directory (inode,
+/// generation, name), recorded in one go by [`Index::put_listed`].
+#[derive(Debug, Default)]
+pub(crate) struct Listed {
+    names: Vec<u8>,
+    files: Vec<(u64, u64, usize, usize)>,
+}
+
+impl Listed {
+    pub(crate) fn push(&mut self, ino: u64, gen: u64, name: &[u8]) {
+        let start = self.names.len();
+        self.names.extend_from_slice(name);
+        self.files.push((ino, gen, start, self.names.len()));
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, u64, &[u8])> {
+        self.files
+            .iter()
+            .map(|&(ino, gen, a, b)| (ino, gen, self.names.get(a..b).unwrap_or_default()))
+    }
+}
+
 /// A change waiting for the store: an entry to write, or a removal.
 type Pending = HashMap<u64, Option<Entry>>;
 
@@ -131,13 +170,89 @@ impl Index {
         Entry::decode(v.value())
     }
 
+    /// Whether `ino` is recorded as `e` (pending or stored).
+    fn holds(&self, ino: u64, e: &Entry) -> bool {
+        if let Some(p) = self.pending.lock().ok().and_then(|p| p.get(&ino).cloned()) {
+            return p.as_ref() == Some(e);
+        }
+        let Ok(tx) = self.db.begin_read() else {
+            return false;
+        };
+        let Ok(t) = tx.open_table(TABLE) else {
+            return false;
+        };
+        matches!(t.get(ino), Ok(Some(v)) if stored_is(v.value(), e.parent, e.gen, &e.name))
+    }
+
     /// Records where `ino` lives; `durable` writes it to stable storage
     /// before returning (with everything pending).
     pub(crate) fn put(&self, ino: u64, e: Entry, durable: bool) {
-        if !durable && self.get(ino).as_ref() == Some(&e) {
+        if !durable && self.holds(ino, &e) {
             return;
         }
         self.change(ino, Some(e), durable);
+    }
+
+    /// Records that the `listed` files live in directory `parent`, as
+    /// [`Self::put`] without durability does for each, with one read
+    /// transaction to find those not already recorded so and one batch
+    /// of changes for them (a READDIRPLUS page, RFC 1813 §3.3.17, records
+    /// its entries as a LOOKUP would, in one go).
+    pub(crate) fn put_listed(&self, parent: u64, listed: &Listed) {
+        if listed.files.is_empty() {
+            return;
+        }
+        let mut unsure: Vec<(u64, u64, &[u8])> = Vec::new();
+        {
+            let Ok(p) = self.pending.lock() else { return };
+            for (ino, gen, name) in listed.iter() {
+                match p.get(&ino) {
+                    Some(Some(e)) if e.is(parent, gen, name) => {}
+                    _ => unsure.push((ino, gen, name)),
+                }
+            }
+        }
+        if unsure.is_empty() {
+            return;
+        }
+        let changed = self.not_stored(parent, unsure);
+        if changed.is_empty() {
+            return;
+        }
+        let batch = match self.pending.lock() {
+            Ok(mut p) => {
+                for (ino, gen, name) in changed {
+                    let name = Bytes::copy_from_slice(name);
+                    p.insert(ino, Some(Entry { parent, gen, name }));
+                }
+                (p.len() >= PENDING_MAX).then(|| std::mem::take(&mut *p))
+            }
+            Err(_) => None,
+        };
+        if let Some(b) = batch {
+            self.write(b, false);
+        }
+    }
+
+    /// Those of `files` the store does not record in `parent` as given,
+    /// looked up in one read transaction.
+    fn not_stored<'a>(
+        &self,
+        parent: u64,
+        files: Vec<(u64, u64, &'a [u8])>,
+    ) -> Vec<(u64, u64, &'a [u8])> {
+        let Ok(tx) = self.db.begin_read() else {
+            return files;
+        };
+        let Ok(t) = tx.open_table(TABLE) else {
+            return files;
+        };
+        files
+            .into_iter()
+            .filter(|&(ino, gen, name)| {
+                !matches!(t.get(ino), Ok(Some(v)) if stored_is(v.value(), parent, gen, name))
+            })
+            .collect()
     }
 
     /// Forgets `ino` (its file was removed).
@@ -217,6 +332,37 @@ mod tests {
             gen: 9,
             name: Bytes::from_static(name.as_bytes()),
         }
+    }
+
+    #[test]
+    fn listed_entries_are_recorded_and_unchanged_ones_not_written_again() {
+        let ix = Index::in_memory().unwrap();
+        let mut l = Listed::default();
+        l.push(10, 9, b"a");
+        l.push(11, 9, b"b");
+        ix.put_listed(2, &l);
+        assert_eq!(ix.get(10), Some(e(2, "a")));
+        assert_eq!(ix.get(11), Some(e(2, "b")));
+        assert_eq!(ix.pending_len(), 2);
+        // Pending or stored as listed: nothing to write.
+        ix.put_listed(2, &l);
+        assert_eq!(ix.pending_len(), 2);
+        ix.flush();
+        ix.put_listed(2, &l);
+        assert_eq!(ix.pending_len(), 0);
+        // A rename, a new generation, another directory: written.
+        let mut m = Listed::default();
+        m.push(10, 9, b"a2");
+        m.push(11, 8, b"b");
+        ix.put_listed(2, &m);
+        ix.put_listed(3, &l);
+        assert_eq!(ix.get(10), Some(e(3, "a")));
+        assert_eq!(ix.get(11).map(|x| (x.parent, x.gen)), Some((3, 9)));
+        assert_eq!(ix.pending_len(), 2);
+        // A removal pending is not taken for the entry.
+        ix.remove(10);
+        ix.put_listed(3, &l);
+        assert_eq!(ix.get(10), Some(e(3, "a")));
     }
 
     #[test]

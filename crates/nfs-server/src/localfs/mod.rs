@@ -27,6 +27,7 @@
 //! multi-threaded tokio runtime it runs under `block_in_place`.
 
 mod attrs;
+mod cursors;
 mod index;
 mod io;
 mod ops;
@@ -50,6 +51,7 @@ use crate::fh::{fnv1a, HandleKey};
 use crate::statedir::{random_key, StateDir};
 use crate::storage::{DirPage, DirRequest, DirSink, FsStat, Storage, StorageResult};
 use attrs::Meta;
+use cursors::Cursors;
 use index::Index;
 
 /// Largest READ served; FSINFO advertises it as `rtmax`.
@@ -71,6 +73,8 @@ pub struct LocalFs {
     index: Index,
     /// Open directory fds by inode, with their generation.
     dirs: Mutex<LruCache<u64, (u64, Arc<OwnedFd>)>>,
+    /// Directory cursors of unfinished listings.
+    cursors: Cursors,
 }
 
 impl core::fmt::Debug for LocalFs {
@@ -147,6 +151,7 @@ impl LocalFs {
             key: HandleKey::new(key),
             index,
             dirs: Mutex::new(LruCache::new(cap)),
+            cursors: Cursors::new(cursors::MAX_CURSORS),
         })
     }
 
@@ -329,5 +334,7 @@ impl Storage for LocalFs {
     }
 }
 
+#[cfg(test)]
+mod listing_tests;
 #[cfg(test)]
 mod tests;

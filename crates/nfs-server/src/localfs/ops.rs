@@ -13,7 +13,8 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps};
 use rustix::io::Errno;
 
 use super::attrs::{io_status, sx, Meta};
-use super::index::Entry;
+use super::cursors::Stamp;
+use super::index::{Entry, Listed};
 use super::io::{sync_dir, sync_fd};
 use super::resolve::Node;
 use super::LocalFs;
@@ -383,6 +384,10 @@ impl LocalFs {
 
     /// One READDIR page from the directory cursor (RFC 1813 §3.3.16,
     /// §3.3.17): the entries after `req.cookie` until `sink` refuses one.
+    /// The cursor of the listing's last page is taken up again when this
+    /// page resumes where it stopped ([`super::cursors`]); the files a
+    /// READDIRPLUS page returns are recorded in the handle index together
+    /// once the page is done, before the reply.
     pub(crate) fn do_readdir(
         &self,
         dir: &NfsFh3,
@@ -390,15 +395,29 @@ impl LocalFs {
         sink: &mut DirSink<'_>,
     ) -> StorageResult<DirPage> {
         let d = self.resolve_dir(dir)?;
-        let mut cur = DirCursor::new(open_for_listing(&**d.dir()?)?).map_err(|e| io_status(&e))?;
+        let (gen, stamp) = (d.meta.gen(), Stamp::of(&d.meta));
+        let mut cur = match self.cursors.take(d.ino, gen, req.cookie, stamp) {
+            Some(c) => c,
+            None => DirCursor::new(open_for_listing(&**d.dir()?)?).map_err(|e| io_status(&e))?,
+        };
+        let mut listed = Listed::default();
         let r = cur.read(req.cookie, req.size_hint, |e| {
-            sink(self.dir_entry(&d, e, req.plus))
+            let (entry, file) = self.dir_entry(&d, e, req.plus);
+            let taken = sink(entry);
+            if let (true, Some((ino, gen))) = (taken, file) {
+                listed.push(ino, gen, e.name());
+            }
+            taken
         });
+        self.index.put_listed(d.ino, &listed);
         match r {
-            Ok(eof) => Ok(DirPage {
-                verf: cur.verifier(),
-                eof,
-            }),
+            Ok(eof) => {
+                let verf = cur.verifier();
+                if !eof {
+                    self.cursors.keep(d.ino, gen, stamp, cur);
+                }
+                Ok(DirPage { verf, eof })
+            }
             Err(CursorError::BadCookie) => Err(Nfsstat3::NFS3ERR_BAD_COOKIE),
             Err(CursorError::Io(e)) => Err(io_status(&e)),
         }
@@ -406,11 +425,18 @@ impl LocalFs {
 
     /// A READDIR entry: ".." at the export root is the root itself, with
     /// no handle or attributes (as Linux); with `plus`, the handle and
-    /// attributes come from one `statx` relative to the open directory
-    /// (the entry is recorded in the index, as a LOOKUP would), and a
-    /// mount point inside the export is not crossed.
-    fn dir_entry(&self, d: &Node, e: &CursorEntry<'_>, plus: bool) -> DirEntry {
+    /// attributes come from one `statx` relative to the open directory,
+    /// and a mount point inside the export is not crossed. Also the file
+    /// (inode, generation) to record in the index as a LOOKUP would, if
+    /// the entry is taken.
+    fn dir_entry(
+        &self,
+        d: &Node,
+        e: &CursorEntry<'_>,
+        plus: bool,
+    ) -> (DirEntry, Option<(u64, u64)>) {
         let root_dotdot = d.ino == self.root_ino && e.name() == b"..";
+        let mut file = None;
         let plus = plus.then(|| {
             if root_dotdot {
                 return Err(Nfsstat3::NFS3ERR_ACCES);
@@ -419,19 +445,18 @@ impl LocalFs {
             if m.dev() != self.dev {
                 return Err(Nfsstat3::NFS3ERR_ACCES);
             }
-            let fh = if e.is_dot() {
-                self.handle(&m)
-            } else {
-                self.record(d.ino, e.name(), &m, false)
-            };
-            Ok((fh, m.fattr(self.fsid())))
+            if !e.is_dot() && m.ino() != self.root_ino {
+                file = Some((m.ino(), m.gen()));
+            }
+            Ok((self.handle(&m), m.fattr(self.fsid())))
         });
-        DirEntry {
+        let entry = DirEntry {
             fileid: if root_dotdot { self.root_ino } else { e.ino() },
             name: Filename3(Bytes::copy_from_slice(e.name())),
             cookie: e.cookie(),
             plus,
-        }
+        };
+        (entry, file)
     }
 }
 

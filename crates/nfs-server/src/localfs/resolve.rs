@@ -201,10 +201,11 @@ impl LocalFs {
         Ok(fd)
     }
 
-    /// Drops a removed directory's fd.
+    /// Drops a removed directory's fd and its listings' cursors.
     pub(crate) fn forget_dir(&self, ino: u64) {
         if let Ok(mut c) = self.dirs.lock() {
             c.pop(&ino);
         }
+        self.cursors.forget_dir(ino);
     }
 }

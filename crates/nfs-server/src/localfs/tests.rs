@@ -14,9 +14,9 @@ use rustix::io::Errno;
 use super::*;
 use crate::fh::Handle;
 
-struct Tmp(PathBuf);
+pub(super) struct Tmp(pub(super) PathBuf);
 impl Tmp {
-    fn new(tag: &str) -> Self {
+    pub(super) fn new(tag: &str) -> Self {
         let p = std::env::temp_dir().join(format!("localfs-{tag}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&p);
         fs::create_dir_all(&p).unwrap();
@@ -29,7 +29,7 @@ impl Drop for Tmp {
     }
 }
 
-fn block<F: core::future::Future>(f: F) -> F::Output {
+pub(super) fn block<F: core::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap()
@@ -113,7 +113,7 @@ fn read_only_export_refuses_changes_before_touching_disk() {
 }
 
 /// Up to `n` entries after `cookie`, with the page's end.
-fn list(
+pub(super) fn list(
     lfs: &LocalFs,
     dir: &NfsFh3,
     cookie: u64,
@@ -194,7 +194,7 @@ fn readdirplus_attributes_match_getattr_and_dotdot_at_root_has_none() {
     assert_eq!(dd.plus.clone().unwrap().unwrap().0, root);
 }
 
-fn name(s: &str) -> Filename3 {
+pub(super) fn name(s: &str) -> Filename3 {
     Filename3(Bytes::copy_from_slice(s.as_bytes()))
 }
 
