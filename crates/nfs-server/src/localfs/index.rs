@@ -26,6 +26,12 @@
 //! commit; the handles they named are STALE after it and the client
 //! looks the names up again.
 //!
+//! Recording what is already recorded is the common case (every
+//! READDIRPLUS of a directory listed before): a fixed in-memory table
+//! ([`super::known`]) says which entries the index holds, so those cost
+//! a hash and a table lookup; a READDIRPLUS page checks the others in one
+//! read transaction ([`Index::put_listed`]) and queues only the changed.
+//!
 //! Without a state directory the store lives in memory (tests, embedded
 //! use): handles then do not survive a restart.
 
@@ -35,6 +41,8 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use redb::{backends::InMemoryBackend, Database, Durability, TableDefinition};
+
+use super::known::Known;
 
 /// ino → parent ino (8 bytes), generation (8 bytes), name.
 const TABLE: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("ino");
@@ -115,10 +123,40 @@ impl Listed {
 /// A change waiting for the store: an entry to write, or a removal.
 type Pending = HashMap<u64, Option<Entry>>;
 
+/// What the index holds in memory, under one lock.
+#[derive(Debug)]
+struct State {
+    pending: Pending,
+    /// What the index is known to record ([`Known`]), kept exact.
+    known: Known,
+    /// Changes so far: a lookup in the store marks what it found known
+    /// only if no change came in between.
+    changes: u64,
+}
+
+impl State {
+    /// Queues a change of `ino`, keeping [`Self::known`] exact.
+    fn change(&mut self, ino: u64, e: Option<Entry>) {
+        match &e {
+            Some(e) => self
+                .known
+                .set(ino, self.known.hash(e.parent, e.gen, &e.name)),
+            None => self.known.clear(ino),
+        }
+        self.pending.insert(ino, e);
+        self.changes += 1;
+    }
+
+    /// The pending changes when they are due for the store.
+    fn due(&mut self, durable: bool) -> Option<Pending> {
+        (durable || self.pending.len() >= PENDING_MAX).then(|| std::mem::take(&mut self.pending))
+    }
+}
+
 /// The index of one export.
 pub(crate) struct Index {
     db: Database,
-    pending: Mutex<Pending>,
+    state: Mutex<State>,
 }
 
 impl core::fmt::Debug for Index {
@@ -130,6 +168,9 @@ impl core::fmt::Debug for Index {
 fn db_err(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(format!("handle index: {e}"))
 }
+
+/// A file a READDIRPLUS page found, not yet known to be recorded.
+type Unsure<'a> = (u64, u64, &'a [u8], u64);
 
 impl Index {
     /// The index stored in `path` (created if missing).
@@ -155,13 +196,17 @@ impl Index {
         tx.commit().map_err(db_err)?;
         Ok(Self {
             db,
-            pending: Mutex::new(HashMap::new()),
+            state: Mutex::new(State {
+                pending: HashMap::new(),
+                known: Known::new(),
+                changes: 0,
+            }),
         })
     }
 
     /// Where `ino` lives, if recorded.
     pub(crate) fn get(&self, ino: u64) -> Option<Entry> {
-        if let Some(p) = self.pending.lock().ok()?.get(&ino) {
+        if let Some(p) = self.state.lock().ok()?.pending.get(&ino) {
             return p.clone();
         }
         let tx = self.db.begin_read().ok()?;
@@ -170,18 +215,34 @@ impl Index {
         Entry::decode(v.value())
     }
 
-    /// Whether `ino` is recorded as `e` (pending or stored).
+    /// Whether `ino` is recorded as `e` (known, pending or stored).
     fn holds(&self, ino: u64, e: &Entry) -> bool {
-        if let Some(p) = self.pending.lock().ok().and_then(|p| p.get(&ino).cloned()) {
-            return p.as_ref() == Some(e);
+        let Ok(mut st) = self.state.lock() else {
+            return false;
+        };
+        let hash = st.known.hash(e.parent, e.gen, &e.name);
+        if st.known.is(ino, hash) {
+            return true;
         }
-        let Ok(tx) = self.db.begin_read() else {
-            return false;
-        };
-        let Ok(t) = tx.open_table(TABLE) else {
-            return false;
-        };
-        matches!(t.get(ino), Ok(Some(v)) if stored_is(v.value(), e.parent, e.gen, &e.name))
+        if let Some(p) = st.pending.get(&ino) {
+            let same = p.as_ref() == Some(e);
+            if same {
+                st.known.set(ino, hash);
+            }
+            return same;
+        }
+        let since = st.changes;
+        drop(st);
+        let stored = self.not_stored(e.parent, vec![(ino, e.gen, &e.name[..], hash)]);
+        let same = stored.is_empty();
+        if same {
+            if let Ok(mut st) = self.state.lock() {
+                if st.changes == since {
+                    st.known.set(ino, hash);
+                }
+            }
+        }
+        same
     }
 
     /// Records where `ino` lives; `durable` writes it to stable storage
@@ -194,38 +255,47 @@ impl Index {
     }
 
     /// Records that the `listed` files live in directory `parent`, as
-    /// [`Self::put`] without durability does for each, with one read
-    /// transaction to find those not already recorded so and one batch
-    /// of changes for them (a READDIRPLUS page, RFC 1813 §3.3.17, records
-    /// its entries as a LOOKUP would, in one go).
+    /// [`Self::put`] without durability does for each: those already
+    /// known to be recorded so cost a table lookup, the others one read
+    /// transaction for the page, and only the changed ones are queued
+    /// (a READDIRPLUS page, RFC 1813 §3.3.17, records its entries as a
+    /// LOOKUP would, in one go).
     pub(crate) fn put_listed(&self, parent: u64, listed: &Listed) {
         if listed.files.is_empty() {
             return;
         }
-        let mut unsure: Vec<(u64, u64, &[u8])> = Vec::new();
-        {
-            let Ok(p) = self.pending.lock() else { return };
-            for (ino, gen, name) in listed.iter() {
-                match p.get(&ino) {
-                    Some(Some(e)) if e.is(parent, gen, name) => {}
-                    _ => unsure.push((ino, gen, name)),
-                }
+        let Ok(mut st) = self.state.lock() else {
+            return;
+        };
+        let mut unsure: Vec<Unsure<'_>> = Vec::new();
+        for (ino, gen, name) in listed.iter() {
+            let hash = st.known.hash(parent, gen, name);
+            if st.known.is(ino, hash) {
+                continue;
+            }
+            match st.pending.get(&ino) {
+                Some(Some(e)) if e.is(parent, gen, name) => st.known.set(ino, hash),
+                _ => unsure.push((ino, gen, name, hash)),
             }
         }
         if unsure.is_empty() {
             return;
         }
-        let changed = self.not_stored(parent, unsure);
-        if changed.is_empty() {
-            return;
-        }
-        let batch = match self.pending.lock() {
-            Ok(mut p) => {
-                for (ino, gen, name) in changed {
-                    let name = Bytes::copy_from_slice(name);
-                    p.insert(ino, Some(Entry { parent, gen, name }));
+        let since = st.changes;
+        drop(st);
+        let changed = self.not_stored(parent, unsure.clone());
+        let batch = match self.state.lock() {
+            Ok(mut st) => {
+                if st.changes == since {
+                    for &(ino, _, _, hash) in &unsure {
+                        st.known.set(ino, hash);
+                    }
                 }
-                (p.len() >= PENDING_MAX).then(|| std::mem::take(&mut *p))
+                for (ino, gen, name, _) in changed {
+                    let name = Bytes::copy_from_slice(name);
+                    st.change(ino, Some(Entry { parent, gen, name }));
+                }
+                st.due(false)
             }
             Err(_) => None,
         };
@@ -236,11 +306,7 @@ impl Index {
 
     /// Those of `files` the store does not record in `parent` as given,
     /// looked up in one read transaction.
-    fn not_stored<'a>(
-        &self,
-        parent: u64,
-        files: Vec<(u64, u64, &'a [u8])>,
-    ) -> Vec<(u64, u64, &'a [u8])> {
+    fn not_stored<'a>(&self, parent: u64, files: Vec<Unsure<'a>>) -> Vec<Unsure<'a>> {
         let Ok(tx) = self.db.begin_read() else {
             return files;
         };
@@ -249,7 +315,7 @@ impl Index {
         };
         files
             .into_iter()
-            .filter(|&(ino, gen, name)| {
+            .filter(|&(ino, gen, name, _)| {
                 !matches!(t.get(ino), Ok(Some(v)) if stored_is(v.value(), parent, gen, name))
             })
             .collect()
@@ -261,10 +327,10 @@ impl Index {
     }
 
     fn change(&self, ino: u64, e: Option<Entry>, durable: bool) {
-        let batch = match self.pending.lock() {
-            Ok(mut p) => {
-                p.insert(ino, e);
-                (durable || p.len() >= PENDING_MAX).then(|| std::mem::take(&mut *p))
+        let batch = match self.state.lock() {
+            Ok(mut st) => {
+                st.change(ino, e);
+                st.due(durable)
             }
             Err(_) => None,
         };
@@ -276,15 +342,15 @@ impl Index {
     /// Entries waiting in memory for the store.
     #[cfg(test)]
     pub(crate) fn pending_len(&self) -> usize {
-        self.pending.lock().map(|p| p.len()).unwrap_or(0)
+        self.state.lock().map(|p| p.pending.len()).unwrap_or(0)
     }
 
     /// Writes everything pending to stable storage.
     pub(crate) fn flush(&self) {
         let b = self
-            .pending
+            .state
             .lock()
-            .map(|mut p| std::mem::take(&mut *p))
+            .map(|mut st| std::mem::take(&mut st.pending))
             .unwrap_or_default();
         self.write(b, true);
     }
@@ -292,6 +358,11 @@ impl Index {
     fn write(&self, batch: Pending, durable: bool) {
         if let Err(e) = self.try_write(&batch, durable) {
             tracing::warn!(error = %e, entries = batch.len(), "handle index write failed");
+            // The batch is lost: what the table says of it no longer holds.
+            if let Ok(mut st) = self.state.lock() {
+                st.known.clear_all();
+                st.changes += 1;
+            }
         }
     }
 
@@ -363,6 +434,33 @@ mod tests {
         ix.remove(10);
         ix.put_listed(3, &l);
         assert_eq!(ix.get(10), Some(e(3, "a")));
+    }
+
+    #[test]
+    fn the_known_table_follows_renames_and_removals() {
+        let ix = Index::in_memory().unwrap();
+        let mut l = Listed::default();
+        l.push(10, 9, b"a");
+        ix.put_listed(2, &l);
+        ix.flush();
+        // Known now; a rename (durable put) and a removal must be seen.
+        ix.put(10, e(2, "b"), true);
+        ix.put_listed(2, &l);
+        assert_eq!(ix.get(10), Some(e(2, "a")));
+        ix.flush();
+        ix.put_listed(2, &l);
+        assert_eq!(ix.pending_len(), 0);
+        ix.remove(10);
+        ix.flush();
+        assert_eq!(ix.get(10), None);
+        ix.put_listed(2, &l);
+        assert_eq!(ix.get(10), Some(e(2, "a")));
+        // LOOKUP's put goes through the same table.
+        ix.flush();
+        ix.put(10, e(2, "a"), false);
+        assert_eq!(ix.pending_len(), 0);
+        ix.put(10, e(4, "a"), false);
+        assert_eq!(ix.get(10), Some(e(4, "a")));
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod attrs;
 mod cursors;
 mod index;
 mod io;
+mod known;
 mod ops;
 mod resolve;
 
