@@ -12,9 +12,10 @@
 # `nfsrdma ls -l` over RPC-over-RDMA (software iWARP) against our server
 # (Ganesha has no RDMA here). RUNS (default 3) runs of each, alternating
 # servers; every run's output must have one line per entry. Prints each run
-# (wall seconds, and the server process's CPU seconds, all threads, from
-# /proc/PID/stat), then a table of the medians per entry, and the ratios
-# ours/Ganesha for each client and size.
+# (wall seconds, the server process's CPU seconds, all threads, from
+# /proc/PID/stat, and the 1-minute load average after it), then a table
+# of the medians per entry, and the ratios ours/Ganesha for each client and
+# size.
 #
 # Isolation as in scripts/bench-nfs-server.sh: the script re-executes itself
 # under `unshare --net --mount` with a private loopback and /run, so Ganesha
@@ -23,11 +24,12 @@
 #
 # Env: OUT (default /tmp/bench-listing-<time>), BENCH_DIR (default
 # /var/tmp/nfs-listing; the directories are kept for later runs), NFSLS
-# (default /usr/bin/nfs-ls), CARGO_TARGET_DIR (where the release binary is).
+# (default /usr/bin/nfs-ls), CARGO_TARGET_DIR (where the release binary is),
+# BIN (an nfsrdma binary to use instead of building one).
 # Wall time on the 2-core dev VM: about 2 minutes without --million.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-MILLION=0
+MILLION=${MILLION:-0}
 if [ "${1:-}" = "--million" ]; then MILLION=1; shift; fi
 RUNS=${1:-3}
 PEERS=${PEERS:-$ROOT/interop/peers}
@@ -42,8 +44,10 @@ SIZES="1000 50000"
 if [ -z "${BENCH_IN_NS:-}" ]; then
     export OUT=${OUT:-/tmp/bench-listing-$(date +%Y%m%d-%H%M%S)}
     mkdir -p "$OUT"
-    echo "== building nfsrdma (release)" >&2
-    (cd "$ROOT" && cargo build --release -p nfsrdma 2>&1 | tail -1) >&2
+    if [ -z "${BIN:-}" ]; then
+        echo "== building nfsrdma (release)" >&2
+        (cd "$ROOT" && cargo build --release -p nfsrdma 2>&1 | tail -1) >&2
+    fi
     command -v ganesha.nfsd > /dev/null || { echo "ganesha.nfsd missing: run $PEERS/install-peers.sh" >&2; exit 2; }
     [ -x "$NFSLS" ] || { echo "$NFSLS missing (Debian libnfs-utils)" >&2; exit 2; }
     T0=$(date +%s)
@@ -58,7 +62,7 @@ ip link set lo up
 ip addr add 10.254.0.1/32 dev lo
 mount -t tmpfs -o mode=0755 tmpfs /run
 mkdir -p /run/rpcbind /run/lock
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/nfsrdma
+BIN=${BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/nfsrdma}
 
 # The directories: N empty files named f-000000.. (created once, kept).
 mkdir -p "$BENCH_DIR"
@@ -122,12 +126,13 @@ one() {
     lines=$(grep -c ' f-[0-9]*$' "$log.out" || true)
     [ "$lines" = "$4" ] || { echo "$1 from $2/$3: $lines entries listed, want $4 ($log.out)" >&2; exit 1; }
     rm -f "$log.out"
-    awk -v a="$t0" -v b="$t1" -v c="$c0" -v d="$c1" -v h="$TICK" 'BEGIN{printf "%.3f %.2f\n", b-a, (d-c)/h}'
+    awk -v a="$t0" -v b="$t1" -v c="$c0" -v d="$c1" -v h="$TICK" -v l="$(cut -d' ' -f1 /proc/loadavg)" \
+        'BEGIN{printf "%.3f %.2f %s\n", b-a, (d-c)/h, l}'
 }
 
 COMBOS="libnfs/ours/tcp libnfs/ganesha/tcp nfsrdma/ours/tcp nfsrdma/ganesha/tcp nfsrdma/ours/rdma"
 printf '# directory listing, %d runs each, NFSv3 on 127.0.0.1; ours = nfsrdma serve, ganesha = NFS-Ganesha 4.3 (VFS)\n' "$RUNS"
-printf '%-8s %-8s %-8s %-5s %-4s %9s %9s\n' entries client server trans run seconds srv_cpu_s
+printf '%-8s %-8s %-8s %-5s %-4s %9s %9s %6s\n' entries client server trans run seconds srv_cpu_s load1
 declare -A R
 for n in $SIZES; do
     for i in $(seq "$RUNS"); do
@@ -136,7 +141,7 @@ for n in $SIZES; do
             r=$(one "$cl" "$sv" "$tr" "$n" "$i")
             R[$n/$c]+="$r"$'\n'
             set -- $r
-            printf '%-8s %-8s %-8s %-5s %-4s %9s %9s\n' "$n" "$cl" "$sv" "$tr" "$i" "$1" "$2"
+            printf '%-8s %-8s %-8s %-5s %-4s %9s %9s %6s\n' "$n" "$cl" "$sv" "$tr" "$i" "$1" "$2" "$3"
         done
     done
 done
