@@ -104,7 +104,9 @@ pub struct ServerConfig {
     /// of unread replies a connection may hold
     /// ([`TcpConfig::max_queued_reply_bytes`], 8 MiB by default), and the
     /// bytes of replies all TCP listeners hold together
-    /// ([`TcpConfig::max_server_reply_bytes`], 256 MiB by default).
+    /// ([`TcpConfig::max_server_reply_bytes`], 256 MiB by default), and
+    /// how long an idle connection is kept ([`TcpConfig::idle_timeout`],
+    /// 6 minutes; connections bound to an NFSv4.1 session are kept).
     pub tcp: TcpConfig,
     /// Connections the TCP listeners (NFS, MOUNT, rpcbind together) keep
     /// open at once, in total and per client address; one over is closed

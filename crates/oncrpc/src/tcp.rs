@@ -11,7 +11,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use xdr::XdrBuf;
 
@@ -491,6 +491,9 @@ struct ClientShared {
     /// Set (before pending calls are failed) when the client gave up on
     /// the connection for good.
     closed: AtomicBool,
+    /// Woken by a call that finds no connection, after the server closed
+    /// an idle one (see [`TcpClient`]).
+    wanted: Notify,
 }
 
 impl ClientShared {
@@ -513,8 +516,11 @@ impl ClientShared {
 /// When the connection fails, the [`ReconnectPolicy`] decides whether to
 /// reconnect and resend the calls in flight with their XIDs; otherwise (or
 /// once attempts are exhausted) every pending call ends with
-/// [`RpcError::ConnectionClosed`]. Dropping the last clone closes the
-/// connection.
+/// [`RpcError::ConnectionClosed`]. A connection the server closes while no
+/// call is in flight (servers close idle connections, e.g. Linux's after
+/// 6 minutes) is not a failure: with a policy allowing reconnects, the
+/// client reconnects when the next call needs it, with fresh attempts.
+/// Dropping the last clone closes the connection.
 #[derive(Clone)]
 pub struct TcpClient {
     shared: Arc<ClientShared>,
@@ -695,6 +701,7 @@ impl TcpClient {
             slots: Semaphore::new(config.max_in_flight.max(1)),
             call_timeout: config.retransmit.timeout,
             closed: AtomicBool::new(false),
+            wanted: Notify::new(),
         });
         let weak = Arc::downgrade(&shared);
         let reader = tokio::spawn(async move {
@@ -710,6 +717,14 @@ impl TcpClient {
                     return;
                 };
                 shared.set_sender(None);
+                if reconnect.max_attempts > 0 && shared.lock().in_flight() == 0 {
+                    // Closed with nothing in flight (a server closes idle
+                    // connections): no failure, so reconnect only when a
+                    // call needs the connection, with fresh attempts.
+                    // (Dropping the last client aborts this task.)
+                    shared.wanted.notified().await;
+                    attempts = 0;
+                }
                 while attempts < reconnect.max_attempts {
                     attempts += 1;
                     tokio::time::sleep(reconnect.delay).await;
@@ -769,10 +784,14 @@ impl TcpClient {
         }
         // While reconnecting there is no sender: the call stays in the
         // table and is sent by the reconnection's resend.
-        if let Some(sender) = self.shared.sender() {
-            if sender.send(msg).await.is_err() {
-                tracing::debug!(xid, "connection lost while sending; awaiting resend");
+        match self.shared.sender() {
+            Some(sender) => {
+                if sender.send(msg).await.is_err() {
+                    tracing::debug!(xid, "connection lost while sending; awaiting resend");
+                }
             }
+            // Possibly closed while idle: have the reader reconnect.
+            None => self.shared.wanted.notify_one(),
         }
         let Some(timeout) = self.shared.call_timeout else {
             return rx.await.unwrap_or(Err(RpcError::ConnectionClosed));

@@ -195,3 +195,45 @@ async fn a_connection_a_service_holds_is_kept() {
     s.read_exact(&mut head).await.unwrap();
     assert_eq!(u32::from_be_bytes([head[4], head[5], head[6], head[7]]), 9);
 }
+
+/// A client whose idle connection the server closes reconnects when its
+/// next call needs it, however many times (before, it reconnected at once,
+/// counted each reconnect against its policy for good, and gave up after
+/// `max_attempts` idle periods); while idle it holds no connection.
+#[tokio::test]
+async fn a_client_reconnects_lazily_after_idle_closes() {
+    let addr = start(
+        false,
+        ConnLimits {
+            max_total: 100,
+            max_per_client: 1,
+        },
+    )
+    .await;
+    let policy = oncrpc::tcp::ReconnectPolicy {
+        max_attempts: 2,
+        delay: Duration::from_millis(10),
+    };
+    let c = TcpClient::connect_with(
+        addr,
+        7,
+        ClientConfig::default(),
+        TcpConfig::default(),
+        policy,
+    )
+    .await
+    .unwrap();
+    let c = EchoClient::new(c);
+    let data = Bytes::from_static(b"after a nap");
+    for round in 0..4 {
+        assert_eq!(c.echo(data.clone()).await.unwrap(), data, "round {round}");
+        tokio::time::sleep(3 * IDLE).await;
+        // Idle and closed: the client's place (one per address) is free.
+        let mut other = TcpStream::connect(addr).await.unwrap();
+        other.write_all(&call(1, SLOW_PROGRAM, 0)).await.unwrap();
+        let mut head = [0u8; 8];
+        other.read_exact(&mut head).await.unwrap();
+        drop(other);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
