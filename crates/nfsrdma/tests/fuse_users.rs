@@ -282,3 +282,59 @@ fn unknown_mount_options_are_refused_by_name() {
         text(&out.stderr)
     );
 }
+
+/// What a user does with a project, as that user on the mount: a git
+/// repository created, cloned, garbage-collected and checked, and a small
+/// C project built with `make -j2`, run, packed with tar, unpacked and
+/// built again.
+fn a_user_works_on_a_project(rdma: bool) {
+    let tag = if rdma { "project-rdma" } else { "project-tcp" };
+    let Some((srv, m)) = setup(tag, rdma, "allow_other") else {
+        return;
+    };
+    let d = m.path("shared");
+    let script = format!(
+        r#"set -e
+cd {d}
+mkdir home; export HOME={d}/home
+git init -q src; cd src
+printf '#include "util.h"\nint main(void) {{ return twice(21) == 42 ? 0 : 1; }}\n' > main.c
+printf 'int twice(int x);\n' > util.h
+printf '#include "util.h"\nint twice(int x) {{ return 2 * x; }}\n' > util.c
+printf 'prog: main.o util.o\n\tcc -o prog main.o util.o\n%%.o: %%.c util.h\n\tcc -c -o $@ $<\n' > Makefile
+git add . && git -c user.name=A -c user.email=a@x commit -q -m one
+for i in 1 2 3; do echo "/* change $i */" >> util.h; git -c user.name=A -c user.email=a@x commit -qam "c$i"; done
+cd .. && git clone -q src clone && cd clone
+git gc -q && git fsck --no-progress 2>&1 && test "$(git log --oneline | wc -l)" = 4
+make -s -j2 && ./prog
+tar czf ../clone.tgz --exclude=.git . && mkdir ../untar && tar xzf ../clone.tgz -C ../untar
+make -s -C ../untar -B -j2 && ../untar/prog && echo built"#,
+        d = d.display()
+    );
+    let out = as_user(ALICE, &[], &script);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).ends_with("built\n"),
+        "{}",
+        text(&out.stdout)
+    );
+    use std::os::unix::fs::MetadataExt;
+    let prog = std::fs::metadata(srv.dir().join("shared/untar/prog")).unwrap();
+    assert_eq!(prog.uid(), ALICE);
+    assert!(prog.mode() & 0o100 != 0);
+}
+
+#[test]
+fn a_user_works_on_a_project_over_tcp() {
+    a_user_works_on_a_project(false);
+}
+
+#[test]
+fn a_user_works_on_a_project_over_rdma() {
+    a_user_works_on_a_project(true);
+}
