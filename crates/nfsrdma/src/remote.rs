@@ -19,7 +19,7 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use nfs_client::nfs::v3::{Entryplus3, Fattr3, Ftype3, NfsFh3};
 use nfs_client::nfs::v4::{NfsFh4, NfsFtype4, OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_DENY_NONE};
-use nfs_client::v4::{Attrs, OpenFile, OpenOptions, Session, SessionOptions};
+use nfs_client::v4::{Attrs, OpenOptions, Session, SessionOptions, Writer4};
 use nfs_client::{FileWriter, IoOptions, Mounted};
 use oncrpc::ClientTransport;
 
@@ -266,12 +266,8 @@ impl<T: ClientTransport> Fs<T> {
                 };
                 let file = v.session.open(fh, name, how).await?;
                 v.session.truncate(&file, 0).await?;
-                Ok(Writer::V4 {
-                    v,
-                    file,
-                    at: 0,
-                    bytes: 0,
-                })
+                let w = v.session.writer(file, 0, v.maxwrite, v.io.commit_window);
+                Ok(Writer::V4(w))
             }
             _ => bail!("handle of the other NFS version"),
         }
@@ -353,16 +349,12 @@ impl<T: ClientTransport> Lister<'_, T> {
     }
 }
 
-/// A file being written: data handed in windows goes out with WRITEs in
-/// flight; [`Writer::finish`] COMMITs what is not yet committed.
+/// A file being written: data handed in windows goes out with UNSTABLE
+/// WRITEs in flight, COMMITted every commit window (64 MiB) and at
+/// [`Writer::finish`].
 pub(crate) enum Writer<'a, T> {
     V3(FileWriter<'a, T>),
-    V4 {
-        v: &'a V4<T>,
-        file: OpenFile,
-        at: u64,
-        bytes: u64,
-    },
+    V4(Writer4<'a, T>),
 }
 
 impl<T: ClientTransport> Writer<'_, T> {
@@ -370,15 +362,7 @@ impl<T: ClientTransport> Writer<'_, T> {
     pub(crate) async fn write(&mut self, data: Bytes) -> anyhow::Result<()> {
         match self {
             Writer::V3(w) => Ok(w.write(data).await?),
-            Writer::V4 { v, file, at, bytes } => {
-                let n = data.len() as u64;
-                v.session
-                    .write_committed(file, *at, &data, v.maxwrite)
-                    .await?;
-                *at += n;
-                *bytes += n;
-                Ok(())
-            }
+            Writer::V4(w) => Ok(w.write(data).await?),
         }
     }
 
@@ -390,10 +374,7 @@ impl<T: ClientTransport> Writer<'_, T> {
                 let s = w.finish().await?;
                 Ok((s.bytes, s.resent_bytes))
             }
-            Writer::V4 { v, file, bytes, .. } => {
-                v.session.close_file(file).await?;
-                Ok((bytes, 0))
-            }
+            Writer::V4(w) => Ok(w.finish().await?),
         }
     }
 }

@@ -5,12 +5,94 @@
 use bytes::Bytes;
 use futures::StreamExt;
 use nfs::v4::attr::{Bitmap4, FileAttrs, FATTR4_SIZE};
-use nfs::v4::{NfsArgop4, Putfh4Args, Setattr4Args, StableHow4};
+use nfs::v4::{NfsArgop4, Putfh4Args, Setattr4Args, StableHow4, Verifier4};
 use oncrpc::ClientTransport;
 
 use super::error::{Error, Result};
 use super::fs::OpenFile;
 use super::session::Session;
+
+/// A file written in order with UNSTABLE WRITEs (RFC 8881 §18.32), one in
+/// flight per session slot, whose data is kept until a COMMIT (§18.3)
+/// confirms it under the same verifier: a COMMIT goes out when
+/// `commit_window` bytes are pending and at [`Writer4::finish`]; a
+/// verifier change (the server restarted) sends the pending data again
+/// FILE_SYNC4.
+#[derive(Debug)]
+pub struct Writer4<'s, T> {
+    s: &'s Session<T>,
+    file: OpenFile,
+    at: u64,
+    block: u32,
+    commit_window: u64,
+    pending: Vec<(u64, Bytes)>,
+    pending_bytes: u64,
+    verfs: Vec<Verifier4>,
+    written: u64,
+    resent: u64,
+}
+
+impl<T: ClientTransport> Writer4<'_, T> {
+    /// Writes `data` after what was written so far.
+    pub async fn write(&mut self, data: Bytes) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let v = self
+            .s
+            .write_range(
+                &self.file,
+                self.at,
+                &data,
+                self.block,
+                StableHow4::UNSTABLE4,
+            )
+            .await?;
+        for x in v {
+            if !self.verfs.contains(&x) {
+                self.verfs.push(x);
+            }
+        }
+        let n = data.len() as u64;
+        self.pending.push((self.at, data));
+        self.pending_bytes += n;
+        self.at += n;
+        self.written += n;
+        if self.pending_bytes >= self.commit_window {
+            self.commit().await?;
+        }
+        Ok(())
+    }
+
+    async fn commit(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        if !self.verfs.is_empty() {
+            let committed = self.s.commit(&self.file.fh).await?;
+            if self.verfs.iter().any(|v| *v != committed) {
+                for (at, data) in &self.pending {
+                    self.s
+                        .write_range(&self.file, *at, data, self.block, StableHow4::FILE_SYNC4)
+                        .await?;
+                }
+                self.resent += self.pending_bytes;
+            }
+        }
+        self.pending.clear();
+        self.pending_bytes = 0;
+        self.verfs.clear();
+        Ok(())
+    }
+
+    /// COMMITs what is pending and CLOSEs the file (RFC 8881 §18.2);
+    /// returns the bytes written and those sent again.
+    pub async fn finish(mut self) -> Result<(u64, u64)> {
+        self.commit().await?;
+        self.s.close_file(self.file).await?;
+        Ok((self.written, self.resent))
+    }
+}
 
 impl<T: ClientTransport> Session<T> {
     /// Streams `file` from `offset` to its end into `sink`, in order, in
@@ -91,6 +173,29 @@ impl<T: ClientTransport> Session<T> {
             }),
         ];
         self.compound(ops).await.map(drop)
+    }
+
+    /// A [`Writer4`] of `file` from `offset` in WRITEs of `block` bytes,
+    /// COMMITting every `commit_window` bytes.
+    pub fn writer(
+        &self,
+        file: OpenFile,
+        offset: u64,
+        block: u32,
+        commit_window: u64,
+    ) -> Writer4<'_, T> {
+        Writer4 {
+            s: self,
+            file,
+            at: offset,
+            block: block.max(1),
+            commit_window: commit_window.max(1),
+            pending: Vec::new(),
+            pending_bytes: 0,
+            verfs: Vec::new(),
+            written: 0,
+            resent: 0,
+        }
     }
 
     /// Writes `data` at `offset` in UNSTABLE WRITEs (RFC 8881 §18.32) of

@@ -16,4 +16,5 @@ mod session;
 
 pub use error::{Error, Result};
 pub use fs::{component, Attrs, DirEntry, OpenFile, OpenOptions};
+pub use io::Writer4;
 pub use session::{Session, SessionOptions};
