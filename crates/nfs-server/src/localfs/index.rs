@@ -138,9 +138,10 @@ impl State {
     /// Queues a change of `ino`, keeping [`Self::known`] exact.
     fn change(&mut self, ino: u64, e: Option<Entry>) {
         match &e {
-            Some(e) => self
-                .known
-                .set(ino, self.known.hash(e.parent, e.gen, &e.name)),
+            Some(e) => {
+                let hash = self.known.hash(ino, e.parent, e.gen, &e.name);
+                self.known.set(ino, hash);
+            }
             None => self.known.clear(ino),
         }
         self.pending.insert(ino, e);
@@ -220,7 +221,7 @@ impl Index {
         let Ok(mut st) = self.state.lock() else {
             return false;
         };
-        let hash = st.known.hash(e.parent, e.gen, &e.name);
+        let hash = st.known.hash(ino, e.parent, e.gen, &e.name);
         if st.known.is(ino, hash) {
             return true;
         }
@@ -269,7 +270,7 @@ impl Index {
         };
         let mut unsure: Vec<Unsure<'_>> = Vec::new();
         for (ino, gen, name) in listed.iter() {
-            let hash = st.known.hash(parent, gen, name);
+            let hash = st.known.hash(ino, parent, gen, name);
             if st.known.is(ino, hash) {
                 continue;
             }
