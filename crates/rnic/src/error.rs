@@ -200,6 +200,10 @@ pub enum RegisterError {
     /// The region's last byte would lie beyond 2^64 - 1 in tagged-offset space.
     #[error("base tagged offset plus length overflows")]
     ToOverflow,
+    /// The device (an RDMA NIC's driver) refused to register the memory;
+    /// the value is the OS error number it gave.
+    #[error("the RDMA device refused the registration (errno {0})")]
+    Device(i32),
 }
 
 /// Why a work request could not be posted.

@@ -97,8 +97,8 @@ pub use error::{
     AccessError, CmError, CqOverflow, PostError, RegisterError, TerminateCause, WcStatus,
 };
 pub use mr::{
-    Deregistered, DeregisteredBytes, MemoryRegion, MrState, MrTable, PlacementStats,
-    ProtectionDomain, ReadOnlyRegion, StagSlot, TaggedAccess, TransferError,
+    BackendMem, Deregistered, DeregisteredBytes, MemoryRegion, MrState, MrTable, PlacementStats,
+    ProtectionDomain, ReadOnlyRegion, RegionBackend, StagSlot, TaggedAccess, TransferError,
 };
 pub use qp::{InvalidTransition, QpAttrs, QpConfig, QpEvent, QpState, MAX_PRIVATE_DATA};
 pub use stag::{Access, PdId, QpNum, Stag};

@@ -113,6 +113,45 @@ struct Slot {
     key: u8,
     pd: PdId,
     state: SlotState,
+    /// The STag the backend gave the memory under this slot, if any.
+    hw: Option<Stag>,
+}
+
+/// The memory a [`RegionBackend`] registers: writable (owned) or read-only
+/// (shared) bytes.
+#[derive(Debug)]
+pub enum BackendMem<'a> {
+    /// Owned bytes the device may write (RDMA Write target, Read sink).
+    Writable(&'a mut [u8]),
+    /// Shared bytes the device may only read.
+    ReadOnly(&'a [u8]),
+}
+
+/// A device's own memory-region table behind an [`MrTable`]: an RDMA NIC
+/// whose hardware checks remote accesses and places payload itself.
+///
+/// The table calls [`register`](Self::register) when memory is put under a
+/// slot, and advertises the STag it returns instead of its own; it calls
+/// [`deregister`](Self::deregister) before that memory leaves the slot
+/// (invalidation, drop), so the device never touches memory its owner has
+/// taken back. Between the two calls the table keeps the memory at the
+/// address it had when registered (a `BytesMut` or `Bytes` held in the slot
+/// never moves its bytes) and never reads or writes it itself, as long as
+/// the device does not call the table's placement methods for it.
+pub trait RegionBackend: Send + Sync + 'static {
+    /// Registers `mem` for `access` at base tagged offset `base_to` in
+    /// protection domain `pd`; returns the STag peers must use.
+    fn register(
+        &self,
+        pd: PdId,
+        mem: BackendMem<'_>,
+        access: Access,
+        base_to: u64,
+    ) -> Result<Stag, RegisterError>;
+
+    /// Revokes every access to the region `stag` (returned by `register`);
+    /// when it returns, the device no longer reads or writes its memory.
+    fn deregister(&self, stag: Stag);
 }
 
 struct TableInner {
@@ -121,6 +160,15 @@ struct TableInner {
     free: Vec<u32>,
     max_regions: u32,
     rng: u64,
+}
+
+impl Mem {
+    fn backend_mem(&mut self) -> BackendMem<'_> {
+        match self {
+            Mem::Owned(b) => BackendMem::Writable(b),
+            Mem::Shared(b) => BackendMem::ReadOnly(b),
+        }
+    }
 }
 
 /// The access-check table of one device: every STag it owns, with its memory.
@@ -134,6 +182,7 @@ pub struct MrTable {
     direct: AtomicU64,
     staged: AtomicU64,
     errors: AtomicU64,
+    backend: Option<Arc<dyn RegionBackend>>,
 }
 
 impl fmt::Debug for MrTable {
@@ -184,6 +233,16 @@ impl MrTable {
 
     /// A table holding at most `max_regions` regions (capped at 2^24 - 1).
     pub fn with_max_regions(seed: u64, max_regions: u32) -> Arc<Self> {
+        Self::build(seed, max_regions, None)
+    }
+
+    /// A table whose regions are also registered with `backend` (a
+    /// hardware device's own table), which chooses the STags peers see.
+    pub fn with_backend(seed: u64, max_regions: u32, backend: Arc<dyn RegionBackend>) -> Arc<Self> {
+        Self::build(seed, max_regions, Some(backend))
+    }
+
+    fn build(seed: u64, max_regions: u32, backend: Option<Arc<dyn RegionBackend>>) -> Arc<Self> {
         Arc::new(MrTable {
             id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
             next_pd: AtomicU32::new(1),
@@ -192,6 +251,7 @@ impl MrTable {
                     key: 0,
                     pd: PdId(0),
                     state: SlotState::Free,
+                    hw: None,
                 }],
                 free: Vec::new(),
                 max_regions: max_regions.min(Stag::MAX_INDEX),
@@ -200,6 +260,7 @@ impl MrTable {
             direct: AtomicU64::new(0),
             staged: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            backend,
         })
     }
 
@@ -378,6 +439,7 @@ impl MrTable {
                     key,
                     pd,
                     state: SlotState::Free,
+                    hw: None,
                 });
                 n
             }
@@ -394,41 +456,66 @@ impl MrTable {
     fn free_index(&self, idx: u32) {
         let mut g = self.lock();
         if let Some(slot) = g.slots.get_mut(idx as usize) {
+            self.deregister(slot.hw.take());
             slot.state = SlotState::Free;
             g.free.push(idx);
         }
     }
 
-    /// Puts memory under a slot with a fresh key; returns the new key.
-    fn fill_slot(&self, idx: u32, access: Access, base_to: u64, buf: Mem) -> u8 {
-        let mut g = self.lock();
-        match g.slots.get_mut(idx as usize) {
-            Some(slot) => {
-                slot.key = slot.key.wrapping_add(1);
-                slot.state = SlotState::Valid {
-                    access,
-                    base_to,
-                    buf,
-                };
-                slot.key
-            }
-            None => 0,
+    fn deregister(&self, hw: Option<Stag>) {
+        if let (Some(b), Some(stag)) = (&self.backend, hw) {
+            b.deregister(stag);
         }
+    }
+
+    /// Puts memory under a slot with a fresh key (and, with a backend, the
+    /// backend's registration); returns the STag to advertise.
+    fn fill_slot(
+        &self,
+        idx: u32,
+        access: Access,
+        base_to: u64,
+        mut buf: Mem,
+    ) -> Result<Stag, RegisterError> {
+        let mut g = self.lock();
+        let Some(slot) = g.slots.get_mut(idx as usize) else {
+            return Err(RegisterError::ForeignSlot);
+        };
+        let hw = match &self.backend {
+            Some(b) => Some(b.register(slot.pd, buf.backend_mem(), access, base_to)?),
+            None => None,
+        };
+        self.deregister(std::mem::replace(&mut slot.hw, hw));
+        slot.key = slot.key.wrapping_add(1);
+        slot.state = SlotState::Valid {
+            access,
+            base_to,
+            buf,
+        };
+        Ok(hw.unwrap_or(Stag::new(idx, slot.key)))
     }
 
     /// Takes the memory out of a slot, invalidating it; the slot stays allocated.
     fn empty_slot(&self, idx: u32) -> Mem {
         let mut g = self.lock();
         match g.slots.get_mut(idx as usize) {
-            Some(slot) => match std::mem::replace(&mut slot.state, SlotState::Allocated) {
-                SlotState::Valid { buf, .. } | SlotState::Invalidated { buf } => buf,
-                other => {
-                    slot.state = other;
-                    Mem::Owned(BytesMut::new())
+            Some(slot) => {
+                // The device lets go of the memory before its owner gets it.
+                self.deregister(slot.hw.take());
+                match std::mem::replace(&mut slot.state, SlotState::Allocated) {
+                    SlotState::Valid { buf, .. } | SlotState::Invalidated { buf } => buf,
+                    other => {
+                        slot.state = other;
+                        Mem::Owned(BytesMut::new())
+                    }
                 }
-            },
+            }
             None => Mem::Owned(BytesMut::new()),
         }
+    }
+
+    fn slot_key(&self, idx: u32) -> u8 {
+        self.lock().slots.get(idx as usize).map_or(0, |s| s.key)
     }
 
     fn region_state(&self, idx: u32) -> Option<MrState> {
@@ -691,11 +778,10 @@ impl StagSlot {
         if base_to.checked_add(len).is_none() {
             return Err(RegisterError::ToOverflow);
         }
-        let key = self
+        let stag = self
             .table
-            .fill_slot(self.index, access, base_to, Mem::Owned(buf));
-        let stag = Stag::new(self.index, key);
-        self.key = key;
+            .fill_slot(self.index, access, base_to, Mem::Owned(buf))?;
+        self.key = self.table.slot_key(self.index);
         Ok(MemoryRegion {
             slot: self,
             stag,
@@ -718,11 +804,10 @@ impl StagSlot {
         if base_to.checked_add(len).is_none() {
             return Err(RegisterError::ToOverflow);
         }
-        let key = self
-            .table
-            .fill_slot(self.index, Access::REMOTE_READ, base_to, Mem::Shared(buf));
-        let stag = Stag::new(self.index, key);
-        self.key = key;
+        let stag =
+            self.table
+                .fill_slot(self.index, Access::REMOTE_READ, base_to, Mem::Shared(buf))?;
+        self.key = self.table.slot_key(self.index);
         Ok(ReadOnlyRegion {
             slot: self,
             stag,
@@ -1205,5 +1290,105 @@ mod tests {
             Err(TransferError::Sink(AccessError::AccessRights(ro.stag())))
         );
         assert_eq!(&ro.invalidate().buf[..], b"wxyz");
+    }
+
+    /// A backend that hands out its own STags and records what it saw.
+    #[derive(Default)]
+    struct FakeNic {
+        log: Mutex<Vec<String>>,
+        next: AtomicU32,
+        refuse: std::sync::atomic::AtomicBool,
+    }
+
+    impl RegionBackend for FakeNic {
+        fn register(
+            &self,
+            pd: PdId,
+            mem: BackendMem<'_>,
+            access: Access,
+            base_to: u64,
+        ) -> Result<Stag, RegisterError> {
+            if self.refuse.load(Ordering::Relaxed) {
+                return Err(RegisterError::Device(12));
+            }
+            let (kind, len) = match mem {
+                BackendMem::Writable(b) => ("rw", b.len()),
+                BackendMem::ReadOnly(b) => ("ro", b.len()),
+            };
+            let stag = Stag(0xab00_0000 + self.next.fetch_add(1, Ordering::Relaxed));
+            self.log.lock().unwrap().push(format!(
+                "reg {stag} pd{} {kind} {len} {access:?} {base_to}",
+                pd.0
+            ));
+            Ok(stag)
+        }
+
+        fn deregister(&self, stag: Stag) {
+            self.log.lock().unwrap().push(format!("dereg {stag}"));
+        }
+    }
+
+    #[test]
+    fn a_backend_chooses_the_stag_and_lets_go_before_the_owner_gets_memory() {
+        let nic = Arc::new(FakeNic::default());
+        let t = MrTable::with_backend(1, 16, nic.clone());
+        let pd = t.alloc_pd();
+        let mr = pd.register_at(BytesMut::zeroed(8), rw(), 0x40).unwrap();
+        assert_eq!(mr.stag(), Stag(0xab00_0000));
+        let ro = pd
+            .register_read_only(Bytes::from_static(b"abc"), 0)
+            .unwrap();
+        assert_eq!(ro.stag(), Stag(0xab00_0001));
+        let back = mr.invalidate();
+        assert_eq!(back.buf.len(), 8);
+        // The slot's next registration is the backend's again.
+        let again = back
+            .slot
+            .fast_register(BytesMut::zeroed(2), rw(), 0)
+            .unwrap();
+        assert_eq!(again.stag(), Stag(0xab00_0002));
+        drop(again);
+        drop(ro);
+        let log = nic.log.lock().unwrap().clone();
+        assert_eq!(
+            log,
+            vec![
+                format!("reg 0xab000000 pd{} rw 8 {:?} 64", pd.id().0, rw()),
+                format!(
+                    "reg 0xab000001 pd{} ro 3 {:?} 0",
+                    pd.id().0,
+                    Access::REMOTE_READ
+                ),
+                "dereg 0xab000000".to_string(),
+                format!("reg 0xab000002 pd{} rw 2 {:?} 0", pd.id().0, rw()),
+                "dereg 0xab000002".to_string(),
+                "dereg 0xab000001".to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_backend_refusal_is_a_typed_error_and_frees_nothing_twice() {
+        let nic = Arc::new(FakeNic::default());
+        nic.refuse.store(true, Ordering::Relaxed);
+        let t = MrTable::with_backend(1, 1, nic.clone());
+        let pd = t.alloc_pd();
+        assert_eq!(
+            pd.register(BytesMut::zeroed(4), rw()).err(),
+            Some(RegisterError::Device(12))
+        );
+        // The index came back: a table of one region can register again.
+        nic.refuse.store(false, Ordering::Relaxed);
+        let mr = pd.register(BytesMut::zeroed(4), rw()).unwrap();
+        drop(mr);
+        assert_eq!(
+            nic.log
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.starts_with("dereg"))
+                .count(),
+            1
+        );
     }
 }
