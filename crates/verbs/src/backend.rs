@@ -1,0 +1,144 @@
+//! The device's memory registrations: the `rnic::RegionBackend` that
+//! registers every region of the device's `MrTable` with the NIC
+//! (`ibv_reg_mr_iova`, at the region's tagged offset), and the protection
+//! domains behind the table's domain ids.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rnic::{Access, BackendMem, PdId, RegionBackend, RegisterError, Stag};
+
+use crate::sys::{self, Context, Mr, Pd};
+
+/// A hardware region as a local work request names it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LocalRegion {
+    pub(crate) lkey: u32,
+    /// Tagged offset of the first byte (the IOVA it was registered at).
+    pub(crate) base: u64,
+    pub(crate) len: u64,
+    pub(crate) writable: bool,
+}
+
+#[derive(Default)]
+struct Maps {
+    pds: HashMap<PdId, Arc<Pd>>,
+    regions: HashMap<u32, (Mr, LocalRegion)>,
+}
+
+/// Registrations of one device.
+pub(crate) struct Backend {
+    ctx: Context,
+    iwarp: bool,
+    maps: Mutex<Maps>,
+}
+
+impl Backend {
+    pub(crate) fn new(ctx: Context, iwarp: bool) -> Self {
+        Backend {
+            ctx,
+            iwarp,
+            maps: Mutex::new(Maps::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Maps> {
+        self.maps.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The NIC's protection domain behind `pd` (allocated on first use).
+    pub(crate) fn pd(&self, pd: PdId) -> Result<Arc<Pd>, i32> {
+        let mut g = self.lock();
+        if let Some(p) = g.pds.get(&pd) {
+            return Ok(Arc::clone(p));
+        }
+        let p = Arc::new(Pd::alloc(self.ctx)?);
+        g.pds.insert(pd, Arc::clone(&p));
+        Ok(p)
+    }
+
+    /// The region a local work request names by STag.
+    pub(crate) fn local(&self, stag: Stag) -> Option<LocalRegion> {
+        self.lock().regions.get(&stag.0).map(|r| r.1)
+    }
+}
+
+/// The verbs access bits for an `rnic::Access` (a remotely writable region
+/// must be locally writable too, as verbs require). On iWARP an RDMA Read
+/// Response is a tagged write into the sink (RFC 5040 §4.4), so iWARP NICs
+/// want a Read sink (local write) remotely writable as well; its STag is
+/// never advertised.
+fn access_bits(access: Access, writable: bool, iwarp: bool) -> i32 {
+    let mut bits = 0;
+    if writable && iwarp && access.contains(Access::LOCAL_WRITE) {
+        bits |= sys::ACCESS_REMOTE_WRITE;
+    }
+    if writable && access.intersects(Access::LOCAL_WRITE | Access::REMOTE_WRITE) {
+        bits |= sys::ACCESS_LOCAL_WRITE;
+    }
+    if writable && access.contains(Access::REMOTE_WRITE) {
+        bits |= sys::ACCESS_REMOTE_WRITE;
+    }
+    if access.contains(Access::REMOTE_READ) {
+        bits |= sys::ACCESS_REMOTE_READ;
+    }
+    bits
+}
+
+impl RegionBackend for Backend {
+    fn register(
+        &self,
+        pd: PdId,
+        mem: BackendMem<'_>,
+        access: Access,
+        base_to: u64,
+    ) -> Result<Stag, RegisterError> {
+        let (writable, len) = match &mem {
+            BackendMem::Writable(b) => (true, b.len()),
+            BackendMem::ReadOnly(b) => (false, b.len()),
+        };
+        if len == 0 {
+            // Nothing for the NIC to reach; no STag a peer could use.
+            return Ok(Stag(0));
+        }
+        let hw_pd = self.pd(pd).map_err(RegisterError::Device)?;
+        let mr = Mr::register_table(&hw_pd, mem, base_to, access_bits(access, writable, self.iwarp))
+            .map_err(RegisterError::Device)?;
+        let stag = Stag(mr.rkey());
+        let local = LocalRegion {
+            lkey: mr.lkey(),
+            base: base_to,
+            len: len as u64,
+            writable,
+        };
+        self.lock().regions.insert(stag.0, (mr, local));
+        Ok(stag)
+    }
+
+    fn deregister(&self, stag: Stag) {
+        // Dropping the Mr deregisters it (ibv_dereg_mr) before this returns.
+        let gone = self.lock().regions.remove(&stag.0);
+        drop(gone);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_write_implies_local_write_and_read_only_memory_is_never_writable() {
+        assert_eq!(
+            access_bits(Access::REMOTE_WRITE, true),
+            sys::ACCESS_LOCAL_WRITE | sys::ACCESS_REMOTE_WRITE
+        );
+        assert_eq!(
+            access_bits(Access::LOCAL_WRITE, true),
+            sys::ACCESS_LOCAL_WRITE
+        );
+        assert_eq!(
+            access_bits(Access::REMOTE_READ | Access::REMOTE_WRITE, false),
+            sys::ACCESS_REMOTE_READ
+        );
+    }
+}
