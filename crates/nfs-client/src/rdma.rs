@@ -72,6 +72,10 @@ pub struct RdmaOptions {
     /// Time allowed for each connection attempt (MOUNT's TCP connection
     /// and the RDMA connection's MPA exchange).
     pub connect_timeout: Duration,
+    /// Offer the server Send With Invalidate in the private data
+    /// (RFC 8797 §4): only when the device lets a peer invalidate its
+    /// regions (softrnic does; user-space memory on a verbs NIC may not).
+    pub send_with_invalidate: bool,
 }
 
 impl Default for RdmaOptions {
@@ -83,6 +87,7 @@ impl Default for RdmaOptions {
             max_requests: rdma.max_requests,
             inline_size: rdma.inline_size,
             connect_timeout: Duration::from_secs(10),
+            send_with_invalidate: rdma.send_with_invalidate_ok,
         }
     }
 }
@@ -105,6 +110,7 @@ impl RdmaOptions {
             inline_size: self.inline_size,
             xid_seed: xid_seed(),
             version: self.version,
+            send_with_invalidate_ok: self.send_with_invalidate,
             ..RdmaClientConfig::default()
         }
     }

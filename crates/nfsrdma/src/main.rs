@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod cmd;
+mod device;
 mod remote;
 mod url;
 
@@ -63,6 +64,10 @@ enum Command {
     /// Ordinary tools then work on DIR. Runs in the background unless
     /// --foreground; SIGINT/SIGTERM or `fusermount3 -u DIR` unmount it.
     Mount(cmd::mount::MountArgs),
+    /// List the RDMA devices rdma-core sees (name, transport, port state,
+    /// largest memory region, largest gather list, IRD/ORD), the ones
+    /// `serve --rdma-device NAME` and `?device=NAME` can use.
+    Devices(device::DevicesArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -87,6 +92,7 @@ fn main() -> anyhow::Result<()> {
             Command::Cp(a) => cmd::cp::run(a).await,
             Command::Bench(a) => cmd::bench::run(a).await,
             Command::Mount(a) => cmd::mount::run(a).await,
+            Command::Devices(a) => device::list(a),
         }
     })
 }

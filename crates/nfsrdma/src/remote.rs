@@ -502,6 +502,7 @@ async fn start_of<T: ClientTransport>(
 pub(crate) enum AnyFs {
     Tcp(Fs<oncrpc::tcp::TcpClient>),
     Rdma(Fs<rpcrdma::transport::RdmaClient<softrnic::SoftDevice>>),
+    Verbs(Fs<rpcrdma::transport::RdmaClient<verbs::VerbsDevice>>),
 }
 
 /// Runs `$body` with `$fs` bound to the [`Fs`] inside an [`AnyFs`]
@@ -511,6 +512,7 @@ macro_rules! with_fs {
         match $any {
             $crate::remote::AnyFs::Tcp($fs) => $body,
             $crate::remote::AnyFs::Rdma($fs) => $body,
+            $crate::remote::AnyFs::Verbs($fs) => $body,
         }
     };
 }
@@ -524,6 +526,7 @@ pub(crate) async fn open_fs(url: &NfsUrl, io: IoOptions) -> anyhow::Result<AnyFs
         return Ok(match crate::url::open(url, io).await? {
             crate::url::Remote::Tcp(m) => AnyFs::Tcp(Fs::V3(m)),
             crate::url::Remote::Rdma(m) => AnyFs::Rdma(Fs::V3(m)),
+            crate::url::Remote::Verbs(m) => AnyFs::Verbs(Fs::V3(m)),
         });
     };
     let what = || format!("NFSv4.{minor} to {}", url.host);
@@ -548,17 +551,45 @@ pub(crate) async fn open_fs(url: &NfsUrl, io: IoOptions) -> anyhow::Result<AnyFs
         Scheme::Rdma => {
             let port = url.nfs_port.unwrap_or(nfs_client::DEFAULT_RDMA_PORT);
             let ropts = crate::url::rdma_options(url, io);
-            let dev = crate::url::soft_device(url.crc);
-            let rpc = nfs_client::connect_rdma_transport(&dev, &url.host, port, &ropts)
-                .await
-                .with_context(what)?;
-            let opts = SessionOptions::for_rdma(&ropts.client_config());
-            let v = V4::new(rpc, minor, opts, url, io)
-                .await
-                .with_context(what)?;
-            Ok(AnyFs::Rdma(Fs::V4(v)))
+            let peer = match url.device {
+                crate::device::DeviceChoice::Auto => crate::url::peer_ip(&url.host),
+                _ => None,
+            };
+            match crate::device::choose_for_peer(&url.device, peer, crate::url::seed())? {
+                crate::device::Chosen::Soft => {
+                    let dev = crate::url::soft_device(url.crc);
+                    let v = v4_rdma(&dev, port, minor, &ropts, url, io)
+                        .await
+                        .with_context(what)?;
+                    Ok(AnyFs::Rdma(Fs::V4(v)))
+                }
+                crate::device::Chosen::Verbs(dev) => {
+                    let ropts = nfs_client::RdmaOptions {
+                        send_with_invalidate: false,
+                        ..ropts
+                    };
+                    let v = v4_rdma(&dev, port, minor, &ropts, url, io)
+                        .await
+                        .with_context(what)?;
+                    Ok(AnyFs::Verbs(Fs::V4(v)))
+                }
+            }
         }
     }
+}
+
+/// An NFSv4 session over RPC-over-RDMA on `dev`.
+async fn v4_rdma<D: rnic::Device<Addr = SocketAddr>>(
+    dev: &D,
+    port: u16,
+    minor: u32,
+    ropts: &nfs_client::RdmaOptions,
+    url: &NfsUrl,
+    io: IoOptions,
+) -> anyhow::Result<V4<rpcrdma::transport::RdmaClient<D>>> {
+    let rpc = nfs_client::connect_rdma_transport(dev, &url.host, port, ropts).await?;
+    let opts = SessionOptions::for_rdma(&ropts.client_config());
+    V4::new(rpc, minor, opts, url, io).await
 }
 
 async fn lookup(host: &str, port: u16) -> anyhow::Result<SocketAddr> {

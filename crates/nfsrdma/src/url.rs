@@ -14,6 +14,8 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context};
 
+use crate::device::{choose_for_peer, Chosen, DeviceChoice};
+
 /// How an NFS URL reaches its server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Scheme {
@@ -43,6 +45,8 @@ pub(crate) struct NfsUrl {
     pub(crate) rdma_v2: bool,
     /// `version=4.x`: NFSv4 with this minor version; `None` is NFSv3.
     pub(crate) nfs4_minor: Option<u32>,
+    /// `device=soft|auto|NAME`: the RDMA device (default soft).
+    pub(crate) device: DeviceChoice,
 }
 
 /// The highest NFSv4 minor version the client speaks (`version=4`).
@@ -138,6 +142,7 @@ impl NfsUrl {
             crc: false,
             rdma_v2: false,
             nfs4_minor: None,
+            device: DeviceChoice::Soft,
         };
         for kv in query.unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
             let (k, v) = kv
@@ -166,8 +171,12 @@ impl NfsUrl {
                     }
                 }
                 "crc" => bail!("{s:?}: crc= applies to nfs+rdma:// only"),
+                "device" if scheme == Scheme::Rdma => {
+                    url.device = v.parse().with_context(|| format!("{s:?}: device="))?;
+                }
+                "device" => bail!("{s:?}: device= applies to nfs+rdma:// only"),
                 _ => bail!(
-                    "{s:?}: unknown option {k:?} (known: mountport, nfsport, version, crc)"
+                    "{s:?}: unknown option {k:?} (known: mountport, nfsport, version, crc, device)"
                 ),
             }
         }
@@ -186,6 +195,8 @@ pub(crate) enum Remote {
     Tcp(nfs_client::TcpMount),
     /// Over RPC-over-RDMA on the software iWARP device.
     Rdma(nfs_client::RdmaMount<softrnic::SoftDevice>),
+    /// Over RPC-over-RDMA on an RDMA NIC through rdma-core.
+    Verbs(nfs_client::RdmaMount<verbs::VerbsDevice>),
 }
 
 /// Runs `$body` with `$m` bound to the [`nfs_client::Mounted`] inside a
@@ -196,6 +207,7 @@ macro_rules! with_remote {
         match $remote {
             $crate::url::Remote::Tcp($m) => $body,
             $crate::url::Remote::Rdma($m) => $body,
+            $crate::url::Remote::Verbs($m) => $body,
         }
     };
 }
@@ -235,10 +247,25 @@ pub(crate) async fn open(url: &NfsUrl, io: nfs_client::IoOptions) -> anyhow::Res
                 path: url.path.clone(),
             };
             let opts = rdma_options(url, io);
-            nfs_client::connect_rdma(&soft_device(url.crc), &target, &opts)
-                .await
-                .map(Remote::Rdma)
-                .with_context(|| format!("mounting {}:{} over RDMA", url.host, url.path))
+            let what = || format!("mounting {}:{} over RDMA", url.host, url.path);
+            match choose_for_peer(&url.device, peer_ip(&url.host), seed())? {
+                Chosen::Soft => nfs_client::connect_rdma(&soft_device(url.crc), &target, &opts)
+                    .await
+                    .map(Remote::Rdma)
+                    .with_context(what),
+                Chosen::Verbs(dev) => {
+                    // Regions of user memory on a NIC are not remotely
+                    // invalidatable everywhere: do not offer it.
+                    let opts = nfs_client::RdmaOptions {
+                        send_with_invalidate: false,
+                        ..opts
+                    };
+                    nfs_client::connect_rdma(&dev, &target, &opts)
+                        .await
+                        .map(Remote::Verbs)
+                        .with_context(what)
+                }
+            }
         }
     }
 }
@@ -254,6 +281,22 @@ pub(crate) fn rdma_options(url: &NfsUrl, io: nfs_client::IoOptions) -> nfs_clien
         },
         ..nfs_client::RdmaOptions::default()
     }
+}
+
+/// The server's address, for `device=auto` (the device that routes to it).
+pub(crate) fn peer_ip(host: &str) -> Option<std::net::IpAddr> {
+    use std::net::ToSocketAddrs;
+    host.parse()
+        .ok()
+        .or_else(|| (host, 0).to_socket_addrs().ok()?.next().map(|a| a.ip()))
+}
+
+pub(crate) fn seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+        ^ u64::from(std::process::id()).rotate_left(32)
 }
 
 /// Mounts the export holding `url`'s path over TCP. Commands that take

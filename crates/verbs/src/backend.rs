@@ -102,8 +102,13 @@ impl RegionBackend for Backend {
             return Ok(Stag(0));
         }
         let hw_pd = self.pd(pd).map_err(RegisterError::Device)?;
-        let mr = Mr::register_table(&hw_pd, mem, base_to, access_bits(access, writable, self.iwarp))
-            .map_err(RegisterError::Device)?;
+        let mr = Mr::register_table(
+            &hw_pd,
+            mem,
+            base_to,
+            access_bits(access, writable, self.iwarp),
+        )
+        .map_err(RegisterError::Device)?;
         let stag = Stag(mr.rkey());
         let local = LocalRegion {
             lkey: mr.lkey(),

@@ -65,6 +65,15 @@ pub(crate) struct BenchArgs {
     /// port (2049 or 20049). Server CPU is then unknown ('-').
     #[arg(long)]
     url: Vec<String>,
+    /// RDMA device of the embedded server and of the client: `soft` (the
+    /// software iWARP device), `auto` or an rdma-core device name (see
+    /// `nfsrdma devices`); with a device, give --addr of its interface.
+    /// With --url, put `?device=` in the URL instead.
+    #[arg(long, default_value = "soft")]
+    rdma_device: crate::device::DeviceChoice,
+    /// Address the embedded server listens on and the client connects to.
+    #[arg(long, default_value = "127.0.0.1")]
+    addr: std::net::IpAddr,
 }
 
 /// Parses `1g`, `64m`, `8M`, `4096`.
@@ -137,7 +146,7 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "--in-flight values must be 1 to 256"
     );
     let server = if args.url.is_empty() {
-        Some(ServerChild::start().await?)
+        Some(ServerChild::start(args.addr, &args.rdma_device).await?)
     } else {
         None
     };

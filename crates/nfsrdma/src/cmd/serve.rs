@@ -61,9 +61,16 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = 20049)]
     rdma_port: u16,
     /// Require MPA CRC32c on RDMA connections (RFC 5044 §4.4); by default
-    /// CRC is used only when the client asks, as Linux siw does.
+    /// CRC is used only when the client asks, as Linux siw does (software
+    /// device only).
     #[arg(long)]
     rdma_crc: bool,
+    /// RDMA device: `soft` (the software iWARP device, no hardware needed),
+    /// an rdma-core device name (`mlx5_0`, `rxe0`, `siw0`; see `nfsrdma
+    /// devices`), or `auto`: the rdma-core device whose interface owns
+    /// --addr, else the software device (logged).
+    #[arg(long, default_value = "auto")]
+    rdma_device: crate::device::DeviceChoice,
     /// MiB all NFSv4.1 sessions' reply caches may reserve together;
     /// CREATE_SESSION grants fewer or smaller slots, then NFS4ERR_DELAY,
     /// when it runs short (RFC 8881 §18.36.3).
@@ -194,45 +201,26 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         listening.push(format!("rpcbind {a}"));
     }
     let rdma = if args.transports.contains(&Transport::Rdma) {
-        let device = softrnic::SoftDevice::new(
-            softrnic::SoftConfig {
-                crc: args.rdma_crc,
-                max_handshakes_per_client: args.max_handshakes_per_client,
-                ..softrnic::SoftConfig::default()
-            },
-            seed(),
-        );
         let addr = SocketAddr::new(args.addr, args.rdma_port);
-        let rdma_config = rpcrdma::transport::RdmaServerConfig {
-            credits: args.rdma_credits.max(1),
-            backchannel_credits: args.rdma_backchannel_credits,
-            read_bytes_per_conn: args.rdma_read_bytes_per_conn,
-            read_timeout: std::time::Duration::from_millis(args.rdma_read_timeout_ms),
-            ..rpcrdma::transport::RdmaServerConfig::default()
-        };
-        let table = std::sync::Arc::clone(server.exports());
-        let listener =
-            rpcrdma::transport::RdmaListener::bind(&device, &addr, server.rpc(), rdma_config)
-                .await
-                .with_context(|| format!("listening for RPC-over-RDMA on {addr}"))?
-                .with_conn_limiter(server.conn_limiter())
-                // A client no export lists is refused at connection time.
-                .with_accept_filter(move |peer| peer.is_some_and(|a| table.any_allows(a.ip())));
-        if args.rdma_backchannel_credits > 0 {
-            // NFSv4.1 callbacks go on the client's RDMA connection
-            // (draft-ietf-nfsv4-rpcrdma-bidirection-01 §1.4.2); connection
-            // ids are numbered per transport, so only RDMA calls match.
-            let backchannels = listener.backchannels();
-            server.v4_backchannels().set(nfs_server::v4::backchannel_fn(
-                move |p: &oncrpc::PeerInfo| match p.transport {
-                    oncrpc::TransportKind::Rdma => backchannels.get(p.conn_id),
-                    _ => None,
-                },
-            ));
-        }
-        let rdma_addr = listener.local_addr();
+        let (rdma_addr, task) =
+            match crate::device::choose(&args.rdma_device, Some(args.addr), seed())? {
+                crate::device::Chosen::Soft => {
+                    let device = softrnic::SoftDevice::new(
+                        softrnic::SoftConfig {
+                            crc: args.rdma_crc,
+                            max_handshakes_per_client: args.max_handshakes_per_client,
+                            ..softrnic::SoftConfig::default()
+                        },
+                        seed(),
+                    );
+                    rdma_listen(&device, addr, &args, &server).await?
+                }
+                crate::device::Chosen::Verbs(device) => {
+                    rdma_listen(&device, addr, &args, &server).await?
+                }
+            };
         listening.push(format!("nfs over rdma {rdma_addr}"));
-        Some((rdma_addr, listener.spawn()))
+        Some((rdma_addr, task))
     } else {
         None
     };
@@ -268,6 +256,45 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Listens for RPC-over-RDMA on `device` and serves it in a task.
+async fn rdma_listen<D: rnic::Device<Addr = SocketAddr>>(
+    device: &D,
+    addr: SocketAddr,
+    args: &ServeArgs,
+    server: &nfs_server::RunningServer,
+) -> anyhow::Result<(
+    SocketAddr,
+    tokio::task::JoinHandle<Result<(), rnic::CmError>>,
+)> {
+    let rdma_config = rpcrdma::transport::RdmaServerConfig {
+        credits: args.rdma_credits.max(1),
+        backchannel_credits: args.rdma_backchannel_credits,
+        read_bytes_per_conn: args.rdma_read_bytes_per_conn,
+        read_timeout: std::time::Duration::from_millis(args.rdma_read_timeout_ms),
+        ..rpcrdma::transport::RdmaServerConfig::default()
+    };
+    let table = std::sync::Arc::clone(server.exports());
+    let listener = rpcrdma::transport::RdmaListener::bind(device, &addr, server.rpc(), rdma_config)
+        .await
+        .with_context(|| format!("listening for RPC-over-RDMA on {addr}"))?
+        .with_conn_limiter(server.conn_limiter())
+        // A client no export lists is refused at connection time.
+        .with_accept_filter(move |peer| peer.is_some_and(|a| table.any_allows(a.ip())));
+    if args.rdma_backchannel_credits > 0 {
+        // NFSv4.1 callbacks go on the client's RDMA connection
+        // (draft-ietf-nfsv4-rpcrdma-bidirection-01 §1.4.2); connection
+        // ids are numbered per transport, so only RDMA calls match.
+        let backchannels = listener.backchannels();
+        server.v4_backchannels().set(nfs_server::v4::backchannel_fn(
+            move |p: &oncrpc::PeerInfo| match p.transport {
+                oncrpc::TransportKind::Rdma => backchannels.get(p.conn_id),
+                _ => None,
+            },
+        ));
+    }
+    Ok((listener.local_addr(), listener.spawn()))
 }
 
 /// Raises the soft RLIMIT_NOFILE to the hard limit (each connection is a

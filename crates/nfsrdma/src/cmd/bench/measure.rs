@@ -1,7 +1,7 @@
 //! The embedded server process, CPU clocks, and one timed transfer.
 
 use std::io::{BufRead, Write};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,9 +16,10 @@ use oncrpc::ClientTransport;
 
 use super::report::Op;
 use super::SOURCE_CHUNK;
+use crate::device::DeviceChoice;
 use crate::url::{NfsUrl, Scheme};
 
-/// `nfsrdma serve` on a temporary directory on 127.0.0.1 with ephemeral
+/// `nfsrdma serve` on a temporary directory (127.0.0.1 by default) with ephemeral
 /// ports, killed (and its directory removed) on drop.
 pub(super) struct ServerChild {
     child: Child,
@@ -26,6 +27,7 @@ pub(super) struct ServerChild {
     nfs: SocketAddr,
     mount: SocketAddr,
     rdma: SocketAddr,
+    device: DeviceChoice,
 }
 
 /// The address after `label` in serve's "serving DIR: nfs over tcp A,
@@ -36,8 +38,9 @@ fn addr_after(line: &str, label: &str) -> Option<SocketAddr> {
 }
 
 impl ServerChild {
-    /// Starts the server and waits for its "serving" line.
-    pub(super) async fn start() -> anyhow::Result<Self> {
+    /// Starts the server on `addr` with RDMA on `device` and waits for its
+    /// "serving" line.
+    pub(super) async fn start(addr: IpAddr, device: &DeviceChoice) -> anyhow::Result<Self> {
         let export = std::env::temp_dir().join(format!("nfsrdma-bench-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&export);
         std::fs::create_dir_all(&export)
@@ -49,7 +52,11 @@ impl ServerChild {
             .arg(&export)
             .arg("--state-dir")
             .arg(export.with_extension("state"))
-            .args(["--addr", "127.0.0.1", "--port", "0", "--rdma-port", "0"])
+            .arg("--addr")
+            .arg(addr.to_string())
+            .arg("--rdma-device")
+            .arg(device.to_string())
+            .args(["--port", "0", "--rdma-port", "0"])
             .args(["--mount-port", "0"])
             // The bench writes its own temporary directory as the user
             // that created it, root included.
@@ -91,6 +98,7 @@ impl ServerChild {
             nfs,
             mount,
             rdma,
+            device: device.clone(),
         })
     }
 
@@ -120,6 +128,7 @@ impl ServerChild {
             crc: false,
             rdma_v2: false,
             nfs4_minor: None,
+            device: self.device.clone(),
         }
     }
 }
