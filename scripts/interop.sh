@@ -10,6 +10,10 @@
 #   coherence  issue 19: two kernel mounts of one export (v4.1/RDMA + v3/TCP
 #         and the reverse) and small-file READ latency RDMA vs TCP
 #         (coherence_phase; not in the default PHASES).
+#   verbs issue 13: nfsrdma on the guest kernel's verbs (the verbs crate) over
+#         siw and over rxe: the kernel client mounts our server, our client
+#         copies to and from knfsd, perftest figures (verbs_phase; not in the
+#         default list).
 #
 # Phase tcp (NFSv3 over TCP, Linux kernel client): builds nfsrdma (release),
 # runs `nfsrdma serve` on a fresh temporary export on the host, boots the kpeer
@@ -84,6 +88,8 @@ COH_LAT_FILES=${COH_LAT_FILES:-200}
 COH_LAT_ROUNDS=${COH_LAT_ROUNDS:-3}
 COH_LAT_VERS=${COH_LAT_VERS:-3}
 COH_BASE_BIN=${COH_BASE_BIN-/tmp/own/nfsrdma-baseline}
+VERBS_DEVS=${VERBS_DEVS:-siw0 rxe0}
+VERBS_BULK_MIB=${VERBS_BULK_MIB:-100}
 has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 mkdir -p "$OUT/guest"; OUT=$(cd "$OUT" && pwd)
 T0=$(date +%s)
@@ -467,6 +473,36 @@ coherence_phase() {
     coherence_cleanup; C_PID=; C_BASE_PID=; C_WATCH_PID=; C_EXPORT=; C_BASE_EXPORT=
 }
 
+# ---- phase verbs (issue 13): nfsrdma on the kernel's verbs in the guest.
+# One VM boot per device of VERBS_DEVS (default "siw0 rxe0"); each runs
+# interop/kpeer/guest/verbs.sh with the host-built release binary (the guest
+# is Debian bookworm like the host), which prints PASS/FAIL/INFO lines: our
+# server on the device under the kernel client (v3 and v4.1), our client on
+# the device against knfsd, perftest figures. VERBS_BULK_MIB (default 100).
+verbs_phase() {
+    local dev G rc n_pass n_fail t0
+    for dev in $VERBS_DEVS; do
+        G=$OUT/guest-verbs-$dev
+        mkdir -p "$G/bin"
+        cp "$BIN" "$G/bin/nfsrdma"
+        echo "== kpeer: nfsrdma on verbs ($dev) in the guest"
+        t0=$(date +%s)
+        KPEER_HOSTFWD=none KPEER_GUESTFWD=none \
+            bash "$KPEER/run.sh" "$KPEER/guest/verbs.sh" "$G" -- "$dev" "$VERBS_BULK_MIB" \
+            > "$OUT/run-verbs-$dev.log" 2>&1
+        rc=$?
+        rm -f "$G/bin/nfsrdma"
+        grep -E '^(PASS|FAIL|INFO)' "$G/guest.log" 2>/dev/null | sed 's/^/  guest: /'
+        n_pass=$(grep -c '^PASS' "$G/guest.log" 2>/dev/null)
+        n_fail=$(grep -c '^FAIL' "$G/guest.log" 2>/dev/null)
+        if [ "$rc" = 0 ] && [ "$n_pass" -gt 0 ]; then
+            pass "verbs-$dev: $n_pass guest checks passed (VM $(( $(date +%s) - t0 )) s)"
+        else
+            fail "verbs-$dev: guest rc $rc, $n_fail of $((n_pass + n_fail)) guest checks failed (log: $G/guest.log)"
+        fi
+    done
+}
+
 if [ "${NO_BUILD:-0}" != 1 ]; then
     echo "== building nfsrdma (release)"
     if ! (cd "$ROOT" && cargo build --release -p nfsrdma > "$OUT/build.log" 2>&1); then
@@ -610,6 +646,9 @@ fi
 
 if has_phase rdma; then
     rdma_phase
+fi
+if has_phase verbs; then
+    verbs_phase
 fi
 if has_phase knfsd; then
     knfsd_phase
