@@ -131,7 +131,9 @@ pub enum BackendMem<'a> {
 /// whose hardware checks remote accesses and places payload itself.
 ///
 /// The table calls [`register`](Self::register) when memory is put under a
-/// slot, and advertises the STag it returns instead of its own; it calls
+/// slot, and advertises the STag and base tagged offset it returns instead
+/// of its own (a NIC may not take any base: Linux wants the I/O virtual
+/// address to share the memory's offset within its page); it calls
 /// [`deregister`](Self::deregister) before that memory leaves the slot
 /// (invalidation, drop), so the device never touches memory its owner has
 /// taken back. Between the two calls the table keeps the memory at the
@@ -139,15 +141,16 @@ pub enum BackendMem<'a> {
 /// never moves its bytes) and never reads or writes it itself, as long as
 /// the device does not call the table's placement methods for it.
 pub trait RegionBackend: Send + Sync + 'static {
-    /// Registers `mem` for `access` at base tagged offset `base_to` in
-    /// protection domain `pd`; returns the STag peers must use.
+    /// Registers `mem` for `access` in protection domain `pd`, at base
+    /// tagged offset `base_to` if the device can; returns the STag peers
+    /// must use and the base tagged offset it registered at.
     fn register(
         &self,
         pd: PdId,
         mem: BackendMem<'_>,
         access: Access,
         base_to: u64,
-    ) -> Result<Stag, RegisterError>;
+    ) -> Result<(Stag, u64), RegisterError>;
 
     /// Revokes every access to the region `stag` (returned by `register`);
     /// when it returns, the device no longer reads or writes its memory.
@@ -469,14 +472,15 @@ impl MrTable {
     }
 
     /// Puts memory under a slot with a fresh key (and, with a backend, the
-    /// backend's registration); returns the STag to advertise.
+    /// backend's registration); returns the STag to advertise and the base
+    /// tagged offset.
     fn fill_slot(
         &self,
         idx: u32,
         access: Access,
         base_to: u64,
         mut buf: Mem,
-    ) -> Result<Stag, RegisterError> {
+    ) -> Result<(Stag, u64), RegisterError> {
         let mut g = self.lock();
         let Some(slot) = g.slots.get_mut(idx as usize) else {
             return Err(RegisterError::ForeignSlot);
@@ -485,14 +489,15 @@ impl MrTable {
             Some(b) => Some(b.register(slot.pd, buf.backend_mem(), access, base_to)?),
             None => None,
         };
-        self.deregister(std::mem::replace(&mut slot.hw, hw));
+        self.deregister(std::mem::replace(&mut slot.hw, hw.map(|h| h.0)));
         slot.key = slot.key.wrapping_add(1);
+        let base_to = hw.map_or(base_to, |h| h.1);
         slot.state = SlotState::Valid {
             access,
             base_to,
             buf,
         };
-        Ok(hw.unwrap_or(Stag::new(idx, slot.key)))
+        Ok(hw.unwrap_or((Stag::new(idx, slot.key), base_to)))
     }
 
     /// Takes the memory out of a slot, invalidating it; the slot stays allocated.
@@ -778,7 +783,7 @@ impl StagSlot {
         if base_to.checked_add(len).is_none() {
             return Err(RegisterError::ToOverflow);
         }
-        let stag = self
+        let (stag, base_to) = self
             .table
             .fill_slot(self.index, access, base_to, Mem::Owned(buf))?;
         self.key = self.table.slot_key(self.index);
@@ -804,7 +809,7 @@ impl StagSlot {
         if base_to.checked_add(len).is_none() {
             return Err(RegisterError::ToOverflow);
         }
-        let stag =
+        let (stag, base_to) =
             self.table
                 .fill_slot(self.index, Access::REMOTE_READ, base_to, Mem::Shared(buf))?;
         self.key = self.table.slot_key(self.index);
@@ -1307,7 +1312,7 @@ mod tests {
             mem: BackendMem<'_>,
             access: Access,
             base_to: u64,
-        ) -> Result<Stag, RegisterError> {
+        ) -> Result<(Stag, u64), RegisterError> {
             if self.refuse.load(Ordering::Relaxed) {
                 return Err(RegisterError::Device(12));
             }
@@ -1320,7 +1325,8 @@ mod tests {
                 "reg {stag} pd{} {kind} {len} {access:?} {base_to}",
                 pd.0
             ));
-            Ok(stag)
+            // A NIC that moves odd bases up by 0x1000.
+            Ok((stag, if base_to % 2 == 1 { base_to + 0x1000 } else { base_to }))
         }
 
         fn deregister(&self, stag: Stag) {
@@ -1335,10 +1341,14 @@ mod tests {
         let pd = t.alloc_pd();
         let mr = pd.register_at(BytesMut::zeroed(8), rw(), 0x40).unwrap();
         assert_eq!(mr.stag(), Stag(0xab00_0000));
+        assert_eq!(mr.base_to(), 0x40);
+        let odd = pd.register_at(BytesMut::zeroed(1), rw(), 0x41).unwrap();
+        assert_eq!(odd.base_to(), 0x1041, "the backend's base is the region's");
+        drop(odd);
         let ro = pd
             .register_read_only(Bytes::from_static(b"abc"), 0)
             .unwrap();
-        assert_eq!(ro.stag(), Stag(0xab00_0001));
+        assert_eq!(ro.stag(), Stag(0xab00_0002));
         let back = mr.invalidate();
         assert_eq!(back.buf.len(), 8);
         // The slot's next registration is the backend's again.
@@ -1346,7 +1356,7 @@ mod tests {
             .slot
             .fast_register(BytesMut::zeroed(2), rw(), 0)
             .unwrap();
-        assert_eq!(again.stag(), Stag(0xab00_0002));
+        assert_eq!(again.stag(), Stag(0xab00_0003));
         drop(again);
         drop(ro);
         let log = nic.log.lock().unwrap().clone();
@@ -1354,15 +1364,13 @@ mod tests {
             log,
             vec![
                 format!("reg 0xab000000 pd{} rw 8 {:?} 64", pd.id().0, rw()),
-                format!(
-                    "reg 0xab000001 pd{} ro 3 {:?} 0",
-                    pd.id().0,
-                    Access::REMOTE_READ
-                ),
-                "dereg 0xab000000".to_string(),
-                format!("reg 0xab000002 pd{} rw 2 {:?} 0", pd.id().0, rw()),
-                "dereg 0xab000002".to_string(),
+                format!("reg 0xab000001 pd{} rw 1 {:?} 65", pd.id().0, rw()),
                 "dereg 0xab000001".to_string(),
+                format!("reg 0xab000002 pd{} ro 3 {:?} 0", pd.id().0, Access::REMOTE_READ),
+                "dereg 0xab000000".to_string(),
+                format!("reg 0xab000003 pd{} rw 2 {:?} 0", pd.id().0, rw()),
+                "dereg 0xab000003".to_string(),
+                "dereg 0xab000002".to_string(),
             ]
         );
     }

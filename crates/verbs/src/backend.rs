@@ -20,6 +20,9 @@ pub(crate) struct LocalRegion {
     pub(crate) writable: bool,
 }
 
+/// The smallest page size Linux uses; IOVAs keep the page offset of this.
+const PAGE: u64 = 4096;
+
 #[derive(Default)]
 struct Maps {
     pds: HashMap<PdId, Arc<Pd>>,
@@ -92,32 +95,34 @@ impl RegionBackend for Backend {
         mem: BackendMem<'_>,
         access: Access,
         base_to: u64,
-    ) -> Result<Stag, RegisterError> {
-        let (writable, len) = match &mem {
-            BackendMem::Writable(b) => (true, b.len()),
-            BackendMem::ReadOnly(b) => (false, b.len()),
+    ) -> Result<(Stag, u64), RegisterError> {
+        let (writable, len, addr) = match &mem {
+            BackendMem::Writable(b) => (true, b.len(), b.as_ptr() as u64),
+            BackendMem::ReadOnly(b) => (false, b.len(), b.as_ptr() as u64),
         };
         if len == 0 {
             // Nothing for the NIC to reach; no STag a peer could use.
-            return Ok(Stag(0));
+            return Ok((Stag(0), base_to));
         }
+        // The kernel takes an IOVA only at the memory's offset within its
+        // page (ib_uverbs_reg_mr); otherwise the memory's address is the
+        // region's base.
+        let iova = if base_to % PAGE == addr % PAGE { base_to } else { addr };
         let hw_pd = self.pd(pd).map_err(RegisterError::Device)?;
-        let mr = Mr::register_table(
-            &hw_pd,
-            mem,
-            base_to,
-            access_bits(access, writable, self.iwarp),
-        )
-        .map_err(RegisterError::Device)?;
+        let bits = access_bits(access, writable, self.iwarp);
+        let mr = Mr::register_table(&hw_pd, mem, iova, bits).map_err(|e| {
+            tracing::warn!(errno = e, len, "ibv_reg_mr failed");
+            RegisterError::Device(e)
+        })?;
         let stag = Stag(mr.rkey());
         let local = LocalRegion {
             lkey: mr.lkey(),
-            base: base_to,
+            base: iova,
             len: len as u64,
             writable,
         };
         self.lock().regions.insert(stag.0, (mr, local));
-        Ok(stag)
+        Ok((stag, iova))
     }
 
     fn deregister(&self, stag: Stag) {

@@ -38,8 +38,10 @@ fn ird_ord(dev: &DevInner, want: u32) -> u8 {
 /// A listener on the device: rdma_cm id bound to an address of it.
 pub struct VerbsListener {
     dev: Arc<DevInner>,
+    // The listening id, kept for its life. Field order is drop order:
+    // the id goes before its channel.
+    _id: CmId,
     ch: AsyncFd<EventChannel>,
-    id: CmId,
     local: SocketAddr,
 }
 
@@ -72,10 +74,11 @@ pub(crate) fn listen(dev: Arc<DevInner>, addr: SocketAddr) -> Result<VerbsListen
     }
     id.listen(128).map_err(|e| setup(e.1))?;
     let local = id.local_addr().unwrap_or(addr);
+    let ch = crate::sys::async_fd(ch).map_err(setup)?;
     Ok(VerbsListener {
         dev,
-        ch: crate::sys::async_fd(ch).map_err(setup)?,
-        id,
+        _id: id,
+        ch,
         local,
     })
 }
@@ -101,7 +104,6 @@ impl Listener for VerbsListener {
                 id.reject(&[]).ok();
                 continue;
             }
-            let _ = &self.id;
             return Ok(VerbsRequest {
                 dev: Arc::clone(&self.dev),
                 peer: id.peer_addr(),

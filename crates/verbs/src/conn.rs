@@ -334,6 +334,15 @@ impl Conn {
             remote_addr: remote.0,
             rkey: remote.1,
         };
+        tracing::debug!(
+            qp = self.qpn.0,
+            slot,
+            ?op,
+            len = sges.iter().map(|s| u64::from(s.len)).sum::<u64>(),
+            sges = sges.len(),
+            remote = ?remote,
+            "post"
+        );
         // Posted under the state lock, so requests reach the NIC in the
         // order they were posted.
         match self.id.post_send(&desc) {
@@ -430,6 +439,14 @@ impl Conn {
 
     fn complete(&self, wc: sys::Wc) {
         let status = status(wc.status);
+        tracing::debug!(
+            qp = self.qpn.0,
+            wr = wc.wr_id,
+            status = wc.status,
+            len = wc.byte_len,
+            inv = ?wc.invalidated,
+            "completion"
+        );
         if !matches!(status, WcStatus::Success | WcStatus::FlushError) {
             tracing::warn!(
                 qp = self.qpn.0,

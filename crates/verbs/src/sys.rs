@@ -1368,7 +1368,10 @@ impl CmId {
             send_flags: 2 | if d.solicited { 4 } else { 0 },
             invalidate_rkey: inv,
             remote_addr: d.remote_addr,
-            rkey: d.rkey,
+            // A Send With Invalidate also names its STag in `wr.rdma.rkey`:
+            // providers ignore the field for Sends, and the siw user
+            // provider reads the STag to invalidate from there.
+            rkey: if inv != 0 { inv } else { d.rkey },
             _wr_rest: [0; 5],
             _qp_type: [0; 2],
             _tail: [0; 6],
