@@ -84,10 +84,10 @@ fn choose_by(
 ) -> anyhow::Result<Chosen> {
     match choice {
         DeviceChoice::Soft => Ok(Chosen::Soft),
-        DeviceChoice::Named(name) => Ok(Chosen::Verbs(verbs::VerbsDevice::open(name, seed)?)),
+        DeviceChoice::Named(name) => Ok(Chosen::Verbs(open(name, seed)?)),
         DeviceChoice::Auto => match addr.and_then(find) {
             Some(name) => {
-                let dev = verbs::VerbsDevice::open(&name, seed)?;
+                let dev = open(&name, seed)?;
                 tracing::info!(
                     device = %name,
                     transport = %dev.info().transport,
@@ -109,6 +109,31 @@ fn choose_by(
             }
         },
     }
+}
+
+/// Opens a verbs device, first raising the locked-memory limit: every
+/// registered region is pinned and counted against RLIMIT_MEMLOCK, whose
+/// usual 8 MiB would refuse the second 1 MiB READ or WRITE chunk buffer.
+fn open(name: &str, seed: u64) -> anyhow::Result<verbs::VerbsDevice> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource, RLIM_INFINITY};
+    let dev = verbs::VerbsDevice::open(name, seed)?;
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_MEMLOCK) {
+        // Unlimited where allowed (root), else up to the hard limit.
+        if setrlimit(Resource::RLIMIT_MEMLOCK, RLIM_INFINITY, RLIM_INFINITY).is_err() && soft < hard
+        {
+            let _ = setrlimit(Resource::RLIMIT_MEMLOCK, hard, hard);
+        }
+        let now = getrlimit(Resource::RLIMIT_MEMLOCK)
+            .map(|l| l.0)
+            .unwrap_or(soft);
+        if now != RLIM_INFINITY && now < 256 << 20 {
+            tracing::warn!(
+                bytes = now,
+                "locked-memory limit (ulimit -l) is low for RDMA registrations; raise it"
+            );
+        }
+    }
+    Ok(dev)
 }
 
 /// Arguments of `nfsrdma devices`.

@@ -248,7 +248,11 @@ pub(crate) async fn open(url: &NfsUrl, io: nfs_client::IoOptions) -> anyhow::Res
             };
             let opts = rdma_options(url, io);
             let what = || format!("mounting {}:{} over RDMA", url.host, url.path);
-            match choose_for_peer(&url.device, peer_ip(&url.host), seed())? {
+            let peer = match url.device {
+                DeviceChoice::Auto => peer_ip(&url.host),
+                _ => None,
+            };
+            match choose_for_peer(&url.device, peer, seed())? {
                 Chosen::Soft => nfs_client::connect_rdma(&soft_device(url.crc), &target, &opts)
                     .await
                     .map(Remote::Rdma)

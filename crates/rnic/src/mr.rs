@@ -1326,7 +1326,14 @@ mod tests {
                 pd.0
             ));
             // A NIC that moves odd bases up by 0x1000.
-            Ok((stag, if base_to % 2 == 1 { base_to + 0x1000 } else { base_to }))
+            Ok((
+                stag,
+                if base_to % 2 == 1 {
+                    base_to + 0x1000
+                } else {
+                    base_to
+                },
+            ))
         }
 
         fn deregister(&self, stag: Stag) {
@@ -1366,7 +1373,11 @@ mod tests {
                 format!("reg 0xab000000 pd{} rw 8 {:?} 64", pd.id().0, rw()),
                 format!("reg 0xab000001 pd{} rw 1 {:?} 65", pd.id().0, rw()),
                 "dereg 0xab000001".to_string(),
-                format!("reg 0xab000002 pd{} ro 3 {:?} 0", pd.id().0, Access::REMOTE_READ),
+                format!(
+                    "reg 0xab000002 pd{} ro 3 {:?} 0",
+                    pd.id().0,
+                    Access::REMOTE_READ
+                ),
                 "dereg 0xab000000".to_string(),
                 format!("reg 0xab000003 pd{} rw 2 {:?} 0", pd.id().0, rw()),
                 "dereg 0xab000003".to_string(),

@@ -107,7 +107,11 @@ impl RegionBackend for Backend {
         // The kernel takes an IOVA only at the memory's offset within its
         // page (ib_uverbs_reg_mr); otherwise the memory's address is the
         // region's base.
-        let iova = if base_to % PAGE == addr % PAGE { base_to } else { addr };
+        let iova = if base_to % PAGE == addr % PAGE {
+            base_to
+        } else {
+            addr
+        };
         let hw_pd = self.pd(pd).map_err(RegisterError::Device)?;
         let bits = access_bits(access, writable, self.iwarp);
         let mr = Mr::register_table(&hw_pd, mem, iova, bits).map_err(|e| {

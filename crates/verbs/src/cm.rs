@@ -150,7 +150,28 @@ impl ConnectRequest for VerbsRequest {
         self.peer
     }
 
-    async fn accept(
+    async fn accept(self, pd: &ProtectionDomain, config: QpConfig) -> Result<VerbsQp, CmError> {
+        let peer = self.peer;
+        let r = self.accept_inner(pd, config).await;
+        if let Err(e) = &r {
+            tracing::warn!(?peer, "accepting an RDMA connection failed: {e}");
+        }
+        r
+    }
+
+    async fn reject(mut self, private_data: &[u8]) -> Result<(), CmError> {
+        if private_data.len() > 255 {
+            return Err(CmError::PrivateDataTooLong(private_data.len()));
+        }
+        match self.id.take() {
+            Some(id) => id.reject(private_data).map_err(setup),
+            None => Ok(()),
+        }
+    }
+}
+
+impl VerbsRequest {
+    async fn accept_inner(
         mut self,
         pd: &ProtectionDomain,
         mut config: QpConfig,
@@ -186,16 +207,6 @@ impl ConnectRequest for VerbsRequest {
                 "connection not established: {k:?} (status {})",
                 ev.status
             ))),
-        }
-    }
-
-    async fn reject(mut self, private_data: &[u8]) -> Result<(), CmError> {
-        if private_data.len() > 255 {
-            return Err(CmError::PrivateDataTooLong(private_data.len()));
-        }
-        match self.id.take() {
-            Some(id) => id.reject(private_data).map_err(setup),
-            None => Ok(()),
         }
     }
 }

@@ -396,6 +396,13 @@ impl Conn {
         let Some(sink) = sink else {
             // RFC 5040 §5.2: the sink must be a local region this queue
             // pair may write; it is not, so the request fails locally.
+            tracing::warn!(
+                qp = self.qpn.0,
+                stag = %wr.local_stag,
+                to = wr.local_to,
+                len,
+                "RDMA Read sink is not a writable region of this device"
+            );
             self.send_cq
                 .push(WorkCompletion::send_side(
                     self.qpn,
