@@ -142,17 +142,16 @@ mod tests {
 
     #[test]
     fn remote_write_implies_local_write_and_read_only_memory_is_never_writable() {
-        assert_eq!(
-            access_bits(Access::REMOTE_WRITE, true),
-            sys::ACCESS_LOCAL_WRITE | sys::ACCESS_REMOTE_WRITE
+        let (lw, rw, rr) = (
+            sys::ACCESS_LOCAL_WRITE,
+            sys::ACCESS_REMOTE_WRITE,
+            sys::ACCESS_REMOTE_READ,
         );
-        assert_eq!(
-            access_bits(Access::LOCAL_WRITE, true),
-            sys::ACCESS_LOCAL_WRITE
-        );
-        assert_eq!(
-            access_bits(Access::REMOTE_READ | Access::REMOTE_WRITE, false),
-            sys::ACCESS_REMOTE_READ
-        );
+        assert_eq!(access_bits(Access::REMOTE_WRITE, true, false), lw | rw);
+        assert_eq!(access_bits(Access::LOCAL_WRITE, true, false), lw);
+        // iWARP: a Read sink takes the Read Response as a tagged write.
+        assert_eq!(access_bits(Access::LOCAL_WRITE, true, true), lw | rw);
+        let both = Access::REMOTE_READ | Access::REMOTE_WRITE;
+        assert_eq!(access_bits(both, false, false), rr);
     }
 }

@@ -532,6 +532,11 @@ impl Conn {
     }
 
     async fn run_cq(self: Arc<Self>) {
+        Arc::clone(&self).serve_cq().await;
+        release(self);
+    }
+
+    async fn serve_cq(self: Arc<Self>) {
         let mut wcs = Vec::new();
         loop {
             loop {
@@ -566,13 +571,24 @@ impl Conn {
     async fn run_cm(self: Arc<Self>) {
         loop {
             let Some(ev) = next_event(&self.cm).await else {
-                return;
+                break;
             };
             if ev.kind == CmEventKind::Disconnected {
                 self.close(CloseReason::PeerDisconnect);
-                return;
+                break;
             }
         }
+        release(self);
+    }
+}
+
+/// Lets go of a connection off the async runtime: destroying an rdma_cm id
+/// and its queue pair can block (iWARP waits for the TCP teardown), and a
+/// runtime worker blocked there could not accept the next connection.
+pub(crate) fn release(conn: Arc<Conn>) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) => drop(h.spawn_blocking(move || drop(conn))),
+        Err(_) => drop(conn),
     }
 }
 

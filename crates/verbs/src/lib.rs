@@ -230,6 +230,10 @@ impl std::fmt::Debug for VerbsQp {
 impl Drop for VerbsQp {
     fn drop(&mut self) {
         self.conn.close(CloseReason::LocalDisconnect);
+        // The completion and CM tasks hold the connection until the NIC has
+        // flushed it, and drop it on the blocking pool; so does this
+        // handle's clone, should it be the last.
+        conn::release(Arc::clone(&self.conn));
     }
 }
 
