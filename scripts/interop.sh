@@ -459,7 +459,7 @@ coherence_phase() {
         local dd="-d tcp.port==$COH_TCP_PORT,rpc -d tcp.port==$COH_MOUNT_PORT,rpc"
         [ "$base" = 1 ] && dd+=" -d tcp.port==$((COH_TCP_PORT + 10)),rpc -d tcp.port==$((COH_MOUNT_PORT + 10)),rpc"
         # shellcheck disable=SC2086
-        tshark -n -r "$pcap" $dd -Y 'rpc.msgtyp==1 && rpc.program==100003 && rpc.version==3 && rpc.procedure==6' \
+        tshark -n -r "$pcap" $dd -Y 'rpc.msgtyp==1 && nfs.procedure_v3==6' \
             -T fields -e tcp.srcport -e rpc.time 2>/dev/null |
             awk -v r="$COH_RDMA_PORT" -v t="$COH_TCP_PORT" '{n=($1==r)?"ours rdma":($1==t)?"ours tcp":($1==r+10)?"base rdma":($1==t+10)?"base tcp":"other "$1;
                  split($2,a,","); v[n]=v[n]" "a[1]*1000}
