@@ -16,6 +16,7 @@ use oncrpc::msg::Credential;
 use oncrpc::PeerInfo;
 
 use crate::exports::{ClientRule, ClientSpec, ExportEntry, ExportOptions};
+use crate::fh::HandleKey;
 use crate::perm::Caller;
 use crate::storage::Storage;
 use crate::LocalFs;
@@ -129,10 +130,32 @@ fn flavor_of(cred: &Credential) -> u32 {
 }
 
 /// Every export, in configuration order (the first is the primary: the
-/// NFSv4 root).
+/// one a handle no export owns is sent to, to be refused). NFSv4 reaches
+/// them all through its pseudo file system (`crate::v4`).
 #[derive(Debug)]
 pub struct ExportTable<S> {
     exports: Vec<Export<S>>,
+    /// The key of the NFSv4 pseudo file system's handles (the state
+    /// directory's, so they last across restarts).
+    key: HandleKey,
+}
+
+/// A random handle key for a table without a state directory.
+fn fresh_key() -> HandleKey {
+    let key = crate::statedir::random_key().unwrap_or_else(|_| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        *blake3::hash(
+            &[
+                now.as_nanos().to_be_bytes(),
+                u128::from(std::process::id()).to_be_bytes(),
+            ]
+            .concat(),
+        )
+        .as_bytes()
+    });
+    HandleKey::new(key)
 }
 
 impl<S: Storage> ExportTable<S> {
@@ -144,7 +167,15 @@ impl<S: Storage> ExportTable<S> {
                 "no export configured",
             ));
         }
-        Ok(Self { exports })
+        Ok(Self {
+            exports,
+            key: fresh_key(),
+        })
+    }
+
+    /// The key pseudo file system handles are tagged with.
+    pub(crate) fn handle_key(&self) -> &HandleKey {
+        &self.key
     }
 
     /// The exports in order.
@@ -190,6 +221,65 @@ impl<S: Storage> ExportTable<S> {
         })
     }
 
+    /// The access decision for a directory of the NFSv4 pseudo file system
+    /// above the exports `below` (RFC 8881 §7.3, §7.8): the client must be
+    /// listed by one of them and use a flavor one of those accepts; the
+    /// junctions are read-only for everyone.
+    pub(crate) fn admit_junction(
+        &self,
+        below: &[usize],
+        peer: &PeerInfo,
+        cred: &Credential,
+    ) -> Result<Grant, Refusal> {
+        let ip = peer_ip(peer);
+        let listed: Vec<&ExportOptions> = below
+            .iter()
+            .filter_map(|&e| self.exports.get(e)?.options_for(ip))
+            .collect();
+        if listed.is_empty() {
+            REFUSED.trip(format_args!(
+                "client {ip} is not allowed to use any export (NFSv4 pseudo file system)"
+            ));
+            return Err(Refusal::NotListed);
+        }
+        let flavor = flavor_of(cred);
+        if !listed.iter().any(|o| o.accepts_flavor(flavor)) {
+            REFUSED.trip(format_args!(
+                "client {ip} used auth flavor {flavor} on the NFSv4 pseudo file system"
+            ));
+            return Err(Refusal::WrongSec);
+        }
+        Ok(Grant {
+            caller: Caller::of(cred),
+            read_only: true,
+        })
+    }
+
+    /// Whether a client at `ip` may use export `e` (by index).
+    pub(crate) fn lists(&self, e: usize, ip: IpAddr) -> bool {
+        self.exports
+            .get(e)
+            .is_some_and(|x| x.options_for(ip).is_some())
+    }
+
+    /// The flavors a client at `ip` may use on the exports `which`, in
+    /// the exports' order of preference, each once (SECINFO, RFC 8881
+    /// §18.29.4).
+    pub(crate) fn flavors(&self, which: &[usize], ip: IpAddr) -> Vec<u32> {
+        let mut out = Vec::new();
+        for o in which
+            .iter()
+            .filter_map(|&e| self.exports.get(e)?.options_for(ip))
+        {
+            for f in &o.sec {
+                if !out.contains(&f.number()) {
+                    out.push(f.number());
+                }
+            }
+        }
+        out
+    }
+
     /// Whether a client at `ip` may use any export: the RDMA accept
     /// filter (a client no export lists is refused at connection time).
     pub fn any_allows(&self, ip: IpAddr) -> bool {
@@ -227,6 +317,7 @@ impl ExportTable<LocalFs> {
         };
         Self {
             exports: vec![Export::new(fs, path, &aliases, vec![rule])],
+            key: fresh_key(),
         }
     }
 
@@ -263,6 +354,10 @@ impl ExportTable<LocalFs> {
             }
             exports.push(Export::new(fs, path, &names, e.clients.clone()));
         }
-        Self::new(exports)
+        let mut table = Self::new(exports)?;
+        if let Some(s) = state {
+            table.key = HandleKey::new(s.handle_key()?);
+        }
+        Ok(table)
     }
 }

@@ -13,6 +13,12 @@
 //!   make a handle for an inode it was never given, nor alter one.
 //! - A handle with a good tag minted for another export is NFS3ERR_STALE,
 //!   as Linux does for an unknown export.
+//! - The second byte is the handle's kind: 0 for a file of an export,
+//!   [`KIND_PSEUDO`] for a directory of the NFSv4 pseudo file system
+//!   (`crate::v4::pseudofs`), whose export id is [`PSEUDO_EXPORT`] and
+//!   whose inode number is the node's file id. Both are tagged alike, so a
+//!   pseudo handle is as unforgeable, and as lasting across restarts with
+//!   the same state directory, as a file's.
 //! - The generation tells apart two files that had the same inode number
 //!   one after the other. Without `unsafe` the server cannot call
 //!   `ioctl(FS_IOC_GETVERSION)` or `name_to_handle_at`, so it uses the
@@ -34,6 +40,11 @@ const BODY_LEN: usize = 28;
 const TAG_LEN: usize = 16;
 /// Encoded handle length.
 pub(crate) const FH_LEN: usize = BODY_LEN + TAG_LEN;
+/// The kind byte of a pseudo file system handle.
+pub(crate) const KIND_PSEUDO: u8 = 1;
+/// The export id pseudo file system handles carry (no export's: those
+/// are hashes of a path and a device).
+pub(crate) const PSEUDO_EXPORT: u64 = 0;
 
 /// 64-bit FNV-1a (export ids, READDIR cookies; not for secrets).
 pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
@@ -87,8 +98,48 @@ fn same_tag(a: &[u8], b: &[u8]) -> bool {
 impl Handle {
     /// The wire form, tagged under `key`.
     pub(crate) fn to_fh(self, key: &HandleKey) -> NfsFh3 {
+        self.encode(0, key)
+    }
+
+    /// The wire form of pseudo file system node `fileid`.
+    pub(crate) fn pseudo_fh(fileid: u64, key: &HandleKey) -> NfsFh3 {
+        let h = Handle {
+            export_id: PSEUDO_EXPORT,
+            ino: fileid,
+            gen: 0,
+        };
+        h.encode(KIND_PSEUDO, key)
+    }
+
+    /// Whether `fh` is shaped as a pseudo file system handle (its tag is
+    /// not checked: [`Self::parse_pseudo`] does).
+    pub(crate) fn is_pseudo(fh: &NfsFh3) -> bool {
+        let b = fh.as_bytes();
+        b.len() == FH_LEN && b[0] == VERSION && b[1] == KIND_PSEUDO
+    }
+
+    /// The export id `fh` claims, without checking its tag (to pick which
+    /// export checks it).
+    pub(crate) fn peek_export(fh: &NfsFh3) -> Option<u64> {
+        let b = fh.as_bytes();
+        if b.len() != FH_LEN || b[0] != VERSION || b[1] != 0 {
+            return None;
+        }
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[4..12]);
+        Some(u64::from_be_bytes(w))
+    }
+
+    /// The file id of pseudo file system handle `fh`: BADHANDLE when it is
+    /// malformed or not tagged under `key`.
+    pub(crate) fn parse_pseudo(fh: &NfsFh3, key: &HandleKey) -> Result<u64, Nfsstat3> {
+        Self::parse_kind(fh, key, KIND_PSEUDO, PSEUDO_EXPORT).map(|h| h.ino)
+    }
+
+    fn encode(self, kind: u8, key: &HandleKey) -> NfsFh3 {
         let mut b = [0u8; FH_LEN];
         b[0] = VERSION;
+        b[1] = kind;
         b[4..12].copy_from_slice(&self.export_id.to_be_bytes());
         b[12..20].copy_from_slice(&self.ino.to_be_bytes());
         b[20..28].copy_from_slice(&self.gen.to_be_bytes());
@@ -100,11 +151,20 @@ impl Handle {
     /// Parses `fh` for export `export_id`: BADHANDLE when malformed or
     /// not tagged under `key`, STALE when it belongs to another export.
     pub(crate) fn parse(fh: &NfsFh3, key: &HandleKey, export_id: u64) -> Result<Self, Nfsstat3> {
+        Self::parse_kind(fh, key, 0, export_id)
+    }
+
+    fn parse_kind(
+        fh: &NfsFh3,
+        key: &HandleKey,
+        kind: u8,
+        export_id: u64,
+    ) -> Result<Self, Nfsstat3> {
         let b: &[u8; FH_LEN] = fh
             .as_bytes()
             .try_into()
             .map_err(|_| Nfsstat3::NFS3ERR_BADHANDLE)?;
-        if b[0] != VERSION || b[1..4] != [0, 0, 0] {
+        if b[0] != VERSION || b[1] != kind || b[2..4] != [0, 0] {
             return Err(Nfsstat3::NFS3ERR_BADHANDLE);
         }
         if !same_tag(&key.tag(&b[..BODY_LEN]), &b[BODY_LEN..]) {
@@ -173,6 +233,36 @@ mod tests {
         let short = NfsFh3::new(&fh.as_bytes()[..20]).unwrap();
         assert_eq!(
             Handle::parse(&short, &key(1), 1),
+            Err(Nfsstat3::NFS3ERR_BADHANDLE)
+        );
+    }
+
+    #[test]
+    fn pseudo_handles_are_their_own_kind() {
+        let fh = Handle::pseudo_fh(77, &key(1));
+        assert!(Handle::is_pseudo(&fh));
+        assert_eq!(Handle::parse_pseudo(&fh, &key(1)), Ok(77));
+        assert_eq!(Handle::peek_export(&fh), None);
+        // Not a file handle of any export, and not under another key.
+        assert_eq!(
+            Handle::parse(&fh, &key(1), PSEUDO_EXPORT),
+            Err(Nfsstat3::NFS3ERR_BADHANDLE)
+        );
+        assert_eq!(
+            Handle::parse_pseudo(&fh, &key(2)),
+            Err(Nfsstat3::NFS3ERR_BADHANDLE)
+        );
+        // A file handle is not a pseudo one.
+        let file = Handle {
+            export_id: 9,
+            ino: 77,
+            gen: 0,
+        }
+        .to_fh(&key(1));
+        assert!(!Handle::is_pseudo(&file));
+        assert_eq!(Handle::peek_export(&file), Some(9));
+        assert_eq!(
+            Handle::parse_pseudo(&file, &key(1)),
             Err(Nfsstat3::NFS3ERR_BADHANDLE)
         );
     }

@@ -81,7 +81,8 @@ pub struct ServerConfig {
     /// (127.0.0.0/8 and ::1), read-write, root squashed.
     pub clients: Vec<ClientRule>,
     /// Exports from an exports(5) file; when not empty they replace
-    /// `export` and `clients`. The first is the NFSv4 root.
+    /// `export` and `clients`. NFSv4 clients find each at its path under
+    /// the pseudo file system's root.
     pub exports: Vec<ExportEntry>,
     /// Refuse every change on every export with ROFS, whatever the
     /// client options say.

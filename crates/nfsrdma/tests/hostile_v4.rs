@@ -30,10 +30,13 @@ fn serve(tag: &str) -> Serve {
 struct V4 {
     rpc: TcpClient,
     cred: OpaqueAuth,
+    /// The export's path: NFSv4 reaches it from PUTROOTFH a LOOKUP per
+    /// component (the pseudo file system).
+    export: Vec<Component4>,
 }
 
 impl V4 {
-    async fn connect(port: u16, uid: u32) -> Self {
+    async fn connect(port: u16, uid: u32, export: &std::path::Path) -> Self {
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let rpc = TcpClient::connect(addr, 7, ClientConfig::default(), TcpConfig::default())
             .await
@@ -46,7 +49,13 @@ impl V4 {
             gids: vec![],
         }
         .to_opaque_auth();
-        Self { rpc, cred }
+        let export = std::fs::canonicalize(export)
+            .unwrap()
+            .iter()
+            .skip(1)
+            .map(|c| Component4(Bytes::from(c.to_str().unwrap().to_owned())))
+            .collect();
+        Self { rpc, cred, export }
     }
 
     async fn ops(&self, ops: Vec<NfsArgop4>) -> Compound4Res {
@@ -119,7 +128,7 @@ impl V4 {
 
     /// A 60 KiB READ on `slot`, asking the server to cache the reply.
     async fn cached_read(&self, session: [u8; 16], slot: u32) -> Nfsstat4 {
-        self.ops(vec![
+        let mut ops = vec![
             NfsArgop4::Sequence(Sequence4Args {
                 sessionid: FixedOpaque(session),
                 sequenceid: 1,
@@ -128,6 +137,13 @@ impl V4 {
                 cachethis: true,
             }),
             NfsArgop4::Putrootfh(()),
+        ];
+        ops.extend(
+            self.export
+                .iter()
+                .map(|c| NfsArgop4::Lookup(Lookup4Args { objname: c.clone() })),
+        );
+        ops.extend([
             NfsArgop4::Lookup(Lookup4Args {
                 objname: Component4::from_static("big"),
             }),
@@ -136,9 +152,8 @@ impl V4 {
                 offset: 0,
                 count: 60 << 10,
             }),
-        ])
-        .await
-        .status
+        ]);
+        self.ops(ops).await.status
     }
 }
 
@@ -152,7 +167,7 @@ async fn clients_caching_big_replies_keep_the_server_rss_bounded() {
     let mut first = None;
     // 8 clients × 16 sessions × 64 slots × 64 KiB would be 512 MiB.
     for c in 0..8 {
-        let v4 = V4::connect(s.nfs, uid).await;
+        let v4 = V4::connect(s.nfs, uid, &s.export.0).await;
         let (id, mut seq) = v4.exchange_id(&format!("hostile-{c}")).await;
         for _ in 0..16 {
             match v4.create_session(id, seq).await {
@@ -192,7 +207,7 @@ async fn clients_caching_big_replies_keep_the_server_rss_bounded() {
     // One hostile session gone, a newcomer gets a session and reads.
     // DESTROY_SESSION needs a connection bound to the session (RFC 8881
     // §18.37.3): this one binds first.
-    let v4 = V4::connect(s.nfs, uid).await;
+    let v4 = V4::connect(s.nfs, uid, &s.export.0).await;
     let first = FixedOpaque(first.expect("a session was granted"));
     let r = v4
         .ops(vec![NfsArgop4::BindConnToSession(BindConnToSession4Args {

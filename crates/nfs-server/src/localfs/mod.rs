@@ -204,7 +204,10 @@ impl Storage for LocalFs {
     }
 
     fn owns(&self, fh: &NfsFh3) -> bool {
-        crate::fh::Handle::parse(fh, &self.key, self.export_id).is_ok()
+        // The export id first: with several exports, only the one named
+        // computes the tag.
+        crate::fh::Handle::peek_export(fh) == Some(self.export_id)
+            && crate::fh::Handle::parse(fh, &self.key, self.export_id).is_ok()
     }
 
     fn write_verifier(&self) -> [u8; 8] {

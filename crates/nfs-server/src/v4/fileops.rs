@@ -123,7 +123,7 @@ impl<S: Storage> Nfs4Service<S> {
             ),
             A::Putfh(a) => Z::Putfh(status(self.putfh(&a.object, cx).await)),
             A::Putrootfh(()) | A::Putpubfh(()) => {
-                cx.cur = Some(self.fs.root());
+                cx.cur = Some(self.fs.root_for(&cx.peer));
                 cx.cur_sid = None;
                 if matches!(op, A::Putrootfh(())) {
                     Z::Putrootfh(Nfsstat4::NFS4_OK)
@@ -232,6 +232,7 @@ impl<S: Storage> Nfs4Service<S> {
             None
         };
         let mut attrs = file_attrs(&attr, &fh, fsstat, self.lease_secs());
+        self.fs.fix_attrs(&fh, &mut attrs);
         let server = (change_of(&attr), attr.size);
         // RFC 8881 §10.4.3: another client's write delegation.
         if let Some((size, change)) = self
@@ -274,7 +275,7 @@ impl<S: Storage> Nfs4Service<S> {
         let n = name3(name)?;
         let d = self.dir(&dir).await?;
         self.allow(&d, cx, ACCESS3_LOOKUP, false)?;
-        cx.cur = Some(self.fs.lookup(&dir, &n).await.map_err(st4)?);
+        cx.cur = Some(self.fs.lookup_for(&dir, &n, &cx.peer).await.map_err(st4)?);
         cx.cur_sid = None;
         Ok(())
     }
@@ -515,7 +516,9 @@ impl<S: Storage> Nfs4Service<S> {
             let attrs = match e.plus {
                 None => Fattr4::default(),
                 Some(Ok((fh, at))) => {
-                    file_attrs(&at, &fh, fsstat, lease).to_fattr4(&a.attr_request)
+                    let mut attrs = file_attrs(&at, &fh, fsstat, lease);
+                    self.fs.fix_attrs(&fh, &mut attrs);
+                    attrs.to_fattr4(&a.attr_request)
                 }
                 Some(Err(nfs::v3::Nfsstat3::NFS3ERR_NOENT)) => return true,
                 Some(Err(s)) if a.attr_request.contains(FATTR4_RDATTR_ERROR) => FileAttrs {
@@ -541,7 +544,8 @@ impl<S: Storage> Nfs4Service<S> {
             entries.push(entry);
             true
         };
-        let page = self.fs.readdir(&dir, req, &mut sink).await.map_err(st4)?;
+        let page = self.fs.readdir_for(&dir, &cx.peer, req, &mut sink);
+        let page = page.await.map_err(st4)?;
         if let Some(s) = failed {
             return Err(s);
         }
@@ -558,26 +562,32 @@ impl<S: Storage> Nfs4Service<S> {
         })
     }
 
-    /// SECINFO and SECINFO_NO_NAME (RFC 8881 §18.29.4, §18.45.4): AUTH_SYS
-    /// only; success consumes the current file handle. SECINFO looks the
-    /// name up, so it needs search permission on the directory
+    /// SECINFO and SECINFO_NO_NAME (RFC 8881 §18.29.4, §18.45.4): the
+    /// flavors the object's export accepts from this client (across a
+    /// junction, those of the export the name leads into, §2.6.3.1.1.5);
+    /// success consumes the current file handle. SECINFO looks the name
+    /// up, so it needs search permission on the directory
     /// (`ACCESS3_LOOKUP`, as LOOKUP; RFC 8881 §18.29.3).
     async fn secinfo(
         &self,
         name: Option<&Component4>,
         cx: &mut Cx,
     ) -> R<Bounded<Vec<Secinfo4>, 16>> {
-        let fh = cur(cx)?;
+        let mut fh = cur(cx)?;
         if let Some(name) = name {
             let n = name3(name)?;
             let d = self.dir(&fh).await?;
             self.allow(&d, cx, ACCESS3_LOOKUP, false)?;
-            self.fs.lookup(&fh, &n).await.map_err(st4)?;
+            fh = self.fs.lookup_for(&fh, &n, &cx.peer).await.map_err(st4)?;
         } else {
             self.attr(&fh).await?;
         }
+        let flavors = self.fs.flavors(&fh, &cx.peer).map_err(st4)?;
+        if flavors.is_empty() {
+            return Err(Nfsstat4::NFS4ERR_ACCESS);
+        }
         cx.cur = None;
         cx.cur_sid = None;
-        Ok(Bounded(vec![Secinfo4::Flavor(1)]))
+        Ok(Bounded(flavors.into_iter().map(Secinfo4::Flavor).collect()))
     }
 }

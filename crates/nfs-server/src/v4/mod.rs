@@ -25,14 +25,17 @@
 //! - Operations not listed in [`nfs::v4::NfsArgop4`] are NFS4ERR_NOTSUPP,
 //!   undefined ones NFS4ERR_OP_ILLEGAL (NFSv4.2 operations in a minor
 //!   version 1 COMPOUND too); the COMPOUND stops at the first error.
-//! - Access ([`Nfs4Service::with_exports`]): the service serves the
-//!   first export of the table (there is no pseudo file system yet). A
-//!   client that export does not list gets NFS4ERR_ACCESS from
-//!   PUTROOTFH/PUTPUBFH/PUTFH, one whose flavor it does not accept
-//!   NFS4ERR_WRONGSEC (RFC 8881 §2.6.3.1); without a file handle no
-//!   other operation reaches a file. The caller is squashed as the
-//!   export's options say; a read-only grant answers changes with
-//!   NFS4ERR_ROFS.
+//! - Namespace ([`Nfs4Service::with_exports`], [`namespace`],
+//!   [`pseudofs`]): every export of the table at its path under
+//!   PUTROOTFH, joined by read-only junction directories (RFC 8881 §7),
+//!   the same for every minor version. Each operation runs under the
+//!   access decision of the file system its current file handle is in,
+//!   taken again whenever that changes: a client the export does not
+//!   list gets NFS4ERR_ACCESS from PUTFH/PUTROOTFH/PUTPUBFH/RESTOREFH,
+//!   one whose flavor it does not accept NFS4ERR_WRONGSEC (RFC 8881
+//!   §2.6.3.1), also from a LOOKUP or LOOKUPP that crosses into it; the
+//!   caller is squashed as that export's options say; a read-only grant
+//!   (and the pseudo file system) answers changes with NFS4ERR_ROFS.
 //! - Owners and groups are numeric strings ("1000"), as Linux clients
 //!   send with AUTH_SYS; only AUTH_SYS is offered by SECINFO_NO_NAME.
 
@@ -45,7 +48,9 @@ mod coherence;
 mod deleg;
 mod fileops;
 mod fsext;
+mod namespace;
 mod openops;
+mod pseudofs;
 mod state;
 mod stateids;
 mod verify;
@@ -71,6 +76,7 @@ pub use clients::SessionLimits;
 use clients::{SeqOutcome, SessCtx};
 pub use coherence::{Delegations, RECALL_WAIT};
 pub use deleg::DelegLimits;
+use namespace::{Namespace, Place};
 use state::StateTable;
 
 /// A monotonic time source for leases, injected so tests can move time.
@@ -169,13 +175,12 @@ impl Default for Nfs4Config {
 
 /// The NFSv4.1/4.2 program (100003 version 4) on a [`Storage`] back end.
 pub struct Nfs4Service<S: Storage = LocalFs> {
-    fs: Arc<S>,
+    fs: Arc<Namespace<S>>,
     state: Arc<Mutex<StateTable>>,
     clock: Arc<dyn Clock>,
     owner: Bytes,
     cbs: callback::Callbacks,
     watch: watch::FileWatch,
-    exports: Option<Arc<ExportTable<S>>>,
 }
 
 impl<S: Storage> core::fmt::Debug for Nfs4Service<S> {
@@ -196,6 +201,8 @@ struct Cx {
     refused: Option<Refusal>,
     /// Changes are refused with NFS4ERR_ROFS.
     read_only: bool,
+    /// The file system the three above were decided for.
+    at: Option<Place>,
     peer: oncrpc::PeerInfo,
     /// Whether the operation running is the COMPOUND's last.
     last: bool,
@@ -254,13 +261,12 @@ impl<S: Storage> Nfs4Service<S> {
             .map(|d| d.as_secs() as u32)
             .unwrap_or(1);
         Self {
-            fs,
             state: Arc::new(Mutex::new(StateTable::new(cfg.limits, boot))),
             clock: cfg.clock,
             owner: cfg.server_owner,
             cbs: callback::Callbacks::default(),
             watch: watch::FileWatch::default(),
-            exports: None,
+            fs: Arc::new(Namespace::single(fs)),
         }
     }
 
@@ -273,37 +279,76 @@ impl<S: Storage> Nfs4Service<S> {
         self
     }
 
-    /// Applies the access rules of `table`'s first export (which must be
-    /// the service's storage) to every COMPOUND. Without it, every client
-    /// is served as its credential says (no squashing).
+    /// Serves every export of `table` at its path, through the pseudo
+    /// file system ([`namespace`]), each under its access rules. Without
+    /// it, the service's one storage is the root and every client is
+    /// served as its credential says (no squashing).
     pub fn with_exports(mut self, table: Arc<ExportTable<S>>) -> Self {
-        self.fs = Arc::clone(table.primary().fs());
-        self.exports = Some(table);
+        self.fs = Arc::new(Namespace::of_table(table));
         self
     }
 
-    /// The caller's identity, refusal and read-only flag for this call.
-    fn admit(&self, ctx: &CallContext) -> (Caller, Option<Refusal>, bool) {
-        let Some(t) = &self.exports else {
-            return (Caller::of(&ctx.credential), None, false);
+    /// Takes the access decision for the file system `cx.cur` is in, if
+    /// that is not the one `cx` holds the decision for; true when it did.
+    fn readmit(&self, cx: &mut Cx, ctx: &CallContext) -> bool {
+        let Some(place) = cx.cur.as_ref().and_then(|fh| self.fs.place(fh).ok()) else {
+            return false;
         };
-        match t.admit(t.primary(), &ctx.peer, &ctx.credential) {
-            Ok(g) => (g.caller, None, g.read_only),
-            Err(r) => (Caller::of(&oncrpc::msg::Credential::None), Some(r), true),
+        if cx.at == Some(place) {
+            return false;
         }
+        self.decide(cx, place, ctx);
+        true
     }
 
-    /// The status an operation gets before it runs, when the access
-    /// decision refuses it: a file handle for a refused client, or a
-    /// change on a read-only grant (RFC 8881 §15.1.1.8, §15.1.6.4).
-    fn refuse(op: &NfsArgop4, cx: &Cx) -> Option<Nfsstat4> {
+    fn decide(&self, cx: &mut Cx, place: Place, ctx: &CallContext) {
+        (cx.caller, cx.refused, cx.read_only) =
+            match self.fs.admit(place, &ctx.peer, &ctx.credential) {
+                Ok(g) => (g.caller, None, g.read_only),
+                Err(r) => (Caller::of(&oncrpc::msg::Credential::None), Some(r), true),
+            };
+        cx.at = Some(place);
+    }
+
+    /// One operation under the access decision of the file system it acts
+    /// on: a change on a read-only grant is refused before it runs; an
+    /// operation that puts the client in a file system that refuses it
+    /// (a put, RESTOREFH, a LOOKUP or LOOKUPP across a junction) fails
+    /// with NFS4ERR_ACCESS or NFS4ERR_WRONGSEC (RFC 8881 §2.6.3.1.1) and
+    /// leaves no current file handle.
+    async fn run(
+        &self,
+        op: &NfsArgop4,
+        cx: &mut Cx,
+        ctx: &CallContext,
+        now: Duration,
+    ) -> NfsResop4 {
         use NfsArgop4 as A;
         let puts = matches!(op, A::Putfh(_) | A::Putrootfh(()) | A::Putpubfh(()));
-        match cx.refused {
-            Some(Refusal::NotListed) if puts => return Some(Nfsstat4::NFS4ERR_ACCESS),
-            Some(Refusal::WrongSec) if puts => return Some(Nfsstat4::NFS4ERR_WRONGSEC),
-            _ => {}
+        self.readmit(cx, ctx);
+        if let Some(status) = Self::refuse(op, cx) {
+            return NfsResop4::error(op.opnum(), status);
         }
+        let r = self.exec(op, cx, now).await;
+        if !r.status().is_ok() {
+            return r;
+        }
+        let moved = self.readmit(cx, ctx);
+        let status = match cx.refused {
+            _ if !(puts || moved) => return r,
+            Some(Refusal::NotListed) => Nfsstat4::NFS4ERR_ACCESS,
+            Some(Refusal::WrongSec) => Nfsstat4::NFS4ERR_WRONGSEC,
+            None => return r,
+        };
+        cx.cur = None;
+        cx.cur_sid = None;
+        NfsResop4::error(op.opnum(), status)
+    }
+
+    /// The status a change gets before it runs on a read-only grant
+    /// (RFC 8881 §15.1.6.4; the pseudo file system, §7.3).
+    fn refuse(op: &NfsArgop4, cx: &Cx) -> Option<Nfsstat4> {
+        use NfsArgop4 as A;
         let changes = match op {
             A::Write(_)
             | A::Create(_)
@@ -394,19 +439,22 @@ impl<S: Storage> Nfs4Service<S> {
             return Ok(xdr::to_xdr_buf(&res));
         }
         let now = self.clock.now();
-        let (caller, refused, read_only) = self.admit(ctx);
         let mut cx = Cx {
             cur: None,
             saved: None,
             cur_sid: None,
             saved_sid: None,
             sess: None,
-            caller,
-            refused,
-            read_only,
+            caller: Caller::of(&ctx.credential),
+            refused: None,
+            read_only: false,
+            at: None,
             peer: ctx.peer,
             last: false,
         };
+        if let Ok(root) = self.fs.place(&self.fs.root_for(&ctx.peer)) {
+            self.decide(&mut cx, root, ctx);
+        }
         let mut guard = None;
         let mut size = res.encoded_len();
         for i in 0..hdr.numops {
@@ -477,10 +525,7 @@ impl<S: Storage> Nfs4Service<S> {
                     Some(op) if i == 0 && hdr.numops > 1 => {
                         NfsResop4::error(op.opnum(), Nfsstat4::NFS4ERR_NOT_ONLY_OP)
                     }
-                    Some(op) => match Self::refuse(&op, &cx) {
-                        Some(status) => NfsResop4::error(op.opnum(), status),
-                        None => self.exec(&op, &mut cx, now).await,
-                    },
+                    Some(op) => self.run(&op, &mut cx, ctx, now).await,
                 }
             };
             let len = r.encoded_len();
