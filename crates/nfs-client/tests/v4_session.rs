@@ -54,24 +54,44 @@ fn pattern(len: usize) -> Vec<u8> {
 
 /// Everything the task asks for, on any transport.
 async fn exercise<T: ClientTransport>(s: &Session<T>, dir: &Path) {
-    let root = s.lookup_path("/").await.unwrap();
+    // The export is at its path in the server's namespace (RFC 8881
+    // §7.3); "/" is the pseudo file system's root, which lists the way
+    // down to it.
+    let top = s.mount("/").await.unwrap();
+    let first = dir
+        .components()
+        .nth(1)
+        .unwrap()
+        .as_os_str()
+        .as_encoded_bytes();
+    let listed: Vec<_> = s
+        .readdir(&top)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert!(listed.iter().any(|n| n[..] == *first), "{listed:?}");
+    let root = s.mount(dir.to_str().unwrap()).await.unwrap();
     assert_eq!(s.getattr(&root).await.unwrap().ftype, NfsFtype4::NF4DIR);
+    let e = s.mkdir(&top, "nope", 0o755).await.unwrap_err();
+    assert_eq!(e.nfs_status(), Some(Nfsstat4::NFS4ERR_ROFS));
 
     let d = s.mkdir(&root, "sub", 0o755).await.unwrap();
     assert!(dir.join("sub").is_dir());
     let a = s.getattr(&d).await.unwrap();
     assert_eq!(a.ftype, NfsFtype4::NF4DIR);
     assert_eq!(a.mode.map(|m| m & 0o777), Some(0o755));
-    assert_eq!(s.lookup_path("/sub").await.unwrap(), d);
+    assert_eq!(s.lookup_path_at(&root, "/sub").await.unwrap(), d);
     // Deeper than one COMPOUND's operations: resolved in several.
     let deep: Vec<String> = (0..40).map(|i| format!("l{i}")).collect();
     std::fs::create_dir_all(dir.join("sub").join(deep.join("/"))).unwrap();
     let leaf = s
-        .lookup_path(&format!("sub//{}/", deep.join("/")))
+        .lookup_path_at(&root, &format!("sub//{}/", deep.join("/")))
         .await
         .unwrap();
     let up = s
-        .lookup_path(&format!("/sub/{}", deep[..39].join("/")))
+        .lookup_path(&format!("{}/sub/{}", dir.display(), deep[..39].join("/")))
         .await
         .unwrap();
     assert_eq!(s.lookup(&up, "l39").await.unwrap(), leaf);
@@ -138,7 +158,7 @@ async fn exercise<T: ClientTransport>(s: &Session<T>, dir: &Path) {
     assert!(dir.join("moved.bin").is_file());
     let e = s.lookup(&d, "data.bin").await.unwrap_err();
     assert!(e.is_not_found(), "{e}");
-    let e = s.lookup_path("/sub/data.bin").await.unwrap_err();
+    let e = s.lookup_path_at(&root, "/sub/data.bin").await.unwrap_err();
     assert_eq!(e.nfs_status(), Some(Nfsstat4::NFS4ERR_NOENT));
     let e = s.open(&root, "absent", ro).await.unwrap_err();
     assert!(e.is_not_found(), "{e}");

@@ -128,9 +128,9 @@ fn no_root_squash_and_allow_star_open_it_up() {
     assert!(srv.alive());
 }
 
-/// NFSv4.1 over TCP as uid 0 on a read-only grant: creating is
-/// NFS4ERR_ROFS, reading works.
-async fn v4_on_read_only(port: u16) -> (Option<nfs::v4::Nfsstat4>, Vec<u8>) {
+/// NFSv4.1 over TCP as uid 0 on a read-only grant, the export mounted by
+/// its path: creating is NFS4ERR_ROFS, reading works.
+async fn v4_on_read_only(port: u16, export: &str) -> (Option<nfs::v4::Nfsstat4>, Vec<u8>) {
     use nfs_client::v4::OpenOptions;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let rpc = TcpClient::connect(addr, 11, ClientConfig::default(), TcpConfig::default())
@@ -140,7 +140,7 @@ async fn v4_on_read_only(port: u16) -> (Option<nfs::v4::Nfsstat4>, Vec<u8>) {
     let s = Session::establish(rpc, cred, &SessionOptions::default())
         .await
         .unwrap();
-    let root = s.root().await.unwrap();
+    let root = s.mount(export).await.unwrap();
     let create = OpenOptions {
         create_mode: Some(0o644),
         ..OpenOptions::default()
@@ -210,7 +210,8 @@ fn exports_file_read_only_grant_is_rofs_on_v3_and_v4() {
         String::from_utf8_lossy(&cp.stderr).contains("ROFS"),
         "{cp:?}"
     );
-    let (created, data) = rt().block_on(v4_on_read_only(nfs));
+    let path = std::fs::canonicalize(&export.0).unwrap();
+    let (created, data) = rt().block_on(v4_on_read_only(nfs, path.to_str().unwrap()));
     assert_eq!(created, Some(nfs::v4::Nfsstat4::NFS4ERR_ROFS));
     assert_eq!(data, b"hello\n");
     assert!(!export.0.join("copied").exists() && !export.0.join("new").exists());

@@ -9,10 +9,10 @@ use nfs::v4::attr::{
 };
 use nfs::v4::{
     Close4Args, Commit4Args, Component4, Create4Args, Createhow4, Createtype4, Getattr4Args,
-    Lookup4Args, NfsArgop4, NfsFh4, NfsFtype4, NfsResop4, Nfstime4, Open4Args, OpenClaim4,
-    OpenHow4, Putfh4Args, Read4Args, Readdir4Args, Remove4Args, Rename4Args, Res4, StableHow4,
-    StateOwner4, Stateid4, Verifier4, Write4Args, NFS4_MAXNAMLEN, OPEN4_SHARE_ACCESS_BOTH,
-    OPEN4_SHARE_DENY_NONE,
+    Lookup4Args, NfsArgop4, NfsFh4, NfsFtype4, NfsResop4, Nfsstat4, Nfstime4, Open4Args,
+    OpenClaim4, OpenHow4, Opnum4, Putfh4Args, Read4Args, Readdir4Args, Remove4Args, Rename4Args,
+    Res4, StableHow4, StateOwner4, Stateid4, Verifier4, Write4Args, NFS4_MAXNAMLEN,
+    OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_DENY_NONE,
 };
 use oncrpc::ClientTransport;
 use xdr::{Bounded, DdpOpaque, FixedOpaque};
@@ -152,11 +152,38 @@ impl<T: ClientTransport> Session<T> {
         )
     }
 
+    /// The root of the export at `path` (`/srv/export`, as in
+    /// `mount server:/srv/export`): the server's namespace walked from
+    /// PUTROOTFH a LOOKUP per component, through the junctions of its
+    /// pseudo file system (RFC 8881 §7.3, §7.7), as the Linux client
+    /// mounts; `/` is the root itself. NFS4ERR_NOTDIR when `path` is not a
+    /// directory.
+    pub async fn mount(&self, path: &str) -> Result<NfsFh4> {
+        let fh = self.lookup_path(path).await?;
+        if self.getattr(&fh).await?.ftype != NfsFtype4::NF4DIR {
+            return Err(Error::Nfs {
+                op: Opnum4::OP_LOOKUP,
+                status: Nfsstat4::NFS4ERR_NOTDIR,
+            });
+        }
+        Ok(fh)
+    }
+
     /// Resolves a `/`-separated path from the root (PUTROOTFH, LOOKUP per
     /// component, GETFH; RFC 8881 §18.13), in as few COMPOUNDs as the
     /// fore channel's `ca_maxoperations` allows, each going on from the
     /// previous one's handle. Empty components are skipped.
     pub async fn lookup_path(&self, path: &str) -> Result<NfsFh4> {
+        self.walk(None, path).await
+    }
+
+    /// Resolves a `/`-separated path from directory `dir` (as
+    /// [`Self::lookup_path`] does from the root).
+    pub async fn lookup_path_at(&self, dir: &NfsFh4, path: &str) -> Result<NfsFh4> {
+        self.walk(Some(dir.clone()), path).await
+    }
+
+    async fn walk(&self, from: Option<NfsFh4>, path: &str) -> Result<NfsFh4> {
         let names = path
             .split('/')
             .filter(|c| !c.is_empty())
@@ -166,7 +193,7 @@ impl<T: ClientTransport> Session<T> {
         let per = (self.fore_channel().maxoperations as usize)
             .saturating_sub(3)
             .max(1);
-        let mut fh: Option<NfsFh4> = None;
+        let mut fh = from;
         let mut rest = &names[..];
         loop {
             let (now, later) = rest.split_at(rest.len().min(per));
