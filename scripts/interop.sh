@@ -3,8 +3,10 @@
 #
 # Phases (PHASES, default "tcp rdma knfsd"; one VM boot each; docs/interop.md):
 #   tcp   the kernel NFSv3/TCP client against nfsrdma serve (below);
-#   rdma  issue 9 check 2: the kernel NFSv3 and NFSv4.1 clients mount
-#         nfsrdma serve over RDMA, guest siw -> our softrnic (rdma_phase);
+#   rdma  issue 9 check 2: the kernel NFSv3, NFSv4.1 and NFSv4.2 clients
+#         mount nfsrdma serve over RDMA by the export's path (v4 through the
+#         pseudo file system, which is also mounted at "/"), guest siw ->
+#         our softrnic (rdma_phase);
 #   knfsd issue 9 checks 1 and 3: our iwarp/softrnic initiators and our NFS
 #         client against knfsd over siw in the guest (knfsd_phase);
 #   coherence  issue 19: two kernel mounts of one export (v4.1/RDMA + v3/TCP
@@ -55,7 +57,7 @@
 # NO_BUILD=1 to use the existing target/release/nfsrdma (NFSRDMA_BIN names
 # another binary). Phase rdma:
 # RDMA_PORT / RDMA_MOUNT_PORT / RDMA_TCP_PORT (12050 / 12051 / 12052),
-# RDMA_VERS ("3 4.1"); phase knfsd: KNFSD_BULK_MIB (100); phase coherence:
+# RDMA_VERS ("3 4.1 4.2"); phase knfsd: KNFSD_BULK_MIB (100); phase coherence:
 # COH_RDMA_PORT / COH_TCP_PORT / COH_MOUNT_PORT (12070 / 12071 / 12072; the
 # baseline server +10), COH_WAIT (70 s), COH_LAT_FILES (200), COH_LAT_ROUNDS
 # (3, 0 skips the latency part), COH_LAT_VERS ("3"), COH_BASE_BIN (the
@@ -78,7 +80,7 @@ PHASES=${PHASES:-tcp rdma knfsd}
 RDMA_PORT=${RDMA_PORT:-12050}
 RDMA_MOUNT_PORT=${RDMA_MOUNT_PORT:-12051}
 RDMA_TCP_PORT=${RDMA_TCP_PORT:-12052}
-RDMA_VERS=${RDMA_VERS:-3 4.1}
+RDMA_VERS=${RDMA_VERS:-3 4.1 4.2}
 KNFSD_BULK_MIB=${KNFSD_BULK_MIB:-100}
 COH_RDMA_PORT=${COH_RDMA_PORT:-12070}
 COH_TCP_PORT=${COH_TCP_PORT:-12071}

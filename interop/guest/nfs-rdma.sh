@@ -6,10 +6,13 @@
 # the active iWARP side and connects to $HOST_IP:20049, which run.sh's slirp
 # guestfwd carries to host 127.0.0.1:<rdma port> where `nfsrdma serve
 # --transports tcp,rdma` listens with its software iWARP device (softrnic).
-# For each version in VERS (default "3 4.1"):
+# For each version in VERS (default "3 4.1 4.2"):
 #   vers=3:   proto=rdma,port=20049,mountport=MOUNTPORT,mountproto=tcp,nolock
 #             (MOUNT v3 goes over TCP, NFS over RDMA; no portmapper query)
-#   vers=4.x: proto=rdma,port=20049
+#   vers=4.x: proto=rdma,port=20049, the same PATH: the server's NFSv4
+#             pseudo file system has each export at its path and aliases;
+#             "/" (the pseudo root) is mounted too and must list the way
+#             down to PATH and refuse a mkdir (read-only)
 # and then: directory listing, an 8 MiB, a 10-byte and a 100 KiB file written
 # and read back byte-exact after a remount (the 100 KiB WRITE is larger than
 # the 4 KiB inline threshold, so it goes in a read chunk; READs come back in
@@ -28,7 +31,7 @@
 . "$KPEER_IN/guest/lib.sh"
 cd "$KPEER_OUT" || exit 1
 MPORT=${1:-20048}; RPATH=${2:-/export}; BULK=${3:-100}; shift 3 2>/dev/null
-VERSIONS=${*:-3 4.1}
+VERSIONS=${*:-3 4.1 4.2}
 SRV=$HOST_IP
 M=/mnt/r
 FAILS=0
@@ -61,9 +64,8 @@ for V in $VERSIONS; do
         OPTS="vers=3,proto=rdma,port=20049,mountport=$MPORT,mountproto=tcp,nolock"
     else
         OPTS="vers=$V,proto=rdma,port=20049"
-        RPATH4=/
     fi
-    P=$RPATH; [ "$V" != 3 ] && P=$RPATH4
+    P=$RPATH
     do_mount() { timeout 120 mount -t nfs -o "$OPTS" "$SRV:$P" $M; }
     remount() { umount $M && sync && echo 3 > /proc/sys/vm/drop_caches && do_mount; }
     handshake "capture-start-$V" "capture-started-$V"
@@ -75,6 +77,15 @@ for V in $VERSIONS; do
         continue
     fi
     pass "mount ($(grep " $M " /proc/mounts | cut -d' ' -f4))"
+    if [ "$V" != 3 ]; then
+        # The pseudo root: read-only junctions leading to the export.
+        first=${RPATH#/}; first=${first%%/*}
+        mkdir -p /mnt/root
+        check "pseudo-root-mount" timeout 120 mount -t nfs -o "$OPTS" "$SRV:/" /mnt/root
+        check "pseudo-root-lists-export" sh -c "ls /mnt/root | grep -qx '$first'"
+        check "pseudo-root-read-only" sh -c "! mkdir /mnt/root/kp-nope 2>/dev/null"
+        umount /mnt/root 2>/dev/null
+    fi
     D=$M/rdma-v$V
     rm -rf "$D"
     check "mkdir" mkdir "$D"
