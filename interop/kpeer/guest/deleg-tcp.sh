@@ -11,7 +11,9 @@ PORT=${1:-2049}; EXPORT=${2:-/}
 modprobe nfs; modprobe nfsv4 2>/dev/null
 m=/mnt/h; mkdir -p $m
 opts=vers=4.1,proto=tcp,port=$PORT,timeo=100,retrans=2
-run timeout 90 mount -t nfs -o $opts "$HOST_IP:/" $m || run timeout 90 mount -t nfs -o $opts "$HOST_IP:$EXPORT" $m || { echo "FAIL deleg-tcp mount"; exit 1; }
+# The export by its path (the server's NFSv4 pseudo file system); "/" for
+# a server whose v4 root is the export.
+run timeout 90 mount -t nfs -o $opts "$HOST_IP:$EXPORT" $m || run timeout 90 mount -t nfs -o $opts "$HOST_IP:/" $m || { echo "FAIL deleg-tcp mount"; exit 1; }
 grep " $m " /proc/mounts
 echo hello > $m/d.txt || { echo "FAIL deleg-tcp create"; exit 1; }
 exec 3>>$m/d.txt
