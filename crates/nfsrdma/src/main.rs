@@ -10,7 +10,7 @@ mod device;
 mod remote;
 mod url;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// NFS over RDMA in Rust: servers, clients and tools for ONC RPC over TCP
 /// and RPC-over-RDMA.
@@ -68,6 +68,15 @@ enum Command {
     /// largest memory region, largest gather list, IRD/ORD), the ones
     /// `serve --rdma-device NAME` and `?device=NAME` can use.
     Devices(device::DevicesArgs),
+    /// Write the manual pages: nfsrdma.1 and nfsrdma-SUBCOMMAND.1 for each
+    /// subcommand.
+    Man(cmd::man::ManArgs),
+    /// Print the completion script of a shell (bash, zsh, fish, elvish,
+    /// powershell) to standard output.
+    ///
+    /// For example `nfsrdma completions bash >
+    /// /usr/share/bash-completion/completions/nfsrdma`.
+    Completions(cmd::man::CompletionsArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -78,12 +87,26 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let command = match cli.command {
+        Command::Man(a) => return cmd::man::man(Cli::command(), &a),
+        Command::Completions(a) => {
+            cmd::man::completions(Cli::command(), &a);
+            return Ok(());
+        }
+        // The options of a config file join the command line's.
+        Command::Serve(a) => Command::Serve(cmd::serve::with_config(
+            a,
+            matches.subcommand_matches("serve"),
+        )?),
+        c => c,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
-        match cli.command {
+        match command {
             Command::Serve(a) => cmd::serve::run(a).await,
             Command::EchoServer(a) => cmd::echo::serve(a).await,
             Command::RpcPing(a) => cmd::echo::ping(a).await,
@@ -93,6 +116,7 @@ fn main() -> anyhow::Result<()> {
             Command::Bench(a) => cmd::bench::run(a).await,
             Command::Mount(a) => cmd::mount::run(a).await,
             Command::Devices(a) => device::list(a),
+            Command::Man(_) | Command::Completions(_) => Ok(()),
         }
     })
 }

@@ -2,8 +2,10 @@
 
 pub(crate) mod bench;
 pub(crate) mod cat;
+pub(crate) mod config;
 pub(crate) mod cp;
 pub(crate) mod echo;
 pub(crate) mod ls;
+pub(crate) mod man;
 pub(crate) mod mount;
 pub(crate) mod serve;

@@ -33,8 +33,14 @@ pub(crate) enum Transport {
 #[derive(clap::Args, Debug)]
 pub(crate) struct ServeArgs {
     /// The directory to export (not with --exports).
-    #[arg(required_unless_present = "exports")]
+    #[arg(required_unless_present_any = ["exports", "config"])]
     dir: Option<PathBuf>,
+    /// Read options from this TOML file: each key a long option without
+    /// its dashes (`port = 2049`, `allow = ["10.0.0.0/8"]`,
+    /// `read-only = true`) and `dir` the directory; options on the command
+    /// line win over the file (docs/operability.md).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Serve the exports of this file, in exports(5) syntax
     /// (`PATH CLIENT(OPTS)...`; see docs/hardening.md), instead of DIR.
     #[arg(long, conflicts_with_all = ["dir", "allow", "no_root_squash"])]
@@ -152,7 +158,28 @@ pub(crate) struct ServeArgs {
     state_dir: Option<PathBuf>,
 }
 
+/// `args` with the options of its `--config` file merged in, the command
+/// line's `matches` winning (see [`super::config`]).
+pub(crate) fn with_config(
+    args: ServeArgs,
+    matches: Option<&clap::ArgMatches>,
+) -> anyhow::Result<ServeArgs> {
+    use clap::{Args, FromArgMatches};
+    let (Some(path), Some(given)) = (&args.config, matches) else {
+        return Ok(args);
+    };
+    // The arguments after `nfsrdma serve`.
+    let line = std::env::args_os().skip(2);
+    let command = ServeArgs::augment_args(clap::Command::new("serve"));
+    let merged = super::config::reparse(command, path, given, line)?;
+    Ok(ServeArgs::from_arg_matches(&merged)?)
+}
+
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.dir.is_some() || args.exports.is_some(),
+        "nothing to export: give DIR or --exports FILE (or `dir`/`exports` in the config file)"
+    );
     anyhow::ensure!(!args.transports.is_empty(), "no transport selected");
     set_open_file_limit(args.max_open_files)?;
     let tcp = args.transports.contains(&Transport::Tcp);
