@@ -118,7 +118,11 @@ impl RegionBackend for Backend {
             tracing::warn!(errno = e, len, "ibv_reg_mr failed");
             RegisterError::Device(e)
         })?;
-        let stag = Stag(mr.rkey());
+        // A region no peer may reach has no rkey on every provider (rxe
+        // gives 0 to all of them): it is named by its lkey, which local work
+        // requests (an RDMA Read's sink) use anyway.
+        let remote = bits & (sys::ACCESS_REMOTE_READ | sys::ACCESS_REMOTE_WRITE) != 0;
+        let stag = Stag(if remote { mr.rkey() } else { mr.lkey() });
         let local = LocalRegion {
             lkey: mr.lkey(),
             base: iova,
