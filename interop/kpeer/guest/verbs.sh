@@ -97,7 +97,7 @@ for v in $VERSIONS; do
     if [ "$v" = 3 ]; then
         OPTS="vers=3,proto=rdma,port=20050,mountport=20058,mountproto=tcp,nolock"; P=/srv/ours
     else
-        OPTS="vers=$v,proto=rdma,port=20050"; P=/
+        OPTS="vers=$v,proto=rdma,port=20050"; P=/srv/ours  # the export at its path (pseudo root at /)
     fi
     do_mount() { timeout 120 mount -t nfs -o "$OPTS" "$IP:$P" $M; }
     remount() { umount $M && sync && echo 3 > /proc/sys/vm/drop_caches && do_mount; }
