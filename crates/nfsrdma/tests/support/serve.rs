@@ -31,41 +31,48 @@ pub(crate) struct ServeChild {
 
 impl ServeChild {
     /// Fills a fresh export with `populate`, then serves it with `extra`
-    /// arguments and waits until all three ports listen.
+    /// arguments and waits until all three ports listen. A port picked
+    /// free can be taken before the child binds it (other tests open
+    /// thousands of client connections from ephemeral ports): a child that
+    /// exits before listening is started again on new ports, twice at
+    /// most.
     pub(crate) fn start(tag: &str, extra: &[&str], populate: impl FnOnce(&Path)) -> Self {
         let export = TempDir::new(tag);
         populate(&export.0);
         let log = export.0.with_extension("log");
-        let (nfs, mnt, rdma) = (free_port(), free_port(), free_port());
-        let child = Command::new(BIN)
-            .arg("serve")
-            .arg(&export.0)
-            .arg("--state-dir")
-            .arg(export.0.with_extension("state"))
-            .args(["--addr", "127.0.0.1", "--port", &nfs.to_string()])
-            .args(["--mount-port", &mnt.to_string()])
-            .args(["--rdma-port", &rdma.to_string()])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn serve");
-        let s = Self {
-            child,
-            nfs,
-            mnt,
-            rdma,
-            export,
-            log,
-        };
-        for port in [nfs, mnt, rdma] {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(Instant::now() < deadline, "server never listened on {port}");
-                std::thread::sleep(Duration::from_millis(20));
+        let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+        for attempt in 0..3 {
+            let (nfs, mnt, rdma) = (free_port(), free_port(), free_port());
+            let mut child = Command::new(BIN)
+                .arg("serve")
+                .arg(&export.0)
+                .arg("--state-dir")
+                .arg(export.0.with_extension("state"))
+                .args(["--addr", "127.0.0.1", "--port", &nfs.to_string()])
+                .args(["--mount-port", &mnt.to_string()])
+                .args(["--rdma-port", &rdma.to_string()])
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .expect("spawn serve");
+            if wait_listening(&mut child, [nfs, mnt, rdma], &read_log) {
+                return Self {
+                    child,
+                    nfs,
+                    mnt,
+                    rdma,
+                    export,
+                    log,
+                };
             }
+            assert!(
+                attempt < 2,
+                "serve exited before listening:\n{}",
+                read_log()
+            );
         }
-        s
+        unreachable!("the last attempt returns or panics")
     }
 
     /// The URL of `file` in the export: `nfs` (TCP) or `nfs+rdma`.
@@ -128,22 +135,53 @@ impl ServeChild {
     }
 
     /// `nfsrdma ls` of the export's root over `scheme` succeeds, lists
-    /// `data` and takes under a second.
+    /// `data` and takes under a second. The time includes starting the
+    /// `ls` process, which a loaded machine can delay past the second on
+    /// its own: each of up to three tries must succeed, and one of them
+    /// must take under a second (a server still held by an attack fails
+    /// all three).
     pub(crate) fn assert_lists_data_within_1s(&self, scheme: &str) {
         let url = self.url(scheme, "");
         let url = url.replacen("/?", "?", 1);
-        let start = Instant::now();
-        let out = Command::new(BIN).args(["ls", &url]).output().unwrap();
-        let took = start.elapsed();
-        assert!(
-            out.status.success(),
-            "ls {url}: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            self.log()
-        );
-        assert!(String::from_utf8_lossy(&out.stdout).contains("data"));
-        assert!(took < Duration::from_secs(1), "ls {url} took {took:?}");
+        let mut times = Vec::new();
+        for _ in 0..3 {
+            let start = Instant::now();
+            let out = Command::new(BIN).args(["ls", &url]).output().unwrap();
+            let took = start.elapsed();
+            assert!(
+                out.status.success(),
+                "ls {url}: {}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                self.log()
+            );
+            assert!(String::from_utf8_lossy(&out.stdout).contains("data"));
+            if took < Duration::from_secs(1) {
+                return;
+            }
+            times.push(took);
+        }
+        panic!("ls {url} took {times:?}: never under a second");
     }
+}
+
+/// Waits until `ports` listen: true when they do, false when `child`
+/// exited first (a port taken meanwhile); panics after 20 s per port.
+fn wait_listening(child: &mut Child, ports: [u16; 3], log: &dyn Fn() -> String) -> bool {
+    for port in ports {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                return false;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server never listened on {port}:\n{}",
+                log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    true
 }
 
 impl Drop for ServeChild {
