@@ -117,7 +117,7 @@ fn modifies(a: &Args3) -> bool {
 /// A failed result with `status` and empty failure data: no attributes
 /// (`post_op_attr`/`pre_op_attr` FALSE), as many as the procedure's
 /// `resfail` arm holds (RFC 1813 §3.3).
-fn failure(a: &Args3, status: Nfsstat3) -> XdrBuf {
+pub(crate) fn failure(a: &Args3, status: Nfsstat3) -> XdrBuf {
     let words = match a {
         Args3::Null | Args3::Getattr(_) => 0,
         Args3::Setattr(_)

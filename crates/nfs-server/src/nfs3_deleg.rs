@@ -10,9 +10,9 @@
 //! empty attributes and the client retries later.
 
 use nfs::v3::*;
-use xdr::{Encode, XdrBuf};
+use xdr::XdrBuf;
 
-use crate::nfs3::Nfs3Fs;
+use crate::nfs3::{failure, Nfs3Fs};
 use crate::storage::Storage;
 
 /// A file an access touches, and whether it changes it.
@@ -44,25 +44,6 @@ async fn targets<S: Storage>(fs: &S, args: &Args3) -> Vec<Target> {
     out
 }
 
-/// NFS3ERR_JUKEBOX for `args`'s procedure: the status, then its failure
-/// body with every attribute absent (post_op_attr and pre_op_attr are a
-/// FALSE discriminant each).
-fn jukebox(args: &Args3) -> XdrBuf {
-    let words = match args {
-        Args3::Getattr(_) => 0,
-        Args3::Read(_) | Args3::Lookup(_) | Args3::Access(_) => 1,
-        Args3::Link(_) => 3,
-        Args3::Rename(_) => 4,
-        _ => 2,
-    };
-    let mut out = XdrBuf::new();
-    Nfsstat3::NFS3ERR_JUKEBOX.encode(&mut out);
-    for _ in 0..words {
-        0u32.encode(&mut out);
-    }
-    out
-}
-
 impl<S: Storage> Nfs3Fs<S> {
     /// Breaks the delegations `args` conflicts with; `Some(reply)`
     /// (NFS3ERR_JUKEBOX) when some are still held after the wait.
@@ -71,7 +52,7 @@ impl<S: Storage> Nfs3Fs<S> {
         for (fh, write) in targets(&*self.fs, args).await {
             if !delegs.break_for(&fh, write).await {
                 tracing::debug!(proc_ = %args.procedure(), "NFS3ERR_JUKEBOX: delegation held");
-                return Some(jukebox(args));
+                return Some(failure(args, Nfsstat3::NFS3ERR_JUKEBOX));
             }
         }
         None
@@ -133,7 +114,7 @@ mod tests {
             (Nfsproc3::REMOVE, Args3::Remove(Remove3Args { object: dir })),
         ];
         for (p, a) in cases {
-            let b = jukebox(&a).to_bytes();
+            let b = failure(&a, Nfsstat3::NFS3ERR_JUKEBOX).to_bytes();
             let mut d = Decoder::from_bytes(&b);
             let s = match p {
                 Nfsproc3::READ => Read3Res::decode(&mut d).map(|r| r.status()),
