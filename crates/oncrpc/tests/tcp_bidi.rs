@@ -191,3 +191,97 @@ async fn unexpected_replies_and_garbage_are_dropped_and_counted_and_a_silent_cli
         Err(RpcError::ConnectionClosed)
     ));
 }
+
+/// A callback program whose calls wait until the test opens the gate.
+struct Gated {
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+impl oncrpc::RpcService for Gated {
+    fn program(&self) -> u32 {
+        oncrpc::echo::ECHO_PROGRAM
+    }
+
+    fn versions(&self) -> core::ops::RangeInclusive<u32> {
+        1..=1
+    }
+
+    async fn call(
+        &self,
+        _ctx: oncrpc::CallContext,
+        _args: Bytes,
+    ) -> Result<XdrBuf, oncrpc::ServiceError> {
+        let _pass = self.gate.acquire().await.expect("gate open");
+        Ok(XdrBuf::new())
+    }
+}
+
+/// Replies (msg_type 1) read from `s` until `n` have come.
+async fn read_replies(s: &mut TcpStream, dec: &mut RecordDecoder, n: usize) -> Vec<u32> {
+    let mut xids = Vec::new();
+    while xids.len() < n {
+        while let Some(rec) = dec.next_record().unwrap() {
+            if rec.get(4..8) == Some(&1u32.to_be_bytes()[..]) {
+                xids.push(u32::from_be_bytes(rec[..4].try_into().unwrap()));
+            }
+        }
+        if xids.len() >= n {
+            break;
+        }
+        dec.read_buf().reserve(4096);
+        let read = s.read_buf(dec.read_buf());
+        let got = tokio::time::timeout(Duration::from_secs(5), read).await;
+        assert!(
+            matches!(got, Ok(Ok(k)) if k > 0),
+            "replies stopped at {}",
+            xids.len()
+        );
+    }
+    xids
+}
+
+/// A hostile server floods a client's connection with callbacks that do
+/// not finish: the client runs `MAX_CALLBACKS_PER_CONN` at once, drops the
+/// rest and counts them in `tcp.client_callbacks`, and its connection
+/// still answers once the running ones end.
+#[tokio::test]
+async fn a_server_flooding_callbacks_trips_the_per_connection_bound() {
+    use oncrpc::tcp::MAX_CALLBACKS_PER_CONN;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut cb = Server::new();
+    cb.register(Gated {
+        gate: Arc::clone(&gate),
+    });
+    let connecting = TcpClient::connect_with_backchannel(
+        addr,
+        1,
+        ClientConfig::default(),
+        TcpConfig::default(),
+        Arc::new(cb),
+    );
+    let (client, accepted) = tokio::join!(connecting, listener.accept());
+    let _client = client.unwrap();
+    let (mut s, _) = accepted.unwrap();
+    let before = count("tcp.client_callbacks");
+    let flood = MAX_CALLBACKS_PER_CONN + 36;
+    for xid in 0..flood as u32 {
+        s.write_all(&echo_call(1000 + xid, b"")).await.unwrap();
+    }
+    for _ in 0..400 {
+        if count("tcp.client_callbacks") >= before + 36 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(count("tcp.client_callbacks") >= before + 36);
+    // Open the gate: exactly the admitted calls are answered.
+    gate.add_permits(flood);
+    let mut dec = RecordDecoder::new(1 << 20);
+    let answered = read_replies(&mut s, &mut dec, MAX_CALLBACKS_PER_CONN).await;
+    assert_eq!(answered.len(), MAX_CALLBACKS_PER_CONN);
+    // The connection still serves callbacks after the flood.
+    s.write_all(&echo_call(7, b"")).await.unwrap();
+    assert_eq!(read_replies(&mut s, &mut dec, 1).await, vec![7]);
+}
