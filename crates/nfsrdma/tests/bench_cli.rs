@@ -38,6 +38,8 @@ fn bench_writes_every_point_to_csv_and_plots() {
             "64k,1m",
             "--in-flight",
             "1,4",
+            "--repeat",
+            "2",
         ])
         .arg("--csv")
         .arg(&csv)
@@ -48,7 +50,10 @@ fn bench_writes_every_point_to_csv_and_plots() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("sequential read of 8 MiB"), "{stdout}");
+    assert!(
+        stdout.contains("sequential read of 8 MiB: 2 run(s) per point"),
+        "{stdout}"
+    );
     assert!(stdout.contains("sequential write of 8 MiB"), "{stdout}");
     assert!(stdout.contains("best read: rdma "), "{stdout}");
     assert!(stdout.contains("best write: rdma "), "{stdout}");
@@ -58,6 +63,7 @@ fn bench_writes_every_point_to_csv_and_plots() {
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
     let mut seen = Vec::new();
+    let mut order = Vec::new();
     for line in lines {
         let f: Vec<&str> = line.split(',').collect();
         assert_eq!(f.len(), header.len(), "{line}");
@@ -75,6 +81,8 @@ fn bench_writes_every_point_to_csv_and_plots() {
                 .unwrap_or_else(|_| panic!("{name}: {line}"));
             assert!(v > 0.0 && v.is_finite(), "{name} = {v}: {line}");
         }
+        let load: f64 = f[col("load1")].parse().unwrap();
+        assert!(load >= 0.0, "{line}");
         seen.push(format!(
             "{} {} {} {}",
             f[col("op")],
@@ -82,6 +90,27 @@ fn bench_writes_every_point_to_csv_and_plots() {
             f[col("io_size")],
             f[col("in_flight")]
         ));
+        order.push((
+            format!(
+                "{} {} {}",
+                f[col("op")],
+                f[col("io_size")],
+                f[col("in_flight")]
+            ),
+            f[col("transport")].to_owned(),
+            f[col("rep")].to_owned(),
+        ));
+    }
+    // Run order: each point's two runs per transport are back to back,
+    // transports alternating (rdma tcp, then tcp rdma).
+    for w in order.chunks(4) {
+        assert!(w.iter().all(|r| r.0 == w[0].0), "{order:?}");
+        let t: Vec<(&str, &str)> = w.iter().map(|r| (r.1.as_str(), r.2.as_str())).collect();
+        assert_eq!(
+            t,
+            [("rdma", "0"), ("tcp", "0"), ("tcp", "1"), ("rdma", "1")],
+            "{order:?}"
+        );
     }
     seen.sort();
     let mut want = Vec::new();
@@ -89,6 +118,7 @@ fn bench_writes_every_point_to_csv_and_plots() {
         for t in ["rdma", "tcp"] {
             for s in ["65536", "1048576"] {
                 for n in ["1", "4"] {
+                    want.push(format!("{op} {t} {s} {n}"));
                     want.push(format!("{op} {t} {s} {n}"));
                 }
             }
@@ -105,6 +135,50 @@ fn bench_writes_every_point_to_csv_and_plots() {
     ] {
         assert_png(&plots.join(format!("{name}.png")));
     }
+}
+
+#[test]
+fn random_reads_report_iops_and_latency_percentiles() {
+    let dir = TempDir::new("rand");
+    let csv = dir.0.join("points.csv");
+    let out = Command::new(BIN)
+        .args(["bench", "--pattern", "random", "--size", "2M"])
+        .args(["--read-sizes", "4k", "--in-flight", "8"])
+        .args(["--seconds", "0.3", "--repeat", "1", "--csv"])
+        .arg(&csv)
+        .output()
+        .expect("run nfsrdma bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("random read in a 2 MiB file, 0.3 s per run"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("p99.9 us"), "{stdout}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    for f in &rows {
+        assert_eq!(f[col("op")], "random-read", "{f:?}");
+        let num = |n: &str| {
+            f[col(n)]
+                .parse::<f64>()
+                .unwrap_or_else(|_| panic!("{n}: {f:?}"))
+        };
+        let reads = num("reads");
+        assert!(reads >= 8.0, "{f:?}");
+        assert_eq!(num("bytes"), reads * 4096.0, "{f:?}");
+        assert!(num("iops") > 0.0, "{f:?}");
+        let (p50, p99, p999) = (num("p50_us"), num("p99_us"), num("p999_us"));
+        assert!(p50 >= 1.0 && p50 <= p99 && p99 <= p999, "{f:?}");
+    }
+    let mut t: Vec<&str> = rows.iter().map(|f| f[col("transport")]).collect();
+    t.sort();
+    assert_eq!(t, ["rdma", "tcp"]);
 }
 
 #[test]
@@ -196,6 +270,8 @@ fn bench_against_an_external_server_leaves_its_cpu_unknown_and_reuses_the_file()
                 "64k",
                 "--in-flight",
                 "2",
+                "--repeat",
+                "1",
             ])
             .args(["--ops", "read", "--url", &rdma, "--url", &tcp, "--csv"])
             .arg(&csv)

@@ -3,7 +3,14 @@
 //! sequentially, and written, for each transport (RPC-over-RDMA on the
 //! software iWARP device, and TCP), read size and number of reads in
 //! flight (the paper's reads-ahead), with the throughput and the CPU time
-//! of client and server per GiB moved.
+//! of client and server per GiB moved. `--pattern random` reads at random
+//! aligned offsets instead, for a fixed time, and reports IOPS and latency
+//! percentiles.
+//!
+//! So that a noisy machine cannot fool it, every point runs `--repeat`
+//! times with the transports interleaved run by run (see [`schedule`]),
+//! and the tables give the median with the range, the load average, and
+//! the RDMA/TCP ratio of the medians.
 //!
 //! The server is `nfsrdma serve` started as a child process on loopback
 //! with ephemeral ports, so that its CPU time (read from its process CPU
@@ -12,50 +19,76 @@
 
 mod measure;
 mod plot;
+mod random;
 mod report;
+mod schedule;
+mod stats;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
-use nfs_client::nfs::v3::Ftype3;
+use nfs_client::nfs::v3::{Ftype3, NfsFh3};
 use nfs_client::{IoOptions, Mounted};
 use oncrpc::ClientTransport;
 
-use crate::url::{open, parse_size, with_remote, NfsUrl, Scheme};
+use crate::url::{open, parse_size, with_remote, NfsUrl, Remote, Scheme};
 use measure::{Clocks, ServerChild};
 use report::{Op, Point, Transport};
+use schedule::Slot;
 
 /// Name of the file read by the read runs.
 const READ_FILE: &str = "nfsrdma-bench-read.bin";
-/// Name of the file written by the write runs.
-const WRITE_FILE: &str = "nfsrdma-bench-write.bin";
 /// Bytes per WRITE buffer handed to the writer (shared, never copied).
 const SOURCE_CHUNK: usize = 4 << 20;
+
+/// Access pattern.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pattern {
+    /// Sequential read and write of the whole file (`--ops`).
+    Seq,
+    /// READs at random aligned offsets for `--seconds` per run: IOPS and
+    /// latency percentiles.
+    Random,
+}
 
 /// Arguments of `nfsrdma bench`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct BenchArgs {
-    /// File size read and written per point (suffixes k, m, g).
+    /// File size read and written per point (suffixes k, m, g); with
+    /// `--pattern random` the size of the file read.
     #[arg(long, default_value = "1g", value_parser = parse_size64)]
     size: u64,
-    /// READ/WRITE sizes to try (4k to 1m).
-    #[arg(long, value_delimiter = ',', default_value = "4k,16k,64k,256k,1m", value_parser = parse_size)]
-    read_sizes: Vec<u32>,
-    /// READs/WRITEs kept in flight (1 is no read-ahead).
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
-    in_flight: Vec<usize>,
+    /// Access pattern: sequential, or random reads.
+    #[arg(long, value_enum, default_value = "seq")]
+    pattern: Pattern,
+    /// READ/WRITE sizes to try (4k to 1m) [default: 4k,16k,64k,256k,1m;
+    /// with --pattern random 4k,64k].
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    read_sizes: Option<Vec<u32>>,
+    /// READs/WRITEs kept in flight (1 is no read-ahead) [default:
+    /// 1,2,4,8,16; with --pattern random 32].
+    #[arg(long, value_delimiter = ',')]
+    in_flight: Option<Vec<usize>>,
+    /// Runs of every point; the tables give the median and the range.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    repeat: u32,
+    /// Seconds each random-read run lasts.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
     /// Transports to compare.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "rdma,tcp")]
     transports: Vec<Transport>,
-    /// Operations: sequential read and sequential write.
+    /// Operations of the sequential pattern: read and write.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "read,write")]
     ops: Vec<Op>,
-    /// Write every point to this CSV file.
+    /// Write every run to this CSV file, in the order they ran.
     #[arg(long)]
     csv: Option<PathBuf>,
-    /// Write PNG plots (throughput and CPU per GiB by read size) here.
+    /// Write PNG plots (median throughput and CPU per GiB by read size)
+    /// here.
     #[arg(long)]
     plot_dir: Option<PathBuf>,
     /// An external server's directory instead of the embedded server:
@@ -132,19 +165,69 @@ fn urls_for(
     Ok(out)
 }
 
+/// What to run: operations, sizes and in-flight counts after the
+/// pattern's defaults.
+struct Grid {
+    ops: Vec<Op>,
+    sizes: Vec<u32>,
+    in_flight: Vec<usize>,
+}
+
+impl Grid {
+    fn of(args: &BenchArgs) -> anyhow::Result<Self> {
+        let (ops, sizes, nf) = match args.pattern {
+            Pattern::Seq => (
+                args.ops.clone(),
+                vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20],
+                vec![1, 2, 4, 8, 16],
+            ),
+            Pattern::Random => (vec![Op::RandomRead], vec![4 << 10, 64 << 10], vec![32]),
+        };
+        let g = Self {
+            ops,
+            sizes: args.read_sizes.clone().unwrap_or(sizes),
+            in_flight: args.in_flight.clone().unwrap_or(nf),
+        };
+        anyhow::ensure!(
+            !g.sizes.is_empty() && !g.in_flight.is_empty(),
+            "no read size or no in-flight count"
+        );
+        anyhow::ensure!(
+            !args.transports.is_empty() && !g.ops.is_empty(),
+            "nothing to run"
+        );
+        anyhow::ensure!(
+            g.in_flight.iter().all(|&n| (1..=256).contains(&n)),
+            "--in-flight values must be 1 to 256"
+        );
+        anyhow::ensure!(
+            args.seconds > 0.0 && args.seconds <= 3600.0,
+            "--seconds must be above 0 and at most 3600"
+        );
+        Ok(g)
+    }
+
+    fn reads(&self) -> bool {
+        self.ops.iter().any(|&o| o != Op::Write)
+    }
+}
+
+/// One transport's mount and the files its runs use.
+struct Side {
+    transport: Transport,
+    remote: Remote,
+    files: Files,
+}
+
+/// Handles of the bench directory, the file read and the file written.
+struct Files {
+    dir: NfsFh3,
+    read: Option<NfsFh3>,
+    write: Option<(NfsFh3, String)>,
+}
+
 pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        !args.read_sizes.is_empty() && !args.in_flight.is_empty(),
-        "no read size or no in-flight count"
-    );
-    anyhow::ensure!(
-        !args.transports.is_empty() && !args.ops.is_empty(),
-        "nothing to run"
-    );
-    anyhow::ensure!(
-        args.in_flight.iter().all(|&n| (1..=256).contains(&n)),
-        "--in-flight values must be 1 to 256"
-    );
+    let grid = Grid::of(&args)?;
     let server = if args.url.is_empty() {
         Some(ServerChild::start(args.addr, &args.rdma_device).await?)
     } else {
@@ -153,61 +236,108 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(s) = &server {
         // Embedded: the file is written locally (this also warms the
         // server's page cache, as the paper's blind run did).
-        if args.ops.contains(&Op::Read) {
+        if grid.reads() {
             measure::write_local_file(&s.export().join(READ_FILE), args.size)?;
         }
     }
     let urls = urls_for(&args, server.as_ref())?;
-    let points_total = urls.len() * args.ops.len() * args.read_sizes.len() * args.in_flight.len();
-    let pb = if std::io::stderr().is_terminal() {
-        let pb = ProgressBar::new(points_total as u64);
-        if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} points  {msg}") {
-            pb.set_style(style);
-        }
-        Some(pb)
-    } else {
-        None
-    };
-    let clocks = Clocks::new(server.as_ref().map(ServerChild::pid))?;
-    let mut points = Vec::new();
     let mut file_ready = server.is_some();
+    let mut sides = Vec::new();
     for (transport, url) in &urls {
-        let io = IoOptions::default();
-        let remote = open(url, io)
+        let mut remote = open(url, IoOptions::default())
             .await
             .with_context(|| format!("{transport} mount"))?;
-        let ctx = RunCtx {
-            args: &args,
+        let files = with_remote!(&mut remote, |m| {
+            prepare(m, &args, &grid, *transport, &mut file_ready).await?
+        });
+        sides.push(Side {
             transport: *transport,
-            clocks: &clocks,
-            pb: pb.as_ref(),
-        };
-        let got = with_remote!(remote, |m| ctx.run_all(m, &mut file_ready).await?);
-        points.extend(got);
+            remote,
+            files,
+        });
+    }
+    let plan = schedule::plan(
+        &grid.ops,
+        &grid.sizes,
+        &grid.in_flight,
+        sides.len(),
+        args.repeat,
+    );
+    let pb = progress(plan.len());
+    let clocks = Clocks::new(server.as_ref().map(ServerChild::pid))?;
+    let mut points = Vec::new();
+    for slot in &plan {
+        let side = sides.get_mut(slot.side).context("schedule")?;
+        if let Some(pb) = &pb {
+            pb.set_message(format!(
+                "{} {} {} x{} run {}",
+                slot.op,
+                side.transport,
+                report::size_label(slot.io_size),
+                slot.in_flight,
+                slot.rep + 1
+            ));
+        }
+        let (transport, files) = (side.transport, &side.files);
+        let p = with_remote!(&mut side.remote, |m| {
+            run_slot(m, files, slot, transport, (&args, &clocks)).await?
+        });
+        points.push(p);
+        if let Some(pb) = &pb {
+            pb.inc(1);
+        }
+    }
+    for side in &mut sides {
+        if let Some((_, name)) = &side.files.write {
+            let dir = &side.files.dir;
+            let _ = with_remote!(&mut side.remote, |m| m
+                .mount
+                .client()
+                .remove(dir, name)
+                .await);
+        }
     }
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
     drop(server);
+    report_all(&args, &grid, &points)
+}
+
+/// A progress bar on a terminal.
+fn progress(total: usize) -> Option<ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let pb = ProgressBar::new(total as u64);
+    if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} runs  {msg}") {
+        pb.set_style(style);
+    }
+    Some(pb)
+}
+
+/// Tables, summary, CSV and plots.
+fn report_all(args: &BenchArgs, grid: &Grid, points: &[Point]) -> anyhow::Result<()> {
+    let aggs = report::aggregate(points);
     let known_server = args.url.is_empty();
-    for op in &args.ops {
+    for op in &grid.ops {
         report::print_table(
             &mut std::io::stdout().lock(),
             *op,
-            args.size,
-            &points,
+            (args.size, args.seconds),
+            &aggs,
             known_server,
         )?;
     }
-    report::print_summary(&mut std::io::stdout().lock(), &points)?;
+    report::print_summary(&mut std::io::stdout().lock(), &aggs)?;
     if let Some(path) = &args.csv {
-        report::write_csv(path, &points).with_context(|| format!("writing {}", path.display()))?;
+        report::write_csv(path, points).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     if let Some(dir) = &args.plot_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        for op in &args.ops {
-            for p in plot::draw(dir, *op, &points, &args.in_flight)? {
+        for op in grid.ops.iter().filter(|&&o| o != Op::RandomRead) {
+            for p in plot::draw(dir, *op, &aggs, &grid.in_flight)? {
                 eprintln!("wrote {}", p.display());
             }
         }
@@ -215,93 +345,117 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What every point of one transport shares.
-struct RunCtx<'a> {
-    args: &'a BenchArgs,
+/// Finds the bench directory and the files of one transport: the file
+/// read (written first, untimed, on an external server that lacks one of
+/// the right size) and the file written (one per transport).
+async fn prepare<T: ClientTransport>(
+    m: &mut Mounted<T>,
+    args: &BenchArgs,
+    grid: &Grid,
     transport: Transport,
-    clocks: &'a Clocks,
-    pb: Option<&'a ProgressBar>,
+    file_ready: &mut bool,
+) -> anyhow::Result<Files> {
+    let dir = m
+        .mount
+        .resolve(&m.rest)
+        .await
+        .with_context(|| format!("{}: the bench directory", m.rest))?;
+    if dir.attrs.ftype != Ftype3::NF3DIR {
+        bail!("the bench URL must name a directory");
+    }
+    let dir = dir.fh;
+    let read = if grid.reads() {
+        if !*file_ready {
+            // External server: reuse a file of the right size left by an
+            // earlier run, else write it, untimed.
+            let found = m.mount.client().lookup(&dir, READ_FILE).await;
+            let reuse = matches!(&found, Ok(r) if r
+                .obj_attributes
+                .as_ref()
+                .is_some_and(|a| a.size == args.size));
+            if !reuse {
+                let fh = m.mount.create_file(&dir, READ_FILE, 0o644).await?;
+                measure::write_remote(&m.mount, &fh, args.size).await?;
+            }
+            *file_ready = true;
+        }
+        Some(m.mount.client().lookup(&dir, READ_FILE).await?.object)
+    } else {
+        None
+    };
+    let write = if grid.ops.contains(&Op::Write) {
+        let name = format!("nfsrdma-bench-write-{transport}.bin");
+        Some((m.mount.create_file(&dir, &name, 0o644).await?, name))
+    } else {
+        None
+    };
+    Ok(Files { dir, read, write })
 }
 
-impl RunCtx<'_> {
-    /// Every point of this transport: reads first, then writes.
-    async fn run_all<T: ClientTransport>(
-        &self,
-        mut m: Mounted<T>,
-        file_ready: &mut bool,
-    ) -> anyhow::Result<Vec<Point>> {
-        let dir = m
-            .mount
-            .resolve(&m.rest)
-            .await
-            .with_context(|| format!("{}: the bench directory", m.rest))?;
-        if dir.attrs.ftype != Ftype3::NF3DIR {
-            bail!("the bench URL must name a directory");
-        }
-        let mut out = Vec::new();
-        for &op in &self.args.ops {
-            let fh = match op {
-                Op::Read => {
-                    if !*file_ready {
-                        // External server: reuse a file of the right size
-                        // left by an earlier run, else write it, untimed.
-                        let found = m.mount.client().lookup(&dir.fh, READ_FILE).await;
-                        let reuse = matches!(&found, Ok(r) if r
-                            .obj_attributes
-                            .as_ref()
-                            .is_some_and(|a| a.size == self.args.size));
-                        if !reuse {
-                            let fh = m.mount.create_file(&dir.fh, READ_FILE, 0o644).await?;
-                            measure::write_remote(&m.mount, &fh, self.args.size).await?;
-                        }
-                        *file_ready = true;
-                    }
-                    m.mount.client().lookup(&dir.fh, READ_FILE).await?.object
-                }
-                Op::Write => m.mount.create_file(&dir.fh, WRITE_FILE, 0o644).await?,
-            };
-            for &rs in &self.args.read_sizes {
-                for &nf in &self.args.in_flight {
-                    if let Some(pb) = self.pb {
-                        pb.set_message(format!(
-                            "{op} {} {} x{nf}",
-                            self.transport,
-                            report::size_label(rs)
-                        ));
-                    }
-                    m.mount.set_options(IoOptions {
-                        in_flight: nf,
-                        block_size: Some(rs),
-                        ..IoOptions::default()
-                    });
-                    let p = measure::point(&m.mount, &fh, op, self.args.size, self.clocks)
-                        .await
-                        .with_context(|| format!("{op} over {} at {rs} x {nf}", self.transport))?;
-                    out.push(Point {
-                        op,
-                        transport: self.transport,
-                        io_size: rs,
-                        effective_io_size: match op {
-                            Op::Read => m.mount.read_size(),
-                            Op::Write => m.mount.write_size(),
-                        },
-                        in_flight: nf,
-                        bytes: p.bytes,
-                        seconds: p.seconds,
-                        client_cpu: p.client_cpu,
-                        server_cpu: p.server_cpu,
-                    });
-                    if let Some(pb) = self.pb {
-                        pb.inc(1);
-                    }
-                }
-            }
-            if op == Op::Write {
-                let _ = m.mount.client().remove(&dir.fh, WRITE_FILE).await;
-            }
-        }
-        Ok(out)
+/// One run of the plan on one transport.
+async fn run_slot<T: ClientTransport>(
+    m: &mut Mounted<T>,
+    files: &Files,
+    slot: &Slot,
+    transport: Transport,
+    (args, clocks): (&BenchArgs, &Clocks),
+) -> anyhow::Result<Point> {
+    let Slot {
+        op,
+        io_size: rs,
+        in_flight: nf,
+        rep,
+        ..
+    } = *slot;
+    m.mount.set_options(IoOptions {
+        in_flight: nf,
+        block_size: Some(rs),
+        ..IoOptions::default()
+    });
+    let effective = match op {
+        Op::Read | Op::RandomRead => m.mount.read_size(),
+        Op::Write => m.mount.write_size(),
+    };
+    let what = || format!("{op} over {transport} at {rs} x {nf}");
+    let fh = match op {
+        Op::Read | Op::RandomRead => files.read.as_ref(),
+        Op::Write => files.write.as_ref().map(|(fh, _)| fh),
     }
+    .context("no file for this operation")?;
+    let (sample, latency) = if op == Op::RandomRead {
+        let seed = (u64::from(rep) << 32) ^ u64::from(rs) ^ nf as u64;
+        let r = random::point(
+            m.mount.client(),
+            fh,
+            (effective, nf),
+            args.size,
+            Duration::from_secs_f64(args.seconds),
+            seed,
+            clocks,
+        )
+        .await
+        .with_context(what)?;
+        (r.sample, r.latency)
+    } else {
+        let s = measure::point(&m.mount, fh, op, args.size, clocks)
+            .await
+            .with_context(what)?;
+        (s, None)
+    };
+    Ok(Point {
+        op,
+        transport,
+        io_size: rs,
+        effective_io_size: effective,
+        in_flight: nf,
+        rep,
+        bytes: sample.bytes,
+        seconds: sample.seconds,
+        client_cpu: sample.client_cpu,
+        server_cpu: sample.server_cpu,
+        load1: measure::load1(),
+        latency,
+    })
 }
 
 #[cfg(test)]

@@ -166,11 +166,21 @@ impl Clocks {
     }
 
     /// (client, server) CPU seconds so far.
-    fn now(&self) -> anyhow::Result<(f64, Option<f64>)> {
+    pub(super) fn now(&self) -> anyhow::Result<(f64, Option<f64>)> {
         let client = seconds(ClockId::CLOCK_PROCESS_CPUTIME_ID)?;
         let server = self.server.map(seconds).transpose()?;
         Ok((client, server))
     }
+}
+
+/// The 1-minute load average from `/proc/loadavg`, when there is one.
+pub(super) fn load1() -> Option<f64> {
+    parse_load1(&std::fs::read_to_string("/proc/loadavg").ok()?)
+}
+
+/// The first field of a `/proc/loadavg` line.
+fn parse_load1(line: &str) -> Option<f64> {
+    line.split_ascii_whitespace().next()?.parse().ok()
 }
 
 /// One timed transfer.
@@ -193,7 +203,7 @@ pub(super) async fn point<T: ClientTransport>(
 ) -> anyhow::Result<Sample> {
     let source = match op {
         Op::Write => Some(source_chunk()),
-        Op::Read => None,
+        Op::Read | Op::RandomRead => None,
     };
     let (c0, s0) = clocks.now()?;
     let t0 = Instant::now();
@@ -288,6 +298,16 @@ mod tests {
             addr_after("serving /x: nfs over tcp junk", "nfs over tcp "),
             None
         );
+    }
+
+    #[test]
+    fn load_average_is_the_first_loadavg_field() {
+        assert_eq!(parse_load1("9.12 7.50 3.01 4/812 12345\n"), Some(9.12));
+        assert_eq!(parse_load1(""), None);
+        assert_eq!(parse_load1("x 1 2"), None);
+        if std::path::Path::new("/proc/loadavg").exists() {
+            assert!(load1().is_some_and(|l| l >= 0.0));
+        }
     }
 
     #[test]

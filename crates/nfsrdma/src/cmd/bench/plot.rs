@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use anyhow::anyhow;
 use plotters::prelude::*;
 
-use super::report::{size_label, Op, Point, Transport};
+use super::report::{size_label, Agg, Op, Transport};
 
 /// Fonts tried for labels, in order.
 const FONT_PATHS: &[&str] = &[
@@ -79,10 +79,10 @@ fn color(t: Transport, i: usize) -> RGBColor {
 pub(crate) fn draw(
     dir: &Path,
     op: Op,
-    points: &[Point],
+    points: &[Agg],
     in_flight: &[usize],
 ) -> anyhow::Result<Vec<PathBuf>> {
-    let pts: Vec<&Point> = points.iter().filter(|p| p.op == op).collect();
+    let pts: Vec<&Agg> = points.iter().filter(|p| p.op == op).collect();
     if pts.is_empty() {
         return Ok(Vec::new());
     }
@@ -99,7 +99,7 @@ pub(crate) fn draw(
     let mut cpu = Vec::new();
     for &t in &transports {
         for (i, &nf) in flights.iter().enumerate() {
-            let mine: Vec<&&Point> = pts
+            let mine: Vec<&&Agg> = pts
                 .iter()
                 .filter(|p| p.transport == t && p.in_flight == nf)
                 .collect();

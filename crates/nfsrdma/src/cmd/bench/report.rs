@@ -1,7 +1,10 @@
-//! Points, tables, the RDMA-vs-TCP summary and the CSV file.
+//! Points, the per-point medians, tables, the RDMA-vs-TCP summary and the
+//! CSV file.
 
 use std::io::Write;
 use std::path::Path;
+
+use super::stats::{median, spread, Latency, Spread};
 
 /// Bytes in a GiB.
 const GIB: f64 = (1u64 << 30) as f64;
@@ -26,13 +29,17 @@ impl std::fmt::Display for Transport {
     }
 }
 
-/// Sequential read or sequential write.
+/// What a run does.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Op {
     /// Sequential READ of the whole file.
     Read,
     /// Sequential UNSTABLE WRITE of the whole file, then COMMIT.
     Write,
+    /// READs at random aligned offsets for a fixed time
+    /// (`--pattern random`).
+    #[value(skip)]
+    RandomRead,
 }
 
 impl std::fmt::Display for Op {
@@ -40,11 +47,12 @@ impl std::fmt::Display for Op {
         f.write_str(match self {
             Op::Read => "read",
             Op::Write => "write",
+            Op::RandomRead => "random-read",
         })
     }
 }
 
-/// One measured point.
+/// One measured run.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Point {
     pub(crate) op: Op,
@@ -54,12 +62,26 @@ pub(crate) struct Point {
     /// The size used after the server's FSINFO limits.
     pub(crate) effective_io_size: u32,
     pub(crate) in_flight: usize,
+    /// Which repetition of the point (0-based).
+    pub(crate) rep: u32,
     pub(crate) bytes: u64,
     pub(crate) seconds: f64,
     /// Client CPU seconds (user + system) during the transfer.
     pub(crate) client_cpu: f64,
     /// Server CPU seconds, when the server is ours.
     pub(crate) server_cpu: Option<f64>,
+    /// The 1-minute load average just after the run.
+    pub(crate) load1: Option<f64>,
+    /// Random reads: READs done and their latency percentiles.
+    pub(crate) latency: Option<Latency>,
+}
+
+fn per_gib(bytes: u64, cpu: f64) -> f64 {
+    if bytes > 0 {
+        cpu * GIB / bytes as f64
+    } else {
+        0.0
+    }
 }
 
 impl Point {
@@ -72,23 +94,112 @@ impl Point {
         }
     }
 
-    fn per_gib(&self, cpu: f64) -> f64 {
-        if self.bytes > 0 {
-            cpu * GIB / self.bytes as f64
-        } else {
-            0.0
-        }
+    /// READs per second (random reads only).
+    pub(crate) fn iops(&self) -> Option<f64> {
+        let l = self.latency?;
+        (self.seconds > 0.0).then(|| l.ops as f64 / self.seconds)
     }
 
     /// Client CPU seconds per GiB moved.
     pub(crate) fn client_per_gib(&self) -> f64 {
-        self.per_gib(self.client_cpu)
+        per_gib(self.bytes, self.client_cpu)
     }
 
     /// Server CPU seconds per GiB moved.
     pub(crate) fn server_per_gib(&self) -> Option<f64> {
-        self.server_cpu.map(|c| self.per_gib(c))
+        self.server_cpu.map(|c| per_gib(self.bytes, c))
     }
+}
+
+/// The repetitions of one point (operation, size, in-flight count,
+/// transport): medians, and the range of the throughput.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Agg {
+    pub(crate) op: Op,
+    pub(crate) transport: Transport,
+    pub(crate) io_size: u32,
+    pub(crate) effective_io_size: u32,
+    pub(crate) in_flight: usize,
+    pub(crate) runs: usize,
+    pub(crate) throughput: Spread,
+    pub(crate) iops: Option<Spread>,
+    pub(crate) client: f64,
+    pub(crate) server: Option<f64>,
+    pub(crate) load1: Option<f64>,
+    pub(crate) latency: Option<Latency>,
+}
+
+impl Agg {
+    /// Median throughput in MiB/s.
+    pub(crate) fn mib_s(&self) -> f64 {
+        self.throughput.median
+    }
+
+    /// Median client CPU seconds per GiB.
+    pub(crate) fn client_per_gib(&self) -> f64 {
+        self.client
+    }
+
+    /// Median server CPU seconds per GiB, when known.
+    pub(crate) fn server_per_gib(&self) -> Option<f64> {
+        self.server
+    }
+
+    /// Client plus server CPU per GiB, when the server's is known.
+    fn total_per_gib(&self) -> Option<f64> {
+        self.server.map(|s| s + self.client)
+    }
+
+    fn same_point(&self, o: &Agg) -> bool {
+        self.op == o.op && self.io_size == o.io_size && self.in_flight == o.in_flight
+    }
+}
+
+/// The points grouped by operation, size, in-flight count and transport,
+/// in the order each group first ran.
+pub(crate) fn aggregate(points: &[Point]) -> Vec<Agg> {
+    let mut keys: Vec<(Op, u32, usize, Transport)> = Vec::new();
+    for p in points {
+        let k = (p.op, p.io_size, p.in_flight, p.transport);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys.into_iter()
+        .filter_map(|(op, io_size, in_flight, transport)| {
+            let runs: Vec<&Point> = points
+                .iter()
+                .filter(|p| {
+                    p.op == op
+                        && p.io_size == io_size
+                        && p.in_flight == in_flight
+                        && p.transport == transport
+                })
+                .collect();
+            let col = |f: &dyn Fn(&Point) -> Option<f64>| -> Vec<f64> {
+                runs.iter().filter_map(|p| f(p)).collect()
+            };
+            let server = col(&|p| p.server_per_gib());
+            let lats: Vec<Latency> = runs.iter().filter_map(|p| p.latency).collect();
+            let iops = col(&|p| p.iops());
+            Some(Agg {
+                op,
+                transport,
+                io_size,
+                effective_io_size: runs.first()?.effective_io_size,
+                in_flight,
+                runs: runs.len(),
+                throughput: spread(&col(&|p| Some(p.mib_s())))?,
+                iops: spread(&iops),
+                client: median(&col(&|p| Some(p.client_per_gib())))?,
+                server: (server.len() == runs.len())
+                    .then(|| median(&server))
+                    .flatten(),
+                load1: median(&col(&|p| p.load1)),
+                latency: Latency::median_of(&lats),
+            })
+        })
+        .collect()
 }
 
 /// `4k`, `256k`, `1m`.
@@ -106,61 +217,6 @@ fn opt(v: Option<f64>, prec: usize) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v:.prec$}"))
 }
 
-/// The table of one operation: MiB/s and client/server CPU seconds per
-/// GiB for each transport, size and in-flight count.
-pub(crate) fn print_table(
-    out: &mut impl Write,
-    op: Op,
-    size: u64,
-    points: &[Point],
-    server_known: bool,
-) -> std::io::Result<()> {
-    let rows: Vec<&Point> = points.iter().filter(|p| p.op == op).collect();
-    if rows.is_empty() {
-        return Ok(());
-    }
-    writeln!(
-        out,
-        "sequential {op} of {:.0} MiB{}",
-        size as f64 / MIB,
-        if server_known {
-            ""
-        } else {
-            " (external server: its CPU is unknown)"
-        }
-    )?;
-    writeln!(
-        out,
-        "{:<9} {:>7} {:>9} {:>9} {:>14} {:>14}",
-        "transport", "size", "in-flight", "MiB/s", "client s/GiB", "server s/GiB"
-    )?;
-    for p in rows {
-        let mut size = size_label(p.io_size);
-        if p.effective_io_size != p.io_size {
-            size = format!("{}*", size_label(p.effective_io_size));
-        }
-        writeln!(
-            out,
-            "{:<9} {:>7} {:>9} {:>9.1} {:>14.3} {:>14}",
-            p.transport.to_string(),
-            size,
-            p.in_flight,
-            p.mib_s(),
-            p.client_per_gib(),
-            opt(p.server_per_gib(), 3)
-        )?;
-    }
-    writeln!(out)
-}
-
-/// The fastest point of `op` over `t`.
-pub(crate) fn best(points: &[Point], op: Op, t: Transport) -> Option<&Point> {
-    points
-        .iter()
-        .filter(|p| p.op == op && p.transport == t)
-        .max_by(|a, b| a.mib_s().total_cmp(&b.mib_s()))
-}
-
 fn ratio(a: f64, b: f64) -> String {
     if b > 0.0 {
         format!("{:.2}x", a / b)
@@ -169,17 +225,139 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
-/// Best RDMA vs best TCP throughput per operation, with the CPU per GiB
-/// of each at those points, and their ratios.
-pub(crate) fn print_summary(out: &mut impl Write, points: &[Point]) -> std::io::Result<()> {
+/// The RDMA/TCP ratios of `a`'s point from the medians: throughput (the
+/// same as IOPS for random reads) and CPU per GiB (client + server when
+/// the server's is known, else client); empty unless `a` is the RDMA
+/// side and the TCP side ran.
+fn point_ratio(a: &Agg, all: &[Agg]) -> String {
+    if a.transport != Transport::Rdma {
+        return String::new();
+    }
+    let Some(t) = all
+        .iter()
+        .find(|t| t.transport == Transport::Tcp && t.same_point(a))
+    else {
+        return String::new();
+    };
+    let cpu = match (a.total_per_gib(), t.total_per_gib()) {
+        (Some(x), Some(y)) => ratio(x, y),
+        _ => ratio(a.client, t.client),
+    };
+    format!("{} cpu {}", ratio(a.mib_s(), t.mib_s()), cpu)
+}
+
+fn range(s: &Spread, prec: usize) -> String {
+    format!("{:.prec$} [{:.prec$}-{:.prec$}]", s.median, s.min, s.max)
+}
+
+/// What the table of `op` is headed with.
+fn title(op: Op, size: u64, random_secs: f64) -> String {
+    let mib = size as f64 / MIB;
+    match op {
+        Op::RandomRead => format!("random read in a {mib:.0} MiB file, {random_secs:.1} s per run"),
+        _ => format!("sequential {op} of {mib:.0} MiB"),
+    }
+}
+
+/// The table of one operation: per transport, size and in-flight count,
+/// the median throughput (IOPS and latency percentiles for random reads)
+/// with its range over the repetitions, the median client and server CPU
+/// seconds per GiB, the median 1-minute load average, and on the RDMA row
+/// the RDMA/TCP ratios of the medians.
+pub(crate) fn print_table(
+    out: &mut impl Write,
+    op: Op,
+    (size, random_secs): (u64, f64),
+    aggs: &[Agg],
+    server_known: bool,
+) -> std::io::Result<()> {
+    let rows: Vec<&Agg> = aggs.iter().filter(|p| p.op == op).collect();
+    let Some(first) = rows.first() else {
+        return Ok(());
+    };
+    writeln!(
+        out,
+        "{}: {} run(s) per point, transports interleaved; median [min-max]{}",
+        title(op, size, random_secs),
+        first.runs,
+        if server_known {
+            ""
+        } else {
+            " (external server: its CPU is unknown)"
+        }
+    )?;
+    let random = op == Op::RandomRead;
+    if random {
+        write!(
+            out,
+            "{:<9} {:>7} {:>9} {:>28} {:>8} {:>8} {:>9}",
+            "transport", "size", "in-flight", "IOPS", "p50 us", "p99 us", "p99.9 us"
+        )?;
+    } else {
+        write!(
+            out,
+            "{:<9} {:>7} {:>9} {:>28}",
+            "transport", "size", "in-flight", "MiB/s"
+        )?;
+    }
+    writeln!(
+        out,
+        " {:>13} {:>13} {:>6}  rdma/tcp",
+        "client s/GiB", "server s/GiB", "load1"
+    )?;
+    for p in rows {
+        let mut size = size_label(p.io_size);
+        if p.effective_io_size != p.io_size {
+            size = format!("{}*", size_label(p.effective_io_size));
+        }
+        write!(
+            out,
+            "{:<9} {:>7} {:>9}",
+            p.transport.to_string(),
+            size,
+            p.in_flight
+        )?;
+        match (random, &p.iops, &p.latency) {
+            (true, Some(iops), Some(l)) => write!(
+                out,
+                " {:>28} {:>8.0} {:>8.0} {:>9.0}",
+                range(iops, 0),
+                l.p50_us,
+                l.p99_us,
+                l.p999_us
+            )?,
+            (true, _, _) => write!(out, " {:>28} {:>8} {:>8} {:>9}", "-", "-", "-", "-")?,
+            (false, _, _) => write!(out, " {:>28}", range(&p.throughput, 1))?,
+        }
+        writeln!(
+            out,
+            " {:>13.3} {:>13} {:>6}  {}",
+            p.client,
+            opt(p.server, 3),
+            opt(p.load1, 2),
+            point_ratio(p, aggs)
+        )?;
+    }
+    writeln!(out)
+}
+
+/// The fastest point of `op` over `t`, by median.
+pub(crate) fn best(aggs: &[Agg], op: Op, t: Transport) -> Option<&Agg> {
+    aggs.iter()
+        .filter(|p| p.op == op && p.transport == t)
+        .max_by(|a, b| a.mib_s().total_cmp(&b.mib_s()))
+}
+
+/// Best RDMA vs best TCP median throughput per sequential operation, with
+/// the CPU per GiB of each at those points, and their ratios.
+pub(crate) fn print_summary(out: &mut impl Write, aggs: &[Agg]) -> std::io::Result<()> {
     for op in [Op::Read, Op::Write] {
         let (Some(r), Some(t)) = (
-            best(points, op, Transport::Rdma),
-            best(points, op, Transport::Tcp),
+            best(aggs, op, Transport::Rdma),
+            best(aggs, op, Transport::Tcp),
         ) else {
             continue;
         };
-        let total = |p: &Point| p.server_per_gib().map(|s| s + p.client_per_gib());
         writeln!(
             out,
             "best {op}: rdma {:.1} MiB/s ({} x {}) vs tcp {:.1} MiB/s ({} x {}): {} ; \
@@ -201,9 +379,9 @@ pub(crate) fn print_summary(out: &mut impl Write, points: &[Point]) -> std::io::
                 (Some(a), Some(b)) => ratio(a, b),
                 _ => "-".to_owned(),
             },
-            opt(total(r), 3),
-            opt(total(t), 3),
-            match (total(r), total(t)) {
+            opt(r.total_per_gib(), 3),
+            opt(t.total_per_gib(), 3),
+            match (r.total_per_gib(), t.total_per_gib()) {
                 (Some(a), Some(b)) => ratio(a, b),
                 _ => "-".to_owned(),
             },
@@ -214,13 +392,15 @@ pub(crate) fn print_summary(out: &mut impl Write, points: &[Point]) -> std::io::
 
 /// The CSV header.
 pub(crate) const CSV_HEADER: &str = "op,transport,io_size,effective_io_size,in_flight,bytes,\
-seconds,mib_s,client_cpu_s,server_cpu_s,client_cpu_s_per_gib,server_cpu_s_per_gib";
+seconds,mib_s,client_cpu_s,server_cpu_s,client_cpu_s_per_gib,server_cpu_s_per_gib,\
+rep,load1,reads,iops,p50_us,p99_us,p999_us";
 
-/// One CSV line (no newline); an unknown server CPU is an empty field.
+/// One CSV line (no newline); an unknown figure is an empty field.
 pub(crate) fn csv_line(p: &Point) -> String {
-    let o = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.6}"));
+    let o = |v: Option<f64>, prec: usize| v.map_or_else(String::new, |v| format!("{v:.prec$}"));
+    let l = p.latency;
     format!(
-        "{},{},{},{},{},{},{:.6},{:.3},{:.6},{},{:.6},{}",
+        "{},{},{},{},{},{},{:.6},{:.3},{:.6},{},{:.6},{},{},{},{},{},{},{},{}",
         p.op,
         p.transport,
         p.io_size,
@@ -230,13 +410,20 @@ pub(crate) fn csv_line(p: &Point) -> String {
         p.seconds,
         p.mib_s(),
         p.client_cpu,
-        o(p.server_cpu),
+        o(p.server_cpu, 6),
         p.client_per_gib(),
-        o(p.server_per_gib()),
+        o(p.server_per_gib(), 6),
+        p.rep,
+        o(p.load1, 2),
+        l.map_or_else(String::new, |l| l.ops.to_string()),
+        o(p.iops(), 1),
+        o(l.map(|l| l.p50_us), 0),
+        o(l.map(|l| l.p99_us), 0),
+        o(l.map(|l| l.p999_us), 0),
     )
 }
 
-/// Writes every point to `path`.
+/// Writes every run to `path`, in the order they ran.
 pub(crate) fn write_csv(path: &Path, points: &[Point]) -> std::io::Result<()> {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
     writeln!(f, "{CSV_HEADER}")?;
@@ -257,10 +444,13 @@ mod tests {
             io_size: 256 << 10,
             effective_io_size: 256 << 10,
             in_flight: 8,
+            rep: 0,
             bytes: 1 << 30,
             seconds: secs,
             client_cpu: client,
             server_cpu: server,
+            load1: Some(3.5),
+            latency: None,
         }
     }
 
@@ -271,6 +461,7 @@ mod tests {
         assert_eq!(p.mib_s(), 256.0);
         assert_eq!(p.client_per_gib(), 3.0);
         assert_eq!(p.server_per_gib(), Some(1.0));
+        assert_eq!(p.iops(), None);
     }
 
     #[test]
@@ -278,21 +469,70 @@ mod tests {
         let line = csv_line(&pt(Transport::Tcp, 4.0, 2.0, None));
         assert_eq!(
             line,
-            "read,tcp,262144,262144,8,1073741824,4.000000,256.000,2.000000,,2.000000,"
+            "read,tcp,262144,262144,8,1073741824,4.000000,256.000,2.000000,,2.000000,,0,3.50,,,,,"
         );
         assert_eq!(line.split(',').count(), CSV_HEADER.split(',').count());
+        let mut r = pt(Transport::Rdma, 2.0, 1.0, Some(1.0));
+        r.op = Op::RandomRead;
+        r.latency = Some(Latency {
+            ops: 1000,
+            p50_us: 90.0,
+            p99_us: 400.0,
+            p999_us: 2000.0,
+        });
+        let line = csv_line(&r);
+        assert!(line.starts_with("random-read,rdma,"), "{line}");
+        assert!(line.ends_with(",1000,500.0,90,400,2000"), "{line}");
     }
 
     #[test]
-    fn summary_compares_the_best_points() {
+    fn medians_and_ranges_per_point_and_transport() {
+        let mut pts = Vec::new();
+        for (rep, (r, t)) in [(2.0, 4.0), (1.0, 8.0), (4.0, 2.0)].into_iter().enumerate() {
+            let mut a = pt(Transport::Rdma, r, 1.0, Some(r));
+            a.rep = rep as u32;
+            a.load1 = Some(rep as f64);
+            let mut b = pt(Transport::Tcp, t, 2.0, Some(1.0));
+            b.rep = rep as u32;
+            pts.extend([a, b]);
+        }
+        let aggs = aggregate(&pts);
+        assert_eq!(aggs.len(), 2);
+        let r = &aggs[0];
+        assert_eq!(r.transport, Transport::Rdma);
+        assert_eq!(r.runs, 3);
+        // 1 GiB in 1, 2 and 4 s.
+        assert_eq!(
+            r.throughput,
+            Spread {
+                median: 512.0,
+                min: 256.0,
+                max: 1024.0
+            }
+        );
+        assert_eq!(r.server, Some(2.0));
+        assert_eq!(r.load1, Some(1.0));
+        assert_eq!(aggs[1].throughput.median, 256.0);
+        // The RDMA row carries RDMA/TCP from the medians: 512/256, and
+        // (1 + 2) / (2 + 1) CPU.
+        assert_eq!(point_ratio(r, &aggs), "2.00x cpu 1.00x");
+        assert_eq!(point_ratio(&aggs[1], &aggs), "");
+    }
+
+    #[test]
+    fn summary_compares_the_best_medians() {
         let pts = vec![
             pt(Transport::Rdma, 2.0, 1.0, Some(1.0)),
-            pt(Transport::Rdma, 4.0, 1.0, Some(1.0)),
             pt(Transport::Tcp, 4.0, 2.0, Some(2.0)),
         ];
-        assert_eq!(best(&pts, Op::Read, Transport::Rdma).unwrap().seconds, 2.0);
+        let mut slow = pt(Transport::Rdma, 4.0, 1.0, Some(1.0));
+        slow.in_flight = 1;
+        let mut pts = pts;
+        pts.push(slow);
+        let aggs = aggregate(&pts);
+        assert_eq!(best(&aggs, Op::Read, Transport::Rdma).unwrap().in_flight, 8);
         let mut out = Vec::new();
-        print_summary(&mut out, &pts).unwrap();
+        print_summary(&mut out, &aggs).unwrap();
         let s = String::from_utf8(out).unwrap();
         assert!(
             s.starts_with("best read: rdma 512.0 MiB/s (256k x 8) vs tcp 256.0 MiB/s"),
@@ -303,18 +543,58 @@ mod tests {
     }
 
     #[test]
-    fn tables_mark_capped_sizes_and_unknown_server_cpu() {
+    fn tables_mark_capped_sizes_unknown_server_cpu_and_load() {
         let mut p = pt(Transport::Tcp, 1.0, 0.25, None);
         p.io_size = 4 << 20;
         p.effective_io_size = 1 << 20;
         let mut out = Vec::new();
-        print_table(&mut out, Op::Read, 1 << 30, &[p], false).unwrap();
+        print_table(&mut out, Op::Read, (1 << 30, 0.0), &aggregate(&[p]), false).unwrap();
         let s = String::from_utf8(out).unwrap();
         let row = s.lines().nth(2).unwrap();
         assert!(row.starts_with("tcp") && row.contains(" 1m* "), "{s}");
-        assert!(row.trim_end().ends_with('-'), "{s}");
+        assert!(row.contains("1024.0 [1024.0-1024.0]"), "{s}");
+        assert!(
+            row.contains(" - ") && row.trim_end().ends_with("3.50"),
+            "{s}"
+        );
         assert!(s.contains("external server"), "{s}");
+        assert!(s.contains("1 run(s) per point"), "{s}");
         assert_eq!(size_label(4096), "4k");
         assert_eq!(size_label(1000), "1000");
+    }
+
+    #[test]
+    fn random_tables_give_iops_and_percentiles() {
+        let mut p = pt(Transport::Rdma, 2.0, 1.0, Some(1.0));
+        p.op = Op::RandomRead;
+        p.io_size = 4096;
+        p.effective_io_size = 4096;
+        p.bytes = 4096 * 20_000;
+        p.latency = Some(Latency {
+            ops: 20_000,
+            p50_us: 95.0,
+            p99_us: 410.0,
+            p999_us: 2300.0,
+        });
+        let mut out = Vec::new();
+        print_table(
+            &mut out,
+            Op::RandomRead,
+            (1 << 30, 2.0),
+            &aggregate(&[p]),
+            true,
+        )
+        .unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(
+            s.starts_with("random read in a 1024 MiB file, 2.0 s per run"),
+            "{s}"
+        );
+        let row = s.lines().nth(2).unwrap();
+        assert!(row.contains("10000 [10000-10000]"), "{s}");
+        assert!(
+            row.contains(" 95 ") && row.contains(" 410 ") && row.contains(" 2300 "),
+            "{s}"
+        );
     }
 }
