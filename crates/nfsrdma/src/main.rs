@@ -68,6 +68,10 @@ enum Command {
     /// largest memory region, largest gather list, IRD/ORD), the ones
     /// `serve --rdma-device NAME` and `?device=NAME` can use.
     Devices(device::DevicesArgs),
+    /// Summarize a running server's metrics (its `serve --metrics ADDR`):
+    /// calls per procedure with errors and mean latency, rejected calls,
+    /// limits tripped, open connections.
+    Stat(cmd::stat::StatArgs),
     /// Write the manual pages: nfsrdma.1 and nfsrdma-SUBCOMMAND.1 for each
     /// subcommand.
     Man(cmd::man::ManArgs),
@@ -116,6 +120,7 @@ fn main() -> anyhow::Result<()> {
             Command::Bench(a) => cmd::bench::run(a).await,
             Command::Mount(a) => cmd::mount::run(a).await,
             Command::Devices(a) => device::list(a),
+            Command::Stat(a) => cmd::stat::run(a).await,
             Command::Man(_) | Command::Completions(_) => Ok(()),
         }
     })

@@ -32,6 +32,7 @@ pub mod echo;
 pub mod msg;
 pub mod record;
 pub mod server;
+pub mod stats;
 #[cfg(feature = "tokio")]
 pub mod tcp;
 

@@ -11,6 +11,7 @@ use core::ops::RangeInclusive;
 use core::pin::Pin;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use xdr::{Decoder, Encode, XdrBuf};
@@ -20,6 +21,7 @@ use crate::msg::{
     AcceptStat, Accepted, AuthFlavor, AuthStat, CallHeader, CallHeaderError, Credential,
     OpaqueAuth, Rejected, ReplyHeader, RPC_VERSION,
 };
+use crate::stats::{self, CallStats};
 
 /// The transport a call arrived on.
 #[non_exhaustive]
@@ -187,6 +189,7 @@ impl<S: RpcService> DynService for S {
 pub struct Server {
     programs: HashMap<u32, Vec<Arc<dyn DynService>>>,
     drc: Option<DuplicateRequestCache>,
+    stats: CallStats,
 }
 
 impl core::fmt::Debug for Server {
@@ -298,6 +301,7 @@ impl Server {
                         Prepared::Drop
                     }
                     CallHeaderError::RpcVersion { xid, .. } => {
+                        stats::rejected(stats::Rejected::RpcMismatch);
                         Prepared::Reply(reply_only(ReplyHeader::denied(
                             xid,
                             Rejected::RpcMismatch {
@@ -306,21 +310,39 @@ impl Server {
                             },
                         )))
                     }
-                    CallHeaderError::BadCred { xid, .. } => Prepared::Reply(reply_only(
-                        ReplyHeader::denied(xid, Rejected::AuthError(AuthStat::AUTH_BADCRED)),
-                    )),
-                    CallHeaderError::BadVerf { xid, .. } => Prepared::Reply(reply_only(
-                        ReplyHeader::denied(xid, Rejected::AuthError(AuthStat::AUTH_BADVERF)),
-                    )),
-                    CallHeaderError::Truncated { xid, .. } => Prepared::Reply(reply_only(
-                        ReplyHeader::accepted(xid, Accepted::Other(AcceptStat::GARBAGE_ARGS)),
-                    )),
+                    CallHeaderError::BadCred { xid, .. } => {
+                        stats::rejected(stats::Rejected::BadCred);
+                        Prepared::Reply(reply_only(ReplyHeader::denied(
+                            xid,
+                            Rejected::AuthError(AuthStat::AUTH_BADCRED),
+                        )))
+                    }
+                    CallHeaderError::BadVerf { xid, .. } => {
+                        stats::rejected(stats::Rejected::BadVerf);
+                        Prepared::Reply(reply_only(ReplyHeader::denied(
+                            xid,
+                            Rejected::AuthError(AuthStat::AUTH_BADVERF),
+                        )))
+                    }
+                    CallHeaderError::Truncated { xid, .. } => {
+                        stats::rejected(stats::Rejected::GarbageHeader);
+                        Prepared::Reply(reply_only(ReplyHeader::accepted(
+                            xid,
+                            Accepted::Other(AcceptStat::GARBAGE_ARGS),
+                        )))
+                    }
                 };
             }
         };
         let xid = hdr.xid;
-        let deny =
-            |s| Prepared::Reply(reply_only(ReplyHeader::denied(xid, Rejected::AuthError(s))));
+        let deny = |s| {
+            stats::rejected(if s == AuthStat::AUTH_BADVERF {
+                stats::Rejected::BadVerf
+            } else {
+                stats::Rejected::BadCred
+            });
+            Prepared::Reply(reply_only(ReplyHeader::denied(xid, Rejected::AuthError(s))))
+        };
         let credential = match Credential::from_opaque(&hdr.cred) {
             Ok(Credential::Other(_)) | Err(_) => return deny(AuthStat::AUTH_BADCRED),
             Ok(Credential::None) if !hdr.cred.body.is_empty() => {
@@ -335,6 +357,7 @@ impl Server {
         }
         let accepted = |stat| Prepared::Reply(reply_only(ReplyHeader::accepted(xid, stat)));
         let Some(svcs) = self.programs.get(&hdr.prog) else {
+            stats::rejected(stats::Rejected::ProgUnavail);
             return accepted(Accepted::Other(AcceptStat::PROG_UNAVAIL));
         };
         let Some(svc) = svcs.iter().find(|s| s.versions().contains(&hdr.vers)) else {
@@ -344,6 +367,7 @@ impl Server {
                 .min()
                 .unwrap_or(0);
             let high = svcs.iter().map(|s| *s.versions().end()).max().unwrap_or(0);
+            stats::rejected(stats::Rejected::ProgMismatch);
             return accepted(Accepted::ProgMismatch { low, high });
         };
         let args = dec.rest_bytes();
@@ -393,7 +417,11 @@ impl Server {
                 }
             }
         }
+        let key = (ctx.prog, ctx.vers, ctx.proc_);
+        let started = Instant::now();
         let result = svc.call_boxed(ctx, args).await;
+        self.stats
+            .record(key, outcome_of(&result), started.elapsed());
         let reply = match result {
             Ok(body) => {
                 let mut r = XdrBuf::with_capacity(24);
@@ -425,5 +453,17 @@ impl Server {
             }
         }
         reply
+    }
+}
+
+/// How a service's result shows in the call counts.
+fn outcome_of(result: &Result<XdrBuf, ServiceError>) -> stats::Outcome {
+    match result {
+        Ok(_) => stats::Outcome::Success,
+        Err(ServiceError::GarbageArgs(_)) => stats::Outcome::GarbageArgs,
+        Err(ServiceError::ProcUnavail) => stats::Outcome::ProcUnavail,
+        Err(ServiceError::SystemErr(_)) => stats::Outcome::SystemErr,
+        Err(ServiceError::Auth(_)) => stats::Outcome::AuthError,
+        Err(ServiceError::Drop) => stats::Outcome::Dropped,
     }
 }

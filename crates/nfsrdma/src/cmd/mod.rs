@@ -7,5 +7,7 @@ pub(crate) mod cp;
 pub(crate) mod echo;
 pub(crate) mod ls;
 pub(crate) mod man;
+pub(crate) mod metrics;
 pub(crate) mod mount;
 pub(crate) mod serve;
+pub(crate) mod stat;

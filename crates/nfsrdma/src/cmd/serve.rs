@@ -156,6 +156,12 @@ pub(crate) struct ServeArgs {
     /// ~/.local/state/nfsrdma.
     #[arg(long)]
     state_dir: Option<PathBuf>,
+    /// Serve the server's counters in the Prometheus text format at
+    /// http://ADDR/metrics: calls and latency per RPC procedure, rejected
+    /// calls, limit trips, open connections (`nfsrdma stat ADDR` prints a
+    /// summary). Off by default.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
 }
 
 /// `args` with the options of its `--config` file merged in, the command
@@ -215,6 +221,9 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let server = nfs_server::start(config)
         .await
         .with_context(|| format!("serving {}", describe(&args)))?;
+    if let Some(addr) = args.metrics {
+        super::metrics::serve(addr, server.conn_limiter())?;
+    }
 
     let mut listening = Vec::new();
     if tcp {
@@ -226,6 +235,9 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     ));
     if let Some(a) = server.rpcbind_addr() {
         listening.push(format!("rpcbind {a}"));
+    }
+    if let Some(a) = args.metrics {
+        listening.push(format!("metrics http://{a}/metrics"));
     }
     let rdma = if args.transports.contains(&Transport::Rdma) {
         let addr = SocketAddr::new(args.addr, args.rdma_port);

@@ -1,0 +1,104 @@
+//! `serve --metrics ADDR` and `nfsrdma stat ADDR`: after real clients (ls
+//! over TCP and RDMA), a call to a program the server does not run, and a
+//! connection flood past the per-client cap, the Prometheus endpoint and
+//! the summary show the calls per procedure with latency, the rejected
+//! call, the limit that tripped, and the open connections.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use oncrpc::msg::{CallHeader, OpaqueAuth};
+use oncrpc::record::encode_record;
+use socket2::{Domain, Socket, Type};
+use xdr::{Encode, XdrBuf};
+
+mod support;
+
+use support::serve::{free_port, ServeChild, BIN};
+
+fn nfsrdma(args: &[&str]) -> String {
+    let out = Command::new(BIN).args(args).output().expect("run nfsrdma");
+    assert!(
+        out.status.success(),
+        "nfsrdma {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn connect_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::from((from, 0)).into()).unwrap();
+    s.connect_timeout(&to.into(), Duration::from_secs(2))
+        .unwrap();
+    s.into()
+}
+
+/// A NULL call to program 200999, which no server runs.
+fn unknown_program_call() -> Vec<u8> {
+    let mut m = XdrBuf::new();
+    CallHeader {
+        xid: 77,
+        prog: 200_999,
+        vers: 1,
+        proc_: 0,
+        cred: OpaqueAuth::NONE,
+        verf: OpaqueAuth::NONE,
+    }
+    .encode(&mut m);
+    encode_record(&m).to_vec()
+}
+
+#[test]
+fn stat_shows_calls_rejections_limit_trips_and_connections() {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let srv = ServeChild::start(
+        "metrics",
+        &["--metrics", &metrics, "--max-connections-per-client", "3"],
+        |dir| std::fs::write(dir.join("data"), b"hello").unwrap(),
+    );
+    for scheme in ["nfs", "nfs+rdma"] {
+        assert!(nfsrdma(&["ls", "-l", &srv.url(scheme, "")]).contains("data"));
+    }
+    let nfs = SocketAddr::from(([127, 0, 0, 1], srv.nfs));
+    let mut s = TcpStream::connect(nfs).unwrap();
+    s.write_all(&unknown_program_call()).unwrap();
+    // Five connections from another address: two past the cap of three.
+    let flood: Vec<TcpStream> = (0..5).map(|_| connect_from([127, 0, 0, 4], nfs)).collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let out = loop {
+        let out = nfsrdma(&["stat", &metrics]);
+        let done = out.contains("tcp.connections_per_client 2") && out.contains("prog_unavail 1");
+        if done || Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(out.contains("limits tripped: "), "{out}");
+    assert!(out.contains("tcp.connections_per_client 2"), "{out}");
+    assert!(out.contains("rejected calls: prog_unavail 1"), "{out}");
+    let open: usize = out
+        .lines()
+        .find_map(|l| l.strip_prefix("connections open: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        open >= 4,
+        "the raw connection and the three admitted: {out}"
+    );
+    // The two ls runs: MOUNT's MNT and NFSv3 calls, with latencies.
+    let row = |prog: &str, procedure: &str| {
+        out.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|c| c.len() == 6 && c[0] == prog && c[2] == procedure)
+            .unwrap_or_else(|| panic!("no {prog} {procedure} row: {out}"))
+    };
+    let mnt = row("mount", "MNT");
+    assert_eq!(mnt[3], "2", "{out}");
+    let fsinfo = row("nfs", "FSINFO");
+    assert!(fsinfo[3].parse::<u64>().unwrap() >= 2, "{out}");
+    assert!(fsinfo[5].parse::<f64>().unwrap() > 0.0, "{out}");
+    drop(flood);
+}
