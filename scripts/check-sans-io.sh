@@ -2,7 +2,8 @@
 # The sans-IO layers must stay free of an async runtime (DESIGN.md: protocol
 # logic in plain functions and state machines, IO in thin shells above).
 # Fails if tokio (or another IO runtime) is among the normal dependencies of
-# xdr, iwarp, nfs or rnic, or of oncrpc without its `tokio` feature.
+# xdr, iwarp, nfs, rnic or dump (the capture decoder), or of oncrpc
+# without its `tokio` feature.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -18,6 +19,6 @@ check() {
         echo "ok: $label has no IO runtime"
     fi
 }
-for c in xdr iwarp nfs rnic; do check "$c" -p "$c"; done
+for c in xdr iwarp nfs rnic dump; do check "$c" -p "$c"; done
 check "oncrpc (no default features)" -p oncrpc --no-default-features
 exit $fail

@@ -72,6 +72,14 @@ enum Command {
     /// calls per procedure with errors and mean latency, rejected calls,
     /// limits tripped, open connections.
     Stat(cmd::stat::StatArgs),
+    /// Print a packet capture (pcap or pcapng) of NFS traffic: iWARP
+    /// (MPA/DDP/RDMAP), RPC-over-RDMA v1 and v2, ONC RPC over TCP, and the
+    /// NFS procedures inside, one line per message, then a summary per
+    /// connection (credits, inline sizes, chunks, Send With Invalidate,
+    /// Terminates).
+    ///
+    /// Unknown and malformed frames are printed and counted as such.
+    Dump(cmd::dump::DumpArgs),
     /// Write the manual pages: nfsrdma.1 and nfsrdma-SUBCOMMAND.1 for each
     /// subcommand.
     Man(cmd::man::ManArgs),
@@ -95,6 +103,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let command = match cli.command {
         Command::Man(a) => return cmd::man::man(Cli::command(), &a),
+        Command::Dump(a) => return cmd::dump::run(a),
         Command::Completions(a) => {
             cmd::man::completions(Cli::command(), &a);
             return Ok(());
@@ -121,7 +130,7 @@ fn main() -> anyhow::Result<()> {
             Command::Mount(a) => cmd::mount::run(a).await,
             Command::Devices(a) => device::list(a),
             Command::Stat(a) => cmd::stat::run(a).await,
-            Command::Man(_) | Command::Completions(_) => Ok(()),
+            Command::Man(_) | Command::Completions(_) | Command::Dump(_) => Ok(()),
         }
     })
 }
