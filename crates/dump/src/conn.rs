@@ -132,6 +132,19 @@ impl Conn {
             let left = match &self.proto {
                 Proto::Iwarp(_) => self.bufs[i].len(),
                 Proto::Rpc(r) => r.buffered(d),
+                Proto::Detect if !self.bufs[i].is_empty() => {
+                    sink.frame = self.last_frame[i];
+                    sink.line(
+                        self.id,
+                        Some(d),
+                        crate::report::Verdict::Unknown,
+                        format!(
+                            "{} bytes of TCP payload, protocol not recognised",
+                            self.bufs[i].len()
+                        ),
+                    );
+                    0
+                }
                 Proto::Detect | Proto::Unknown => 0,
             };
             if left > 0 {

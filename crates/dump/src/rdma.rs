@@ -77,13 +77,23 @@ impl Rdma {
             AnyHeader::V2(h) => h.credits,
         };
         stats.credits.note(credits);
+        let mut prop_text = String::new();
         if let AnyHeader::V2(v2::Header {
             body: v2::Body::ConnProp(props),
             ..
         }) = &h
         {
-            if let Ok(p) = v2::Properties::from_propset(props) {
-                stats.inline = Some(format!("receive buffer {}", p.receive_buffer_size));
+            match v2::Properties::from_propset(props) {
+                Ok(p) => {
+                    stats.inline = Some(format!("receive buffer {}", p.receive_buffer_size));
+                    prop_text = format!(
+                        " (receive buffer {}, reverse requests {})",
+                        p.receive_buffer_size, p.reverse_request_support
+                    );
+                }
+                Err(e) => {
+                    out.malformed(format!("RDMA2_CONNPROP property {}", e.which));
+                }
             }
         }
         let chunks = lists(&h);
@@ -108,7 +118,7 @@ impl Rdma {
                 _,
             ) => self.inline_rpc(out, &msg[hlen..], c),
             (_, Some(c)) => self.chunked_rpc(out, h.xid(), c),
-            (_, None) => Ok(String::new()),
+            (_, None) => Ok(prop_text),
         };
         match rpc_text {
             Ok(t) => out.ok(format!("{send} {h}{t}")),

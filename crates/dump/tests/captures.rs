@@ -143,3 +143,55 @@ fn our_initiator_against_knfsd_with_rtr_and_terminate() {
     let terms: Vec<&String> = d.lines.iter().filter(|l| l.contains("Terminate")).collect();
     assert_eq!(terms.len(), 2, "{terms:#?}");
 }
+
+/// This project's own RPC-over-RDMA version 2 traffic (softrnic on
+/// loopback, `scripts/capture-own-v2.sh`): NFSv3 and NFSv4.1 WRITE by read
+/// chunk, READ by write chunk, listings, plus MOUNT over TCP.
+#[test]
+fn our_own_version_two_traffic() {
+    let path = format!(
+        "{}/testdata/nfsrdma-own-v2.pcap",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut lines = vec![];
+    let r = decode_capture(&bytes, |l| lines.push(l)).expect("a capture");
+    let bad: Vec<String> = lines
+        .iter()
+        .filter(|l| l.verdict != Verdict::Ok)
+        .map(|l| l.to_string())
+        .collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+    assert_eq!(
+        (r.frames, r.unknown_frames, r.malformed_frames),
+        (313, 0, 0)
+    );
+    assert_eq!((r.count("mpa Request"), r.count("mpa Reply")), (7, 7));
+    assert_eq!(r.count("mpa FPDU"), 160);
+    assert_eq!(r.count("rpcrdma2 RDMA2_CONNPROP"), 14);
+    assert_eq!(r.count("rpcrdma2 RDMA2_MSG"), 136);
+    assert_eq!(r.count("rpcrdma1 RDMA_MSG"), 0);
+    assert_eq!(r.count("rdmap Send with Invalidate"), 54);
+    assert_eq!(r.count("rpc call NFSv3 WRITE"), 1);
+    assert_eq!(r.count("rpc call NFSv3 READ"), 2);
+    assert_eq!(r.count("rpc call NFSv4.1 COMPOUND"), 51);
+    assert_eq!(r.count("rpc call MOUNTv3 MNT"), 5);
+    let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    // Each 40 KiB READ (v3 and v4.1) paired with the RDMA Write that
+    // carried it.
+    let paired = text
+        .iter()
+        .filter(|l| l.contains("40960 bytes, 40960 carried by 1 RDMA Writes"))
+        .count();
+    assert_eq!(paired, 2, "{text:#?}");
+    assert!(text
+        .iter()
+        .any(|l| l.contains("RDMA2_CONNPROP") && l.contains("receive buffer 4096")));
+    let c = r
+        .conns
+        .iter()
+        .find(|c| c.protocol.contains("iWARP"))
+        .unwrap();
+    assert_eq!(c.dirs[0].inline.as_deref(), Some("receive buffer 4096"));
+    assert_eq!((c.dirs[0].credits.max, c.dirs[1].credits.max), (128, 64));
+}
