@@ -6,6 +6,9 @@
 //!   directory (handles stable across restarts, never leaving the export).
 //! - [`nfs3::Nfs3Service`], [`mount::MountService`],
 //!   [`rpcbind::RpcbindService`]: the programs as [`oncrpc::RpcService`]s.
+//! - [`nlm::NlmService`], [`nsm::NsmService`]: NLM v4 byte-range locks
+//!   for NFSv3 clients (sharing exclusion with NFSv4 locks) and the
+//!   status monitor beside it.
 //! - [`exports`]: the exports(5) file; [`access::ExportTable`]: every
 //!   export's storage and who may use it, checked on every MOUNT, NFSv3
 //!   and NFSv4 call and (through [`access::ExportTable::any_allows`]) on
@@ -33,6 +36,8 @@ pub mod localfs;
 pub mod mount;
 pub mod nfs3;
 mod nfs3_deleg;
+pub mod nlm;
+pub mod nsm;
 mod perm;
 pub mod rpcbind;
 pub mod statedir;
@@ -49,6 +54,8 @@ use std::task::Poll;
 
 use bytes::Bytes;
 use nfs::mount::{MOUNT_PROGRAM, MOUNT_V3};
+use nfs::nlm::{NLM_PROGRAM, NLM_V4};
+use nfs::nsm::{SM_PROGRAM, SM_V1};
 use nfs::v3::{NfsFh3, NFS_PROGRAM, NFS_V3};
 use oncrpc::drc::DrcConfig;
 use oncrpc::limits::{ConnLimiter, ConnLimits};
@@ -63,6 +70,8 @@ use crate::access::{loopback_clients, ExportTable};
 use crate::exports::{ClientRule, ExportEntry, ExportOptions, Squash};
 use crate::mount::MountService;
 use crate::nfs3::Nfs3Service;
+use crate::nlm::{NlmLimits, NlmLocks, NlmService};
+use crate::nsm::NsmService;
 use crate::rpcbind::{Registration, Registry, RpcbindService, RPCBIND_PROGRAM};
 
 /// Default NFS port (RFC 1813 §3 / IANA `nfs`).
@@ -116,6 +125,10 @@ pub struct ServerConfig {
     /// NFSv4.1 session and state limits (lease, slots, the reply cache
     /// budget; docs/hardening.md "NFSv4 state bounds").
     pub nfs4_limits: v4::SessionLimits,
+    /// Bounds on NLM locks: hosts holding locks, ranges per host (past
+    /// either LOCK answers NLM4_DENIED_NOLOCKS); the status monitor keeps
+    /// at most `max_hosts` monitored hosts.
+    pub nlm_limits: NlmLimits,
     /// Where the handle key and the handle index live ([`StateDir`]);
     /// `None` (the library default) keeps them in memory, so handles do
     /// not survive a restart. `nfsrdma serve` always names one.
@@ -138,6 +151,7 @@ impl ServerConfig {
             tcp: TcpConfig::default(),
             connections: ConnLimits::default(),
             nfs4_limits: v4::SessionLimits::default(),
+            nlm_limits: NlmLimits::default(),
             state_dir: None,
         }
     }
@@ -165,7 +179,7 @@ impl ServerConfig {
     }
 }
 
-/// The program table (NFSv3, NFSv4.1/4.2, MOUNT v3, rpcbind) with a duplicate-request
+/// The program table (NFSv3, NFSv4.1/4.2, MOUNT v3, NLM v4, NSM, rpcbind) with a duplicate-request
 /// cache, ready for any transport shell. The DRC keys on the client's IP
 /// address and never the source port (ULB v2 draft §3.3.2, via
 /// `oncrpc::PeerInfo::client_id`).
@@ -208,6 +222,7 @@ pub fn rpc_server_with_backchannels(
         backchannels,
         mount::MOUNT_LIST_MAX,
         v4::SessionLimits::default(),
+        NlmLimits::default(),
     )
 }
 
@@ -221,6 +236,7 @@ pub fn rpc_server_for(
     backchannels: v4::BackchannelSlot,
     mount_list_max: usize,
     limits: v4::SessionLimits,
+    nlm_limits: NlmLimits,
 ) -> oncrpc::Server {
     let mut server = oncrpc::Server::new().with_drc(DrcConfig::default());
     server.register(MountService::new(Arc::clone(&table)).with_max_entries(mount_list_max));
@@ -235,6 +251,13 @@ pub fn rpc_server_for(
     )
     .with_exports(Arc::clone(&table))
     .with_backchannels(backchannels);
+    // NLM and NFSv4 locks on one file exclude each other (RFC 8881 §9.5).
+    let locks = NlmLocks::new(nlm_limits);
+    let v4 = v4.with_nlm_locks(locks.clone());
+    let nlm =
+        NlmService::new(Arc::clone(&table), locks.clone()).with_v4_locks(v4.byte_range_locks());
+    server.register(nlm);
+    server.register(NsmService::new(locks, nlm_limits.max_hosts));
     let delegs = v4.delegations();
     server.register(v4);
     server.register_arc(Arc::new(Nfs3Service::new(table).with_delegations(delegs)));
@@ -407,6 +430,7 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
         backchannels.clone(),
         config.mount_list_max,
         config.nfs4_limits,
+        config.nlm_limits,
     ));
     let conns = ConnLimiter::new(config.connections);
     let replies = ServerReplyBudget::new(config.tcp.max_server_reply_bytes);
@@ -455,6 +479,15 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
             vers: MOUNT_V3,
             port: mport,
         });
+        // NLM and NSM are served on the NFS port, where kernel clients'
+        // lockd find them through rpcbind (RFC 1813 Appendix II).
+        for (prog, vers) in [(NLM_PROGRAM, NLM_V4), (SM_PROGRAM, SM_V1)] {
+            r.push(Registration {
+                prog,
+                vers,
+                port: nfs_addr.port(),
+            });
+        }
         if let Some(a) = rpcbind_addr {
             for vers in 2..=4 {
                 r.push(Registration {

@@ -8,6 +8,8 @@
 //!   procedure number.
 //! - [`mount`]: the MOUNT v3 program (NULL, MNT, DUMP, UMNT, UMNTALL,
 //!   EXPORT).
+//! - [`nlm`], [`nsm`]: the NLM v4 lock manager (RFC 1813 Appendix II)
+//!   and the NSM status monitor NFSv3 clients lock files with.
 //! - [`ulb`]: which items are DDP-eligible (ULB v2 draft §3) and how
 //!   large a reply can be, for an RPC-over-RDMA transport that must
 //!   provision reply and write chunks before sending a call.
@@ -67,6 +69,8 @@ macro_rules! xdr_struct {
 }
 
 pub mod mount;
+pub mod nlm;
+pub mod nsm;
 pub mod ulb;
 pub mod v3;
 pub mod v4;

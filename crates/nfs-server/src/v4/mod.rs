@@ -16,7 +16,8 @@
 //!   NFS4ERR_REP_TOO_BIG on the operation that overflowed it.
 //! - State: leases renewed by SEQUENCE and expiring on the injected
 //!   [`Clock`]; open and lock stateids with seqid checks; share
-//!   reservations; byte-range locks.
+//!   reservations; byte-range locks, which exclude NLM clients' locks on
+//!   the same file and are excluded by them ([`nlmlink`]).
 //! - Back channel and delegations ([`deleg`]): read and write delegations
 //!   while the client's back channel (from a [`BackchannelSource`] put in
 //!   the [`BackchannelSlot`] of [`Nfs4Service::with_backchannels`]) works;
@@ -49,6 +50,7 @@ mod deleg;
 mod fileops;
 mod fsext;
 mod namespace;
+mod nlmlink;
 mod openops;
 mod pseudofs;
 mod state;
@@ -77,6 +79,7 @@ use clients::{SeqOutcome, SessCtx};
 pub use coherence::{Delegations, RECALL_WAIT};
 pub use deleg::DelegLimits;
 use namespace::{Namespace, Place};
+pub use nlmlink::V4Locks;
 use state::StateTable;
 
 /// A monotonic time source for leases, injected so tests can move time.
@@ -181,6 +184,8 @@ pub struct Nfs4Service<S: Storage = LocalFs> {
     owner: Bytes,
     cbs: callback::Callbacks,
     watch: watch::FileWatch,
+    /// NLM clients' locks, which NFSv4 LOCK and LOCKT respect.
+    nlm: Option<crate::nlm::NlmLocks>,
 }
 
 impl<S: Storage> core::fmt::Debug for Nfs4Service<S> {
@@ -267,6 +272,7 @@ impl<S: Storage> Nfs4Service<S> {
             cbs: callback::Callbacks::default(),
             watch: watch::FileWatch::default(),
             fs: Arc::new(Namespace::single(fs)),
+            nlm: None,
         }
     }
 

@@ -305,7 +305,13 @@ impl<S: Storage> Nfs4Service<S> {
             Locker4::New(n) => n.open_stateid = resolve_sid(cx, &n.open_stateid)?,
             Locker4::Existing(e) => e.lock_stateid = resolve_sid(cx, &e.lock_stateid)?,
         }
-        let r = self.state()?.ids.lock(clientid(cx)?, &key(&fh), &a);
+        let k = key(&fh);
+        let mut st = self.state()?;
+        if let Some(d) = self.nlm_denied(&k, a.offset, a.length, a.locktype.is_write()) {
+            return Ok(LockRes4::Denied(d));
+        }
+        let r = st.ids.lock(clientid(cx)?, &k, &a);
+        drop(st);
         if let LockRes4::Ok(s) = &r {
             cx.cur_sid = Some(*s);
         }
@@ -314,10 +320,14 @@ impl<S: Storage> Nfs4Service<S> {
 
     async fn lockt(&self, a: &Lockt4Args, cx: &Cx) -> R<LockRes4<()>> {
         let fh = self.lock_target(cx).await?;
+        let k = key(&fh);
         let st = self.state()?;
+        if let Some(d) = self.nlm_denied(&k, a.offset, a.length, a.locktype.is_write()) {
+            return Ok(LockRes4::Denied(d));
+        }
         Ok(st.ids.lockt(
             clientid(cx)?,
-            &key(&fh),
+            &k,
             &a.owner.owner.0,
             a.locktype,
             a.offset,

@@ -585,6 +585,26 @@ impl StateIds {
         }
     }
 
+    /// The first byte-range lock on `fh` (of any owner) that a lock of
+    /// `start..end` by another protocol's owner (NLM) conflicts with:
+    /// (start, end, write, lock owner).
+    pub(crate) fn foreign_conflict(
+        &self,
+        fh: &Bytes,
+        start: u128,
+        end: u128,
+        write: bool,
+    ) -> Option<(u128, u128, bool, Bytes)> {
+        self.on_file(fh).find_map(|(_, s)| match s {
+            StateKind::Lock(l) => l
+                .ranges
+                .iter()
+                .find(|r| overlaps(r, start, end) && (write || r.write))
+                .map(|r| (r.start, r.end, r.write, l.owner.clone())),
+            StateKind::Open(_) => None,
+        })
+    }
+
     /// FREE_STATEID (RFC 8881 §18.38.3): a lock stateid without locks;
     /// an open, or a lock stateid still holding ranges, is
     /// NFS4ERR_LOCKS_HELD.

@@ -1,4 +1,4 @@
-//! `serve`: the NFS server (NFSv3 + MOUNT v3, NFSv4.1/4.2, optional
+//! `serve`: the NFS server (NFSv3 + MOUNT v3 + NLM v4/NSM, NFSv4.1/4.2, optional
 //! rpcbind) on a local directory, over TCP and over RPC-over-RDMA on the
 //! software iWARP device; TCP and RDMA connections carry the NFSv4.1
 //! back channel.
@@ -82,6 +82,15 @@ pub(crate) struct ServeArgs {
     /// when it runs short (RFC 8881 §18.36.3).
     #[arg(long, default_value_t = 64)]
     v4_reply_cache_mib: u64,
+    /// NFSv3 clients (NLM `caller_name`s) holding byte-range locks at once;
+    /// a LOCK from one more answers NLM4_DENIED_NOLOCKS. Also bounds the
+    /// status monitor's list of monitored hosts.
+    #[arg(long, default_value_t = nfs_server::nlm::NlmLimits::default().max_hosts)]
+    nlm_max_hosts: usize,
+    /// Byte ranges one NFSv3 client host may hold locked (all its files and
+    /// processes); past it LOCK answers NLM4_DENIED_NOLOCKS.
+    #[arg(long, default_value_t = nfs_server::nlm::NlmLimits::default().max_locks_per_host)]
+    nlm_max_locks_per_host: usize,
     /// Credits granted per RDMA connection (receive buffers posted).
     #[arg(long, default_value_t = 64)]
     rdma_credits: u32,
@@ -103,8 +112,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = 20048)]
     mount_port: u16,
     /// Also answer rpcbind/portmapper (v2 GETPORT, v3/v4 GETADDR) on this
-    /// port, usually 111, so clients that ask the portmapper find NFS and
-    /// MOUNT. Off by default: the system's rpcbind usually owns 111.
+    /// port, usually 111, so clients that ask the portmapper find NFS,
+    /// MOUNT, NLM and NSM (a kernel NFSv3 mount without `nolock` needs it). Off by default: the system's rpcbind usually owns 111.
     #[arg(long)]
     rpcbind_port: Option<u16>,
     /// Refuse every change with NFS3ERR_ROFS.
@@ -213,6 +222,10 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     config.rpcbind_addr = args.rpcbind_port.map(|p| SocketAddr::new(args.addr, p));
     config.aliases = args.aliases.clone();
     config.nfs4_limits.reply_cache_bytes = args.v4_reply_cache_mib << 20;
+    config.nlm_limits = nfs_server::nlm::NlmLimits {
+        max_hosts: args.nlm_max_hosts,
+        max_locks_per_host: args.nlm_max_locks_per_host,
+    };
     config.state_dir = Some(
         args.state_dir
             .clone()

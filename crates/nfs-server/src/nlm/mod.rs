@@ -1,0 +1,271 @@
+//! The NLM version 4 lock manager (RFC 1813 Appendix II; the XNFS NLM
+//! protocol) for NFSv3 clients, on the files of an export table.
+//!
+//! - TEST, LOCK (and NM_LOCK), CANCEL, UNLOCK and FREE_ALL, synchronous,
+//!   over every transport the server listens on (TCP). A lock is owned by
+//!   (`caller_name`, `svid`, `oh`); the table is [`locks::LockTable`].
+//! - Locks exclude NFSv4 byte-range locks on the same file and are
+//!   excluded by them ([`crate::v4::V4Locks`]).
+//! - No GRANTED callbacks yet: a blocking LOCK (`block` set) that
+//!   conflicts answers NLM4_DENIED rather than NLM4_BLOCKED, so a client
+//!   waiting in `F_SETLKW` sees EAGAIN-style refusal and retries;
+//!   CANCEL has nothing to cancel and answers NLM4_GRANTED (as Linux's
+//!   lockd does for an unknown block).
+//! - No grace period: a `reclaim` LOCK answers NLM4_DENIED_GRACE_PERIOD
+//!   (Linux's lockd answers so outside its grace period).
+//! - The asynchronous `_MSG`/`_RES` procedures, GRANTED (a client-side
+//!   procedure) and the DOS share reservations SHARE/UNSHARE are not
+//!   served: PROC_UNAVAIL.
+//! - The file handle is checked like an NFSv3 call's: it must belong to
+//!   an export that lists the caller (else NLM4_STALE_FH / NLM4_FAILED)
+//!   and name a regular file; an exclusive LOCK on a read-only grant is
+//!   NLM4_ROFS.
+
+pub mod locks;
+
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use nfs::nlm::*;
+use nfs::v3::{Ftype3, NfsFh3, Nfsstat3};
+use oncrpc::{CallContext, RpcService, ServiceError};
+use xdr::{Bounded, Decoder, XdrBuf};
+
+pub use locks::{NlmLimits, NlmLocks};
+
+use crate::access::{peer_ip, ExportTable};
+use crate::storage::Storage;
+use crate::v4::V4Locks;
+use locks::{Owner, Refused, Span};
+
+/// Serves NLM program 100021 version 4.
+#[derive(Debug)]
+pub struct NlmService<S> {
+    table: Arc<ExportTable<S>>,
+    locks: NlmLocks,
+    v4: Option<V4Locks>,
+}
+
+/// A checked file: the lock table key and whether the grant is read-only.
+struct File {
+    key: Bytes,
+    read_only: bool,
+}
+
+fn owner(l: &Nlm4Lock) -> Owner {
+    Owner {
+        host: l.caller_name.0.clone(),
+        svid: l.svid,
+        oh: l.oh.0.clone(),
+    }
+}
+
+fn holder(exclusive: bool, svid: i32, oh: Bytes, span: &Span) -> Nlm4Holder {
+    let (l_offset, l_len) = span.offset_len();
+    Nlm4Holder {
+        exclusive,
+        svid,
+        oh: Bounded(oh),
+        l_offset,
+        l_len,
+    }
+}
+
+fn res(cookie: Netobj, stat: Nlm4Stats) -> XdrBuf {
+    xdr::to_xdr_buf(&Nlm4Res { cookie, stat })
+}
+
+impl<S: Storage> NlmService<S> {
+    /// NLM on the files of `table`, keeping locks in `locks`.
+    pub fn new(table: Arc<ExportTable<S>>, locks: NlmLocks) -> Self {
+        Self {
+            table,
+            locks,
+            v4: None,
+        }
+    }
+
+    /// Makes NLM locks respect the NFSv4 locks of `v4` (and, with
+    /// [`crate::v4::Nfs4Service::with_nlm_locks`] on the same table, the
+    /// other way round).
+    pub fn with_v4_locks(mut self, v4: V4Locks) -> Self {
+        self.v4 = Some(v4);
+        self
+    }
+
+    /// The lock table.
+    pub fn locks(&self) -> &NlmLocks {
+        &self.locks
+    }
+
+    /// The export file `fh` names, for this caller.
+    async fn file(&self, fh: &Netobj, ctx: &CallContext) -> Result<File, Nlm4Stats> {
+        let fh = NfsFh3::new(&fh.0).ok_or(Nlm4Stats::NLM4_STALE_FH)?;
+        let export = self
+            .table
+            .exports()
+            .iter()
+            .find(|e| e.fs().owns(&fh))
+            .ok_or(Nlm4Stats::NLM4_STALE_FH)?;
+        let grant = self
+            .table
+            .admit(export, &ctx.peer, &ctx.credential)
+            .map_err(|_| Nlm4Stats::NLM4_FAILED)?;
+        match export.fs().getattr(&fh).await {
+            Ok(a) if a.ftype == Ftype3::NF3REG => Ok(File {
+                key: Bytes::copy_from_slice(fh.as_bytes()),
+                read_only: grant.read_only,
+            }),
+            Ok(_) => Err(Nlm4Stats::NLM4_FAILED),
+            Err(Nfsstat3::NFS3ERR_STALE | Nfsstat3::NFS3ERR_BADHANDLE) => {
+                Err(Nlm4Stats::NLM4_STALE_FH)
+            }
+            Err(_) => Err(Nlm4Stats::NLM4_FAILED),
+        }
+    }
+
+    /// The lock of another owner `span` conflicts with, NFSv4's first.
+    /// Takes the NFSv4 state lock, then the NLM table's.
+    fn conflict(&self, key: &Bytes, who: &Owner, span: &Span) -> Option<Nlm4Holder> {
+        let v4 = self.v4.as_ref().map(V4Locks::guard);
+        if let Some(h) = v4.as_ref().and_then(|g| g.conflict(key, span)) {
+            return Some(holder(h.span.write, 0, h.owner, &h.span));
+        }
+        let t = self.locks.table();
+        t.conflict(key, Some(who), span)
+            .map(|h| holder(h.span.write, h.owner.svid, h.owner.oh.clone(), &h.span))
+    }
+
+    /// NLMPROC4_TEST (RFC 1813 Appendix II).
+    async fn test(&self, a: Nlm4TestArgs, ctx: &CallContext) -> Nlm4TestRes {
+        let stat = match self.file(&a.alock.fh, ctx).await {
+            Err(s) => Nlm4TestReply::Other(s),
+            Ok(f) => {
+                let span = Span::of(a.alock.l_offset, a.alock.l_len, a.exclusive);
+                match self.conflict(&f.key, &owner(&a.alock), &span) {
+                    Some(h) => Nlm4TestReply::Denied(h),
+                    None => Nlm4TestReply::Other(Nlm4Stats::NLM4_GRANTED),
+                }
+            }
+        };
+        Nlm4TestRes {
+            cookie: a.cookie,
+            stat,
+        }
+    }
+
+    /// NLMPROC4_LOCK and NLMPROC4_NM_LOCK (RFC 1813 Appendix II).
+    async fn lock(&self, a: &Nlm4LockArgs, ctx: &CallContext) -> Nlm4Stats {
+        if a.reclaim {
+            return Nlm4Stats::NLM4_DENIED_GRACE_PERIOD;
+        }
+        let f = match self.file(&a.alock.fh, ctx).await {
+            Ok(f) => f,
+            Err(s) => return s,
+        };
+        if a.exclusive && f.read_only {
+            return Nlm4Stats::NLM4_ROFS;
+        }
+        let span = Span::of(a.alock.l_offset, a.alock.l_len, a.exclusive);
+        let v4 = self.v4.as_ref().map(V4Locks::guard);
+        if v4
+            .as_ref()
+            .and_then(|g| g.conflict(&f.key, &span))
+            .is_some()
+        {
+            return Nlm4Stats::NLM4_DENIED;
+        }
+        let addr = Some(peer_ip(&ctx.peer));
+        match self
+            .locks
+            .table()
+            .lock(&f.key, &owner(&a.alock), span, addr)
+        {
+            Ok(()) => Nlm4Stats::NLM4_GRANTED,
+            Err(Refused::Denied) => Nlm4Stats::NLM4_DENIED,
+            Err(Refused::NoLocks) => Nlm4Stats::NLM4_DENIED_NOLOCKS,
+        }
+    }
+
+    /// NLMPROC4_UNLOCK (RFC 1813 Appendix II).
+    async fn unlock(&self, a: &Nlm4UnlockArgs, ctx: &CallContext) -> Nlm4Stats {
+        match self.file(&a.alock.fh, ctx).await {
+            Ok(f) => {
+                let span = Span::of(a.alock.l_offset, a.alock.l_len, false);
+                self.locks.table().unlock(&f.key, &owner(&a.alock), &span);
+                Nlm4Stats::NLM4_GRANTED
+            }
+            Err(s) => s,
+        }
+    }
+
+    /// NLMPROC4_CANCEL (RFC 1813 Appendix II): no LOCK ever waits here,
+    /// so there is nothing to cancel.
+    async fn cancel(&self, a: &Nlm4CancArgs, ctx: &CallContext) -> Nlm4Stats {
+        match self.file(&a.alock.fh, ctx).await {
+            Ok(_) => Nlm4Stats::NLM4_GRANTED,
+            Err(s) => s,
+        }
+    }
+
+    /// NLMPROC4_FREE_ALL (RFC 1813 Appendix II): the host restarted; its
+    /// locks go. Only the locks taken from the caller's address, or any
+    /// of that name when the caller is on loopback (a local statd).
+    fn free_all(&self, a: &Nlm4Notify, ctx: &CallContext) {
+        let freed = self
+            .locks
+            .table()
+            .free_host(&a.name.0, peer_ip(&ctx.peer), false);
+        tracing::info!(
+            host = %String::from_utf8_lossy(&a.name.0),
+            peer = %peer_ip(&ctx.peer),
+            freed,
+            "NLM FREE_ALL"
+        );
+    }
+}
+
+/// RFC 1813 Appendix II, program 100021 version 4.
+impl<S: Storage> RpcService for NlmService<S> {
+    fn program(&self) -> u32 {
+        NLM_PROGRAM
+    }
+
+    fn versions(&self) -> RangeInclusive<u32> {
+        NLM_V4..=NLM_V4
+    }
+
+    async fn call(&self, ctx: CallContext, args: Bytes) -> Result<XdrBuf, ServiceError> {
+        let mut dec = Decoder::from_bytes(&args);
+        let out = match Nlm4Proc(ctx.proc_) {
+            Nlm4Proc::NULL => XdrBuf::new(),
+            Nlm4Proc::TEST => {
+                let a: Nlm4TestArgs = dec.decode()?;
+                xdr::to_xdr_buf(&self.test(a, &ctx).await)
+            }
+            Nlm4Proc::LOCK | Nlm4Proc::NM_LOCK => {
+                let a: Nlm4LockArgs = dec.decode()?;
+                let s = self.lock(&a, &ctx).await;
+                res(a.cookie, s)
+            }
+            Nlm4Proc::CANCEL => {
+                let a: Nlm4CancArgs = dec.decode()?;
+                let s = self.cancel(&a, &ctx).await;
+                res(a.cookie, s)
+            }
+            Nlm4Proc::UNLOCK => {
+                let a: Nlm4UnlockArgs = dec.decode()?;
+                let s = self.unlock(&a, &ctx).await;
+                res(a.cookie, s)
+            }
+            Nlm4Proc::FREE_ALL => {
+                let a: Nlm4Notify = dec.decode()?;
+                self.free_all(&a, &ctx);
+                XdrBuf::new()
+            }
+            _ => return Err(ServiceError::ProcUnavail),
+        };
+        Ok(out)
+    }
+}
