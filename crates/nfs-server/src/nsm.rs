@@ -150,7 +150,8 @@ impl RpcService for NsmService {
             SmProc::SM_NOTIFY => {
                 let c: StatChge = dec.decode()?;
                 let freed = self.locks.table().free_host(&c.mon_name.0, peer, !local);
-                tracing::info!(
+                // Debug: any client may send SM_NOTIFY as often as it likes.
+                tracing::debug!(
                     host = %String::from_utf8_lossy(&c.mon_name.0),
                     %peer,
                     state = c.state,

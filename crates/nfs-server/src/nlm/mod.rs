@@ -217,7 +217,9 @@ impl<S: Storage> NlmService<S> {
             .locks
             .table()
             .free_host(&a.name.0, peer_ip(&ctx.peer), false);
-        tracing::info!(
+        // Debug, not info: any client may send FREE_ALL as often as it
+        // likes, and an unbounded stream of log lines is a peer-driven cost.
+        tracing::debug!(
             host = %String::from_utf8_lossy(&a.name.0),
             peer = %peer_ip(&ctx.peer),
             freed,
