@@ -182,6 +182,42 @@ fn random_reads_report_iops_and_latency_percentiles() {
 }
 
 #[test]
+fn metadata_mode_reports_lookup_getattr_rate() {
+    let dir = TempDir::new("meta");
+    let csv = dir.0.join("points.csv");
+    let out = Command::new(BIN)
+        .args(["bench", "--pattern", "meta", "--in-flight", "4"])
+        .args(["--seconds", "0.3", "--repeat", "1", "--csv"])
+        .arg(&csv)
+        .output()
+        .expect("run nfsrdma bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("LOOKUP + GETATTR of random names, 0.3 s per run"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("client us/call"), "{stdout}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    for f in &rows {
+        assert_eq!(f[col("op")], "lookup-getattr", "{f:?}");
+        // Calls come in LOOKUP + GETATTR pairs.
+        let calls: u64 = f[col("reads")].parse().unwrap();
+        assert!(calls >= 8 && calls % 2 == 0, "{f:?}");
+        assert!(
+            f[col("server_cpu_s")].parse::<f64>().unwrap() > 0.0,
+            "{f:?}"
+        );
+    }
+}
+
+#[test]
 fn bench_rejects_zero_reads_in_flight() {
     let out = Command::new(BIN)
         .args(["bench", "--size", "1M", "--in-flight", "0"])

@@ -18,6 +18,7 @@
 //! external server is used instead and its CPU time is unknown.
 
 mod measure;
+mod meta;
 mod plot;
 mod random;
 mod report;
@@ -52,7 +53,16 @@ pub(crate) enum Pattern {
     /// READs at random aligned offsets for `--seconds` per run: IOPS and
     /// latency percentiles.
     Random,
+    /// LOOKUP of a random name of the directory, then GETATTR of it, for
+    /// `--seconds` per run: calls per second, latency percentiles and
+    /// CPU microseconds per call. The embedded server's directory gets
+    /// 1,000 empty files; with `--url` the directory's own entries are
+    /// used (the first 100,000).
+    Meta,
 }
+
+/// Empty files the embedded server's directory gets for `--pattern meta`.
+const META_FILES: usize = 1000;
 
 /// Arguments of `nfsrdma bench`.
 #[derive(clap::Args, Debug)]
@@ -182,10 +192,14 @@ impl Grid {
                 vec![1, 2, 4, 8, 16],
             ),
             Pattern::Random => (vec![Op::RandomRead], vec![4 << 10, 64 << 10], vec![32]),
+            Pattern::Meta => (vec![Op::Meta], vec![0], vec![32]),
         };
         let g = Self {
             ops,
-            sizes: args.read_sizes.clone().unwrap_or(sizes),
+            sizes: match args.pattern {
+                Pattern::Meta => sizes,
+                _ => args.read_sizes.clone().unwrap_or(sizes),
+            },
             in_flight: args.in_flight.clone().unwrap_or(nf),
         };
         anyhow::ensure!(
@@ -208,7 +222,9 @@ impl Grid {
     }
 
     fn reads(&self) -> bool {
-        self.ops.iter().any(|&o| o != Op::Write)
+        self.ops
+            .iter()
+            .any(|&o| matches!(o, Op::Read | Op::RandomRead))
     }
 }
 
@@ -224,6 +240,8 @@ struct Files {
     dir: NfsFh3,
     read: Option<NfsFh3>,
     write: Option<(NfsFh3, String)>,
+    /// Names to LOOKUP in the metadata mode.
+    names: Vec<bytes::Bytes>,
 }
 
 pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -238,6 +256,12 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         // server's page cache, as the paper's blind run did).
         if grid.reads() {
             measure::write_local_file(&s.export().join(READ_FILE), args.size)?;
+        }
+        if grid.ops.contains(&Op::Meta) {
+            for i in 0..META_FILES {
+                let p = s.export().join(format!("f-{i:07}"));
+                std::fs::File::create(&p).with_context(|| format!("creating {}", p.display()))?;
+            }
         }
     }
     let urls = urls_for(&args, server.as_ref())?;
@@ -336,7 +360,7 @@ fn report_all(args: &BenchArgs, grid: &Grid, points: &[Point]) -> anyhow::Result
     }
     if let Some(dir) = &args.plot_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        for op in grid.ops.iter().filter(|&&o| o != Op::RandomRead) {
+        for op in grid.ops.iter().filter(|o| !o.timed()) {
             for p in plot::draw(dir, *op, &aggs, &grid.in_flight)? {
                 eprintln!("wrote {}", p.display());
             }
@@ -389,7 +413,17 @@ async fn prepare<T: ClientTransport>(
     } else {
         None
     };
-    Ok(Files { dir, read, write })
+    let names = if grid.ops.contains(&Op::Meta) {
+        meta::names(&m.mount, &dir).await?
+    } else {
+        Vec::new()
+    };
+    Ok(Files {
+        dir,
+        read,
+        write,
+        names,
+    })
 }
 
 /// One run of the plan on one transport.
@@ -409,27 +443,43 @@ async fn run_slot<T: ClientTransport>(
     } = *slot;
     m.mount.set_options(IoOptions {
         in_flight: nf,
-        block_size: Some(rs),
+        block_size: (rs > 0).then_some(rs),
         ..IoOptions::default()
     });
     let effective = match op {
         Op::Read | Op::RandomRead => m.mount.read_size(),
         Op::Write => m.mount.write_size(),
+        Op::Meta => 0,
     };
     let what = || format!("{op} over {transport} at {rs} x {nf}");
+    let seed = (u64::from(rep) << 32) ^ u64::from(rs) ^ nf as u64;
+    let run_for = Duration::from_secs_f64(args.seconds);
+    if op == Op::Meta {
+        let r = meta::point(
+            m.mount.client(),
+            &files.dir,
+            &files.names,
+            (nf, run_for),
+            seed,
+            clocks,
+        )
+        .await
+        .with_context(what)?;
+        return Ok(point_of(slot, transport, effective, r.sample, r.latency));
+    }
     let fh = match op {
         Op::Read | Op::RandomRead => files.read.as_ref(),
         Op::Write => files.write.as_ref().map(|(fh, _)| fh),
+        Op::Meta => None,
     }
     .context("no file for this operation")?;
     let (sample, latency) = if op == Op::RandomRead {
-        let seed = (u64::from(rep) << 32) ^ u64::from(rs) ^ nf as u64;
         let r = random::point(
             m.mount.client(),
             fh,
             (effective, nf),
             args.size,
-            Duration::from_secs_f64(args.seconds),
+            run_for,
             seed,
             clocks,
         )
@@ -442,20 +492,31 @@ async fn run_slot<T: ClientTransport>(
             .with_context(what)?;
         (s, None)
     };
-    Ok(Point {
-        op,
+    Ok(point_of(slot, transport, effective, sample, latency))
+}
+
+/// The point of one run, with the load average now.
+fn point_of(
+    slot: &Slot,
+    transport: Transport,
+    effective: u32,
+    sample: measure::Sample,
+    latency: Option<stats::Latency>,
+) -> Point {
+    Point {
+        op: slot.op,
         transport,
-        io_size: rs,
+        io_size: slot.io_size,
         effective_io_size: effective,
-        in_flight: nf,
-        rep,
+        in_flight: slot.in_flight,
+        rep: slot.rep,
         bytes: sample.bytes,
         seconds: sample.seconds,
         client_cpu: sample.client_cpu,
         server_cpu: sample.server_cpu,
         load1: measure::load1(),
         latency,
-    })
+    }
 }
 
 #[cfg(test)]

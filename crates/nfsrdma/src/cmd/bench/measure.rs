@@ -203,7 +203,7 @@ pub(super) async fn point<T: ClientTransport>(
 ) -> anyhow::Result<Sample> {
     let source = match op {
         Op::Write => Some(source_chunk()),
-        Op::Read | Op::RandomRead => None,
+        Op::Read | Op::RandomRead | Op::Meta => None,
     };
     let (c0, s0) = clocks.now()?;
     let t0 = Instant::now();

@@ -40,6 +40,17 @@ pub(crate) enum Op {
     /// (`--pattern random`).
     #[value(skip)]
     RandomRead,
+    /// LOOKUP of a random name then GETATTR, for a fixed time
+    /// (`--pattern meta`).
+    #[value(skip)]
+    Meta,
+}
+
+impl Op {
+    /// Runs for a fixed time and count calls (IOPS and latency).
+    pub(crate) fn timed(self) -> bool {
+        matches!(self, Op::RandomRead | Op::Meta)
+    }
 }
 
 impl std::fmt::Display for Op {
@@ -48,6 +59,7 @@ impl std::fmt::Display for Op {
             Op::Read => "read",
             Op::Write => "write",
             Op::RandomRead => "random-read",
+            Op::Meta => "lookup-getattr",
         })
     }
 }
@@ -105,6 +117,16 @@ impl Point {
         per_gib(self.bytes, self.client_cpu)
     }
 
+    /// CPU cost in the table's unit: seconds per GiB, or for the
+    /// metadata mode (no bytes moved) microseconds per call.
+    fn cost(&self, cpu: f64) -> f64 {
+        match (self.op, self.latency) {
+            (Op::Meta, Some(l)) if l.ops > 0 => cpu * 1e6 / l.ops as f64,
+            (Op::Meta, _) => 0.0,
+            _ => per_gib(self.bytes, cpu),
+        }
+    }
+
     /// Server CPU seconds per GiB moved.
     pub(crate) fn server_per_gib(&self) -> Option<f64> {
         self.server_cpu.map(|c| per_gib(self.bytes, c))
@@ -123,7 +145,10 @@ pub(crate) struct Agg {
     pub(crate) runs: usize,
     pub(crate) throughput: Spread,
     pub(crate) iops: Option<Spread>,
+    /// Median client CPU seconds per GiB (microseconds per call in the
+    /// metadata mode).
     pub(crate) client: f64,
+    /// The same for the server, when known.
     pub(crate) server: Option<f64>,
     pub(crate) load1: Option<f64>,
     pub(crate) latency: Option<Latency>,
@@ -179,7 +204,7 @@ pub(crate) fn aggregate(points: &[Point]) -> Vec<Agg> {
             let col = |f: &dyn Fn(&Point) -> Option<f64>| -> Vec<f64> {
                 runs.iter().filter_map(|p| f(p)).collect()
             };
-            let server = col(&|p| p.server_per_gib());
+            let server = col(&|p| p.server_cpu.map(|c| p.cost(c)));
             let lats: Vec<Latency> = runs.iter().filter_map(|p| p.latency).collect();
             let iops = col(&|p| p.iops());
             Some(Agg {
@@ -191,7 +216,7 @@ pub(crate) fn aggregate(points: &[Point]) -> Vec<Agg> {
                 runs: runs.len(),
                 throughput: spread(&col(&|p| Some(p.mib_s())))?,
                 iops: spread(&iops),
-                client: median(&col(&|p| Some(p.client_per_gib())))?,
+                client: median(&col(&|p| Some(p.cost(p.client_cpu))))?,
                 server: (server.len() == runs.len())
                     .then(|| median(&server))
                     .flatten(),
@@ -243,7 +268,11 @@ fn point_ratio(a: &Agg, all: &[Agg]) -> String {
         (Some(x), Some(y)) => ratio(x, y),
         _ => ratio(a.client, t.client),
     };
-    format!("{} cpu {}", ratio(a.mib_s(), t.mib_s()), cpu)
+    let speed = match (&a.iops, &t.iops) {
+        (Some(x), Some(y)) => ratio(x.median, y.median),
+        _ => ratio(a.mib_s(), t.mib_s()),
+    };
+    format!("{speed} cpu {cpu}")
 }
 
 fn range(s: &Spread, prec: usize) -> String {
@@ -255,6 +284,7 @@ fn title(op: Op, size: u64, random_secs: f64) -> String {
     let mib = size as f64 / MIB;
     match op {
         Op::RandomRead => format!("random read in a {mib:.0} MiB file, {random_secs:.1} s per run"),
+        Op::Meta => format!("LOOKUP + GETATTR of random names, {random_secs:.1} s per run"),
         _ => format!("sequential {op} of {mib:.0} MiB"),
     }
 }
@@ -286,12 +316,18 @@ pub(crate) fn print_table(
             " (external server: its CPU is unknown)"
         }
     )?;
-    let random = op == Op::RandomRead;
+    let random = op.timed();
     if random {
         write!(
             out,
             "{:<9} {:>7} {:>9} {:>28} {:>8} {:>8} {:>9}",
-            "transport", "size", "in-flight", "IOPS", "p50 us", "p99 us", "p99.9 us"
+            "transport",
+            "size",
+            "in-flight",
+            if op == Op::Meta { "calls/s" } else { "IOPS" },
+            "p50 us",
+            "p99 us",
+            "p99.9 us"
         )?;
     } else {
         write!(
@@ -300,15 +336,21 @@ pub(crate) fn print_table(
             "transport", "size", "in-flight", "MiB/s"
         )?;
     }
+    let unit = if op == Op::Meta { "us/call" } else { "s/GiB" };
     writeln!(
         out,
-        " {:>13} {:>13} {:>6}  rdma/tcp",
-        "client s/GiB", "server s/GiB", "load1"
+        " {:>14} {:>14} {:>6}  rdma/tcp",
+        format!("client {unit}"),
+        format!("server {unit}"),
+        "load1"
     )?;
     for p in rows {
         let mut size = size_label(p.io_size);
         if p.effective_io_size != p.io_size {
             size = format!("{}*", size_label(p.effective_io_size));
+        }
+        if op == Op::Meta {
+            size = "-".to_owned();
         }
         write!(
             out,
@@ -331,7 +373,7 @@ pub(crate) fn print_table(
         }
         writeln!(
             out,
-            " {:>13.3} {:>13} {:>6}  {}",
+            " {:>14.3} {:>14} {:>6}  {}",
             p.client,
             opt(p.server, 3),
             opt(p.load1, 2),
@@ -561,6 +603,46 @@ mod tests {
         assert!(s.contains("1 run(s) per point"), "{s}");
         assert_eq!(size_label(4096), "4k");
         assert_eq!(size_label(1000), "1000");
+    }
+
+    #[test]
+    fn metadata_tables_give_calls_per_second_and_cpu_per_call() {
+        let lat = |ops| Latency {
+            ops,
+            p50_us: 50.0,
+            p99_us: 200.0,
+            p999_us: 900.0,
+        };
+        let mk = |t, ops, client, server| Point {
+            op: Op::Meta,
+            io_size: 0,
+            effective_io_size: 0,
+            bytes: 0,
+            latency: Some(lat(ops)),
+            ..pt(t, 1.0, client, Some(server))
+        };
+        // rdma: 20,000 calls in 1 s, 0.2 s client (10 us/call), 0.4 s
+        // server (20 us/call); tcp: 10,000 calls, 10 and 30 us/call.
+        let aggs = aggregate(&[
+            mk(Transport::Rdma, 20_000, 0.2, 0.4),
+            mk(Transport::Tcp, 10_000, 0.1, 0.3),
+        ]);
+        assert_eq!(aggs[0].client, 10.0);
+        assert_eq!(aggs[0].server, Some(20.0));
+        assert_eq!(point_ratio(&aggs[0], &aggs), "2.00x cpu 0.75x");
+        let mut out = Vec::new();
+        print_table(&mut out, Op::Meta, (0, 1.0), &aggs, true).unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(
+            s.starts_with("LOOKUP + GETATTR of random names, 1.0 s per run"),
+            "{s}"
+        );
+        assert!(s.contains("calls/s") && s.contains("client us/call"), "{s}");
+        let row = s.lines().nth(2).unwrap();
+        assert!(
+            row.contains("20000 [20000-20000]") && row.contains(" - "),
+            "{s}"
+        );
     }
 
     #[test]
