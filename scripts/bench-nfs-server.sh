@@ -1,47 +1,69 @@
 #!/bin/bash
 # scripts/bench-nfs-server.sh [SIZE_MIB] [RUNS]
 #
-# Sequential read of a SIZE_MIB (default 1024) file with libnfs's nfs-cp over
-# TCP (NFSv3) from our server (`nfsrdma serve`, release build) and from
-# NFS-Ganesha 4.3 (FSAL VFS, interop/peers/ganesha-up.sh) serving the SAME
-# directory. RUNS (default 3) runs each, alternating servers; prints every run,
-# then median throughput, median server CPU seconds per GiB (utime+stime of
-# the server process, all threads, from /proc/PID/stat), and the ratios.
+# nfsrdma serve vs NFS-Ganesha 4.3 (FSAL VFS, interop/peers/ganesha-up.sh)
+# serving the SAME directory, NFSv3 over TCP on 127.0.0.1, in one run.
+# Workloads (PHASES, default "cp bench random list meta"), each run RUNS
+# (default 3) times per server with the servers alternating run by run
+# (ours, ganesha, ganesha, ours, ...), so load from other jobs lands on both:
+#   cp      libnfs nfs-cp sequential read of a SIZE_MIB (default 1024) file
+#           to /dev/shm; MB/s and the server's CPU seconds per GiB
+#   bench   our client, `nfsrdma bench --url` sequential read of the same
+#           size, 1 MiB READs x 4 in flight; MiB/s and server CPU s/GiB
+#   random  `nfsrdma bench --url --pattern random`, 4 KiB READs x 32 in
+#           flight for RAND_SECS (default 3) s; IOPS and p99 latency
+#   list    50,000-entry directory listed with READDIRPLUS by libnfs nfs-ls
+#           and by `nfsrdma ls -l`; seconds (every entry must be listed)
+#   meta    `nfsrdma bench --url --pattern meta` in that directory: LOOKUP
+#           of a random name + GETATTR, 32 in flight for RAND_SECS s; calls/s
+# Server CPU is utime+stime of the server process, all threads, from
+# /proc/PID/stat around each client run. Prints every run with the 1-minute
+# load average after it, then a table of medians and the ratios ours/Ganesha.
 #
 # Isolation: the benchmark re-executes itself under `unshare --net --mount`
 # with a private loopback and a private /run. Ganesha then gets port 2049 and
 # its own rpcbind (it refuses to start without one) even when another Ganesha
 # or rpcbind runs on this machine, and nothing outside is disturbed. Our
 # server listens on 12049 (MOUNT 12048) in the same namespace and needs no
-# rpcbind: the libnfs URLs carry nfsport= and mountport=.
+# rpcbind: the URLs carry the ports.
 #
 # nfs-cp copies to a new file in /dev/shm (tmpfs; deleted after each run),
 # after `sync`; the source file is in the page cache (hot), so this measures
-# the server's RPC/XDR/read path, not the disk. The first run of each server
-# is checked byte-exact (cmp).
+# the server's RPC/XDR/read path, not the disk. The first nfs-cp of each
+# server is checked byte-exact (cmp).
 #
 # Env: OUT (default /tmp/bench-nfs-server-<time>), BENCH_DIR (the exported
-# directory, default /var/tmp/nfs-bench), NFSCP (default /usr/bin/nfs-cp).
-# Wall time on the 2-core dev VM: about 1-2 minutes for 1 GiB x 3 x 2.
+# directory, default /var/tmp/nfs-bench; files kept for later runs), NFSCP,
+# NFSLS (default /usr/bin/nfs-cp, nfs-ls), CARGO_TARGET_DIR (where the
+# release binary is built), BIN (an nfsrdma binary to use instead of
+# building one), PHASES, RAND_SECS.
+# Wall time on the 2-core dev VM: about 1 minute for 256 MiB x 3 runs.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SIZE_MIB=${1:-1024}
 RUNS=${2:-3}
 PEERS=${PEERS:-$ROOT/interop/peers}
 NFSCP=${NFSCP:-/usr/bin/nfs-cp}
+NFSLS=${NFSLS:-/usr/bin/nfs-ls}
 BENCH_DIR=${BENCH_DIR:-/var/tmp/nfs-bench}
+PHASES=${PHASES:-cp bench random list meta}
+RAND_SECS=${RAND_SECS:-3}
+LIST_N=50000
 OUR_PORT=12049
 OUR_MOUNT_PORT=12048
 
 if [ -z "${BENCH_IN_NS:-}" ]; then
     export OUT=${OUT:-/tmp/bench-nfs-server-$(date +%Y%m%d-%H%M%S)}
     mkdir -p "$OUT"
-    echo "== building nfsrdma (release)" >&2
-    (cd "$ROOT" && cargo build --release -p nfsrdma 2>&1 | tail -1) >&2
+    if [ -z "${BIN:-}" ]; then
+        echo "== building nfsrdma (release) in ${CARGO_TARGET_DIR:-$ROOT/target}" >&2
+        (cd "$ROOT" && cargo build --release -p nfsrdma 2>&1 | tail -1) >&2
+    fi
     command -v ganesha.nfsd > /dev/null || { echo "ganesha.nfsd missing: run $PEERS/install-peers.sh" >&2; exit 2; }
     [ -x "$NFSCP" ] || { echo "$NFSCP missing (Debian libnfs-utils)" >&2; exit 2; }
+    [ -x "$NFSLS" ] || { echo "$NFSLS missing (Debian libnfs-utils)" >&2; exit 2; }
     T0=$(date +%s)
-    BENCH_IN_NS=1 unshare --net --mount --propagation private bash "$0" "$@"
+    BENCH_IN_NS=1 PHASES=$PHASES RAND_SECS=$RAND_SECS unshare --net --mount --propagation private bash "$0" "$@"
     rc=$?
     echo "wall time: $(( $(date +%s) - T0 )) s; logs in $OUT" >&2
     exit $rc
@@ -54,17 +76,31 @@ ip link set lo up
 ip addr add 10.254.0.1/32 dev lo
 mount -t tmpfs -o mode=0755 tmpfs /run
 mkdir -p /run/rpcbind /run/lock
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/nfsrdma
+BIN=${BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/nfsrdma}
+[ -x "$BIN" ] || { echo "$BIN missing" >&2; exit 2; }
 TICK=$(getconf CLK_TCK)
-mkdir -p "$BENCH_DIR"
+mkdir -p "$BENCH_DIR/client"
 FILE=bench-${SIZE_MIB}M.bin
 SRC=$BENCH_DIR/$FILE
-if [ ! -f "$SRC" ] || [ "$(stat -c %s "$SRC")" -ne $((SIZE_MIB * 1048576)) ]; then
+BYTES=$((SIZE_MIB * 1048576))
+if [ ! -f "$SRC" ] || [ "$(stat -c %s "$SRC")" -ne "$BYTES" ]; then
     echo "creating $SRC ($SIZE_MIB MiB of random data)" >&2
-    head -c $((SIZE_MIB * 1048576)) /dev/urandom > "$SRC"
+    head -c "$BYTES" /dev/urandom > "$SRC"
 fi
+# `nfsrdma bench --url` reads client/nfsrdma-bench-read.bin, reusing a file of
+# the right size: the same data, linked.
+ln -f "$SRC" "$BENCH_DIR/client/nfsrdma-bench-read.bin"
+LIST_DIR=$BENCH_DIR/list-$LIST_N
+if [ "$(find "$LIST_DIR" -maxdepth 1 -type f 2>/dev/null | wc -l)" != "$LIST_N" ]; then
+    echo "creating $LIST_DIR ($LIST_N files)" >&2
+    rm -rf "$LIST_DIR"; mkdir -p "$LIST_DIR"
+    python3 -c 'import os, sys
+d, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    os.close(os.open(os.path.join(d, "f-%07d" % i), os.O_CREAT | os.O_WRONLY, 0o644))' "$LIST_DIR" "$LIST_N"
+fi
+sync
 cat "$SRC" > /dev/null
-BYTES=$(stat -c %s "$SRC")
 
 GPID=; OPID=
 cleanup() {
@@ -81,52 +117,114 @@ RUST_LOG=warn "$BIN" serve "$BENCH_DIR" --transports tcp --addr 127.0.0.1 --port
 OPID=$!
 for _ in $(seq 50); do ss -Hltn "sport = :$OUR_MOUNT_PORT" | grep -q . && break; sleep 0.1; done
 ss -Hltn "sport = :$OUR_MOUNT_PORT" | grep -q . || { cat "$OUT/nfsrdma-serve.log" >&2; exit 1; }
-
-URL_ours="nfs://127.0.0.1/export/$FILE?version=3&nfsport=$OUR_PORT&mountport=$OUR_MOUNT_PORT"
-URL_ganesha="nfs://127.0.0.1/export/$FILE?version=3"
 PID_ours=$OPID
 PID_ganesha=$GPID
 
-ticks() { local f; f=$(sed 's/^.*) //' "/proc/$1/stat"); set -- $f; echo $((${12} + ${13})); }
-one() { # server run -> "wall_s srv_cpu_s"
-    local name=$1 i=$2 url pid dst t0 t1 c0 c1
-    url=URL_$name; url=${!url}; pid=PID_$name; pid=${!pid}
-    dst=/dev/shm/nfs-bench-$name-$i.out
-    rm -f "$dst"; sync
-    c0=$(ticks "$pid"); t0=$(date +%s.%N)
-    "$NFSCP" "$url" "$dst" > "$OUT/nfs-cp-$name-$i.log" 2>&1 ||
-        { echo "nfs-cp from $name failed:" >&2; cat "$OUT/nfs-cp-$name-$i.log" >&2; exit 1; }
-    t1=$(date +%s.%N); c1=$(ticks "$pid")
-    if [ "$i" = 1 ]; then
-        cmp "$SRC" "$dst" > /dev/null || { echo "$name: copy differs from the source" >&2; exit 1; }
-    fi
-    rm -f "$dst"
-    awk -v a="$t0" -v b="$t1" -v c="$c0" -v d="$c1" -v h="$TICK" 'BEGIN{printf "%.3f %.2f\n", b-a, (d-c)/h}'
+# libnfs URL of PATH (under /export) on SERVER
+libnfs_url() {
+    if [ "$1" = ours ]; then echo "nfs://127.0.0.1/export/$2?version=3&nfsport=$OUR_PORT&mountport=$OUR_MOUNT_PORT"
+    else echo "nfs://127.0.0.1/export/$2?version=3"; fi
+}
+# nfsrdma URL of PATH (under /export) on SERVER
+our_url() {
+    if [ "$1" = ours ]; then echo "nfs://127.0.0.1:$OUR_PORT/export/$2?mountport=$OUR_MOUNT_PORT"
+    else echo "nfs://127.0.0.1/export/$2?mountport=20048"; fi
 }
 
-printf '# nfs-cp sequential read, %d bytes, %d runs per server, NFSv3/TCP on 127.0.0.1\n' "$BYTES" "$RUNS"
-printf '# ours: %s (pid %s)   ganesha: %s (pid %s)\n' "$URL_ours" "$OPID" "$URL_ganesha" "$GPID"
-printf '%-8s %-3s %8s %9s %11s\n' server run wall_s MB/s srv_cpu_s
+ticks() { local f; f=$(sed 's/^.*) //' "/proc/$1/stat"); set -- $f; echo $((${12} + ${13})); }
+load1() { cut -d' ' -f1 /proc/loadavg; }
+# csv_col FILE NAME: that column of the CSV's first data row
+csv_col() { awk -F, -v n="$2" 'NR==1{for(i=1;i<=NF;i++) if($i==n) c=i} NR==2{print $c}' "$1"; }
+fail() { echo "$1 failed:" >&2; cat "$2" >&2; exit 1; }
+
+# Each phase: SERVER RUN -> "figure server_cpu_figure" on stdout.
+phase_cp() {
+    local dst=/dev/shm/nfs-bench-$1-$2.out log=$OUT/cp-$1-$2.log pid=PID_$1 t0 t1 c0 c1
+    pid=${!pid}; rm -f "$dst"; sync
+    c0=$(ticks "$pid"); t0=$(date +%s.%N)
+    "$NFSCP" "$(libnfs_url "$1" "$FILE")" "$dst" > "$log" 2>&1 || fail "nfs-cp from $1" "$log"
+    t1=$(date +%s.%N); c1=$(ticks "$pid")
+    if [ "$2" = 1 ]; then cmp "$SRC" "$dst" > /dev/null || { echo "$1: copy differs from the source" >&2; exit 1; }; fi
+    rm -f "$dst"
+    awk -v a="$t0" -v b="$t1" -v c="$c0" -v d="$c1" -v h="$TICK" -v n="$BYTES" \
+        'BEGIN{printf "%.1f %.3f\n", n/(b-a)/1e6, (d-c)/h/(n/1073741824)}'
+}
+# nfsrdma bench against SERVER: RUN ARGS... -> csv in $OUT; prints CPU ticks used
+bench_run() {
+    local srv=$1 i=$2 name=$3 dir=$4 pid=PID_$1 c0 c1; shift 4
+    pid=${!pid}
+    c0=$(ticks "$pid")
+    "$BIN" bench --url "$(our_url "$srv" "$dir")" --transports tcp --repeat 1 \
+        --csv "$OUT/$name-$srv-$i.csv" "$@" > "$OUT/$name-$srv-$i.log" 2>&1 ||
+        fail "nfsrdma bench ($name) against $srv" "$OUT/$name-$srv-$i.log"
+    c1=$(ticks "$pid")
+    echo $((c1 - c0))
+}
+phase_bench() {
+    local t; t=$(bench_run "$1" "$2" bench client/ --ops read --read-sizes 1m --in-flight 4 --size "${SIZE_MIB}m")
+    awk -v m="$(csv_col "$OUT/bench-$1-$2.csv" mib_s)" -v t="$t" -v h="$TICK" -v n="$BYTES" \
+        'BEGIN{printf "%.1f %.3f\n", m, t/h/(n/1073741824)}'
+}
+phase_random() {
+    bench_run "$1" "$2" random client/ --pattern random --read-sizes 4k --in-flight 32 \
+        --seconds "$RAND_SECS" --size "${SIZE_MIB}m" > /dev/null
+    echo "$(csv_col "$OUT/random-$1-$2.csv" iops) $(csv_col "$OUT/random-$1-$2.csv" p99_us)"
+}
+phase_meta() {
+    bench_run "$1" "$2" meta "list-$LIST_N/" --pattern meta --in-flight 32 --seconds "$RAND_SECS" > /dev/null
+    echo "$(csv_col "$OUT/meta-$1-$2.csv" iops) $(csv_col "$OUT/meta-$1-$2.csv" p99_us)"
+}
+# Listing: "nfs-ls seconds" "nfsrdma ls seconds", each must list every entry.
+phase_list() {
+    local log=$OUT/list-$1-$2 t0 t1 t2 n
+    t0=$(date +%s.%N)
+    "$NFSLS" "$(libnfs_url "$1" "list-$LIST_N")" > "$log.libnfs" 2> "$log.err" || fail "nfs-ls from $1" "$log.err"
+    t1=$(date +%s.%N)
+    "$BIN" ls -l "$(our_url "$1" "list-$LIST_N")" > "$log.ours" 2> "$log.err" || fail "nfsrdma ls from $1" "$log.err"
+    t2=$(date +%s.%N)
+    for f in "$log.libnfs" "$log.ours"; do
+        n=$(grep -c ' f-[0-9]*$' "$f" || true)
+        [ "$n" = "$LIST_N" ] || { echo "$f: $n entries listed, want $LIST_N" >&2; exit 1; }
+        rm -f "$f"
+    done
+    awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN{printf "%.3f %.3f\n", b-a, c-b}'
+}
+
+printf '# nfsrdma serve (pid %s) vs NFS-Ganesha (pid %s), NFSv3/TCP on 127.0.0.1, %d MiB file, %d runs, servers alternating\n' \
+    "$OPID" "$GPID" "$SIZE_MIB" "$RUNS"
+printf '%-7s %-8s %-3s %12s %12s %6s\n' phase server run figure1 figure2 load1
 declare -A R
-for i in $(seq "$RUNS"); do
-    for name in ours ganesha; do
-        r=$(one "$name" "$i")
-        R[$name]+="$r"$'\n'
-        set -- $r
-        printf '%-8s %-3s %8.2f %9.1f %11.2f\n' "$name" "$i" "$1" "$(awk -v b="$BYTES" -v w="$1" 'BEGIN{print b/w/1e6}')" "$2"
+for phase in $PHASES; do
+    for i in $(seq "$RUNS"); do
+        # ours first on odd runs, Ganesha first on even ones
+        order="ours ganesha"; [ $((i % 2)) = 0 ] && order="ganesha ours"
+        for name in $order; do
+            r=$("phase_$phase" "$name" "$i")
+            R[$phase/$name]+="$r"$'\n'
+            set -- $r
+            printf '%-7s %-8s %-3s %12s %12s %6s\n' "$phase" "$name" "$i" "$1" "$2" "$(load1)"
+        done
     done
 done
 
-median() { sort -g | awk '{v[NR]=$1} END{print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
-declare -A MBS CPU
-for name in ours ganesha; do
-    MBS[$name]=$(printf '%s' "${R[$name]}" | awk -v b="$BYTES" 'NF{print b/$1/1e6}' | median)
-    CPU[$name]=$(printf '%s' "${R[$name]}" | awk -v b="$BYTES" 'NF{print $2/(b/1073741824)}' | median)
+median() { sort -g | awk 'NF{v[++k]=$1} END{print (k%2) ? v[(k+1)/2] : (v[k/2]+v[k/2+1])/2}'; }
+# med PHASE SERVER FIELD
+med() { printf '%s' "${R[$1/$2]}" | awk -v f="$3" 'NF{print $f}' | median; }
+row() { # LABEL PHASE FIELD
+    local a b; a=$(med "$2" ours "$3"); b=$(med "$2" ganesha "$3")
+    awk -v l="$1" -v a="$a" -v b="$b" 'BEGIN{printf "| %s | %s | %s | %s |\n", l, a, b, (b > 0 ? sprintf("%.2f", a/b) : "-")}'
+}
+echo
+echo "| medians of $RUNS runs | nfsrdma serve | NFS-Ganesha | ours/Ganesha |"
+echo "|---|---|---|---|"
+for phase in $PHASES; do
+    case $phase in
+    cp) row "nfs-cp read MB/s" cp 1; row "nfs-cp server CPU s/GiB" cp 2 ;;
+    bench) row "nfsrdma bench read 1m x 4 MiB/s" bench 1; row "nfsrdma bench server CPU s/GiB" bench 2 ;;
+    random) row "4k random read x 32 IOPS" random 1; row "4k random read p99 us" random 2 ;;
+    list) row "$LIST_N-entry listing, nfs-ls s" list 1; row "$LIST_N-entry listing, nfsrdma ls -l s" list 2 ;;
+    meta) row "LOOKUP+GETATTR x 32 calls/s" meta 1; row "LOOKUP+GETATTR p99 us" meta 2 ;;
+    esac
 done
 echo
-echo "| server | read MB/s (median of $RUNS) | server CPU s/GiB (median) |"
-echo "|---|---|---|"
-printf '| nfsrdma serve | %.1f | %.2f |\n' "${MBS[ours]}" "${CPU[ours]}"
-printf '| NFS-Ganesha 4.3 (VFS) | %.1f | %.2f |\n' "${MBS[ganesha]}" "${CPU[ganesha]}"
-awk -v a="${MBS[ours]}" -v b="${MBS[ganesha]}" -v c="${CPU[ours]}" -v d="${CPU[ganesha]}" \
-    'BEGIN{printf "| ratio ours/ganesha | %.2f | %.2f |\n", a/b, (d > 0 ? c/d : 0)}'
+echo "(ours/Ganesha above 1 is better for MB/s, MiB/s, IOPS and calls/s; below 1 is better for seconds, CPU and latency)"
