@@ -11,7 +11,7 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
-use rnic::conformance::join;
+use testkit::conformance::join;
 use rnic::loopback::{LoopbackDevice, LoopbackNetwork, LoopbackQp};
 use rnic::{
     Access, CompletionQueue, ConnectRequest, Device, Listener, MemoryRegion, MrState, ReadOnlyRegion, ProtectionDomain, QpConfig, QpState,

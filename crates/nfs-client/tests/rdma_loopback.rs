@@ -6,20 +6,13 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
+use testkit::TempDir;
 
 use bytes::Bytes;
 use nfs_client::{IoOptions, Mount, MountClient, Nfs3Client};
 use oncrpc::msg::AuthSys;
 use rnic::loopback::{LoopbackDevice, LoopbackNetwork};
 use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerConfig};
-
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 async fn rdma_mount(dir: &std::path::Path, io: IoOptions) -> Mount<RdmaClient<LoopbackDevice>> {
     let fs = Arc::new(nfs_server::LocalFs::new(dir, false).unwrap());
@@ -65,16 +58,13 @@ async fn rdma_mount(dir: &std::path::Path, io: IoOptions) -> Mount<RdmaClient<Lo
 
 #[tokio::test]
 async fn file_round_trips_over_rpc_over_rdma_with_write_and_read_chunks() {
-    let dir = std::env::temp_dir().join(format!("nfs-client-rdma-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let dir = TempDir(std::fs::canonicalize(&dir).unwrap());
+    let dir = TempDir::new("rdma");
     let io = IoOptions {
         in_flight: 8,
         block_size: Some(64 * 1024),
         ..IoOptions::default()
     };
-    let m = rdma_mount(&dir.0, io).await;
+    let m = rdma_mount(dir.path(), io).await;
     let data: Vec<u8> = (0..(2 << 20) + 12345)
         .map(|i| (i * 13 % 251) as u8)
         .collect();
@@ -83,7 +73,7 @@ async fn file_round_trips_over_rpc_over_rdma_with_write_and_read_chunks() {
         .await
         .unwrap();
     assert_eq!(stats.bytes, data.len() as u64);
-    assert!(std::fs::read(dir.0.join("f.bin")).unwrap() == data);
+    assert!(std::fs::read(dir.path().join("f.bin")).unwrap() == data);
     let back = m.read_file(&fh).await.unwrap();
     assert!(back == data, "READ over RDMA differs");
     let mut buf = vec![0u8; 100_000];

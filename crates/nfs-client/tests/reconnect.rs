@@ -4,22 +4,15 @@
 //! transfer completes byte-exact.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+
+use testkit::TempDir;
 
 use bytes::Bytes;
 use nfs_client::{connect_tcp, IoOptions, TcpOptions, TcpTarget};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 #[derive(Default)]
 struct ProxyStats {
@@ -89,14 +82,11 @@ async fn proxy(
 
 #[tokio::test]
 async fn pipelined_transfers_survive_a_connection_loss() {
-    let dir = std::env::temp_dir().join(format!("nfs-client-reconnect-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let dir = TempDir(std::fs::canonicalize(&dir).unwrap());
+    let dir = TempDir::new("reconnect");
     let data: Vec<u8> = (0..4 << 20).map(|i| (i * 29 % 253) as u8).collect();
-    std::fs::write(dir.0.join("src.bin"), &data).unwrap();
+    std::fs::write(dir.path().join("src.bin"), &data).unwrap();
 
-    let mut cfg = nfs_server::ServerConfig::new(&dir.0);
+    let mut cfg = nfs_server::ServerConfig::new(dir.path());
 
     // The tests run as root and act as the export's owner.
 
@@ -110,7 +100,7 @@ async fn pipelined_transfers_survive_a_connection_loss() {
         host: "127.0.0.1".into(),
         nfs_port: Some(paddr.port()),
         mount_port: None,
-        path: dir.0.to_str().unwrap().into(),
+        path: dir.path().to_str().unwrap().into(),
     };
     let mut opts = TcpOptions {
         io: IoOptions {
@@ -140,6 +130,6 @@ async fn pipelined_transfers_survive_a_connection_loss() {
         "the proxy never cut a write"
     );
     assert!(stats.connections.load(Ordering::SeqCst) >= 4);
-    assert!(std::fs::read(dir.0.join("dst.bin")).unwrap() == data);
+    assert!(std::fs::read(dir.path().join("dst.bin")).unwrap() == data);
     srv.stop();
 }

@@ -2,8 +2,9 @@
 //! TCP on 127.0.0.1: every procedure, pipelined transfers, multi-call
 //! READDIRPLUS, error mapping.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use testkit::TempDir;
 
 use bytes::Bytes;
 use nfs::v3::*;
@@ -14,31 +15,6 @@ use nfs_client::{
 use oncrpc::client::ClientConfig;
 use oncrpc::tcp::{TcpClient, TcpConfig};
 use oncrpc::{ClientTransport, RpcCall, RpcError};
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "nfs-client-test-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Self(std::fs::canonicalize(&p).unwrap())
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 async fn server(dir: &Path) -> nfs_server::RunningServer {
     let mut cfg = nfs_server::ServerConfig::new(dir);

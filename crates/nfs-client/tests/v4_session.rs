@@ -6,8 +6,9 @@
 //! rename, remove and NOENT.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
+use testkit::TempDir;
 
 use bytes::Bytes;
 use nfs_client::nfs::v4::{NfsFtype4, Nfsstat4, OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_DENY_NONE};
@@ -17,23 +18,6 @@ use oncrpc::msg::{AuthSys, OpaqueAuth};
 use oncrpc::tcp::{TcpClient, TcpConfig};
 use rnic::loopback::{LoopbackDevice, LoopbackNetwork};
 use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerConfig};
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("nfs-client-v4-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Self(std::fs::canonicalize(&p).unwrap())
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The owner of the export, so the server lets us create in it.
 fn cred(dir: &Path) -> OpaqueAuth {
@@ -178,7 +162,7 @@ async fn exercise<T: ClientTransport>(s: &Session<T>, dir: &Path) {
 #[tokio::test]
 async fn session_file_operations_work_over_tcp() {
     let dir = TempDir::new("tcp");
-    let mut config = nfs_server::ServerConfig::new(&dir.0);
+    let mut config = nfs_server::ServerConfig::new(dir.path());
     // The tests run as root and act as the export's owner.
     config.set_squash(nfs_server::exports::Squash::None);
     config.nfs_addr = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -192,11 +176,11 @@ async fn session_file_operations_work_over_tcp() {
     )
     .await
     .unwrap();
-    let s = Session::establish(rpc, cred(&dir.0), &SessionOptions::default())
+    let s = Session::establish(rpc, cred(dir.path()), &SessionOptions::default())
         .await
         .unwrap();
     assert!(s.fore_channel().maxrequests >= 1);
-    exercise(&s, &dir.0).await;
+    exercise(&s, dir.path()).await;
     s.close().await.unwrap();
 }
 
@@ -235,8 +219,8 @@ async fn rdma_session(dir: &Path) -> Session<RdmaClient<LoopbackDevice>> {
 #[tokio::test]
 async fn session_file_operations_work_over_rpc_over_rdma_with_chunks() {
     let dir = TempDir::new("rdma");
-    let s = rdma_session(&dir.0).await;
-    exercise(&s, &dir.0).await;
+    let s = rdma_session(dir.path()).await;
+    exercise(&s, dir.path()).await;
     let st = s.transport().stats();
     // 3 MiB moves in WRITEs by Read chunk and READs by Write chunk.
     assert!(st.read_chunk_calls >= 3, "{st:?}");
@@ -250,13 +234,13 @@ async fn session_file_operations_work_over_rpc_over_rdma_with_chunks() {
 #[tokio::test]
 async fn session_closes_and_a_new_one_opens_on_the_same_connection() {
     let dir = TempDir::new("close");
-    let s = rdma_session(&dir.0).await;
+    let s = rdma_session(dir.path()).await;
     let id = *s.sessionid();
     let rpc = s.transport().clone();
     s.close().await.unwrap();
     // DESTROY_SESSION and DESTROY_CLIENTID both succeeded; a new client id
     // and session on the same connection work.
-    let s2 = Session::establish(rpc, cred(&dir.0), &SessionOptions::default())
+    let s2 = Session::establish(rpc, cred(dir.path()), &SessionOptions::default())
         .await
         .unwrap();
     assert_ne!(s2.sessionid(), &id);
@@ -267,7 +251,7 @@ async fn session_closes_and_a_new_one_opens_on_the_same_connection() {
 #[tokio::test]
 async fn session_file_operations_work_over_softrnic_with_rpc_over_rdma_v2() {
     let dir = TempDir::new("soft");
-    let mut config = nfs_server::ServerConfig::new(&dir.0);
+    let mut config = nfs_server::ServerConfig::new(dir.path());
     // The tests run as root and act as the export's owner.
     config.set_squash(nfs_server::exports::Squash::None);
     config.nfs_addr = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -294,12 +278,12 @@ async fn session_file_operations_work_over_softrnic_with_rpc_over_rdma_v2() {
         .unwrap();
     let s = Session::establish(
         rpc,
-        cred(&dir.0),
+        cred(dir.path()),
         &SessionOptions::for_rdma(&opts.client_config()),
     )
     .await
     .unwrap();
-    exercise(&s, &dir.0).await;
+    exercise(&s, dir.path()).await;
     let st = s.transport().stats();
     assert_eq!(s.transport().version(), rpcrdma::plan::Version::V2);
     assert!(st.read_chunk_calls >= 3, "{st:?}");

@@ -8,14 +8,8 @@ use bytes::Bytes;
 use oncrpc::client::decode_reply;
 use oncrpc::msg::{Accepted, AuthFlavor, AuthSys, CallHeader, Credential, OpaqueAuth, ReplyHeader};
 use oncrpc::record::RecordDecoder;
+use testkit::hex;
 use xdr::{Decoder, Encode, Encoder, XdrBuf};
-
-fn hex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
 
 const GETPORT_CALL: &str = "80000054dc78a9f00000000000000002000186a00000000200000003\
 000000010000001c00000000000000056b706565720000000000000000000000000000000000000000\

@@ -17,7 +17,8 @@
 //!   contract (connection management with private data, posting, completion
 //!   timing, RNIC error behaviour), documented on [`Device`].
 //! - [`loopback`]: an in-memory device with seeded fault injection;
-//!   [`conformance`]: the behaviour tests every device must pass.
+//!   the behaviour tests every device must pass are in the dev-only
+//!   `testkit` crate (`testkit::conformance`).
 //! - [`SendWr`], [`WriteWr`], [`ReadWr`], [`RecvWr`]: work requests;
 //!   [`WorkCompletion`] with [`WcStatus`]: their results, queued on a
 //!   [`CompletionQueue`] that can be polled or awaited without naming a runtime.
@@ -33,7 +34,6 @@
 //!
 //! ```
 //! use bytes::{Bytes, BytesMut};
-//! use rnic::conformance::join;
 //! use rnic::loopback::LoopbackNetwork;
 //! use rnic::*;
 //!
@@ -47,12 +47,11 @@
 //!     scfg.private_data = b"server hello".to_vec();
 //!     let mut ccfg = QpConfig::new(CompletionQueue::new(64));
 //!     ccfg.private_data = b"client hello".to_vec();
-//!     let (c, s) = join(client.connect(&cpd, &addr, ccfg), async {
+//!     let (c, s) = tokio::join!(client.connect(&cpd, &addr, ccfg), async {
 //!         let req = listener.accept_request().await.unwrap();
 //!         assert_eq!(req.private_data(), b"client hello"); // seen before deciding
 //!         req.accept(&spd, scfg).await
-//!     })
-//!     .await;
+//!     });
 //!     let Connected { qp: cqp, private_data } = c.unwrap();
 //!     assert_eq!(private_data, b"server hello");
 //!     let sqp = s.unwrap();
@@ -81,7 +80,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod conformance;
 mod cq;
 mod device;
 mod error;

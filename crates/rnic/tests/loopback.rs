@@ -1,7 +1,7 @@
 //! The device behaviour suite on the in-memory loopback device.
 
-use rnic::conformance::Harness;
 use rnic::loopback::{LoopbackDevice, LoopbackNetwork};
+use testkit::conformance::Harness;
 
 struct Loopback(LoopbackNetwork);
 
@@ -17,4 +17,4 @@ impl Harness for Loopback {
     }
 }
 
-rnic::conformance_suite!(Loopback(LoopbackNetwork::new(42)));
+testkit::conformance_suite!(Loopback(LoopbackNetwork::new(42)));

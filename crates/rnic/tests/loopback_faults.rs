@@ -2,12 +2,12 @@
 //! management edge cases.
 
 use bytes::{Bytes, BytesMut};
-use rnic::conformance::{connect_pair, join, Harness};
 use rnic::loopback::{FaultConfig, LoopbackConfig, LoopbackDevice, LoopbackNetwork};
 use rnic::{
     Access, AccessError, CloseReason, CmError, CompletionQueue, ConnectRequest, CqOverflow, Device,
     Listener, PostError, QpConfig, QpState, QueuePair, ReadWr, RecvWr, SendWr, WcStatus, WriteWr,
 };
+use testkit::conformance::{connect_pair, join, Harness};
 
 struct Net(LoopbackNetwork);
 

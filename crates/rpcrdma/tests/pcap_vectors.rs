@@ -3,20 +3,13 @@
 
 use rpcrdma::wire::v1::{Body, Header, Proc};
 use rpcrdma::wire::{Limits, RdmaSegment, ReadSegment};
+use testkit::hex;
 
 struct Vector {
     pcap: String,
     frame: u32,
     c2s: bool,
     bytes: Vec<u8>,
-}
-
-fn hex(s: &str) -> Vec<u8> {
-    assert!(s.len() % 2 == 0, "odd hex length");
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex digit"))
-        .collect()
 }
 
 fn vectors() -> Vec<Vector> {

@@ -8,11 +8,11 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use rnic::conformance::join;
 use rnic::{
     Access, CompletionQueue, ConnectRequest, Device, Listener, QpConfig, QueuePair, ReadWr, WriteWr,
 };
 use softrnic::{SoftConfig, SoftDevice};
+use testkit::conformance::join;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const CHUNK: usize = 1 << 20;

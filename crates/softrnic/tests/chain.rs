@@ -7,12 +7,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use rnic::conformance::{connect_pair, Harness};
 use rnic::{
     Access, ChainWr, CompletionQueue, QueuePair, SendWr, WcOpcode, WcStatus, WorkCompletion,
     WriteWr,
 };
 use softrnic::{SoftConfig, SoftDevice};
+use testkit::conformance::{connect_pair, Harness};
 
 struct Tcp;
 

@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rnic::conformance::Harness;
 use softrnic::{SoftConfig, SoftDevice};
+use testkit::conformance::Harness;
 
 struct Tcp {
     crc: bool,
@@ -31,9 +31,9 @@ impl Harness for Tcp {
 }
 
 mod without_crc {
-    rnic::conformance_suite!(super::Tcp { crc: false });
+    testkit::conformance_suite!(super::Tcp { crc: false });
 }
 
 mod with_crc {
-    rnic::conformance_suite!(super::Tcp { crc: true });
+    testkit::conformance_suite!(super::Tcp { crc: true });
 }

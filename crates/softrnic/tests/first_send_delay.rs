@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use rnic::conformance::{connect_pair, Harness};
 use softrnic::{SoftConfig, SoftDevice};
+use testkit::conformance::{connect_pair, Harness};
 
 struct Tcp(Duration);
 

@@ -8,12 +8,12 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use iwarp::negotiation::{Initiator, InitiatorConfig, ReplyOutcome};
 use iwarp::wire::mpa::{FrameKind, IrdOrd, Repr as MpaRepr};
-use rnic::conformance::{connect_pair, Harness};
 use rnic::{
     Access, CloseReason, CompletionQueue, ConnectRequest, Device, Listener, QpConfig, QueuePair,
     ReadWr, RecvWr, SendWr, TerminateCause, WcOpcode, WcStatus, WorkCompletion, WriteWr,
 };
 use softrnic::{SoftConfig, SoftDevice};
+use testkit::conformance::{connect_pair, Harness};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -131,7 +131,7 @@ async fn multi_segment_send_fills_one_receive_buffer() {
         wr_id: 9,
         buf: BytesMut::with_capacity(20_000),
     }];
-    let (c, s) = rnic::conformance::join(
+    let (c, s) = testkit::conformance::join(
         client.connect(&cpd, &addr, QpConfig::new(CompletionQueue::new(16))),
         async { l.accept_request().await.unwrap().accept(&spd, scfg).await },
     )

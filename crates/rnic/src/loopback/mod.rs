@@ -21,7 +21,7 @@
 //!
 //! Connection set-up is asynchronous: run [`Device::connect`] on one device and
 //! [`Listener::accept_request`] + [`ConnectRequest::accept`] on the other
-//! concurrently (see [`conformance::connect_pair`](crate::conformance::connect_pair)).
+//! concurrently (see `testkit::conformance::connect_pair`).
 
 mod link;
 mod sync;

@@ -16,13 +16,11 @@ use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::cq::CompletionQueue;
-use crate::device::{CloseReason, ConnectRequest, Connected, Device, Listener, QueuePair};
-use crate::error::{AccessError, CmError, PostError, TerminateCause, WcStatus};
-use crate::mr::{MrState, ProtectionDomain};
-use crate::qp::{QpConfig, QpState};
-use crate::stag::{Access, Stag};
-use crate::wr::{ReadWr, RecvWr, SendWr, WcOpcode, WorkCompletion, WriteWr};
+use rnic::{
+    Access, AccessError, CloseReason, CmError, CompletionQueue, ConnectRequest, Connected, Device,
+    Listener, MrState, PostError, ProtectionDomain, QpConfig, QpState, QueuePair, ReadWr, RecvWr,
+    SendWr, Stag, TerminateCause, WcOpcode, WcStatus, WorkCompletion, WriteWr,
+};
 
 /// Supplies devices to the behaviour tests.
 pub trait Harness: Sync {
@@ -607,7 +605,7 @@ pub async fn private_data_and_ird_ord_are_exchanged<H: Harness>(h: &H) {
     ccfg.ord = 4;
     ccfg.ird = 2;
     let mut scfg = QpConfig::new(CompletionQueue::new(8));
-    scfg.private_data = vec![0xab; crate::MAX_PRIVATE_DATA];
+    scfg.private_data = vec![0xab; rnic::MAX_PRIVATE_DATA];
     scfg.ird = 3;
     scfg.ord = 8;
     let (c, s) = join(client.connect(&cpd, &addr, ccfg), async {
@@ -619,7 +617,7 @@ pub async fn private_data_and_ird_ord_are_exchanged<H: Harness>(h: &H) {
     .await;
     let c = c.expect("connect");
     let sqp = s.expect("accept");
-    assert_eq!(c.private_data, vec![0xab; crate::MAX_PRIVATE_DATA]);
+    assert_eq!(c.private_data, vec![0xab; rnic::MAX_PRIVATE_DATA]);
     let (ca, sa) = (c.qp.attrs(), sqp.attrs());
     assert_eq!((ca.ord, sa.ird), (3, 3), "client ORD limited by server IRD");
     assert_eq!((sa.ord, ca.ird), (2, 2), "server ORD limited by client IRD");
@@ -633,10 +631,10 @@ pub async fn reject_carries_private_data<H: Harness>(h: &H) {
     let mut listener = server.listen(&h.listen_addr()).await.expect("listen");
     let addr = listener.local_addr();
     let mut big = QpConfig::new(CompletionQueue::new(8));
-    big.private_data = vec![0; crate::MAX_PRIVATE_DATA + 1];
+    big.private_data = vec![0; rnic::MAX_PRIVATE_DATA + 1];
     assert_eq!(
         client.connect(&cpd, &addr, big).await.err(),
-        Some(CmError::PrivateDataTooLong(crate::MAX_PRIVATE_DATA + 1))
+        Some(CmError::PrivateDataTooLong(rnic::MAX_PRIVATE_DATA + 1))
     );
     let mut ccfg = QpConfig::new(CompletionQueue::new(8));
     ccfg.private_data = b"may I".to_vec();
