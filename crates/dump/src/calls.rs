@@ -15,6 +15,9 @@ pub(crate) const MAX_CALLS: usize = 4096;
 pub(crate) struct Pending {
     pub(crate) frame: u64,
     pub(crate) info: CallInfo,
+    /// STags of chunks that may carry the whole call or reply (reply
+    /// chunk, Position-Zero Read chunk), captured until the reply.
+    pub(crate) handles: Vec<u32>,
 }
 
 #[derive(Debug, Default)]
@@ -50,6 +53,11 @@ impl Calls {
         self.map.remove(&(dir.rev(), xid))
     }
 
+    /// The call a later message names, left in place.
+    pub(crate) fn get_mut(&mut self, dir: Dir, xid: u32) -> Option<&mut Pending> {
+        self.map.get_mut(&(dir, xid))
+    }
+
     /// Calls still waiting.
     pub(crate) fn unanswered(&self) -> u64 {
         self.map.len() as u64
@@ -63,6 +71,7 @@ mod tests {
     fn p() -> Pending {
         Pending {
             frame: 1,
+            handles: vec![],
             info: CallInfo {
                 prog: 1,
                 vers: 1,

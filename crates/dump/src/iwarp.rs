@@ -213,7 +213,10 @@ impl Iwarp {
                     out.count("rdmap RDMA Read Request");
                     stats.count("RDMA Read Request");
                     match ReadRequest::parse_bytes(payload) {
-                        Ok(r) => out.ok(r.to_string()),
+                        Ok(r) => {
+                            self.rdma.chunks.read_request(r.sink_stag, r.source_stag);
+                            out.ok(r.to_string())
+                        }
                         Err(e) => out.malformed(format!("RDMA Read Request: {e}")),
                     }
                 }
@@ -249,6 +252,7 @@ impl Iwarp {
     ) {
         let i = out.dir.index();
         let len = payload.len() as u64;
+        self.rdma.chunks.data(stag, payload);
         match h.opcode {
             Opcode::ReadResponse => stats.read_response_bytes += len,
             _ => stats.write_bytes += len,
@@ -277,6 +281,9 @@ impl Iwarp {
         stats.count(op.to_string());
         self.rdma.on_write(out.dir, s, n);
         out.ok(format!("{op} stag={s:#x} to={first:#x} len={n}"));
+        if op == Opcode::ReadResponse {
+            self.rdma.pulled(out);
+        }
     }
 }
 

@@ -28,6 +28,7 @@ pub mod capture;
 pub mod report;
 
 mod calls;
+mod chunks;
 mod conn;
 mod iwarp;
 mod rdma;

@@ -6,9 +6,10 @@
 use std::collections::HashMap;
 
 use iwarp::wire::Opcode;
-use rpcrdma::wire::{v1, v2, AnyHeader, ChunkLists, Limits, WriteChunk};
+use rpcrdma::wire::{v1, v2, AnyHeader, ChunkLists, Limits, RdmaSegment, WriteChunk};
 
 use crate::calls::{Calls, Pending};
+use crate::chunks::Chunks;
 use crate::report::{Dir, DirStats};
 use crate::rpc::{self, Message, ReplyStatus};
 use crate::sink::Out;
@@ -27,7 +28,15 @@ struct Written {
 pub(crate) struct Rdma {
     pub(crate) calls: Calls,
     written: [HashMap<u32, Written>; 2],
+    /// Contents of reply chunks and Position-Zero Read chunks.
+    pub(crate) chunks: Chunks,
+    /// RDMA_NOMSG calls whose Position-Zero Read chunk is being pulled:
+    /// direction and XID of the call, and the chunk's segments.
+    pulling: Vec<(Dir, u32, Vec<RdmaSegment>)>,
 }
+
+/// Most RDMA_NOMSG calls followed at once per connection.
+const MAX_PULLING: usize = 64;
 
 impl Rdma {
     /// One whole tagged message (RDMA Write or Read Response) of `len`
@@ -138,12 +147,24 @@ impl Rdma {
                 out.count(format!("rpc call {}", short(&info.label)));
                 let text = format!(" | call {}", info.label);
                 let frame = out.sink.frame;
-                self.calls.insert(out.dir, xid, Pending { frame, info });
+                let handles = self.watch_reply_chunk(c);
+                self.calls.insert(
+                    out.dir,
+                    xid,
+                    Pending {
+                        frame,
+                        info,
+                        handles,
+                    },
+                );
                 Ok(text)
             }
             Message::Reply { xid, status } => {
                 out.count("rpc reply");
                 let call = self.calls.answer(out.dir, xid);
+                if let Some(call) = &call {
+                    self.chunks.forget(&call.handles);
+                }
                 let mut text = reply_text(call.as_ref(), &status, rpc_msg);
                 text.push_str(&self.pair_writes(out.dir, &c.writes));
                 Ok(text)
@@ -151,7 +172,7 @@ impl Rdma {
         }
     }
 
-    /// RDMA_NOMSG: the RPC message itself is in a chunk.
+    /// RDMA_NOMSG: the RPC message itself is in a chunk (RFC 8166 §3.5.3).
     fn chunked_rpc(
         &mut self,
         out: &mut Out<'_>,
@@ -160,28 +181,103 @@ impl Rdma {
     ) -> Result<String, String> {
         if c.has_position_zero() {
             out.count("rpc call (in read chunk)");
-            let len: u64 = c
+            let segs: Vec<RdmaSegment> = c
                 .reads
                 .iter()
                 .filter(|r| r.position == 0)
-                .map(|r| u64::from(r.target.length))
-                .sum();
+                .map(|r| r.target)
+                .collect();
+            let len: u64 = segs.iter().map(|s| u64::from(s.length)).sum();
+            let mut handles = self.watch_reply_chunk(c);
+            if self.pulling.len() < MAX_PULLING {
+                self.chunks.watch(&segs);
+                handles.extend(segs.iter().map(|s| s.handle));
+                self.pulling.push((out.dir, xid, segs));
+            }
+            let info = rpc::CallInfo {
+                prog: 0,
+                vers: 0,
+                proc_: 0,
+                label: "(call in a position-zero read chunk)".into(),
+            };
+            let frame = out.sink.frame;
+            self.calls.insert(
+                out.dir,
+                xid,
+                Pending {
+                    frame,
+                    info,
+                    handles,
+                },
+            );
             return Ok(format!(
                 " | call of {len} bytes in a position-zero read chunk"
             ));
         }
-        if let Some(call) = self.calls.answer(out.dir, xid) {
-            out.count("rpc reply (in reply chunk)");
-            let mut t = format!(
+        let Some(call) = self.calls.answer(out.dir, xid) else {
+            return Ok(String::new());
+        };
+        out.count("rpc reply (in reply chunk)");
+        let mut t = match c.reply.as_ref().and_then(|r| self.chunks.take(&r.segments)) {
+            Some(body) => match rpc::decode(&body, &[]) {
+                Ok(Message::Reply { status, .. }) => reply_text(Some(&call), &status, &body),
+                Ok(Message::Call { .. }) => return Err("a call in the reply chunk".into()),
+                Err(e) => return Err(format!("reply chunk: {e}")),
+            },
+            None => format!(
                 " | reply to {} (frame {}) in the reply chunk",
                 call.info.label, call.frame
-            );
-            if let Some(r) = &c.reply {
-                t.push_str(&self.pair_writes(out.dir, std::slice::from_ref(r)));
-            }
-            return Ok(t);
+            ),
+        };
+        self.chunks.forget(&call.handles);
+        if let Some(r) = &c.reply {
+            t.push_str(&self.pair_writes(out.dir, std::slice::from_ref(r)));
         }
-        Ok(String::new())
+        Ok(t)
+    }
+
+    /// Watches the reply chunk a call offers; returns its STags.
+    fn watch_reply_chunk(&mut self, c: &ChunkLists) -> Vec<u32> {
+        match &c.reply {
+            Some(r) => {
+                self.chunks.watch(&r.segments);
+                r.segments.iter().map(|s| s.handle).collect()
+            }
+            None => vec![],
+        }
+    }
+
+    /// After a Read Response: decodes each RDMA_NOMSG call whose
+    /// Position-Zero Read chunk has fully arrived.
+    pub(crate) fn pulled(&mut self, out: &mut Out<'_>) {
+        let mut i = 0;
+        while i < self.pulling.len() {
+            if !self.chunks.complete(&self.pulling[i].2) {
+                i += 1;
+                continue;
+            }
+            let (dir, xid, segs) = self.pulling.swap_remove(i);
+            let Some(body) = self.chunks.take(&segs) else {
+                continue;
+            };
+            let mut o = out.with_dir(dir);
+            match rpc::decode(&body, &[]) {
+                Ok(Message::Call { info, .. }) => {
+                    o.count(format!("rpc call {}", short(&info.label)));
+                    o.ok(format!(
+                        "xid={xid:#010x} | call {} (pulled from the position-zero read chunk)",
+                        info.label
+                    ));
+                    if let Some(p) = self.calls.get_mut(dir, xid) {
+                        p.info = info;
+                    }
+                }
+                Ok(Message::Reply { .. }) => {
+                    o.malformed(format!("xid={xid:#010x}: a reply in a read chunk"))
+                }
+                Err(e) => o.malformed(format!("xid={xid:#010x}: position-zero read chunk: {e}")),
+            }
+        }
     }
 
     /// Names the RDMA Writes that carried the chunks a reply reports, by

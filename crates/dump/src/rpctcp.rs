@@ -68,7 +68,15 @@ impl RpcTcp {
                     info.label
                 ));
                 let frame = out.sink.frame;
-                self.calls.insert(out.dir, xid, Pending { frame, info });
+                self.calls.insert(
+                    out.dir,
+                    xid,
+                    Pending {
+                        frame,
+                        info,
+                        handles: vec![],
+                    },
+                );
             }
             Ok(Message::Reply { xid, status }) => {
                 out.count("rpc reply");

@@ -67,6 +67,17 @@ fn nfsv3_session_over_linux_siw() {
         .expect("the large READ reply");
     assert!(read.contains("102400 carried by 5 RDMA Writes"), "{read}");
     assert!(!d.lines.iter().any(|l| l.contains("MISMATCH")));
+    // RDMA_NOMSG replies are decoded from the bytes the RDMA Writes put in
+    // the reply chunk.
+    let nomsg = d
+        .lines
+        .iter()
+        .find(|l| l.contains("RDMA_NOMSG") && l.contains("reply NFSv3 READDIRPLUS NFS3_OK"))
+        .expect("a READDIRPLUS reply from its reply chunk");
+    assert!(
+        nomsg.contains("600 bytes, 600 carried by 3 RDMA Writes"),
+        "{nomsg}"
+    );
     let c = r.conns.iter().find(|c| c.server.port() == 20049).unwrap();
     assert_eq!(c.dirs[0].credits.max, 128);
     assert_eq!(c.dirs[1].credits.max, 64);

@@ -41,11 +41,17 @@ pub(crate) fn run(args: DumpArgs) -> anyhow::Result<()> {
         }
         return Err(e.into());
     }
-    if !args.summary {
-        writeln!(out)?;
+    let tail = (|| -> std::io::Result<()> {
+        if !args.summary {
+            writeln!(out)?;
+        }
+        write!(out, "{report}")?;
+        out.flush()
+    })();
+    match tail {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+        other => other?,
     }
-    write!(out, "{report}")?;
-    out.flush()?;
     if args.strict && report.unknown_frames + report.malformed_frames > 0 {
         bail!(
             "{} unknown and {} malformed frames",
