@@ -139,6 +139,13 @@ pcap_iwarp_check() {
     else
         pass "pcap-iwarp-$name: $(head -1 "$txt" | sed 's/^[^:]*: //'); our side: no malformed frame below RPC; peer side (re-segmented by slirp): $theirs unreassembled"
     fi
+    # nfsrdma dump (docs/dump.md) reassembles TCP itself: every frame decodes,
+    # none unknown or malformed (issue 16 item 3).
+    if "$BIN" dump --strict --summary "$pcap" > "$txt.dump" 2>&1; then
+        pass "dump-$name: $(head -1 "$txt.dump")"
+    else
+        fail "dump-$name: nfsrdma dump found unknown or malformed frames in $pcap (see $txt.dump)"
+    fi
 }
 
 # ---- phase rdma (issue 9 check 2): the kernel NFS client mounts `nfsrdma
