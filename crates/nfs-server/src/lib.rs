@@ -64,7 +64,9 @@ use tokio::task::JoinHandle;
 
 pub use localfs::LocalFs;
 pub use statedir::StateDir;
-pub use storage::{DirEntry, DirPage, DirRequest, DirSink, FsStat, Storage, StorageResult};
+pub use storage::{
+    DirEntry, DirPage, DirRequest, DirSink, FsStat, Storage, StorageResult, XattrError, XattrSet,
+};
 
 use crate::access::{loopback_clients, ExportTable};
 use crate::exports::{ClientRule, ExportEntry, ExportOptions, Squash};

@@ -82,6 +82,42 @@ pub struct FsStat {
     pub afiles: u64,
 }
 
+/// Why an extended attribute call failed (RFC 8276 §8.4 errors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum XattrError {
+    /// The attribute does not exist (NFS4ERR_NOXATTR).
+    #[error("no such extended attribute")]
+    NoAttr,
+    /// Create-only, and the attribute exists (NFS4ERR_EXIST).
+    #[error("extended attribute exists")]
+    Exists,
+    /// The value is larger than the file system or the reply takes
+    /// (NFS4ERR_XATTR2BIG).
+    #[error("extended attribute value too large")]
+    TooBig,
+    /// Any other failure, as for other calls.
+    #[error("{0:?}")]
+    Other(Nfsstat3),
+}
+
+impl From<Nfsstat3> for XattrError {
+    fn from(s: Nfsstat3) -> Self {
+        Self::Other(s)
+    }
+}
+
+/// How SETXATTR may change an attribute (RFC 8276 §8.4.2:
+/// `setxattr_option4`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XattrSet {
+    /// Create or replace.
+    Either,
+    /// Create only: [`XattrError::Exists`] if it exists.
+    Create,
+    /// Replace only: [`XattrError::NoAttr`] if it does not exist.
+    Replace,
+}
+
 /// A file tree served over NFSv3 and NFSv4.
 ///
 /// Names given to the methods are single components already checked by
@@ -250,4 +286,39 @@ pub trait Storage: Send + Sync + 'static {
         len: u64,
         punch: bool,
     ) -> impl Future<Output = StorageResult<()>> + Send;
+
+    /// The value of user extended attribute `name` of `fh` (`name` without
+    /// the `user.` prefix, RFC 8276 §5.3), at most `max` bytes
+    /// ([`XattrError::TooBig`] if larger).
+    fn getxattr(
+        &self,
+        fh: &NfsFh3,
+        name: &[u8],
+        max: usize,
+    ) -> impl Future<Output = Result<Bytes, XattrError>> + Send;
+
+    /// Sets user extended attribute `name` of `fh`, on stable storage
+    /// before it returns.
+    fn setxattr(
+        &self,
+        fh: &NfsFh3,
+        name: &[u8],
+        value: &[u8],
+        how: XattrSet,
+    ) -> impl Future<Output = Result<(), XattrError>> + Send;
+
+    /// The names of the user extended attributes of `fh`, without the
+    /// `user.` prefix.
+    fn listxattrs(
+        &self,
+        fh: &NfsFh3,
+    ) -> impl Future<Output = Result<Vec<Bytes>, XattrError>> + Send;
+
+    /// Removes user extended attribute `name` of `fh`, on stable storage
+    /// before it returns.
+    fn removexattr(
+        &self,
+        fh: &NfsFh3,
+        name: &[u8],
+    ) -> impl Future<Output = Result<(), XattrError>> + Send;
 }

@@ -33,6 +33,7 @@ mod io;
 mod known;
 mod ops;
 mod resolve;
+mod xattr;
 
 use std::fs;
 use std::num::NonZeroUsize;
@@ -50,7 +51,9 @@ pub use attrs::io_status;
 
 use crate::fh::{fnv1a, HandleKey};
 use crate::statedir::{random_key, StateDir};
-use crate::storage::{DirPage, DirRequest, DirSink, FsStat, Storage, StorageResult};
+use crate::storage::{
+    DirPage, DirRequest, DirSink, FsStat, Storage, StorageResult, XattrError, XattrSet,
+};
 use attrs::Meta;
 use cursors::Cursors;
 use index::Index;
@@ -335,6 +338,28 @@ impl Storage for LocalFs {
 
     async fn allocate(&self, fh: &NfsFh3, offset: u64, len: u64, punch: bool) -> StorageResult<()> {
         blocking(|| self.do_allocate(fh, offset, len, punch))
+    }
+
+    async fn getxattr(&self, fh: &NfsFh3, name: &[u8], max: usize) -> Result<Bytes, XattrError> {
+        blocking(|| self.do_getxattr(fh, name, max))
+    }
+
+    async fn setxattr(
+        &self,
+        fh: &NfsFh3,
+        name: &[u8],
+        value: &[u8],
+        how: XattrSet,
+    ) -> Result<(), XattrError> {
+        blocking(|| self.do_setxattr(fh, name, value, how))
+    }
+
+    async fn listxattrs(&self, fh: &NfsFh3) -> Result<Vec<Bytes>, XattrError> {
+        blocking(|| self.do_listxattrs(fh))
+    }
+
+    async fn removexattr(&self, fh: &NfsFh3, name: &[u8]) -> Result<(), XattrError> {
+        blocking(|| self.do_removexattr(fh, name))
     }
 }
 

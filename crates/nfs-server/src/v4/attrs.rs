@@ -113,6 +113,7 @@ pub(crate) fn file_attrs(a: &Fattr3, fh: &NfsFh3, fs: Option<FsStat>, lease: u32
         time_modify_set: None,
         mounted_on_fileid: Some(a.fileid),
         suppattr_exclcreat: Some(excl),
+        xattr_support: Some(true),
     }
 }
 

@@ -185,12 +185,10 @@ impl<S: Storage> Nfs4Service<S> {
             A::Deallocate(a) => Z::Deallocate(status(self.allocate(a, cx, true).await)),
             A::Verify(a) => Z::Verify(status(self.verify(a, cx, false).await)),
             A::Nverify(a) => Z::Nverify(status(self.verify(a, cx, true).await)),
-            // RFC 8276 §8.4, RFC 8881 §15.2: a defined operation this
-            // server does not implement is NFS4ERR_NOTSUPP (its arguments
-            // were decoded, so the COMPOUND stops here and not earlier).
-            A::Getxattr(_) | A::Setxattr(_) | A::Listxattrs(_) | A::Removexattr(_) => {
-                NfsResop4::error(op.opnum(), Nfsstat4::NFS4ERR_NOTSUPP)
-            }
+            A::Getxattr(a) => Z::Getxattr(self.getxattr(a, cx).await.into()),
+            A::Setxattr(a) => Z::Setxattr(self.setxattr(a, cx).await.into()),
+            A::Listxattrs(a) => Z::Listxattrs(self.listxattrs(a, cx).await.into()),
+            A::Removexattr(a) => Z::Removexattr(self.removexattr(a, cx).await.into()),
             A::Unsupported(n) => Z::Other(*n, Nfsstat4::NFS4ERR_NOTSUPP),
             A::Illegal(_) => Z::Other(Opnum4::OP_ILLEGAL, Nfsstat4::NFS4ERR_OP_ILLEGAL),
             other => self.exec_state(other, cx, now).await,
@@ -205,13 +203,27 @@ impl<S: Storage> Nfs4Service<S> {
         Ok(())
     }
 
-    /// ACCESS (RFC 8881 §18.1.4): mode bits against the AUTH_SYS caller.
+    /// ACCESS (RFC 8881 §18.1.4): mode bits against the AUTH_SYS caller;
+    /// the extended attribute rights (RFC 8276 §8.3) follow read
+    /// (XAREAD, XALIST) and write (XAWRITE) permission, as on Linux.
     async fn access(&self, a: &Access4Args, cx: &Cx) -> R<Access4ResOk> {
         let attr = self.attr(&cur(cx)?).await?;
-        let want = a.access & 0x3f;
+        let xa = ACCESS4_XAREAD | ACCESS4_XAWRITE | ACCESS4_XALIST;
+        let want = a.access & (0x3f | xa);
+        let ro = cx.read_only || self.fs.read_only();
+        let mut access = access_bits(&attr, &cx.caller, want & 0x3f, ro);
+        if want & xa != 0 {
+            let rw = access_bits(&attr, &cx.caller, ACCESS3_READ | ACCESS3_MODIFY, ro);
+            if rw & ACCESS3_READ != 0 {
+                access |= want & (ACCESS4_XAREAD | ACCESS4_XALIST);
+            }
+            if rw & ACCESS3_MODIFY != 0 {
+                access |= want & ACCESS4_XAWRITE;
+            }
+        }
         Ok(Access4ResOk {
             supported: want,
-            access: access_bits(&attr, &cx.caller, want, cx.read_only || self.fs.read_only()),
+            access,
         })
     }
 

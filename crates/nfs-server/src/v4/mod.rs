@@ -57,6 +57,7 @@ mod state;
 mod stateids;
 mod verify;
 mod watch;
+mod xattrs;
 
 use std::hash::{Hash, Hasher};
 use std::ops::RangeInclusive;
@@ -363,7 +364,9 @@ impl<S: Storage> Nfs4Service<S> {
             | A::Link(_)
             | A::Setattr(_)
             | A::Allocate(_)
-            | A::Deallocate(_) => true,
+            | A::Deallocate(_)
+            | A::Setxattr(_)
+            | A::Removexattr(_) => true,
             A::Open(a) => a.openhow.0.is_some() || a.share_access & OPEN4_SHARE_ACCESS_WRITE != 0,
             _ => false,
         };

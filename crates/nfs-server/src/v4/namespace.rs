@@ -36,7 +36,9 @@ use super::pseudofs::{Step, Tree, ROOT};
 use crate::access::{peer_ip, ExportTable, Grant, Refusal};
 use crate::fh::Handle;
 use crate::perm::Caller;
-use crate::storage::{DirEntry, DirPage, DirRequest, DirSink, FsStat, Storage, StorageResult};
+use crate::storage::{
+    DirEntry, DirPage, DirRequest, DirSink, FsStat, Storage, StorageResult, XattrError, XattrSet,
+};
 
 /// The `fsid` of the pseudo file system.
 pub(crate) const PSEUDO_FSID: u64 = 0;
@@ -255,7 +257,10 @@ impl<S: Storage> Namespace<S> {
             return;
         };
         match self.place(fh) {
-            Ok(Place::Junction(n)) => attrs.change = Some(p.tree.node(n).change),
+            Ok(Place::Junction(n)) => {
+                attrs.change = Some(p.tree.node(n).change);
+                attrs.xattr_support = Some(false);
+            }
             Ok(Place::Export(e)) if self.roots[e] == *fh => {
                 if let Some(m) = p.tree.mount_of(e).filter(|&m| m != ROOT) {
                     attrs.mounted_on_fileid = Some(p.tree.node(m).fileid);
@@ -543,5 +548,33 @@ impl<S: Storage> Storage for Namespace<S> {
 
     async fn allocate(&self, fh: &NfsFh3, offset: u64, len: u64, punch: bool) -> StorageResult<()> {
         self.writable(fh)?.allocate(fh, offset, len, punch).await
+    }
+
+    async fn getxattr(&self, fh: &NfsFh3, name: &[u8], max: usize) -> Result<Bytes, XattrError> {
+        match self.place(fh)? {
+            Place::Export(e) => self.exports[e].getxattr(fh, name, max).await,
+            Place::Junction(_) => Err(XattrError::NoAttr),
+        }
+    }
+
+    async fn setxattr(
+        &self,
+        fh: &NfsFh3,
+        name: &[u8],
+        value: &[u8],
+        how: XattrSet,
+    ) -> Result<(), XattrError> {
+        self.writable(fh)?.setxattr(fh, name, value, how).await
+    }
+
+    async fn listxattrs(&self, fh: &NfsFh3) -> Result<Vec<Bytes>, XattrError> {
+        match self.place(fh)? {
+            Place::Export(e) => self.exports[e].listxattrs(fh).await,
+            Place::Junction(_) => Ok(Vec::new()),
+        }
+    }
+
+    async fn removexattr(&self, fh: &NfsFh3, name: &[u8]) -> Result<(), XattrError> {
+        self.writable(fh)?.removexattr(fh, name).await
     }
 }

@@ -320,6 +320,9 @@ file_attrs! {
     55 FATTR4_MOUNTED_ON_FILEID mounted_on_fileid: u64,
     /// `suppattr_exclcreat` (REQUIRED in 4.1, §5.8.1.14).
     75 FATTR4_SUPPATTR_EXCLCREAT suppattr_exclcreat: Bitmap4,
+    /// `xattr_support`: the object's file system serves extended
+    /// attributes (RFC 8276 §8.2).
+    82 FATTR4_XATTR_SUPPORT xattr_support: bool,
 }
 
 #[cfg(test)]

@@ -280,6 +280,10 @@ xdr::open_code! {
         NFS4ERR_DELEG_REVOKED = 10087,
         /// Union not supported (RFC 7862).
         NFS4ERR_UNION_NOTSUPP = 10090,
+        /// No such extended attribute (RFC 8276 §8.1).
+        NFS4ERR_NOXATTR = 10095,
+        /// Extended attribute value too large (RFC 8276 §8.1).
+        NFS4ERR_XATTR2BIG = 10096,
     }
 }
 

@@ -20,6 +20,12 @@ pub const ACCESS4_MODIFY: u32 = 0x04;
 pub const ACCESS4_EXTEND: u32 = 0x08;
 /// ACCESS4_DELETE (RFC 8881 §18.1.3).
 pub const ACCESS4_DELETE: u32 = 0x10;
+/// ACCESS4_XAREAD: read extended attributes (RFC 8276 §8.3).
+pub const ACCESS4_XAREAD: u32 = 0x40;
+/// ACCESS4_XAWRITE: set or remove extended attributes (RFC 8276 §8.3).
+pub const ACCESS4_XAWRITE: u32 = 0x80;
+/// ACCESS4_XALIST: list extended attributes (RFC 8276 §8.3).
+pub const ACCESS4_XALIST: u32 = 0x100;
 /// ACCESS4_EXECUTE (RFC 8881 §18.1.3).
 pub const ACCESS4_EXECUTE: u32 = 0x20;
 
@@ -684,6 +690,12 @@ xdr_struct! {
 pub const XATTR_SIZE_MAX: usize = 64 << 10;
 /// Most names decoded from one LISTXATTRS reply.
 pub const MAX_XATTR_NAMES: usize = 1 << 12;
+/// Largest SETXATTR value decoded: more than any request a server takes
+/// (its `ca_maxrequestsize`), so that a server sees a value above
+/// [`XATTR_SIZE_MAX`] and answers NFS4ERR_XATTR2BIG (RFC 8276 §8.4.2.3)
+/// rather than a decoding error. The bytes are those of the request
+/// already received: decoding allocates nothing for them.
+pub const SETXATTR_DECODE_MAX: usize = 4 << 20;
 
 /// `xattrvalue4` (RFC 8276 §8.3), bounded by [`XATTR_SIZE_MAX`].
 pub type Xattrvalue4 = xdr::Bounded<bytes::Bytes, XATTR_SIZE_MAX>;
@@ -722,8 +734,8 @@ xdr_struct! {
         pub option: SetxattrOption4,
         /// The attribute's name.
         pub key: Component4,
-        /// The value.
-        pub value: Xattrvalue4,
+        /// The value (checked against [`XATTR_SIZE_MAX`] by the server).
+        pub value: xdr::Bounded<bytes::Bytes, SETXATTR_DECODE_MAX>,
     }
 }
 xdr_struct! {
