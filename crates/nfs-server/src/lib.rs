@@ -65,7 +65,8 @@ use tokio::task::JoinHandle;
 pub use localfs::LocalFs;
 pub use statedir::StateDir;
 pub use storage::{
-    DirEntry, DirPage, DirRequest, DirSink, FsStat, Storage, StorageResult, XattrError, XattrSet,
+    DirEntry, DirPage, DirRequest, DirSink, FsStat, Segment, Storage, StorageResult, XattrError,
+    XattrSet,
 };
 
 use crate::access::{loopback_clients, ExportTable};

@@ -118,6 +118,25 @@ pub enum XattrSet {
     Replace,
 }
 
+/// A run of a file as READ_PLUS returns it (RFC 7862 §15.10).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Segment {
+    /// Bytes at `offset`.
+    Data {
+        /// Where they start.
+        offset: u64,
+        /// The bytes.
+        data: Bytes,
+    },
+    /// `length` bytes of a hole (reading as zeros) at `offset`.
+    Hole {
+        /// Where it starts.
+        offset: u64,
+        /// How long it is.
+        length: u64,
+    },
+}
+
 /// A file tree served over NFSv3 and NFSv4.
 ///
 /// Names given to the methods are single components already checked by
@@ -321,4 +340,16 @@ pub trait Storage: Send + Sync + 'static {
         fh: &NfsFh3,
         name: &[u8],
     ) -> impl Future<Output = Result<(), XattrError>> + Send;
+
+    /// Up to `count` bytes of regular file `fh` at `offset` as data and
+    /// holes (`SEEK_DATA`/`SEEK_HOLE`), at most `max_segments` of them,
+    /// and whether they reach the end of the file (NFSv4.2 READ_PLUS,
+    /// RFC 7862 §15.10).
+    fn read_plus(
+        &self,
+        fh: &NfsFh3,
+        offset: u64,
+        count: u32,
+        max_segments: usize,
+    ) -> impl Future<Output = StorageResult<(Vec<Segment>, bool)>> + Send;
 }

@@ -33,6 +33,7 @@ mod io;
 mod known;
 mod ops;
 mod resolve;
+mod sparse;
 mod xattr;
 
 use std::fs;
@@ -52,7 +53,7 @@ pub use attrs::io_status;
 use crate::fh::{fnv1a, HandleKey};
 use crate::statedir::{random_key, StateDir};
 use crate::storage::{
-    DirPage, DirRequest, DirSink, FsStat, Storage, StorageResult, XattrError, XattrSet,
+    DirPage, DirRequest, DirSink, FsStat, Segment, Storage, StorageResult, XattrError, XattrSet,
 };
 use attrs::Meta;
 use cursors::Cursors;
@@ -360,6 +361,16 @@ impl Storage for LocalFs {
 
     async fn removexattr(&self, fh: &NfsFh3, name: &[u8]) -> Result<(), XattrError> {
         blocking(|| self.do_removexattr(fh, name))
+    }
+
+    async fn read_plus(
+        &self,
+        fh: &NfsFh3,
+        offset: u64,
+        count: u32,
+        max_segments: usize,
+    ) -> StorageResult<(Vec<Segment>, bool)> {
+        blocking(|| self.do_read_plus(fh, offset, count, max_segments))
     }
 }
 

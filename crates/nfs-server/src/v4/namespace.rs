@@ -37,7 +37,8 @@ use crate::access::{peer_ip, ExportTable, Grant, Refusal};
 use crate::fh::Handle;
 use crate::perm::Caller;
 use crate::storage::{
-    DirEntry, DirPage, DirRequest, DirSink, FsStat, Storage, StorageResult, XattrError, XattrSet,
+    DirEntry, DirPage, DirRequest, DirSink, FsStat, Segment, Storage, StorageResult, XattrError,
+    XattrSet,
 };
 
 /// The `fsid` of the pseudo file system.
@@ -576,5 +577,17 @@ impl<S: Storage> Storage for Namespace<S> {
 
     async fn removexattr(&self, fh: &NfsFh3, name: &[u8]) -> Result<(), XattrError> {
         self.writable(fh)?.removexattr(fh, name).await
+    }
+
+    async fn read_plus(
+        &self,
+        fh: &NfsFh3,
+        offset: u64,
+        count: u32,
+        max_segments: usize,
+    ) -> StorageResult<(Vec<Segment>, bool)> {
+        self.file(fh)?
+            .read_plus(fh, offset, count, max_segments)
+            .await
     }
 }

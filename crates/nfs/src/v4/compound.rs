@@ -8,6 +8,7 @@ use xdr::{Bounded, Decode, Decoder, Encode, Encoder, Error, ErrorKind};
 use super::open::*;
 use super::ops::*;
 use super::session::*;
+use super::v42::*;
 use super::{Nfsstat4, Res4, Stateid4, NFS4_MAX_OPS, NFS4_MAX_TAGLEN};
 
 /// The status an operation result carries, whatever its shape.
@@ -291,10 +292,16 @@ operations! {
     ReclaimComplete = 58 OP_RECLAIM_COMPLETE(ReclaimComplete4Args) -> Nfsstat4;
     /// ALLOCATE (RFC 7862 §15.1).
     Allocate = 59 OP_ALLOCATE(Allocate4Args) -> Nfsstat4;
+    /// COPY (RFC 7862 §15.2).
+    Copy = 60 OP_COPY(Copy4Args) -> Res4<Copy4ResOk>;
     /// DEALLOCATE (RFC 7862 §15.4).
     Deallocate = 62 OP_DEALLOCATE(Allocate4Args) -> Nfsstat4;
+    /// READ_PLUS (RFC 7862 §15.10).
+    ReadPlus = 68 OP_READ_PLUS(ReadPlus4Args) -> Res4<ReadPlus4ResOk>;
     /// SEEK (RFC 7862 §15.11).
     Seek = 69 OP_SEEK(Seek4Args) -> Res4<Seek4ResOk>;
+    /// CLONE (RFC 7862 §15.13).
+    Clone = 71 OP_CLONE(Clone4Args) -> Nfsstat4;
     /// GETXATTR (RFC 8276 §8.4.1).
     Getxattr = 72 OP_GETXATTR(Xattrkey4Args) -> Res4<Getxattr4ResOk>;
     /// SETXATTR (RFC 8276 §8.4.2).

@@ -34,6 +34,7 @@ mod open;
 mod ops;
 pub mod session;
 pub mod ulb;
+mod v42;
 
 #[cfg(test)]
 mod tests;
@@ -42,6 +43,7 @@ pub use attr::{Bitmap4, Fattr4};
 pub use compound::*;
 pub use open::*;
 pub use ops::*;
+pub use v42::*;
 
 use bytes::Bytes;
 use xdr::{Decode, Decoder, Encode, Encoder, Error, ErrorKind, FixedOpaque};
