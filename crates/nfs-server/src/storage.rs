@@ -352,4 +352,29 @@ pub trait Storage: Send + Sync + 'static {
         count: u32,
         max_segments: usize,
     ) -> impl Future<Output = StorageResult<(Vec<Segment>, bool)>> + Send;
+
+    /// Copies `count` bytes (0: to the end of `src`) of regular file `src`
+    /// at `src_offset` to regular file `dst` at `dst_offset` of the same
+    /// export (NFS3ERR_XDEV otherwise); returns how many were copied,
+    /// possibly fewer, on stable storage (NFSv4.2 COPY, RFC 7862 §15.2).
+    fn copy_range(
+        &self,
+        src: &NfsFh3,
+        src_offset: u64,
+        dst: &NfsFh3,
+        dst_offset: u64,
+        count: u64,
+    ) -> impl Future<Output = StorageResult<u64>> + Send;
+
+    /// Makes the range of `dst` share the source's extents (NFSv4.2
+    /// CLONE, RFC 7862 §15.13); NFS3ERR_NOTSUPP where the file system
+    /// (or the back end, for that range) cannot.
+    fn clone_range(
+        &self,
+        src: &NfsFh3,
+        src_offset: u64,
+        dst: &NfsFh3,
+        dst_offset: u64,
+        count: u64,
+    ) -> impl Future<Output = StorageResult<()>> + Send;
 }

@@ -1,5 +1,5 @@
 //! NFSv4.2 data operations over TCP with a scripted client: READ_PLUS
-//! with holes (RFC 7862 §15.10).
+//! with holes (RFC 7862 §15.10), COPY (§15.2) and CLONE (§15.13).
 
 mod v4_common;
 
@@ -124,4 +124,165 @@ async fn read_plus_returns_data_and_holes() {
     assert_eq!(r.status, Nfsstat4::NFS4ERR_OP_ILLEGAL);
     let r = v42(&me, 2, vec![read_plus(0, 1)]).await;
     assert_eq!(r.status, Nfsstat4::NFS4ERR_ISDIR);
+}
+
+fn copy(src_offset: u64, dst_offset: u64, count: u64) -> NfsArgop4 {
+    NfsArgop4::Copy(Copy4Args {
+        src_stateid: Stateid4::ANONYMOUS,
+        dst_stateid: Stateid4::ANONYMOUS,
+        src_offset,
+        dst_offset,
+        count,
+        consecutive: false,
+        synchronous: false,
+        source_server: xdr::Bounded(vec![]),
+    })
+}
+
+/// SAVEFH on `src`, the current file `dst`, then `op`.
+fn between(src: &'static str, dst: &'static str, op: NfsArgop4) -> Vec<NfsArgop4> {
+    let mut ops = vec![lookup(src), NfsArgop4::Savefh(()), NfsArgop4::Putrootfh(())];
+    if !dst.is_empty() {
+        ops.push(lookup(dst));
+    }
+    ops.push(op);
+    ops
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+/// RFC 7862 §15.2.3: COPY from the saved file to the current one within
+/// the export, done synchronously even when asked for an asynchronous copy
+/// (no callback id, `cr_synchronous`), FILE_SYNC4; `ca_count` 0 copies to
+/// the end; ranges past the end and overlaps in one file are INVAL; a
+/// directory is WRONG_TYPE; another server's source NOTSUPP; a caller who
+/// may not write the destination ACCESS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_within_the_export() {
+    let srv = serve("copy", SessionLimits::default()).await;
+    let src = pattern(100_000);
+    std::fs::write(srv.dir.path().join("src"), &src).unwrap();
+    std::fs::write(srv.dir.path().join("dst"), b"").unwrap();
+    let mut me = C4::connect(&srv).await;
+    me.establish("copy").await;
+    let r = v42(&me, 2, between("src", "dst", copy(0, 0, 0))).await;
+    let Some(NfsResop4::Copy(Res4::Ok(c))) = r.resarray.last() else {
+        panic!("{:?}", r.status)
+    };
+    assert_eq!(c.response.count, 100_000);
+    assert_eq!(c.response.committed, StableHow4::FILE_SYNC4);
+    assert!(c.response.callback_id.0.is_empty());
+    assert!(c.requirements.synchronous);
+    assert!(std::fs::read(srv.dir.path().join("dst")).unwrap() == src);
+    let r = v42(&me, 2, between("src", "dst", copy(1000, 50, 10))).await;
+    assert_eq!(r.status, Nfsstat4::NFS4_OK);
+    let dst = std::fs::read(srv.dir.path().join("dst")).unwrap();
+    assert_eq!(dst[50..60], src[1000..1010]);
+    assert_eq!(dst[..50], src[..50]);
+    // Past the source's end; an overlap within one file.
+    let r = v42(&me, 2, between("src", "dst", copy(99_999, 0, 2))).await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_INVAL);
+    let r = v42(&me, 2, between("src", "src", copy(0, 10, 100))).await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_INVAL);
+    // A directory; another server.
+    let r = v42(&me, 2, between("src", "", copy(0, 0, 0))).await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_WRONG_TYPE);
+    let NfsArgop4::Copy(mut a) = copy(0, 0, 0) else {
+        unreachable!()
+    };
+    a.source_server = xdr::Bounded(vec![Netloc4::Name(xdr::Bounded(Bytes::from_static(
+        b"elsewhere",
+    )))]);
+    let r = v42(&me, 2, between("src", "dst", NfsArgop4::Copy(a))).await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_NOTSUPP);
+    // Another user may read the source but not write the destination.
+    let mut other = C4::connect(&srv).await;
+    other.cred = sys_cred(srv.uid.wrapping_add(4242));
+    other.establish("copy-other").await;
+    std::fs::set_permissions(
+        srv.dir.path().join("dst"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let r = v42(&other, 2, between("src", "dst", copy(0, 0, 10))).await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_ACCESS);
+    // Not in 4.1.
+    let r = v42(&me, 1, between("src", "dst", copy(0, 0, 0))).await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_OP_ILLEGAL);
+}
+
+/// RFC 7862 §15.13.3: CLONE of a whole file where the file system shares
+/// extents (the destination then reads as the source), else NOTSUPP; a
+/// partial range is NOTSUPP; a range past the end INVAL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clone_whole_files_or_notsupp() {
+    let srv = serve("clone", SessionLimits::default()).await;
+    let src = pattern(8192);
+    std::fs::write(srv.dir.path().join("src"), &src).unwrap();
+    std::fs::write(srv.dir.path().join("dst"), b"").unwrap();
+    let mut me = C4::connect(&srv).await;
+    me.establish("clone").await;
+    let clone = |src_offset, count| {
+        NfsArgop4::Clone(Clone4Args {
+            src_stateid: Stateid4::ANONYMOUS,
+            dst_stateid: Stateid4::ANONYMOUS,
+            src_offset,
+            dst_offset: 0,
+            count,
+        })
+    };
+    let r = v42(&me, 2, between("src", "dst", clone(0, 0))).await;
+    match r.status {
+        Nfsstat4::NFS4_OK => {
+            assert!(std::fs::read(srv.dir.path().join("dst")).unwrap() == src);
+        }
+        Nfsstat4::NFS4ERR_NOTSUPP => {
+            assert!(std::fs::read(srv.dir.path().join("dst"))
+                .unwrap()
+                .is_empty());
+        }
+        s => panic!("CLONE: {s:?}"),
+    }
+    let r = v42(&me, 2, between("src", "dst", clone(4096, 0))).await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_NOTSUPP);
+    let r = v42(&me, 2, between("src", "dst", clone(0, 9000))).await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_INVAL);
+}
+
+fn trips(name: &str) -> u64 {
+    oncrpc::limits::snapshot()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .map_or(0, |(_, c)| c)
+}
+
+/// The bound on one COPY (64 MiB, limit `nfs4.copy_bytes`): a longer copy
+/// is answered short, counted, and the client goes on from there (RFC
+/// 7862 §15.2.3: `wr_count` may be less than `ca_count`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_copy_is_answered_short() {
+    let srv = serve("copy-long", SessionLimits::default()).await;
+    let max = 64u64 << 20;
+    let f = std::fs::File::create(srv.dir.path().join("src")).unwrap();
+    f.set_len(max + 8192).unwrap();
+    drop(f);
+    std::fs::write(srv.dir.path().join("dst"), b"").unwrap();
+    let mut me = C4::connect(&srv).await;
+    me.establish("copy-long").await;
+    let before = trips("nfs4.copy_bytes");
+    let r = v42(&me, 2, between("src", "dst", copy(0, 0, max + 8192))).await;
+    let Some(NfsResop4::Copy(Res4::Ok(c))) = r.resarray.last() else {
+        panic!("{:?}", r.status)
+    };
+    assert_eq!(c.response.count, max);
+    assert_eq!(trips("nfs4.copy_bytes"), before + 1);
+    let r = v42(&me, 2, between("src", "dst", copy(max, max, 0))).await;
+    let Some(NfsResop4::Copy(Res4::Ok(c))) = r.resarray.last() else {
+        panic!("{:?}", r.status)
+    };
+    assert_eq!(c.response.count, 8192);
+    let len = std::fs::metadata(srv.dir.path().join("dst")).unwrap().len();
+    assert_eq!(len, max + 8192);
 }

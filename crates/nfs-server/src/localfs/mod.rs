@@ -27,6 +27,7 @@
 //! multi-threaded tokio runtime it runs under `block_in_place`.
 
 mod attrs;
+mod copy;
 mod cursors;
 mod index;
 mod io;
@@ -49,6 +50,7 @@ use nfs::v3::{Createhow3, Fattr3, Filename3, Mknoddata3, NfsFh3, Nfstime3, Sattr
 use rustix::fs::{Mode, OFlags};
 
 pub use attrs::io_status;
+pub(crate) use copy::MAX_COPY;
 
 use crate::fh::{fnv1a, HandleKey};
 use crate::statedir::{random_key, StateDir};
@@ -371,6 +373,28 @@ impl Storage for LocalFs {
         max_segments: usize,
     ) -> StorageResult<(Vec<Segment>, bool)> {
         blocking(|| self.do_read_plus(fh, offset, count, max_segments))
+    }
+
+    async fn copy_range(
+        &self,
+        src: &NfsFh3,
+        src_offset: u64,
+        dst: &NfsFh3,
+        dst_offset: u64,
+        count: u64,
+    ) -> StorageResult<u64> {
+        blocking(|| self.do_copy(src, src_offset, dst, dst_offset, count))
+    }
+
+    async fn clone_range(
+        &self,
+        src: &NfsFh3,
+        src_offset: u64,
+        dst: &NfsFh3,
+        dst_offset: u64,
+        count: u64,
+    ) -> StorageResult<()> {
+        blocking(|| self.do_clone(src, src_offset, dst, dst_offset, count))
     }
 }
 

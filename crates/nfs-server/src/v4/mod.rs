@@ -46,6 +46,7 @@ mod cbgetattr;
 mod cbslots;
 mod clients;
 mod coherence;
+mod copyops;
 mod deleg;
 mod fileops;
 mod fsext;
@@ -366,7 +367,9 @@ impl<S: Storage> Nfs4Service<S> {
             | A::Allocate(_)
             | A::Deallocate(_)
             | A::Setxattr(_)
-            | A::Removexattr(_) => true,
+            | A::Removexattr(_)
+            | A::Copy(_)
+            | A::Clone(_) => true,
             A::Open(a) => a.openhow.0.is_some() || a.share_access & OPEN4_SHARE_ACCESS_WRITE != 0,
             _ => false,
         };

@@ -590,4 +590,30 @@ impl<S: Storage> Storage for Namespace<S> {
             .read_plus(fh, offset, count, max_segments)
             .await
     }
+
+    async fn copy_range(
+        &self,
+        src: &NfsFh3,
+        src_offset: u64,
+        dst: &NfsFh3,
+        dst_offset: u64,
+        count: u64,
+    ) -> StorageResult<u64> {
+        self.same(src, dst)?
+            .copy_range(src, src_offset, dst, dst_offset, count)
+            .await
+    }
+
+    async fn clone_range(
+        &self,
+        src: &NfsFh3,
+        src_offset: u64,
+        dst: &NfsFh3,
+        dst_offset: u64,
+        count: u64,
+    ) -> StorageResult<()> {
+        self.same(src, dst)?
+            .clone_range(src, src_offset, dst, dst_offset, count)
+            .await
+    }
 }
