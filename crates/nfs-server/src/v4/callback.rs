@@ -375,10 +375,7 @@ impl<S: crate::storage::Storage> Nfs4Service<S> {
         let r = (|| {
             let fh = cur(cx)?;
             let sid = resolve_sid(cx, sid)?;
-            let c = cx
-                .sess
-                .map(|s| s.clientid)
-                .ok_or(Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)?;
+            let c = cx.clientid().ok_or(Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)?;
             let mut st = self.state()?;
             match st.delegs.delegreturn(&sid, c, &key(&fh)) {
                 s if s.is_ok() => Ok(()),
@@ -410,7 +407,7 @@ impl<S: crate::storage::Storage> Nfs4Service<S> {
     /// COMPOUND's client conflicts with (RFC 8881 §10.4.1, §20.2):
     /// NFS4ERR_DELAY while any is outstanding.
     pub(super) fn deleg_conflict(&self, fh: &NfsFh3, cx: &Cx, write: bool) -> Result<(), Nfsstat4> {
-        let clientid = cx.sess.map(|s| s.clientid).unwrap_or(0);
+        let clientid = cx.clientid().unwrap_or(0);
         if self.delegations().recall(&key(fh), clientid, write) {
             Err(Nfsstat4::NFS4ERR_DELAY)
         } else {

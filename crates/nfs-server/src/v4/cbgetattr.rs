@@ -70,7 +70,7 @@ impl<S: Storage> Nfs4Service<S> {
         if !(want.contains(FATTR4_SIZE) || want.contains(FATTR4_CHANGE)) {
             return Ok(None);
         }
-        let clientid = cx.sess.map(|s| s.clientid).unwrap_or(0);
+        let clientid = cx.clientid().unwrap_or(0);
         let k = key(fh);
         let holder = self.state()?.delegs.write_holder(&k, clientid);
         let Some(h) = holder else { return Ok(None) };

@@ -43,6 +43,8 @@ use xdr::{Bounded, FixedOpaque, XdrBuf};
 
 use super::cbslots::{cb_cred, CbParams, MAX_CB_SLOTS};
 
+mod v40;
+
 static CLIENTS: Limit = Limit::new("nfs4.clients");
 static UNCONFIRMED: Limit = Limit::new("nfs4.unconfirmed_clients");
 static SESSIONS: Limit = Limit::new("nfs4.sessions_per_client");
@@ -206,6 +208,8 @@ struct Client {
     reclaim_complete: bool,
     /// Reply cache bytes its sessions reserve.
     reserved: u64,
+    /// The NFSv4.0 part of a record made by SETCLIENTID.
+    v40: Option<v40::V40Client>,
 }
 
 /// What SEQUENCE decided (RFC 8881 §18.46.3, §2.10.6.1).
@@ -461,6 +465,7 @@ impl ClientTable {
                 sessions: Vec::new(),
                 reclaim_complete: false,
                 reserved: 0,
+                v40: None,
             },
         );
         self.deadlines.insert((now, id));

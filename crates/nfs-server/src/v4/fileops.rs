@@ -273,7 +273,7 @@ impl<S: Storage> Nfs4Service<S> {
                 return Err(Nfsstat4::NFS4ERR_ISDIR);
             }
             let sid = resolve_sid(cx, &a.stateid)?;
-            let clientid = cx.sess.map(|s| s.clientid).unwrap_or(0);
+            let clientid = cx.clientid().unwrap_or(0);
             self.state()?.io_check(&sid, clientid, &key(&fh), true)?;
         }
         check_setattr(&attr, &cx.caller, &s).map_err(st4)?;
@@ -325,7 +325,7 @@ impl<S: Storage> Nfs4Service<S> {
         let fh = cur(cx)?;
         let attr = self.regular(&fh).await?;
         let sid = resolve_sid(cx, sid)?;
-        let clientid = cx.sess.map(|s| s.clientid).unwrap_or(0);
+        let clientid = cx.clientid().unwrap_or(0);
         self.state()?.io_check(&sid, clientid, &key(&fh), write)?;
         if write {
             self.watch.quiet(&key(&fh));

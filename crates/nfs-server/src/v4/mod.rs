@@ -1,9 +1,10 @@
-//! The NFSv4.1/4.2 server (RFC 8881, RFC 7862): the COMPOUND engine as an
-//! [`oncrpc::RpcService`] for program 100003 version 4, over any
-//! [`Storage`] back end ([`LocalFs`] by default).
+//! The NFSv4.0/4.1/4.2 server (RFC 7530, RFC 8881, RFC 7862): the
+//! COMPOUND engine as an [`oncrpc::RpcService`] for program 100003
+//! version 4, over any [`Storage`] back end ([`LocalFs`] by default).
 //!
-//! - Minor versions 1 and 2; any other is NFS4ERR_MINOR_VERS_MISMATCH
-//!   with an empty result array (RFC 8881 §16.2.3).
+//! - Minor versions 0 ([`v40`]: SETCLIENTID, per-owner seqids, no
+//!   sessions), 1 and 2; any other is NFS4ERR_MINOR_VERS_MISMATCH with an
+//!   empty result array (RFC 8881 §16.2.3).
 //! - Sessions (RFC 8881 §2.10): EXCHANGE_ID → CREATE_SESSION → COMPOUNDs
 //!   that start with SEQUENCE. A COMPOUND that does not start with
 //!   SEQUENCE may hold only one of EXCHANGE_ID, CREATE_SESSION,
@@ -54,8 +55,10 @@ mod namespace;
 mod nlmlink;
 mod openops;
 mod pseudofs;
+mod seqids;
 mod state;
 mod stateids;
+mod v40;
 mod verify;
 mod watch;
 mod xattrs;
@@ -213,6 +216,16 @@ struct Cx {
     peer: oncrpc::PeerInfo,
     /// Whether the operation running is the COMPOUND's last.
     last: bool,
+    /// NFSv4.0: the client the operation running acts for.
+    client40: Option<u64>,
+}
+
+impl Cx {
+    /// The client the operation acts for: its session's (4.1, 4.2) or the
+    /// one it names (4.0).
+    fn clientid(&self) -> Option<u64> {
+        self.sess.map(|s| s.clientid).or(self.client40)
+    }
 }
 
 /// Marks the slot free again if the COMPOUND is abandoned mid-way.
@@ -431,26 +444,9 @@ impl<S: Storage> Nfs4Service<S> {
             .unwrap_or(90)
     }
 
-    /// RFC 8881 §16.2: one COMPOUND.
-    async fn compound(&self, ctx: &CallContext, args: &Bytes) -> Result<XdrBuf, ServiceError> {
-        let mut dec = Decoder::from_bytes(args);
-        let hdr = CompoundHeader::decode(&mut dec)?;
-        let mut res = Compound4Res {
-            status: Nfsstat4::NFS4_OK,
-            tag: hdr.tag.clone(),
-            resarray: Vec::new(),
-        };
-        if !(1..=2).contains(&hdr.minorversion) {
-            res.status = Nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH;
-            return Ok(xdr::to_xdr_buf(&res));
-        }
-        // RFC 8881 §16.2.3, §14.5: the tag is a `utf8str_cs`; one that is
-        // not UTF-8 fails the whole COMPOUND, no operation run.
-        if let Err(e) = utf8(&hdr.tag) {
-            res.status = e;
-            return Ok(xdr::to_xdr_buf(&res));
-        }
-        let now = self.clock.now();
+    /// The evaluation context a COMPOUND starts with, under the access
+    /// decision of the root.
+    fn new_cx(&self, ctx: &CallContext) -> Cx {
         let mut cx = Cx {
             cur: None,
             saved: None,
@@ -463,10 +459,38 @@ impl<S: Storage> Nfs4Service<S> {
             at: None,
             peer: ctx.peer,
             last: false,
+            client40: None,
         };
         if let Ok(root) = self.fs.place(&self.fs.root_for(&ctx.peer)) {
             self.decide(&mut cx, root, ctx);
         }
+        cx
+    }
+
+    /// RFC 8881 §16.2: one COMPOUND.
+    async fn compound(&self, ctx: &CallContext, args: &Bytes) -> Result<XdrBuf, ServiceError> {
+        let mut dec = Decoder::from_bytes(args);
+        let hdr = CompoundHeader::decode(&mut dec)?;
+        let mut res = Compound4Res {
+            status: Nfsstat4::NFS4_OK,
+            tag: hdr.tag.clone(),
+            resarray: Vec::new(),
+        };
+        if hdr.minorversion > 2 {
+            res.status = Nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH;
+            return Ok(xdr::to_xdr_buf(&res));
+        }
+        // RFC 8881 §16.2.3, §14.5: the tag is a `utf8str_cs`; one that is
+        // not UTF-8 fails the whole COMPOUND, no operation run.
+        if let Err(e) = utf8(&hdr.tag) {
+            res.status = e;
+            return Ok(xdr::to_xdr_buf(&res));
+        }
+        if hdr.minorversion == 0 {
+            return self.compound_v40(ctx, &hdr, dec, res).await;
+        }
+        let now = self.clock.now();
+        let mut cx = self.new_cx(ctx);
         let mut guard = None;
         let mut size = res.encoded_len();
         for i in 0..hdr.numops {
@@ -502,6 +526,11 @@ impl<S: Storage> Nfs4Service<S> {
             } else {
                 match op {
                     None => NfsResop4::Other(Opnum4::OP_ILLEGAL, Nfsstat4::NFS4ERR_OP_ILLEGAL),
+                    // RFC 8881 §17: the NFSv4.0-only operations are "MUST
+                    // NOT implement" in 4.1.
+                    Some(op) if is_v40_only_op(op.opnum().0) => {
+                        NfsResop4::error(op.opnum(), Nfsstat4::NFS4ERR_NOTSUPP)
+                    }
                     Some(NfsArgop4::Sequence(a)) if i == 0 => {
                         let mut h = std::collections::hash_map::DefaultHasher::new();
                         args.hash(&mut h);

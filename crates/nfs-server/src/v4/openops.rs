@@ -19,9 +19,7 @@ use crate::storage::Storage;
 type R<T> = Result<T, Nfsstat4>;
 
 fn clientid(cx: &Cx) -> R<u64> {
-    cx.sess
-        .map(|s| s.clientid)
-        .ok_or(Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)
+    cx.clientid().ok_or(Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)
 }
 
 impl<S: Storage> Nfs4Service<S> {

@@ -17,6 +17,7 @@ use xdr::XdrBuf;
 use super::cbslots::CbParams;
 use super::clients::{ClientTable, SeqOutcome, SessionLimits};
 use super::deleg::{DelegTable, OPEN4_SHARE_ACCESS_WANT_NO_DELEG};
+use super::seqids::OwnerSeqs;
 use super::stateids::StateIds;
 
 /// All NFSv4.1 state of a server instance.
@@ -27,6 +28,8 @@ pub(crate) struct StateTable {
     pub(super) ids: StateIds,
     /// Delegations and back-channel paths.
     pub(super) delegs: DelegTable,
+    /// NFSv4.0 open and lock owners' seqids and last replies.
+    pub(super) seqs: OwnerSeqs,
 }
 
 impl StateTable {
@@ -37,6 +40,7 @@ impl StateTable {
             clients: ClientTable::new(limits, boot),
             ids: StateIds::default(),
             delegs: DelegTable::default(),
+            seqs: OwnerSeqs::default(),
         }
     }
 
@@ -60,6 +64,7 @@ impl StateTable {
         for id in self.clients.take_dropped() {
             self.ids.purge_client(id, false);
             self.delegs.purge(id);
+            self.seqs.purge_client(id);
         }
     }
 
@@ -70,6 +75,7 @@ impl StateTable {
         for id in self.clients.expire(now) {
             self.ids.purge_client(id, true);
             self.delegs.purge(id);
+            self.seqs.purge_client(id);
         }
         self.sweep();
     }
@@ -188,6 +194,50 @@ impl StateTable {
             self.clients.bind_to(&a.sessid.0, conn);
         }
         r
+    }
+
+    /// SETCLIENTID (RFC 7530 §16.33.5).
+    pub(crate) fn setclientid(
+        &mut self,
+        a: &nfs::v4::Setclientid4Args,
+        principal: u32,
+        now: Duration,
+    ) -> nfs::v4::Setclientid4Res {
+        let r = self.clients.setclientid(a, principal, now);
+        self.sweep();
+        r
+    }
+
+    /// SETCLIENTID_CONFIRM (RFC 7530 §16.34.4): the client's earlier
+    /// incarnation goes with its state.
+    pub(crate) fn setclientid_confirm(
+        &mut self,
+        a: &nfs::v4::SetclientidConfirm4Args,
+        principal: u32,
+        now: Duration,
+    ) -> Nfsstat4 {
+        let r =
+            self.clients
+                .setclientid_confirm(a.clientid, a.setclientid_confirm.0, principal, now);
+        self.sweep();
+        r
+    }
+
+    /// Renews NFSv4.0 client `clientid` (RENEW, RFC 7530 §16.29.4, and
+    /// every operation naming it, §9.6): NFS4ERR_EXPIRED once its lease
+    /// ran out, NFS4ERR_STALE_CLIENTID for an unknown id.
+    pub(crate) fn renew_v40(&mut self, clientid: u64, now: Duration) -> Nfsstat4 {
+        match self.clients.renew_v40(clientid, now) {
+            Nfsstat4::NFS4ERR_STALE_CLIENTID if self.ids.was_expired(clientid) => {
+                Nfsstat4::NFS4ERR_EXPIRED
+            }
+            s => s,
+        }
+    }
+
+    /// Whether `clientid` was handed out by this server instance.
+    pub(crate) fn is_this_boot(&self, clientid: u64) -> bool {
+        self.clients.is_this_boot(clientid)
     }
 
     /// RECLAIM_COMPLETE (RFC 8881 §18.51.3).

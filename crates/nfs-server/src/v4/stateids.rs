@@ -175,6 +175,63 @@ impl StateIds {
         }
     }
 
+    /// Whether `clientid`'s lease ran out (and it is remembered).
+    pub(crate) fn was_expired(&self, clientid: u64) -> bool {
+        self.expired.contains(&clientid)
+    }
+
+    /// The owner of stateid `other`: (client id, lock owner?, owner).
+    pub(crate) fn owner_of(&self, other: &[u8; 12]) -> Option<(u64, bool, Bytes)> {
+        match self.states.get(other)? {
+            StateKind::Open(o) => Some((o.clientid, false, o.owner.clone())),
+            StateKind::Lock(l) => Some((l.clientid, true, l.owner.clone())),
+        }
+    }
+
+    /// OPEN_CONFIRM (RFC 7530 §16.18.4): the open stateid `sid` of `fh`
+    /// with its seqid moved on.
+    pub(crate) fn open_confirm(
+        &mut self,
+        sid: &Stateid4,
+        clientid: u64,
+        fh: &Bytes,
+    ) -> Result<Stateid4, Nfsstat4> {
+        self.check_open(sid, clientid, fh)?;
+        match self.states.get_mut(&sid.other.0) {
+            Some(StateKind::Open(o)) => {
+                o.seqid = o.seqid.wrapping_add(1);
+                Ok(with_seqid(sid.other.0, o.seqid))
+            }
+            _ => Err(Nfsstat4::NFS4ERR_BAD_STATEID),
+        }
+    }
+
+    /// RELEASE_LOCKOWNER (RFC 7530 §16.30.4): drops the lock stateids of
+    /// `clientid`'s lock owner `owner`; NFS4ERR_LOCKS_HELD while any of
+    /// them holds a range.
+    pub(crate) fn release_lockowner(&mut self, clientid: u64, owner: &Bytes) -> Nfsstat4 {
+        let mine: Vec<[u8; 12]> = self
+            .by_client
+            .get(&clientid)
+            .into_iter()
+            .flatten()
+            .filter(
+                |k| matches!(self.states.get(*k), Some(StateKind::Lock(l)) if l.owner == *owner),
+            )
+            .copied()
+            .collect();
+        let held = mine.iter().any(
+            |k| matches!(self.states.get(k), Some(StateKind::Lock(l)) if !l.ranges.is_empty()),
+        );
+        if held {
+            return Nfsstat4::NFS4ERR_LOCKS_HELD;
+        }
+        for k in mine {
+            self.remove_state(&k);
+        }
+        Nfsstat4::NFS4_OK
+    }
+
     /// Whether `clientid` holds any stateid.
     pub(crate) fn has_state(&self, clientid: u64) -> bool {
         self.by_client.get(&clientid).is_some_and(|s| !s.is_empty())

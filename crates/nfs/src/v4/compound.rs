@@ -8,6 +8,7 @@ use xdr::{Bounded, Decode, Decoder, Encode, Encoder, Error, ErrorKind};
 use super::open::*;
 use super::ops::*;
 use super::session::*;
+use super::v40::*;
 use super::v42::*;
 use super::{Nfsstat4, Res4, Stateid4, NFS4_MAX_OPS, NFS4_MAX_TAGLEN};
 
@@ -208,6 +209,20 @@ pub fn is_v42_op(n: u32) -> bool {
     (59..=75).contains(&n)
 }
 
+/// Whether `n` is an operation of NFSv4.0 (RFC 7530 §16: 3 to 39); in
+/// a minor version 0 COMPOUND any other number is OP_ILLEGAL (RFC 7530
+/// §15.2).
+pub fn is_v40_op(n: u32) -> bool {
+    (3..=39).contains(&n)
+}
+
+/// Whether `n` is an operation NFSv4.1 removed (RFC 8881 §17: "MUST NOT
+/// implement"): OPEN_CONFIRM, RENEW, SETCLIENTID, SETCLIENTID_CONFIRM and
+/// RELEASE_LOCKOWNER; a 4.1 server answers them NFS4ERR_NOTSUPP.
+pub fn is_v40_only_op(n: u32) -> bool {
+    matches!(n, 20 | 30 | 35 | 36 | 39)
+}
+
 operations! {
     /// ACCESS (RFC 8881 §18.1).
     Access = 3 OP_ACCESS(Access4Args) -> Res4<Access4ResOk>;
@@ -237,6 +252,8 @@ operations! {
     Nverify = 17 OP_NVERIFY(Verify4Args) -> Nfsstat4;
     /// OPEN (RFC 8881 §18.16).
     Open = 18 OP_OPEN(Open4Args) -> Res4<Open4ResOk>;
+    /// OPEN_CONFIRM (RFC 7530 §16.18), NFSv4.0 only.
+    OpenConfirm = 20 OP_OPEN_CONFIRM(OpenConfirm4Args) -> Res4<Stateid4>;
     /// OPEN_DOWNGRADE (RFC 8881 §18.18).
     OpenDowngrade = 21 OP_OPEN_DOWNGRADE(OpenDowngrade4Args) -> Res4<Stateid4>;
     /// PUTFH (RFC 8881 §18.19).
@@ -255,6 +272,8 @@ operations! {
     Remove = 28 OP_REMOVE(Remove4Args) -> Res4<Cinfo4ResOk>;
     /// RENAME (RFC 8881 §18.26).
     Rename = 29 OP_RENAME(Rename4Args) -> Res4<Rename4ResOk>;
+    /// RENEW (RFC 7530 §16.29), NFSv4.0 only.
+    Renew = 30 OP_RENEW(Renew4Args) -> Nfsstat4;
     /// RESTOREFH (RFC 8881 §18.27).
     Restorefh = 31 OP_RESTOREFH(()) -> Nfsstat4;
     /// SAVEFH (RFC 8881 §18.28).
@@ -263,10 +282,16 @@ operations! {
     Secinfo = 33 OP_SECINFO(Lookup4Args) -> Res4<SecinfoList>;
     /// SETATTR (RFC 8881 §18.30).
     Setattr = 34 OP_SETATTR(Setattr4Args) -> Setattr4Res;
+    /// SETCLIENTID (RFC 7530 §16.33), NFSv4.0 only.
+    Setclientid = 35 OP_SETCLIENTID(Setclientid4Args) -> Setclientid4Res;
+    /// SETCLIENTID_CONFIRM (RFC 7530 §16.34), NFSv4.0 only.
+    SetclientidConfirm = 36 OP_SETCLIENTID_CONFIRM(SetclientidConfirm4Args) -> Nfsstat4;
     /// VERIFY (RFC 8881 §18.31).
     Verify = 37 OP_VERIFY(Verify4Args) -> Nfsstat4;
     /// WRITE (RFC 8881 §18.32).
     Write = 38 OP_WRITE(Write4Args) -> Res4<Write4ResOk>;
+    /// RELEASE_LOCKOWNER (RFC 7530 §16.30), NFSv4.0 only.
+    ReleaseLockowner = 39 OP_RELEASE_LOCKOWNER(ReleaseLockowner4Args) -> Nfsstat4;
     /// BACKCHANNEL_CTL (RFC 8881 §18.33).
     BackchannelCtl = 40 OP_BACKCHANNEL_CTL(BackchannelCtl4Args) -> Nfsstat4;
     /// BIND_CONN_TO_SESSION (RFC 8881 §18.34).

@@ -34,6 +34,7 @@ mod open;
 mod ops;
 pub mod session;
 pub mod ulb;
+mod v40;
 mod v42;
 
 #[cfg(test)]
@@ -43,6 +44,7 @@ pub use attr::{Bitmap4, Fattr4};
 pub use compound::*;
 pub use open::*;
 pub use ops::*;
+pub use v40::*;
 pub use v42::*;
 
 use bytes::Bytes;

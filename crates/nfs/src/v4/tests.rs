@@ -449,3 +449,68 @@ fn error_results_encode_as_their_error_arm() {
     let r = NfsResop4::error(Opnum4(50), Nfsstat4::NFS4ERR_NOTSUPP);
     assert_eq!(r, NfsResop4::Other(Opnum4(50), Nfsstat4::NFS4ERR_NOTSUPP));
 }
+
+/// RFC 7530 §16.18, §16.29, §16.30, §16.33, §16.34: the NFSv4.0-only
+/// operations and results round-trip, and CLID_INUSE carries its address.
+#[test]
+fn v40_operations_round_trip() {
+    let owner = StateOwner4 {
+        clientid: 0x1122_3344_5566_7788,
+        owner: Bounded(Bytes::from_static(b"lockowner")),
+    };
+    let args = Compound4Args {
+        tag: Bytes::from_static(b"v40"),
+        minorversion: 0,
+        argarray: vec![
+            NfsArgop4::Setclientid(Setclientid4Args {
+                client: NfsClientId4 {
+                    verifier: FixedOpaque([1; 8]),
+                    id: Bounded(Bytes::from_static(b"Linux NFSv4.0 host")),
+                },
+                callback: CbClient4 {
+                    program: 0x4000_0000,
+                    location: Netaddr4 {
+                        netid: Bounded(Bytes::from_static(b"tcp")),
+                        addr: Bounded(Bytes::from_static(b"127.0.0.1.3.232")),
+                    },
+                },
+                callback_ident: 7,
+            }),
+            NfsArgop4::SetclientidConfirm(SetclientidConfirm4Args {
+                clientid: 9,
+                setclientid_confirm: FixedOpaque([2; 8]),
+            }),
+            NfsArgop4::Renew(Renew4Args { clientid: 9 }),
+            NfsArgop4::OpenConfirm(OpenConfirm4Args {
+                open_stateid: Stateid4::ANONYMOUS,
+                seqid: 3,
+            }),
+            NfsArgop4::ReleaseLockowner(ReleaseLockowner4Args { lock_owner: owner }),
+        ],
+    };
+    value_roundtrip(&args);
+    let res = Compound4Res {
+        status: Nfsstat4::NFS4ERR_CLID_INUSE,
+        tag: Bytes::new(),
+        resarray: vec![
+            NfsResop4::Setclientid(Setclientid4Res::Ok(Setclientid4ResOk {
+                clientid: 5,
+                setclientid_confirm: FixedOpaque([3; 8]),
+            })),
+            NfsResop4::SetclientidConfirm(Nfsstat4::NFS4_OK),
+            NfsResop4::Renew(Nfsstat4::NFS4ERR_EXPIRED),
+            NfsResop4::OpenConfirm(Res4::Ok(Stateid4::ANONYMOUS)),
+            NfsResop4::ReleaseLockowner(Nfsstat4::NFS4ERR_LOCKS_HELD),
+            NfsResop4::Setclientid(Setclientid4Res::ClidInuse(Netaddr4 {
+                netid: Bounded(Bytes::from_static(b"tcp")),
+                addr: Bounded(Bytes::from_static(b"10.0.0.1.8.1")),
+            })),
+        ],
+    };
+    value_roundtrip(&res);
+    // status CLID_INUSE, netid "tcp", addr "1.2.3.4.0.1" (11 bytes).
+    let wire = unhex("0000272100000003746370000000000b312e322e332e342e302e3100");
+    let r: Setclientid4Res = wire_roundtrip(&wire);
+    assert_eq!(r.status(), Nfsstat4::NFS4ERR_CLID_INUSE);
+    assert!(is_v40_op(39) && !is_v40_op(40) && is_v40_only_op(20) && !is_v40_only_op(18));
+}
