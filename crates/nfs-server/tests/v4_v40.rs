@@ -256,6 +256,10 @@ async fn open_confirm_write_read_close() {
         std::fs::read(srv.dir.path().join("f")).unwrap(),
         b"hello v4.0"
     );
+    // RFC 7530 §9.1.3: seqid 0 is not "current" in 4.0.
+    let zero = Stateid4 { seqid: 0, ..sid };
+    let old = v40(&c, with(put_file("f"), read(zero))).await;
+    assert_eq!(old.status, Nfsstat4::NFS4ERR_OLD_STATEID);
     // The confirmed owner opens another file without confirming again.
     let r2 = v40(&c, vec![NfsArgop4::Putrootfh(()), open(id, 12, "g")]).await;
     assert_eq!(open_res(&r2).rflags & OPEN4_RESULT_CONFIRM, 0);

@@ -234,6 +234,12 @@ impl<S: Storage> Nfs4Service<S> {
         if let Some(e) = self.unconfirmed_open(op) {
             return NfsResop4::error(op.opnum(), e);
         }
+        // RFC 7530 §9.1.3: a stateid seqid of 0 means "current" only in
+        // 4.1 (RFC 8881 §8.2.2); this server's seqids start at 1, so in
+        // 4.0 it is out of date.
+        if op_stateid(op).is_some_and(|s| !s.is_special() && s.seqid == 0) {
+            return NfsResop4::error(op.opnum(), Nfsstat4::NFS4ERR_OLD_STATEID);
+        }
         let Some((owner, seqid)) = self.seq_owner(op) else {
             return self.exec_v40(op, cx, ctx, now).await;
         };
