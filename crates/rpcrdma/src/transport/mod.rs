@@ -45,6 +45,7 @@
 mod bounds;
 mod client;
 mod hdr;
+mod order;
 mod reply;
 mod server;
 mod v2;

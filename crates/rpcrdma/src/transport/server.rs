@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -19,6 +20,7 @@ use tokio::task::JoinHandle;
 
 use super::bounds::{self, InFlight, ReadBudget, ReplySlots};
 use super::hdr::{self, Inbound};
+use super::order::{Ticket, Turns};
 use crate::credits::{RequesterCredits, ResponderCredits};
 use crate::layout::{plan_layout, Piece};
 use crate::plan::{plan_reply, Version};
@@ -98,7 +100,8 @@ pub type AcceptFilter = Arc<dyn Fn(Option<std::net::SocketAddr>) -> bool + Send 
 /// many credits. One task reaps the connection's completions; every call
 /// runs on its own task (RDMA Reads of its read chunks, the service, RDMA
 /// Writes of its write/reply chunks, the reply Send), so replies may leave
-/// out of order.
+/// out of order; calls reach the RPC server in the order they arrived,
+/// however long their chunks take to pull ([`super::order`]).
 pub struct RdmaListener<D: Device> {
     listener: D::Listener,
     filter: Option<AcceptFilter>,
@@ -282,6 +285,8 @@ async fn accept<R: ConnectRequest>(
         replies: ReplySlots::new(config.credits),
         budget: ReadBudget::new(config.read_bytes_per_conn),
         reads: Mutex::new(HashMap::new()),
+        pull_order: Arc::default(),
+        dispatch_order: Arc::default(),
         next_wr: AtomicU64::new(u64::from(posted)),
         reverse,
         peer: PeerInfo {
@@ -299,6 +304,9 @@ async fn accept<R: ConnectRequest>(
         );
     }
     let _ = reap(&conn).await;
+    // No call is handed over once the connection is gone.
+    conn.dispatch_order.close();
+    conn.pull_order.close();
     conn.qp.disconnect();
     registry.lock().remove(&conn_id);
     // Calls waiting for RDMA Reads see their senders dropped and stop;
@@ -532,6 +540,10 @@ struct Conn<Q> {
     budget: ReadBudget,
     /// RDMA Reads in flight: completion status to the call that posted it.
     reads: Mutex<HashMap<u64, oneshot::Sender<WcStatus>>>,
+    /// Calls take their share of the read budget in arrival order.
+    pull_order: Arc<Turns>,
+    /// Calls are handed to the RPC server in arrival order.
+    dispatch_order: Arc<Turns>,
     next_wr: AtomicU64,
     reverse: Option<Reverse>,
     peer: PeerInfo,
@@ -561,9 +573,13 @@ async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
                     ));
                     return Err(Closed);
                 }
+                let order = Order {
+                    pull: conn.pull_order.issue(),
+                    dispatch: conn.dispatch_order.issue(),
+                };
                 let c = Arc::clone(conn);
                 tokio::spawn(async move {
-                    let answer = c.on_call(msg).await;
+                    let answer = c.on_call(msg, order).await;
                     // A reply waits for a slot while its call still counts
                     // as in flight; the call ends just before its reply is
                     // posted, so a requester that sends its next call on
@@ -694,8 +710,11 @@ impl<Q: QueuePair> Conn<Q> {
     }
 
     /// Serves one call; `None` when it gets no answer (an error from a
-    /// requester, or a call the RPC server drops).
-    async fn on_call(&self, msg: Bytes) -> Result<Option<Answer>, Closed> {
+    /// requester, or a call the RPC server drops). Its read chunks are
+    /// pulled while earlier calls' may still be, but it is handed to the
+    /// RPC server only after every earlier call of the connection
+    /// ([`super::order`]).
+    async fn on_call(&self, msg: Bytes, order: Order) -> Result<Option<Answer>, Closed> {
         let max = self.config.max_version;
         let rx = match hdr::decode(&msg, &self.config.limits, max) {
             Ok(rx) => rx,
@@ -740,10 +759,12 @@ impl<Q: QueuePair> Conn<Q> {
             Inbound::ErrorV1(_) | Inbound::ErrorV2(_) => return Ok(None),
         };
         let inline = msg.slice(rx.len..);
-        let Some((record, share)) = self.pull(inline, &chunks).await? else {
+        let pulled = self.pull(inline, &chunks, order.pull).await;
+        let Some((record, share)) = pulled.inspect_err(|_| self.dispatch_order.close())? else {
             return Ok(bad());
         };
-        let reply = self.server.handle_call(record, &self.peer).await;
+        order.dispatch.wait().await.map_err(|_| Closed)?;
+        let reply = self.hand_over(record, order.dispatch).await;
         // The call's buffer is the service's now: its share of the read
         // budget returns.
         drop(share);
@@ -774,6 +795,22 @@ impl<Q: QueuePair> Conn<Q> {
             inline: plan.inline,
             invalidate,
         }))
+    }
+
+    /// Runs the RPC server on `record`; the turn passes to the next call
+    /// once the server has started on this one (its first poll, which
+    /// runs up to the service's first wait), so a service sees the
+    /// connection's calls begin in arrival order.
+    async fn hand_over(&self, record: Bytes, turn: Ticket) -> Option<xdr::XdrBuf> {
+        let mut call = std::pin::pin!(self.server.handle_call(record, &self.peer));
+        let first =
+            std::future::poll_fn(|cx| Poll::Ready(std::future::Future::poll(call.as_mut(), cx)))
+                .await;
+        drop(turn);
+        match first {
+            Poll::Ready(reply) => reply,
+            Poll::Pending => call.await,
+        }
     }
 
     /// The STag a reply's Send With Invalidate names
@@ -814,6 +851,7 @@ impl<Q: QueuePair> Conn<Q> {
         &self,
         inline: Bytes,
         chunks: &ChunkLists,
+        turn: Ticket,
     ) -> Result<Option<(Bytes, Option<SemaphorePermit<'_>>)>, Closed> {
         if chunks.reads.is_empty() {
             return Ok(Some((inline, None)));
@@ -835,7 +873,11 @@ impl<Q: QueuePair> Conn<Q> {
         let Some(layout) = read_layout(&inline, chunks) else {
             return Ok(None);
         };
+        // In arrival order: a call waiting for its share never waits for
+        // bytes held by later calls, which wait for its hand-over.
+        turn.wait().await.map_err(|_| Closed)?;
         let share = self.budget.acquire(total).await.map_err(|_| Closed)?;
+        drop(turn);
         let mut buf = BytesMut::zeroed(layout.0.len);
         if !layout.0.copy_inline(&inline, &mut buf) {
             return Ok(None);
@@ -916,6 +958,12 @@ impl<Q: QueuePair> Conn<Q> {
         }
         Ok(Some(waits))
     }
+}
+
+/// A call's tickets: for its share of the read budget and its hand-over.
+struct Order {
+    pull: Ticket,
+    dispatch: Ticket,
 }
 
 /// What answers one call: RDMA Writes of its write or reply chunks, then
