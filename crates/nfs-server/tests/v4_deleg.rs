@@ -1370,3 +1370,259 @@ async fn a_local_write_right_after_the_holders_write_still_recalls() {
     let (sid, _, _) = opened(&a.open("q", OPEN4_SHARE_ACCESS_READ).await);
     assert_eq!(&read_all(&a, &fh, sid).await[..], b"local");
 }
+
+/// A [`LocalFs`] whose WRITEs wait while its gate is held: a WRITE the
+/// server is still applying.
+struct GatedFs {
+    fs: LocalFs,
+    gate: tokio::sync::RwLock<()>,
+    /// WRITEs that reached the gate.
+    entered: AtomicU32,
+}
+
+impl GatedFs {
+    /// Waits until a WRITE is at the gate (bounded).
+    async fn entered(&self) {
+        for _ in 0..500 {
+            if self.entered.load(Ordering::SeqCst) > 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no WRITE reached the storage");
+    }
+}
+
+mod gated {
+    use nfs::v3::{Createhow3, Fattr3, Filename3, Mknoddata3, NfsFh3, Nfstime3, Sattr3, StableHow};
+    use nfs_server::{DirPage, DirRequest, DirSink, FsStat, Storage, StorageResult};
+
+    use super::*;
+
+    impl Storage for GatedFs {
+        fn root(&self) -> NfsFh3 {
+            self.fs.root()
+        }
+        fn read_only(&self) -> bool {
+            self.fs.read_only()
+        }
+        fn owns(&self, fh: &NfsFh3) -> bool {
+            self.fs.owns(fh)
+        }
+        fn write_verifier(&self) -> [u8; 8] {
+            self.fs.write_verifier()
+        }
+        async fn getattr(&self, fh: &NfsFh3) -> StorageResult<Fattr3> {
+            self.fs.getattr(fh).await
+        }
+        async fn setattr(&self, fh: &NfsFh3, a: &Sattr3, g: Option<Nfstime3>) -> StorageResult<()> {
+            self.fs.setattr(fh, a, g).await
+        }
+        async fn lookup(&self, d: &NfsFh3, n: &Filename3) -> StorageResult<NfsFh3> {
+            self.fs.lookup(d, n).await
+        }
+        async fn readlink(&self, fh: &NfsFh3) -> StorageResult<Bytes> {
+            self.fs.readlink(fh).await
+        }
+        async fn read(&self, fh: &NfsFh3, off: u64, n: u32) -> StorageResult<(Bytes, bool)> {
+            self.fs.read(fh, off, n).await
+        }
+        async fn write(
+            &self,
+            fh: &NfsFh3,
+            off: u64,
+            data: &[u8],
+            how: StableHow,
+        ) -> StorageResult<StableHow> {
+            self.entered.fetch_add(1, Ordering::SeqCst);
+            let _open = self.gate.read().await;
+            self.fs.write(fh, off, data, how).await
+        }
+        async fn create(&self, d: &NfsFh3, n: &Filename3, h: &Createhow3) -> StorageResult<NfsFh3> {
+            self.fs.create(d, n, h).await
+        }
+        async fn mkdir(&self, d: &NfsFh3, n: &Filename3, a: &Sattr3) -> StorageResult<NfsFh3> {
+            self.fs.mkdir(d, n, a).await
+        }
+        async fn symlink(
+            &self,
+            d: &NfsFh3,
+            n: &Filename3,
+            t: &[u8],
+            a: &Sattr3,
+        ) -> StorageResult<NfsFh3> {
+            self.fs.symlink(d, n, t, a).await
+        }
+        async fn mknod(&self, d: &NfsFh3, n: &Filename3, w: &Mknoddata3) -> StorageResult<NfsFh3> {
+            self.fs.mknod(d, n, w).await
+        }
+        async fn remove(&self, d: &NfsFh3, n: &Filename3) -> StorageResult<()> {
+            self.fs.remove(d, n).await
+        }
+        async fn rmdir(&self, d: &NfsFh3, n: &Filename3) -> StorageResult<()> {
+            self.fs.rmdir(d, n).await
+        }
+        async fn rename(
+            &self,
+            fd: &NfsFh3,
+            f: &Filename3,
+            td: &NfsFh3,
+            t: &Filename3,
+        ) -> StorageResult<()> {
+            self.fs.rename(fd, f, td, t).await
+        }
+        async fn link(&self, fh: &NfsFh3, d: &NfsFh3, n: &Filename3) -> StorageResult<()> {
+            self.fs.link(fh, d, n).await
+        }
+        async fn readdir(
+            &self,
+            d: &NfsFh3,
+            req: DirRequest,
+            sink: &mut DirSink<'_>,
+        ) -> StorageResult<DirPage> {
+            self.fs.readdir(d, req, sink).await
+        }
+        async fn fsstat(&self, fh: &NfsFh3) -> StorageResult<FsStat> {
+            self.fs.fsstat(fh).await
+        }
+        async fn commit(&self, fh: &NfsFh3) -> StorageResult<()> {
+            self.fs.commit(fh).await
+        }
+        async fn seek(&self, fh: &NfsFh3, off: u64, hole: bool) -> StorageResult<Option<u64>> {
+            self.fs.seek(fh, off, hole).await
+        }
+        fn open_file(&self, fh: &NfsFh3, write: bool) -> StorageResult<std::fs::File> {
+            self.fs.open_file(fh, write)
+        }
+        async fn allocate(
+            &self,
+            fh: &NfsFh3,
+            off: u64,
+            len: u64,
+            punch: bool,
+        ) -> StorageResult<()> {
+            self.fs.allocate(fh, off, len, punch).await
+        }
+    }
+}
+
+/// The NFSv4 server alone, over a [`GatedFs`], with a back channel.
+async fn serve_gated(tag: &str) -> (Srv, Arc<GatedFs>) {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::SeqCst);
+    let p = std::env::temp_dir().join(format!("nfs4-gated-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&p).unwrap());
+    let clock = Arc::new(ManualClock::new());
+    let fs = Arc::new(GatedFs {
+        fs: LocalFs::new(&p, false).unwrap(),
+        gate: tokio::sync::RwLock::new(()),
+        entered: AtomicU32::new(0),
+    });
+    let slot = BackchannelSlot::new();
+    let mut server = oncrpc::Server::new();
+    let cfg = Nfs4Config {
+        limits: SessionLimits::default(),
+        clock: clock.clone(),
+        server_owner: Bytes::from_static(b"gated"),
+    };
+    server.register(Nfs4Service::with_config(Arc::clone(&fs), cfg).with_backchannels(slot.clone()));
+    let net = LoopbackNetwork::new(900 + u64::from(n));
+    let cfg = RdmaServerConfig {
+        backchannel_credits: 4,
+        ..RdmaServerConfig::default()
+    };
+    let listener = RdmaListener::bind(&net.device(), &String::new(), Arc::new(server), cfg)
+        .await
+        .unwrap();
+    let addr = listener.local_addr();
+    let bcs = listener.backchannels();
+    slot.set(backchannel_fn(move |p: &oncrpc::PeerInfo| {
+        bcs.get(p.conn_id)
+    }));
+    listener.spawn();
+    let srv = Srv {
+        net,
+        addr,
+        clock,
+        uid,
+        _dir: TempDir(p),
+    };
+    (srv, fs)
+}
+
+/// SEQUENCE on the unused `slot` (its first request); PUTFH; WRITE of
+/// `data` at 0, FILE_SYNC. The COMPOUND status.
+async fn write_on_slot(
+    c: &Client,
+    slot: u32,
+    fh: &NfsFh4,
+    sid: Stateid4,
+    data: &'static [u8],
+) -> Nfsstat4 {
+    c.ops(vec![
+        NfsArgop4::Sequence(Sequence4Args {
+            sessionid: FixedOpaque(c.session),
+            sequenceid: 1,
+            slotid: slot,
+            highest_slotid: slot,
+            cachethis: false,
+        }),
+        NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+        NfsArgop4::Write(Write4Args {
+            stateid: sid,
+            offset: 0,
+            stable: StableHow4::FILE_SYNC4,
+            data: xdr::DdpOpaque(Bytes::from_static(data)),
+        }),
+    ])
+    .await
+    .status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delegreturn_waits_for_the_holders_writes_in_progress() {
+    // Issue 19: the holder flushes and returns the delegation without
+    // waiting for its WRITE's reply; the server is still applying the
+    // WRITE when the DELEGRETURN arrives. The other client must not get
+    // the file before the WRITE is in it.
+    const DATA: &[u8] = b"flushed before the return";
+    let (srv, fs) = serve_gated("inflight").await;
+    let mut a = Client::connect(&srv, "client-a").await;
+    let b = Client::connect(&srv, "client-b").await;
+    let (_, deleg, fh) = opened(&a.open("g", OPEN4_SHARE_ACCESS_BOTH).await);
+    let OpenDelegation4::Write(dsid, ..) = deleg else {
+        panic!("write delegation expected: {deleg:?}")
+    };
+    assert_eq!(
+        b.open("g", OPEN4_SHARE_ACCESS_READ).await.status,
+        Nfsstat4::NFS4ERR_DELAY
+    );
+    let (_, recall) = a.recall().await;
+    assert_eq!(recall.stateid, dsid);
+    let held = fs.gate.write().await;
+    let write = write_on_slot(&a, 1, &fh, dsid, DATA);
+    let give_back = async {
+        fs.entered().await;
+        let ret = a.delegreturn(&fh, &dsid);
+        tokio::pin!(ret);
+        let early = tokio::time::timeout(Duration::from_millis(300), &mut ret).await;
+        assert!(
+            early.is_err(),
+            "DELEGRETURN answered while a WRITE of the file was in progress"
+        );
+        // B is still held back.
+        assert_eq!(
+            b.open("g", OPEN4_SHARE_ACCESS_READ).await.status,
+            Nfsstat4::NFS4ERR_DELAY
+        );
+        drop(held);
+        assert_eq!(ret.await, Nfsstat4::NFS4_OK);
+    };
+    let (w, ()) = tokio::join!(write, give_back);
+    assert_eq!(w, Nfsstat4::NFS4_OK);
+    let (_, r) = open_after_delay(&b, "g", OPEN4_SHARE_ACCESS_READ).await;
+    let (bsid, _, _) = opened(&r);
+    assert_eq!(&read_all(&b, &fh, bsid).await[..], DATA);
+}

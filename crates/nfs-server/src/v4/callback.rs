@@ -370,8 +370,15 @@ impl Callbacks {
 }
 
 impl<S: crate::storage::Storage> Nfs4Service<S> {
-    /// DELEGRETURN (RFC 8881 §18.6.3) of the current file.
-    pub(super) fn delegreturn(&self, sid: &Stateid4, cx: &mut Cx) -> NfsResop4 {
+    /// DELEGRETURN (RFC 8881 §18.6.3) of the current file. WRITEs of the
+    /// file already in progress (the holder's flush, RFC 8881 §10.4.1,
+    /// sent before the return but not yet answered) finish first, so a
+    /// conflicting access the delegation held back sees their data
+    /// ([`super::inflight`]).
+    pub(super) async fn delegreturn(&self, sid: &Stateid4, cx: &mut Cx) -> NfsResop4 {
+        if let Some(fh) = &cx.cur {
+            self.await_writes(&key(fh)).await;
+        }
         let r = (|| {
             let fh = cur(cx)?;
             let sid = resolve_sid(cx, sid)?;
@@ -383,6 +390,19 @@ impl<S: crate::storage::Storage> Nfs4Service<S> {
             }
         })();
         NfsResop4::Other(Opnum4(OP_DELEGRETURN), r.err().unwrap_or(Nfsstat4::NFS4_OK))
+    }
+
+    /// Waits for the WRITEs of file `k` in progress, at most
+    /// [`super::inflight::DRAIN_WAIT`] (limit `nfs4.delegreturn_write_wait`).
+    async fn await_writes(&self, k: &Bytes) {
+        use super::inflight::{DRAIN_TIMEOUT, DRAIN_WAIT};
+        if self.writes.count(k) == 0 || self.writes.drained(k, DRAIN_WAIT).await {
+            return;
+        }
+        DRAIN_TIMEOUT.trip(format_args!(
+            "DELEGRETURN waited {DRAIN_WAIT:?} for WRITEs of its file in progress; \
+             returning the delegation with some still running"
+        ));
     }
 
     /// Checks that `sid` is a delegation of `clientid` on `fh` (OPEN with

@@ -51,6 +51,7 @@ mod copyops;
 mod deleg;
 mod fileops;
 mod fsext;
+mod inflight;
 mod namespace;
 mod nlmlink;
 mod openops;
@@ -191,6 +192,8 @@ pub struct Nfs4Service<S: Storage = LocalFs> {
     watch: watch::FileWatch,
     /// NLM clients' locks, which NFSv4 LOCK and LOCKT respect.
     nlm: Option<crate::nlm::NlmLocks>,
+    /// WRITEs in progress per file, awaited by DELEGRETURN.
+    writes: Arc<inflight::Writes>,
 }
 
 impl<S: Storage> core::fmt::Debug for Nfs4Service<S> {
@@ -286,6 +289,7 @@ impl<S: Storage> Nfs4Service<S> {
             owner: cfg.server_owner,
             cbs: callback::Callbacks::default(),
             watch: watch::FileWatch::default(),
+            writes: Arc::default(),
             fs: Arc::new(Namespace::single(fs)),
             nlm: None,
         }
@@ -486,6 +490,13 @@ impl<S: Storage> Nfs4Service<S> {
             res.status = e;
             return Ok(xdr::to_xdr_buf(&res));
         }
+        // Before the first wait: a COMPOUND handed over earlier is counted
+        // before a later DELEGRETURN runs (super::inflight). The transports
+        // hand a connection's calls over in arrival order up to this first
+        // wait; the rest runs concurrently with later calls (storage calls
+        // do not yield).
+        let mut writes = self.writes.scan(args);
+        tokio::task::yield_now().await;
         if hdr.minorversion == 0 {
             return self.compound_v40(ctx, &hdr, dec, res).await;
         }
@@ -521,7 +532,7 @@ impl<S: Storage> Nfs4Service<S> {
                         Opnum4(deleg::OP_DELEGRETURN),
                         Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION,
                     ),
-                    Ok(sid) => self.delegreturn(&sid, &mut cx),
+                    Ok(sid) => self.delegreturn(&sid, &mut cx).await,
                 }
             } else {
                 match op {
@@ -566,7 +577,13 @@ impl<S: Storage> Nfs4Service<S> {
                     Some(op) if i == 0 && hdr.numops > 1 => {
                         NfsResop4::error(op.opnum(), Nfsstat4::NFS4ERR_NOT_ONLY_OP)
                     }
-                    Some(op) => self.run(&op, &mut cx, ctx, now).await,
+                    Some(op) => {
+                        let r = self.run(&op, &mut cx, ctx, now).await;
+                        if matches!(op, NfsArgop4::Write(_)) {
+                            writes.pop_front();
+                        }
+                        r
+                    }
                 }
             };
             let len = r.encoded_len();
