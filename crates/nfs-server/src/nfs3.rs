@@ -731,6 +731,10 @@ impl<S: Storage> RpcService for Nfs3Service<S> {
         if matches!(a, Args3::Null) {
             return Ok(XdrBuf::new());
         }
+        // Transports hand a connection's calls over in arrival order up to
+        // their first wait: yield so later calls run concurrently (storage
+        // calls do not yield).
+        tokio::task::yield_now().await;
         match self.route(&a, &ctx) {
             Ok((export, grant)) => export.execute(a, &grant).await,
             Err(refused) => Ok(refused),

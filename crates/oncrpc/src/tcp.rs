@@ -381,12 +381,22 @@ async fn serve_records(
         let mut charge = budget.charge(config.reply_reserve).await;
         let server = Arc::clone(&server);
         let tx = tx.clone();
-        tokio::spawn(async move {
+        let mut call = Box::pin(async move {
             if let Some(reply) = server.handle_call(record, &peer).await {
                 charge.settle(reply.len());
                 let _ = tx.send(Outgoing::Reply((reply, charge, permit)));
             }
         });
+        // The call starts here, before the next record is read, so the
+        // service sees the connection's calls begin in arrival order (a
+        // spawned task may run after one spawned later); it runs on once
+        // it first waits.
+        let first = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(std::future::Future::poll(call.as_mut(), cx))
+        });
+        if first.await.is_pending() {
+            tokio::spawn(call);
+        }
     }
     true
 }
