@@ -15,16 +15,14 @@
 //! RFC 5531 §7 leaves call order to the transport; NFSv4 clients rely on
 //! it, e.g. a DELEGRETURN sent after WRITEs of the delegated file.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-
-use tokio::sync::Notify;
+use std::task::{Poll, Waker};
 
 /// The turns of one connection's calls.
 #[derive(Debug, Default)]
 pub(super) struct Turns {
     state: Mutex<State>,
-    turn: Notify,
 }
 
 #[derive(Debug, Default)]
@@ -37,6 +35,8 @@ struct State {
     skipped: BTreeSet<u64>,
     /// The connection is gone: no turn comes any more.
     closed: bool,
+    /// Tickets waiting for their turn; only the next one is woken.
+    waiting: HashMap<u64, Waker>,
 }
 
 /// The connection closed while a call waited for its turn.
@@ -68,6 +68,7 @@ impl Turns {
 
     fn pass(&self, seq: u64) {
         let mut st = self.lock();
+        st.waiting.remove(&seq);
         if seq != st.next {
             st.skipped.insert(seq);
             return;
@@ -80,42 +81,50 @@ impl Turns {
             }
             st.next += 1;
         }
+        let next = st.next;
+        let w = st.waiting.remove(&next);
         drop(st);
-        self.turn.notify_waiters();
+        if let Some(w) = w {
+            w.wake();
+        }
     }
 
     /// The connection is gone (or an earlier call failed so that it will
     /// be): waiting calls stop, and no later call gets its turn, so none
     /// runs after an earlier one that never will.
     pub(super) fn close(&self) {
-        self.lock().closed = true;
-        self.turn.notify_waiters();
+        let mut st = self.lock();
+        st.closed = true;
+        let all: Vec<Waker> = st.waiting.drain().map(|(_, w)| w).collect();
+        drop(st);
+        all.into_iter().for_each(Waker::wake);
     }
 
     #[cfg(test)]
     fn skipped(&self) -> usize {
-        self.lock().skipped.len()
+        let st = self.lock();
+        assert!(st.waiting.len() <= (st.issued - st.next) as usize);
+        st.skipped.len()
     }
 }
 
 impl Ticket {
     /// Waits until every earlier ticket has been dropped.
     pub(super) async fn wait(&self) -> Result<(), TurnsClosed> {
-        loop {
-            let notified = self.turns.turn.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let st = self.turns.lock();
-                if st.closed {
-                    return Err(TurnsClosed);
-                }
-                if st.next == self.seq {
-                    return Ok(());
-                }
+        std::future::poll_fn(|cx| {
+            let mut st = self.turns.lock();
+            if st.closed {
+                st.waiting.remove(&self.seq);
+                return Poll::Ready(Err(TurnsClosed));
             }
-            notified.await;
-        }
+            if st.next == self.seq {
+                st.waiting.remove(&self.seq);
+                return Poll::Ready(Ok(()));
+            }
+            st.waiting.insert(self.seq, cx.waker().clone());
+            Poll::Pending
+        })
+        .await
     }
 }
 

@@ -578,7 +578,7 @@ async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
                     dispatch: conn.dispatch_order.issue(),
                 };
                 let c = Arc::clone(conn);
-                tokio::spawn(async move {
+                let mut call = Box::pin(async move {
                     let answer = c.on_call(msg, order).await;
                     // A reply waits for a slot while its call still counts
                     // as in flight; the call ends just before its reply is
@@ -595,6 +595,16 @@ async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
                         }
                     }
                 });
+                // Started here, up to its first wait: an inline call whose
+                // turn it is reaches the RPC server before the next
+                // completion is reaped, with no task hop; the rest runs on
+                // its own task.
+                let first = std::future::poll_fn(|cx| {
+                    Poll::Ready(std::future::Future::poll(call.as_mut(), cx))
+                });
+                if first.await.is_pending() {
+                    tokio::spawn(call);
+                }
             }
             (WcOpcode::RdmaRead, status) => {
                 if let Some(tx) = conn.lock_reads().remove(&wc.wr_id) {
