@@ -1395,7 +1395,9 @@ impl GatedFs {
 
 mod gated {
     use nfs::v3::{Createhow3, Fattr3, Filename3, Mknoddata3, NfsFh3, Nfstime3, Sattr3, StableHow};
-    use nfs_server::{DirPage, DirRequest, DirSink, FsStat, Storage, StorageResult};
+    use nfs_server::{
+        DirPage, DirRequest, DirSink, FsStat, Segment, Storage, StorageResult, XattrError, XattrSet,
+    };
 
     use super::*;
 
@@ -1502,6 +1504,33 @@ mod gated {
             punch: bool,
         ) -> StorageResult<()> {
             self.fs.allocate(fh, off, len, punch).await
+        }
+        async fn getxattr(&self, fh: &NfsFh3, n: &[u8], max: usize) -> Result<Bytes, XattrError> {
+            self.fs.getxattr(fh, n, max).await
+        }
+        async fn setxattr(
+            &self,
+            fh: &NfsFh3,
+            n: &[u8],
+            v: &[u8],
+            how: XattrSet,
+        ) -> Result<(), XattrError> {
+            self.fs.setxattr(fh, n, v, how).await
+        }
+        async fn listxattrs(&self, fh: &NfsFh3) -> Result<Vec<Bytes>, XattrError> {
+            self.fs.listxattrs(fh).await
+        }
+        async fn removexattr(&self, fh: &NfsFh3, n: &[u8]) -> Result<(), XattrError> {
+            self.fs.removexattr(fh, n).await
+        }
+        async fn read_plus(
+            &self,
+            fh: &NfsFh3,
+            off: u64,
+            n: u32,
+            segs: usize,
+        ) -> StorageResult<(Vec<Segment>, bool)> {
+            self.fs.read_plus(fh, off, n, segs).await
         }
     }
 }
