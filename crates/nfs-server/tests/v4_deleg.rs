@@ -1532,6 +1532,26 @@ mod gated {
         ) -> StorageResult<(Vec<Segment>, bool)> {
             self.fs.read_plus(fh, off, n, segs).await
         }
+        async fn copy_range(
+            &self,
+            src: &NfsFh3,
+            so: u64,
+            dst: &NfsFh3,
+            d: u64,
+            n: u64,
+        ) -> StorageResult<u64> {
+            self.fs.copy_range(src, so, dst, d, n).await
+        }
+        async fn clone_range(
+            &self,
+            src: &NfsFh3,
+            so: u64,
+            dst: &NfsFh3,
+            d: u64,
+            n: u64,
+        ) -> StorageResult<()> {
+            self.fs.clone_range(src, so, dst, d, n).await
+        }
     }
 }
 

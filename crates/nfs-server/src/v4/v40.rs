@@ -106,7 +106,7 @@ impl<S: Storage> Nfs4Service<S> {
                 }
                 Ok(NfsArgop4::Unsupported(o)) if o.0 == deleg::OP_DELEGRETURN => {
                     match Stateid4::decode(&mut dec) {
-                        Ok(sid) => self.delegreturn_v40(&sid, &mut cx, now),
+                        Ok(sid) => self.delegreturn_v40(&sid, &mut cx, now).await,
                         Err(_) => NfsResop4::error(Opnum4(opnum), Nfsstat4::NFS4ERR_BADXDR),
                     }
                 }
@@ -125,13 +125,13 @@ impl<S: Storage> Nfs4Service<S> {
 
     /// DELEGRETURN (RFC 7530 §16.8): 4.0 clients hold no delegations, so
     /// only the stateid checks can answer.
-    fn delegreturn_v40(&self, sid: &Stateid4, cx: &mut Cx, now: Duration) -> NfsResop4 {
+    async fn delegreturn_v40(&self, sid: &Stateid4, cx: &mut Cx, now: Duration) -> NfsResop4 {
         if let Some(c) = sid_client(sid) {
             if let Err(e) = self.admit_client(c, true, cx, now) {
                 return NfsResop4::Other(Opnum4(deleg::OP_DELEGRETURN), e);
             }
         }
-        self.delegreturn(sid, cx)
+        self.delegreturn(sid, cx).await
     }
 
     /// Renews client `c` and makes it the one `cx` acts for (RFC 7530
