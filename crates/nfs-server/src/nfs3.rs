@@ -741,6 +741,15 @@ impl<S: Storage> RpcService for Nfs3Service<S> {
         }
     }
 
+    /// The reply's size from the arguments (a READ's count, a listing's
+    /// maxcount), so a TCP connection reserves that much reply memory per
+    /// call in flight rather than a whole 1 MiB READ.
+    fn reply_size_bound(&self, vers: u32, proc_: u32, args: &[u8]) -> Option<usize> {
+        (vers == NFS_V3)
+            .then(|| nfs::v3::reply_size_bound(Nfsproc3(proc_), args))
+            .flatten()
+    }
+
     /// Non-idempotent procedures go in the duplicate-request cache, as in
     /// Linux's nfsd (RC_REPLBUFF).
     fn is_cached(&self, vers: u32, proc_: u32) -> bool {

@@ -39,4 +39,6 @@ pub mod tcp;
 pub use client::{ClientCore, ClientTransport, ReplyHint, RpcCall, RpcError};
 /// Named bounds with trip counters (the `limits` crate, re-exported).
 pub use limits;
-pub use server::{CallContext, PeerInfo, RpcService, Server, ServiceError, TransportKind};
+pub use server::{
+    AcceptedCall, CallContext, PeerInfo, RpcService, Server, ServiceError, TransportKind,
+};

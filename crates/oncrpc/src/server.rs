@@ -148,6 +148,17 @@ pub trait RpcService: Send + Sync + 'static {
     fn holds_connection(&self, _conn_id: u64) -> bool {
         false
     }
+
+    /// The most bytes the results of this call can take, from its
+    /// arguments (e.g. an NFS READ's count), if the service knows before
+    /// running it; `None` when it does not. A transport that holds reply
+    /// memory against a budget charges this instead of its largest reply
+    /// ([`crate::tcp::TcpConfig::reply_reserve`]), so small calls in
+    /// flight do not hold a large reservation each. A larger result is
+    /// still sent; it is only charged late. Default: unknown.
+    fn reply_size_bound(&self, _vers: u32, _proc: u32, _args: &[u8]) -> Option<usize> {
+        None
+    }
 }
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -162,6 +173,7 @@ trait DynService: Send + Sync {
     ) -> BoxFuture<'_, Result<XdrBuf, ServiceError>>;
     fn is_cached(&self, vers: u32, proc_: u32) -> bool;
     fn holds_connection(&self, conn_id: u64) -> bool;
+    fn reply_size_bound(&self, vers: u32, proc_: u32, args: &[u8]) -> Option<usize>;
 }
 
 impl<S: RpcService> DynService for S {
@@ -180,6 +192,9 @@ impl<S: RpcService> DynService for S {
     }
     fn holds_connection(&self, conn_id: u64) -> bool {
         RpcService::holds_connection(self, conn_id)
+    }
+    fn reply_size_bound(&self, vers: u32, proc_: u32, args: &[u8]) -> Option<usize> {
+        RpcService::reply_size_bound(self, vers, proc_, args)
     }
 }
 
@@ -210,6 +225,39 @@ enum Prepared {
         ctx: CallContext,
         args: Bytes,
     },
+}
+
+/// Bytes of an accepted reply's header with an AUTH_NONE verifier (xid,
+/// message type, reply status, verifier, accept status): RFC 5531 §9.
+const ACCEPTED_REPLY_HEADER: usize = 24;
+
+/// A call whose RPC header has been checked ([`Server::accept`]), ready
+/// to run ([`Server::execute`]).
+pub struct AcceptedCall(Prepared);
+
+impl core::fmt::Debug for AcceptedCall {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match &self.0 {
+            Prepared::Reply(r) => write!(f, "AcceptedCall::Reply({} bytes)", r.len()),
+            Prepared::Drop => f.write_str("AcceptedCall::Drop"),
+            Prepared::Run { ctx, .. } => write!(f, "AcceptedCall::Run(xid {})", ctx.xid),
+        }
+    }
+}
+
+impl AcceptedCall {
+    /// The most bytes its reply can take, if known before it runs: a
+    /// rejection's own size, nothing for a dropped call, or the service's
+    /// [`RpcService::reply_size_bound`] plus the reply header.
+    pub fn reply_bound(&self) -> Option<usize> {
+        match &self.0 {
+            Prepared::Reply(r) => Some(r.len()),
+            Prepared::Drop => Some(0),
+            Prepared::Run { svc, ctx, args } => svc
+                .reply_size_bound(ctx.vers, ctx.proc_, args)
+                .map(|n| n.saturating_add(ACCEPTED_REPLY_HEADER)),
+        }
+    }
 }
 
 fn reply_only(h: ReplyHeader) -> XdrBuf {
@@ -283,7 +331,19 @@ impl Server {
     /// program → PROG_UNAVAIL; unknown version → PROG_MISMATCH with the
     /// registered range; the rest comes from the service.
     pub async fn handle_call(&self, record: Bytes, peer: &PeerInfo) -> Option<XdrBuf> {
-        match self.prepare(&record, peer) {
+        self.execute(self.accept(&record, peer)).await
+    }
+
+    /// The first half of [`Self::handle_call`]: checks the call's RPC
+    /// header and finds its service, without running it.
+    pub fn accept(&self, record: &Bytes, peer: &PeerInfo) -> AcceptedCall {
+        AcceptedCall(self.prepare(record, peer))
+    }
+
+    /// The second half of [`Self::handle_call`]: the reply to an accepted
+    /// call (`None` when none is sent).
+    pub async fn execute(&self, call: AcceptedCall) -> Option<XdrBuf> {
+        match call.0 {
             Prepared::Reply(r) => Some(r),
             Prepared::Drop => None,
             Prepared::Run { svc, ctx, args } => self.run(svc, ctx, args).await,

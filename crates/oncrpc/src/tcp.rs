@@ -43,11 +43,16 @@ pub struct TcpConfig {
     /// are spent the connection starts no call and reads nothing, so a
     /// client that does not read its replies is pushed back on by TCP flow
     /// control instead of growing the server's memory. Trips the
-    /// `tcp.queued_reply_bytes` limit.
+    /// `tcp.queued_reply_bytes` limit when the replies already made and
+    /// not yet written (not the reservations of calls running) keep a new
+    /// call from starting.
     pub max_queued_reply_bytes: usize,
     /// Bytes a call is charged while it runs, before its reply's size is
     /// known: the largest reply expected (an NFS READ of 1 MiB and its
-    /// header). A larger reply is charged at its real size once ready.
+    /// header), or less where the service bounds the reply from the
+    /// call's arguments ([`crate::RpcService::reply_size_bound`]: a 4 KiB
+    /// READ reserves about 4 KiB). A larger reply is charged at its real
+    /// size once ready.
     pub reply_reserve: usize,
     /// Bytes of replies all connections of a server may hold together
     /// (each call charges its connection's budget, then this one). A
@@ -378,11 +383,15 @@ async fn serve_records(
         let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
             break;
         };
-        let mut charge = budget.charge(config.reply_reserve).await;
+        let accepted = server.accept(&record, &peer);
+        let reserve = accepted
+            .reply_bound()
+            .map_or(config.reply_reserve, |n| n.min(config.reply_reserve));
+        let mut charge = budget.charge(reserve).await;
         let server = Arc::clone(&server);
         let tx = tx.clone();
         let mut call = Box::pin(async move {
-            if let Some(reply) = server.handle_call(record, &peer).await {
+            if let Some(reply) = server.execute(accepted).await {
                 charge.settle(reply.len());
                 let _ = tx.send(Outgoing::Reply((reply, charge, permit)));
             }

@@ -218,10 +218,12 @@ async fn many_connections_not_reading_stay_within_the_server_budget() {
     drop(held);
 }
 
-/// A program whose every call takes 100 ms, counting how many run at once.
+/// A program whose every call takes 100 ms, counting how many run at once;
+/// `bound` is what it tells the transport of its replies' size.
 struct Busy {
     running: Arc<AtomicUsize>,
     most: Arc<AtomicUsize>,
+    bound: Option<usize>,
 }
 
 const BUSY_PROGRAM: u32 = 0x2000_0778;
@@ -244,29 +246,28 @@ impl oncrpc::RpcService for Busy {
         self.running.fetch_sub(1, Ordering::SeqCst);
         Ok(xdr::XdrBuf::new())
     }
+    fn reply_size_bound(&self, _vers: u32, _proc: u32, _args: &[u8]) -> Option<usize> {
+        self.bound
+    }
 }
 
-/// `TcpConfig::max_concurrent_per_conn`: a client pipelining 24 calls on
-/// one connection has at most that many running at once; all are answered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn calls_running_per_connection_are_bounded() {
+/// Pipelines `calls` calls to a [`Busy`] server on one connection, reads
+/// every reply, and returns how many ran at once at most.
+async fn most_running(tcp: TcpConfig, bound: Option<usize>, calls: u32) -> usize {
     let most = Arc::new(AtomicUsize::new(0));
     let mut server = Server::new();
     server.register(Busy {
         running: Arc::new(AtomicUsize::new(0)),
         most: Arc::clone(&most),
+        bound,
     });
-    let tcp = TcpConfig {
-        max_concurrent_per_conn: 4,
-        ..TcpConfig::default()
-    };
     let srv = TcpServer::bind("127.0.0.1:0", Arc::new(server), tcp)
         .await
         .unwrap();
     let addr = srv.local_addr().unwrap();
     srv.spawn();
     let mut s = TcpStream::connect(addr).await.unwrap();
-    for xid in 0..24u32 {
+    for xid in 0..calls {
         let h = CallHeader {
             xid,
             prog: BUSY_PROGRAM,
@@ -281,12 +282,38 @@ async fn calls_running_per_connection_are_bounded() {
         rec.extend_from_slice(&body);
         s.write_all(&rec).await.unwrap();
     }
-    for _ in 0..24 {
+    for _ in 0..calls {
         let mut head = [0u8; 4];
         s.read_exact(&mut head).await.unwrap();
         let mut rec = vec![0u8; (u32::from_be_bytes(head) & 0x7fff_ffff) as usize];
         s.read_exact(&mut rec).await.unwrap();
     }
-    assert_eq!(most.load(Ordering::SeqCst), 4);
+    most.load(Ordering::SeqCst)
+}
+
+/// `TcpConfig::max_concurrent_per_conn`: a client pipelining 24 calls on
+/// one connection has at most that many running at once; all are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_running_per_connection_are_bounded() {
+    let tcp = TcpConfig {
+        max_concurrent_per_conn: 4,
+        ..TcpConfig::default()
+    };
+    assert_eq!(most_running(tcp, Some(100), 24).await, 4);
     assert_eq!(TcpConfig::default().max_concurrent_per_conn, 128);
+}
+
+/// Each call running reserves its reply's bound, not the largest reply:
+/// with 1 MiB of reply memory per connection and 256 KiB reserved for a
+/// reply of unknown size, 4 calls run at once; replies known to be small
+/// let all 24 run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_replies_reserve_little_of_the_connection_budget() {
+    let tcp = TcpConfig {
+        max_queued_reply_bytes: 1 << 20,
+        reply_reserve: 256 << 10,
+        ..TcpConfig::default()
+    };
+    assert_eq!(most_running(tcp, None, 24).await, 4);
+    assert_eq!(most_running(tcp, Some(100), 24).await, 24);
 }

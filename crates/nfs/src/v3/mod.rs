@@ -8,11 +8,13 @@
 //! [`NFS3_MAXPATHLEN`] = 4096 bytes, READ/WRITE data at most
 //! [`NFS3_MAXDATA`] bytes.
 
+mod bound;
 mod call;
 mod procs;
 #[cfg(test)]
 mod tests;
 
+pub use bound::reply_size_bound;
 pub use call::{Args3, ArgsError, Nfsproc3};
 pub use procs::*;
 

@@ -34,6 +34,9 @@ static SERVER_REPLY_BYTES: Limit = Limit::new("tcp.server_reply_bytes");
 pub(crate) struct Budget {
     max: usize,
     charged: usize,
+    /// The part of `charged` that is replies made and waiting to be
+    /// written (the rest is reservations of calls running).
+    ready: usize,
 }
 
 /// Why a two-level charge has to wait.
@@ -47,7 +50,11 @@ pub(crate) enum Spent {
 
 impl Budget {
     pub(crate) fn new(max: usize) -> Self {
-        Self { max, charged: 0 }
+        Self {
+            max,
+            charged: 0,
+            ready: 0,
+        }
     }
 
     /// True if `n` more bytes fit. With nothing charged, any `n` fits,
@@ -86,14 +93,26 @@ impl Budget {
         Ok(())
     }
 
-    /// Replaces a charge of `from` bytes by one of `to` bytes.
+    /// Replaces a reservation of `from` bytes by a ready reply of `to`.
     pub(crate) fn settle(&mut self, from: usize, to: usize) {
         self.charged = self.charged.saturating_sub(from).saturating_add(to);
+        self.ready = self.ready.saturating_add(to);
     }
 
-    /// Frees `n` charged bytes.
-    pub(crate) fn release(&mut self, n: usize) {
+    /// Frees `n` charged bytes: a ready reply's if `ready`, else a
+    /// reservation's.
+    pub(crate) fn release(&mut self, n: usize, ready: bool) {
         self.charged = self.charged.saturating_sub(n);
+        if ready {
+            self.ready = self.ready.saturating_sub(n);
+        }
+    }
+
+    /// True if the ready replies alone leave no room for `n` more bytes:
+    /// the peer is not reading them. Otherwise a refused charge waits only
+    /// for calls running, which is flow control, not a peer holding memory.
+    fn blocked_by_ready(&self, n: usize) -> bool {
+        self.ready != 0 && self.ready.saturating_add(n) > self.max
     }
 
     pub(crate) fn charged(&self) -> usize {
@@ -157,21 +176,25 @@ impl ReplyBudget {
     }
 
     /// Charges `n` bytes on the connection (locked first) and the server.
-    fn try_charge(&self, n: usize) -> Result<(), (Spent, usize)> {
+    /// When they do not fit: which budget is spent, and the bytes of
+    /// ready replies holding it if those alone block the charge.
+    fn try_charge(&self, n: usize) -> Result<(), (Spent, Option<usize>)> {
         let mut conn = self.lock();
         let mut server = self.server.lock();
         Budget::try_charge_both(&mut conn, &mut server, n).map_err(|spent| {
-            let held = match spent {
-                Spent::Connection => conn.charged(),
-                Spent::Server => server.charged(),
+            let budget = match spent {
+                Spent::Connection => &conn,
+                Spent::Server => &server,
             };
-            (spent, held)
+            (spent, budget.blocked_by_ready(n).then_some(budget.ready))
         })
     }
 
     /// Waits until `n` bytes fit on the connection and the server, then
-    /// charges them. The first wait of a call trips the
-    /// `tcp.queued_reply_bytes` or `tcp.server_reply_bytes` limit.
+    /// charges them. The first wait of a call on replies the peer has not
+    /// read trips the `tcp.queued_reply_bytes` or `tcp.server_reply_bytes`
+    /// limit; a wait on the reservations of calls still running does not
+    /// (it is ordinary flow control on a client with many calls in flight).
     pub(crate) async fn charge(self: &Arc<Self>, n: usize) -> Charge {
         let mut tripped = false;
         loop {
@@ -185,10 +208,12 @@ impl ReplyBudget {
                     return Charge {
                         budget: Arc::clone(self),
                         bytes: n,
+                        ready: false,
                     }
                 }
+                Err((_, None)) => {}
                 Err(_) if tripped => {}
-                Err((spent, held)) => {
+                Err((spent, Some(held))) => {
                     tripped = true;
                     self.trip(spent, held);
                 }
@@ -219,6 +244,8 @@ impl ReplyBudget {
 pub(crate) struct Charge {
     budget: Arc<ReplyBudget>,
     bytes: usize,
+    /// Settled: the charge is a ready reply's, not a reservation.
+    ready: bool,
 }
 
 impl Charge {
@@ -235,6 +262,7 @@ impl Charge {
             self.budget.server.freed.notify_waiters();
         }
         self.bytes = bytes;
+        self.ready = true;
     }
 }
 
@@ -243,8 +271,8 @@ impl Drop for Charge {
         {
             let mut conn = self.budget.lock();
             let mut server = self.budget.server.lock();
-            conn.release(self.bytes);
-            server.release(self.bytes);
+            conn.release(self.bytes, self.ready);
+            server.release(self.bytes, self.ready);
         }
         self.budget.freed.notify_waiters();
         self.budget.server.freed.notify_waiters();
@@ -264,8 +292,21 @@ mod tests {
         b.settle(150, 40);
         assert!(b.try_charge(60));
         assert!(!b.try_charge(1));
-        b.release(60);
+        b.release(60, false);
         assert_eq!(b.charged(), 40);
+    }
+
+    #[test]
+    fn only_ready_replies_count_as_a_peer_not_reading() {
+        let mut b = Budget::new(100);
+        assert!(b.try_charge(70), "a call running reserves 70");
+        assert!(!b.try_charge(40));
+        assert!(!b.blocked_by_ready(40), "waiting on a running call");
+        b.settle(70, 90);
+        assert!(b.blocked_by_ready(40), "a 90-byte reply is not read");
+        assert!(!b.blocked_by_ready(10));
+        b.release(90, true);
+        assert_eq!((b.charged(), b.ready), (0, 0));
     }
 
     #[test]
@@ -316,8 +357,10 @@ mod tests {
         let server = ServerReplyBudget::new(100);
         let a = ReplyBudget::new(1000, Arc::clone(&server), 1);
         let b = ReplyBudget::new(1000, Arc::clone(&server), 2);
-        let a_first = a.charge(60).await;
-        let b_first = b.charge(60).await;
+        let mut a_first = a.charge(60).await;
+        a_first.settle(60);
+        let mut b_first = b.charge(60).await;
+        b_first.settle(60);
         assert_eq!(server.charged(), 120, "b held nothing, so it passed");
         let waiting = {
             let b = Arc::clone(&b);
