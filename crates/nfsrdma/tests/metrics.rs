@@ -62,6 +62,8 @@ fn stat_shows_calls_rejections_limit_trips_and_connections() {
     for scheme in ["nfs", "nfs+rdma"] {
         assert!(nfsrdma(&["ls", "-l", &srv.url(scheme, "")]).contains("data"));
     }
+    let v41 = format!("{}&version=4.1", srv.url("nfs", ""));
+    assert!(nfsrdma(&["ls", "-l", &v41]).contains("data"));
     let nfs = SocketAddr::from(([127, 0, 0, 1], srv.nfs));
     let mut s = TcpStream::connect(nfs).unwrap();
     s.write_all(&unknown_program_call()).unwrap();
@@ -100,5 +102,11 @@ fn stat_shows_calls_rejections_limit_trips_and_connections() {
     let fsinfo = row("nfs", "FSINFO");
     assert!(fsinfo[3].parse::<u64>().unwrap() >= 2, "{out}");
     assert!(fsinfo[5].parse::<f64>().unwrap() > 0.0, "{out}");
+    // The NFSv4.1 ls: its operations inside COMPOUNDs, by minor version.
+    for op in ["SEQUENCE", "PUTROOTFH", "READDIR"] {
+        let r = row("nfs4", op);
+        assert_eq!(r[1], "1", "{out}");
+        assert!(r[3].parse::<u64>().unwrap() >= 1, "{out}");
+    }
     drop(flood);
 }

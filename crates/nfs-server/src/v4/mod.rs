@@ -55,6 +55,7 @@ mod inflight;
 mod namespace;
 mod nlmlink;
 mod openops;
+mod opstats;
 mod pseudofs;
 mod seqids;
 mod state;
@@ -506,6 +507,7 @@ impl<S: Storage> Nfs4Service<S> {
         let mut size = res.encoded_len();
         for i in 0..hdr.numops {
             cx.last = i + 1 == hdr.numops;
+            let started = Instant::now();
             let opnum = dec.peek_u32().unwrap_or(0);
             let op = match NfsArgop4::decode(&mut dec) {
                 Ok(NfsArgop4::Illegal(_)) => None,
@@ -596,6 +598,7 @@ impl<S: Storage> Nfs4Service<S> {
             }
             size += r.encoded_len();
             let status = r.status();
+            opstats::record(hdr.minorversion, r.opnum(), status, started.elapsed());
             res.resarray.push(r);
             if !status.is_ok() {
                 res.status = status;

@@ -99,6 +99,7 @@ impl<S: Storage> Nfs4Service<S> {
         let mut cx = self.new_cx(ctx);
         for i in 0..hdr.numops {
             cx.last = i + 1 == hdr.numops;
+            let started = std::time::Instant::now();
             let opnum = dec.peek_u32().unwrap_or(0);
             let r = match NfsArgop4::decode(&mut dec) {
                 Ok(op) if !is_v40_op(op.opnum().0) || matches!(op, NfsArgop4::Illegal(_)) => {
@@ -114,6 +115,7 @@ impl<S: Storage> Nfs4Service<S> {
                 Err(_) => NfsResop4::error(Opnum4(opnum), Nfsstat4::NFS4ERR_BADXDR),
             };
             let status = r.status();
+            super::opstats::record(0, r.opnum(), status, started.elapsed());
             res.resarray.push(r);
             if !status.is_ok() {
                 res.status = status;

@@ -152,6 +152,7 @@ pub(crate) fn summarize(samples: &[Sample]) -> String {
             mean
         ));
     }
+    out.push_str(&nfs4_ops(samples));
     for (title, name, key) in [
         ("rejected calls", "rpc_rejected_total", "reason"),
         ("limits tripped", "limit_trips_total", "limit"),
@@ -167,6 +168,47 @@ pub(crate) fn summarize(samples: &[Sample]) -> String {
             hit.join(", ")
         };
         out.push_str(&format!("{title}: {shown}\n"));
+    }
+    out
+}
+
+/// The table of NFSv4 operations inside COMPOUNDs (`nfs4_ops_total`,
+/// `nfs4_op_seconds`), empty when there were none.
+fn nfs4_ops(samples: &[Sample]) -> String {
+    let mut ops: BTreeMap<(String, String), ProcLine> = BTreeMap::new();
+    let label = |s: &Sample, k: &str| s.labels.get(k).cloned().unwrap_or_default();
+    for s in samples {
+        let key = || (label(s, "minor"), label(s, "op"));
+        match s.name.as_str() {
+            "nfs4_ops_total" => {
+                let e = ops.entry(key()).or_default();
+                e.calls += s.value;
+                if label(s, "status") != "NFS4_OK" {
+                    e.errors += s.value;
+                }
+            }
+            "nfs4_op_seconds_sum" => ops.entry(key()).or_default().seconds += s.value,
+            "nfs4_op_seconds_count" => ops.entry(key()).or_default().timed += s.value,
+            _ => {}
+        }
+    }
+    if ops.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "{:<10} {:>4} {:<20} {:>10} {:>8} {:>10}\n",
+        "nfsv4 op", "minor", "operation", "calls", "errors", "mean ms"
+    );
+    for ((minor, op), l) in &ops {
+        let mean = if l.timed > 0.0 {
+            format!("{:.3}", l.seconds / l.timed * 1e3)
+        } else {
+            "-".into()
+        };
+        out.push_str(&format!(
+            "{:<10} {:>4} {:<20} {:>10} {:>8} {:>10}\n",
+            "nfs4", minor, op, l.calls, l.errors, mean
+        ));
     }
     out
 }
@@ -236,6 +278,19 @@ connections 2\n";
         assert_eq!(s[8].value, 2.0);
         assert_eq!(s[0].labels["procedure"], "17");
         assert_eq!(s[0].labels["status"], "success");
+    }
+
+    #[test]
+    fn summary_lists_nfs4_operations_by_minor_version() {
+        let text = "nfs4_ops_total{minor=\"1\",op=\"READ\",status=\"NFS4_OK\"} 9\n\
+nfs4_ops_total{minor=\"1\",op=\"READ\",status=\"NFS4ERR_DELAY\"} 1\n\
+nfs4_op_seconds_sum{minor=\"1\",op=\"READ\"} 0.02\n\
+nfs4_op_seconds_count{minor=\"1\",op=\"READ\"} 10\n";
+        let out = summarize(&parse(text));
+        let line = out.lines().find(|l| l.contains("READ")).unwrap();
+        let cols: Vec<_> = line.split_whitespace().collect();
+        assert_eq!(cols, ["nfs4", "1", "READ", "10", "1", "2.000"]);
+        assert!(!summarize(&parse(TEXT)).contains("nfsv4 op"));
     }
 
     #[test]
