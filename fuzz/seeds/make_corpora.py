@@ -154,6 +154,22 @@ def main():
         stream = b"".join(rec(m) for n, m in calls.items() if n.startswith(pcap + "-"))
         write("nfs_server_rpc", pcap + "-session", bytes([0]) + stream)
 
+    dump_seeds()
+
+
+def dump_seeds():
+    """dump_capture: whole pcap files (kpeer captures and our own v2
+    traffic), cut to 64 KiB so the fuzzer mutates their framing early."""
+    for d in (("interop", "kpeer", "pcaps"), ("crates", "dump", "testdata"),
+              ("crates", "iwarp", "testdata")):
+        path = os.path.join(ROOT, *d)
+        if not os.path.isdir(path):
+            continue
+        for name in sorted(os.listdir(path)):
+            if name.endswith(".pcap"):
+                with open(os.path.join(path, name), "rb") as f:
+                    write("dump_capture", name[:-5], f.read(64 * 1024))
+
 
 if __name__ == "__main__":
     main()
