@@ -84,6 +84,9 @@ impl RpcService for CbService {
                         NfsCbArgop4::Getattr(_) => {
                             res.push(NfsCbResop4::Other(OP_CB_GETATTR, Nfsstat4::NFS4ERR_NOTSUPP))
                         }
+                        NfsCbArgop4::Layoutrecall(_) => res.push(NfsCbResop4::Layoutrecall(
+                            Nfsstat4::NFS4ERR_NOMATCHING_LAYOUT,
+                        )),
                     }
                 }
                 Ok(xdr::to_xdr_buf(&CbCompound4Res {

@@ -82,6 +82,9 @@ impl CbService {
                 None => NfsCbResop4::Getattr(Res4::Err(Nfsstat4::NFS4ERR_BADHANDLE)),
             },
             NfsCbArgop4::Other(n) => NfsCbResop4::Other(*n, Nfsstat4::NFS4ERR_NOTSUPP),
+            NfsCbArgop4::Layoutrecall(_) => {
+                NfsCbResop4::Layoutrecall(Nfsstat4::NFS4ERR_NOMATCHING_LAYOUT)
+            }
         }
     }
 

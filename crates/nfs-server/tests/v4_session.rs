@@ -75,10 +75,10 @@ async fn operations_outside_a_session_are_refused() {
         .await;
     assert_eq!(r.status, Nfsstat4::NFS4ERR_SEQUENCE_POS);
     // An undefined operation is OP_ILLEGAL, a defined one that is not
-    // implemented (LAYOUTGET, 50) NOTSUPP; either ends the COMPOUND.
+    // implemented (GETDEVICELIST, 48) NOTSUPP; either ends the COMPOUND.
     for (op, want, opnum) in [
         (2u32, Nfsstat4::NFS4ERR_OP_ILLEGAL, Opnum4::OP_ILLEGAL),
-        (50, Nfsstat4::NFS4ERR_NOTSUPP, Opnum4(50)),
+        (48, Nfsstat4::NFS4ERR_NOTSUPP, Opnum4(48)),
     ] {
         let id = me.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         let mut w = xdr::to_bytes(&Compound4Args {

@@ -20,10 +20,18 @@ pub(crate) fn st4(s: Nfsstat3) -> Nfsstat4 {
     }
 }
 
+/// The pNFS attributes (RFC 8881 §5.12), reported only by a metadata
+/// server.
+const PNFS_ATTRS: [u32; 2] = [FATTR4_FS_LAYOUT_TYPES, FATTR4_LAYOUT_BLKSIZE];
+
 /// The attributes this server reports in `supported_attrs`: every
-/// attribute [`FileAttrs`] carries.
+/// attribute [`FileAttrs`] carries but the pNFS ones.
 pub(crate) fn supported() -> Bitmap4 {
-    Bitmap4::from_bits(KNOWN_ATTRS)
+    let mut b = Bitmap4::new();
+    for n in KNOWN_ATTRS.iter().filter(|n| !PNFS_ATTRS.contains(n)) {
+        b.insert(*n);
+    }
+    b
 }
 
 /// Attributes that need file system figures.
@@ -114,6 +122,8 @@ pub(crate) fn file_attrs(a: &Fattr3, fh: &NfsFh3, fs: Option<FsStat>, lease: u32
         mounted_on_fileid: Some(a.fileid),
         suppattr_exclcreat: Some(excl),
         xattr_support: Some(true),
+        fs_layout_types: None,
+        layout_blksize: None,
     }
 }
 

@@ -11,7 +11,13 @@
 use bytes::Bytes;
 use xdr::{Decode, Decoder, Encode, Encoder, Error};
 
+use super::pnfs::Layouttype4;
 use super::{Fsid4, NfsFh4, NfsFtype4, Nfsstat4, Nfstime4, Specdata4, Utf8Str};
+
+/// Most layout types decoded from `fs_layout_types` (`layouttype4<>`).
+pub const MAX_LAYOUT_TYPES: usize = 8;
+/// `fs_layout_types` (RFC 8881 §5.12.2), at most [`MAX_LAYOUT_TYPES`].
+pub type LayoutTypes = xdr::Bounded<Vec<Layouttype4>, MAX_LAYOUT_TYPES>;
 
 /// Most words accepted in a `bitmap4` (attributes 0 to 255).
 pub const MAX_BITMAP_WORDS: usize = 8;
@@ -318,6 +324,12 @@ file_attrs! {
     54 FATTR4_TIME_MODIFY_SET time_modify_set: SetTime4,
     /// `mounted_on_fileid` (RECOMMENDED, §5.8.2.23).
     55 FATTR4_MOUNTED_ON_FILEID mounted_on_fileid: u64,
+    /// `fs_layout_types` (RECOMMENDED, §5.12.2): the pNFS layout types
+    /// the file system offers.
+    62 FATTR4_FS_LAYOUT_TYPES fs_layout_types: LayoutTypes,
+    /// `layout_blksize` (RECOMMENDED, §5.12.5): the preferred I/O size
+    /// for layouts.
+    65 FATTR4_LAYOUT_BLKSIZE layout_blksize: u32,
     /// `suppattr_exclcreat` (REQUIRED in 4.1, §5.8.1.14).
     75 FATTR4_SUPPATTR_EXCLCREAT suppattr_exclcreat: Bitmap4,
     /// `xattr_support`: the object's file system serves extended
@@ -380,5 +392,21 @@ mod tests {
         assert_eq!(back.size, Some(10));
         assert_eq!(back.mode, Some(0o644));
         assert_eq!(back.fileid, None);
+    }
+
+    #[test]
+    fn pnfs_attributes_round_trip() {
+        let a = FileAttrs {
+            fs_layout_types: Some(xdr::Bounded(vec![Layouttype4::LAYOUT4_FLEX_FILES])),
+            layout_blksize: Some(1 << 20),
+            ..Default::default()
+        };
+        let f = a.to_fattr4(&a.mask());
+        assert_eq!(
+            f.attrmask,
+            Bitmap4::from_bits(&[FATTR4_FS_LAYOUT_TYPES, FATTR4_LAYOUT_BLKSIZE])
+        );
+        assert_eq!(&f.attr_vals.0[..], &[0, 0, 0, 1, 0, 0, 0, 4, 0, 0x10, 0, 0]);
+        assert_eq!(FileAttrs::from_fattr4(&f).unwrap(), a);
     }
 }

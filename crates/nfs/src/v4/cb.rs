@@ -1,5 +1,5 @@
 //! The NFSv4.1 callback program (RFC 8881 §20): CB_COMPOUND with
-//! CB_SEQUENCE, CB_RECALL and CB_GETATTR. CB_NULL is procedure [`CB_NULL`] with no
+//! CB_SEQUENCE, CB_RECALL, CB_GETATTR and CB_LAYOUTRECALL. CB_NULL is procedure [`CB_NULL`] with no
 //! arguments and no results. The program number is the one the client
 //! gave in CREATE_SESSION (`csa_cb_program`).
 
@@ -7,7 +7,10 @@ use bytes::Bytes;
 use xdr::{Bounded, Decode, Decoder, Encode, Encoder, Error, ErrorKind};
 
 use super::attr::{Bitmap4, Fattr4};
-use super::{NfsFh4, Nfsstat4, Res4, Sessionid4, Stateid4, NFS4_MAX_OPS, NFS4_MAX_TAGLEN};
+use super::pnfs::{
+    Layoutiomode4, Layouttype4, LAYOUTRETURN4_ALL, LAYOUTRETURN4_FILE, LAYOUTRETURN4_FSID,
+};
+use super::{Fsid4, NfsFh4, Nfsstat4, Res4, Sessionid4, Stateid4, NFS4_MAX_OPS, NFS4_MAX_TAGLEN};
 
 /// Procedure CB_NULL (RFC 8881 §20.1).
 pub const CB_NULL: u32 = 0;
@@ -19,6 +22,8 @@ pub const NFS4_CALLBACK_VERSION: u32 = 1;
 pub const OP_CB_GETATTR: u32 = 3;
 /// OP_CB_RECALL (RFC 8881 §20.2).
 pub const OP_CB_RECALL: u32 = 4;
+/// OP_CB_LAYOUTRECALL (RFC 8881 §20.3).
+pub const OP_CB_LAYOUTRECALL: u32 = 5;
 /// OP_CB_SEQUENCE (RFC 8881 §20.2).
 pub const OP_CB_SEQUENCE: u32 = 11;
 /// OP_CB_ILLEGAL (RFC 8881 §20.2).
@@ -97,6 +102,76 @@ xdr_struct! {
     }
 }
 
+xdr_struct! {
+    /// `layoutrecall_file4` (RFC 8881 §20.3.1).
+    pub struct LayoutrecallFile4 {
+        /// The file.
+        pub fh: NfsFh4,
+        /// Start of the range recalled.
+        pub offset: u64,
+        /// Its length.
+        pub length: u64,
+        /// The layout stateid.
+        pub stateid: Stateid4,
+    }
+}
+
+/// `layoutrecall4` (RFC 8881 §20.3.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layoutrecall4 {
+    /// LAYOUTRECALL4_FILE: a range of one file.
+    File(LayoutrecallFile4),
+    /// LAYOUTRECALL4_FSID: every layout of a file system.
+    Fsid(Fsid4),
+    /// LAYOUTRECALL4_ALL: every layout.
+    All,
+}
+
+/// RFC 8881 §20.3.1 `union layoutrecall4 switch (layoutrecall_type4
+/// lor_recalltype)`.
+impl Encode for Layoutrecall4 {
+    fn encode<E: Encoder + ?Sized>(&self, enc: &mut E) {
+        match self {
+            Self::File(f) => {
+                enc.put_u32(LAYOUTRETURN4_FILE);
+                f.encode(enc);
+            }
+            Self::Fsid(f) => {
+                enc.put_u32(LAYOUTRETURN4_FSID);
+                f.encode(enc);
+            }
+            Self::All => enc.put_u32(LAYOUTRETURN4_ALL),
+        }
+    }
+}
+
+impl<'a> Decode<'a> for Layoutrecall4 {
+    fn decode(dec: &mut Decoder<'a>) -> Result<Self, Error> {
+        let at = dec.position();
+        Ok(match dec.u32()? {
+            LAYOUTRETURN4_FILE => Self::File(dec.decode()?),
+            LAYOUTRETURN4_FSID => Self::Fsid(dec.decode()?),
+            LAYOUTRETURN4_ALL => Self::All,
+            n => return Err(Error::new(ErrorKind::InvalidEnum(n), at, "layoutrecall4")),
+        })
+    }
+}
+
+xdr_struct! {
+    /// CB_LAYOUTRECALL4args (RFC 8881 §20.3.1).
+    pub struct CbLayoutrecall4Args {
+        /// Layout type recalled.
+        pub layout_type: Layouttype4,
+        /// Access recalled.
+        pub iomode: Layoutiomode4,
+        /// The layout changed: the client must not write through it again
+        /// (data it cached for it need not be flushed through it).
+        pub changed: bool,
+        /// What is recalled.
+        pub recall: Layoutrecall4,
+    }
+}
+
 /// One callback operation's arguments (`nfs_cb_argop4`, RFC 8881 §20.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NfsCbArgop4 {
@@ -106,6 +181,8 @@ pub enum NfsCbArgop4 {
     Getattr(CbGetattr4Args),
     /// CB_RECALL.
     Recall(CbRecall4Args),
+    /// CB_LAYOUTRECALL.
+    Layoutrecall(CbLayoutrecall4Args),
     /// Any other operation (number only; the client answers with an error).
     Other(u32),
 }
@@ -126,6 +203,10 @@ impl Encode for NfsCbArgop4 {
                 enc.put_u32(OP_CB_GETATTR);
                 a.encode(enc);
             }
+            NfsCbArgop4::Layoutrecall(a) => {
+                enc.put_u32(OP_CB_LAYOUTRECALL);
+                a.encode(enc);
+            }
             NfsCbArgop4::Other(n) => enc.put_u32(*n),
         }
     }
@@ -137,6 +218,7 @@ impl<'a> Decode<'a> for NfsCbArgop4 {
             OP_CB_SEQUENCE => NfsCbArgop4::Sequence(dec.decode()?),
             OP_CB_RECALL => NfsCbArgop4::Recall(dec.decode()?),
             OP_CB_GETATTR => NfsCbArgop4::Getattr(dec.decode()?),
+            OP_CB_LAYOUTRECALL => NfsCbArgop4::Layoutrecall(dec.decode()?),
             n => NfsCbArgop4::Other(n),
         })
     }
@@ -199,6 +281,9 @@ pub enum NfsCbResop4 {
     Recall(Nfsstat4),
     /// CB_GETATTR (RFC 8881 §20.1.2): the holder's attributes.
     Getattr(Res4<Fattr4>),
+    /// CB_LAYOUTRECALL (RFC 8881 §20.3.2): NFS4ERR_NOMATCHING_LAYOUT when
+    /// the client holds nothing recalled.
+    Layoutrecall(Nfsstat4),
     /// Any other operation, answered with an error status.
     Other(u32, Nfsstat4),
 }
@@ -219,6 +304,10 @@ impl Encode for NfsCbResop4 {
                 enc.put_u32(OP_CB_GETATTR);
                 r.encode(enc);
             }
+            NfsCbResop4::Layoutrecall(s) => {
+                enc.put_u32(OP_CB_LAYOUTRECALL);
+                s.encode(enc);
+            }
             NfsCbResop4::Other(n, s) => {
                 enc.put_u32(*n);
                 s.encode(enc);
@@ -234,6 +323,7 @@ impl<'a> Decode<'a> for NfsCbResop4 {
             OP_CB_SEQUENCE => NfsCbResop4::Sequence(dec.decode()?),
             OP_CB_RECALL => NfsCbResop4::Recall(dec.decode()?),
             OP_CB_GETATTR => NfsCbResop4::Getattr(dec.decode()?),
+            OP_CB_LAYOUTRECALL => NfsCbResop4::Layoutrecall(dec.decode()?),
             n => {
                 let s: Nfsstat4 = dec.decode()?;
                 if s.is_ok() {
@@ -333,5 +423,43 @@ mod tests {
         let err = NfsCbResop4::Getattr(Res4::Err(Nfsstat4::NFS4ERR_BADHANDLE));
         let wire = xdr::to_bytes(&err);
         assert_eq!(xdr::from_slice::<NfsCbResop4>(&wire).unwrap(), err);
+    }
+
+    #[test]
+    fn cb_layoutrecall_round_trips_every_arm() {
+        for recall in [
+            Layoutrecall4::File(LayoutrecallFile4 {
+                fh: NfsFh4(Bytes::from_static(&[4; 20])),
+                offset: 0,
+                length: u64::MAX,
+                stateid: Stateid4 {
+                    seqid: 2,
+                    other: FixedOpaque([6; 12]),
+                },
+            }),
+            Layoutrecall4::Fsid(Fsid4 { major: 1, minor: 2 }),
+            Layoutrecall4::All,
+        ] {
+            let op = NfsCbArgop4::Layoutrecall(CbLayoutrecall4Args {
+                layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+                iomode: Layoutiomode4::LAYOUTIOMODE4_ANY,
+                changed: true,
+                recall,
+            });
+            let wire = xdr::to_bytes(&op);
+            assert_eq!(
+                &wire[..16],
+                &[0, 0, 0, 5, 0, 0, 0, 4, 0, 0, 0, 3, 0, 0, 0, 1]
+            );
+            assert_eq!(xdr::from_slice::<NfsCbArgop4>(&wire).unwrap(), op);
+            for cut in 4..wire.len() {
+                assert!(xdr::from_slice::<NfsCbArgop4>(&wire[..cut]).is_err());
+            }
+        }
+        let bad = [0, 0, 0, 5, 0, 0, 0, 4, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 7];
+        assert!(xdr::from_slice::<NfsCbArgop4>(&bad).is_err());
+        let res = NfsCbResop4::Layoutrecall(Nfsstat4::NFS4ERR_NOMATCHING_LAYOUT);
+        let wire = xdr::to_bytes(&res);
+        assert_eq!(xdr::from_slice::<NfsCbResop4>(&wire).unwrap(), res);
     }
 }

@@ -7,6 +7,7 @@ use xdr::{Bounded, Decode, Decoder, Encode, Encoder, Error, ErrorKind};
 
 use super::open::*;
 use super::ops::*;
+use super::pnfs::*;
 use super::session::*;
 use super::v40::*;
 use super::v42::*;
@@ -305,6 +306,14 @@ operations! {
     DestroySession = 44 OP_DESTROY_SESSION(DestroySession4Args) -> Nfsstat4;
     /// FREE_STATEID (RFC 8881 §18.38).
     FreeStateid = 45 OP_FREE_STATEID(FreeStateid4Args) -> Nfsstat4;
+    /// GETDEVICEINFO (RFC 8881 §18.40).
+    Getdeviceinfo = 47 OP_GETDEVICEINFO(Getdeviceinfo4Args) -> Getdeviceinfo4Res;
+    /// LAYOUTCOMMIT (RFC 8881 §18.42).
+    Layoutcommit = 49 OP_LAYOUTCOMMIT(Layoutcommit4Args) -> Res4<Layoutcommit4ResOk>;
+    /// LAYOUTGET (RFC 8881 §18.43).
+    Layoutget = 50 OP_LAYOUTGET(Layoutget4Args) -> Layoutget4Res;
+    /// LAYOUTRETURN (RFC 8881 §18.44).
+    Layoutreturn = 51 OP_LAYOUTRETURN(Layoutreturn4Args) -> Res4<Layoutreturn4ResOk>;
     /// SECINFO_NO_NAME (RFC 8881 §18.45).
     SecinfoNoName = 52 OP_SECINFO_NO_NAME(SecinfoStyle4) -> Res4<SecinfoList>;
     /// SEQUENCE (RFC 8881 §18.46).
@@ -321,6 +330,10 @@ operations! {
     Copy = 60 OP_COPY(Copy4Args) -> Res4<Copy4ResOk>;
     /// DEALLOCATE (RFC 7862 §15.4).
     Deallocate = 62 OP_DEALLOCATE(Allocate4Args) -> Nfsstat4;
+    /// LAYOUTERROR (RFC 7862 §15.6).
+    Layouterror = 64 OP_LAYOUTERROR(Layouterror4Args) -> Nfsstat4;
+    /// LAYOUTSTATS (RFC 7862 §15.7).
+    Layoutstats = 65 OP_LAYOUTSTATS(Layoutstats4Args) -> Nfsstat4;
     /// READ_PLUS (RFC 7862 §15.10).
     ReadPlus = 68 OP_READ_PLUS(ReadPlus4Args) -> Res4<ReadPlus4ResOk>;
     /// SEEK (RFC 7862 §15.11).

@@ -16,6 +16,9 @@
 //!   session operations (RFC 8881 §18.33 to §18.51).
 //! - [`cb`]: the callback program (CB_COMPOUND with CB_SEQUENCE and
 //!   CB_RECALL; CB_NULL is procedure 0 with no arguments).
+//! - [`pnfs`] and [`flexfiles`]: the pNFS layout operations (RFC 8881
+//!   §12, §18.40 to §18.44, RFC 7862 §15.6, §15.7) and the flexible-files
+//!   layout bodies (RFC 8435).
 //! - [`ulb`]: the NFSv4 upper-layer binding for RPC-over-RDMA (ULB v2 draft
 //!   §5).
 //!
@@ -30,8 +33,10 @@
 pub mod attr;
 pub mod cb;
 mod compound;
+pub mod flexfiles;
 mod open;
 mod ops;
+pub mod pnfs;
 pub mod session;
 pub mod ulb;
 mod v40;
@@ -44,6 +49,7 @@ pub use attr::{Bitmap4, Fattr4};
 pub use compound::*;
 pub use open::*;
 pub use ops::*;
+pub use pnfs::*;
 pub use v40::*;
 pub use v42::*;
 
@@ -232,6 +238,10 @@ xdr::open_code! {
         NFS4ERR_ADMIN_REVOKED = 10047,
         /// Callback path down.
         NFS4ERR_CB_PATH_DOWN = 10048,
+        /// Layout I/O mode not valid (RFC 8881 §15.1.10.1).
+        NFS4ERR_BADIOMODE = 10049,
+        /// Layout specified is invalid (RFC 8881 §15.1.10.2).
+        NFS4ERR_BADLAYOUT = 10050,
         /// Bad session.
         NFS4ERR_BADSESSION = 10052,
         /// Bad slot.
@@ -244,6 +254,16 @@ xdr::open_code! {
         NFS4ERR_DELEG_ALREADY_WANTED = 10056,
         /// Backchannel busy.
         NFS4ERR_BACK_CHAN_BUSY = 10057,
+        /// Layout unavailable for now: retry (RFC 8881 §15.1.10.4).
+        NFS4ERR_LAYOUTTRYLATER = 10058,
+        /// Layouts not available for the file (RFC 8881 §15.1.10.5).
+        NFS4ERR_LAYOUTUNAVAILABLE = 10059,
+        /// No layout matches (RFC 8881 §15.1.10.6).
+        NFS4ERR_NOMATCHING_LAYOUT = 10060,
+        /// Recall in progress (RFC 8881 §15.1.10.7).
+        NFS4ERR_RECALLCONFLICT = 10061,
+        /// Layout type not supported (RFC 8881 §15.1.10.8).
+        NFS4ERR_UNKNOWN_LAYOUTTYPE = 10062,
         /// Sequence id misordered.
         NFS4ERR_SEQ_MISORDERED = 10063,
         /// SEQUENCE not first.
@@ -280,6 +300,8 @@ xdr::open_code! {
         NFS4ERR_WRONG_CRED = 10082,
         /// Wrong object type.
         NFS4ERR_WRONG_TYPE = 10083,
+        /// Conflicting LAYOUTGET and LAYOUTRETURN (RFC 8881 §15.1.10.9).
+        NFS4ERR_RETURNCONFLICT = 10086,
         /// Delegation revoked.
         NFS4ERR_DELEG_REVOKED = 10087,
         /// Union not supported (RFC 7862).

@@ -130,10 +130,10 @@ fn decodes_kernel_sequence_putrootfh_getattr() {
 
 #[test]
 fn unknown_operation_decodes_as_illegal_and_stops_the_compound() {
-    // Operation 2 is not defined, 50 (LAYOUTGET) is defined but not parsed.
+    // Operation 2 is not defined, 48 (GETDEVICELIST) is defined but not parsed.
     for (op, want) in [
         (2u32, NfsArgop4::Illegal(2)),
-        (50, NfsArgop4::Unsupported(Opnum4(50))),
+        (48, NfsArgop4::Unsupported(Opnum4(48))),
     ] {
         let mut w = vec![0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 24];
         w.extend_from_slice(&op.to_be_bytes());
@@ -446,8 +446,8 @@ fn error_results_encode_as_their_error_arm() {
     );
     let r = NfsResop4::error(Opnum4::OP_READ, Nfsstat4::NFS4ERR_BAD_STATEID);
     assert!(matches!(r, NfsResop4::Read(Res4::Err(_))));
-    let r = NfsResop4::error(Opnum4(50), Nfsstat4::NFS4ERR_NOTSUPP);
-    assert_eq!(r, NfsResop4::Other(Opnum4(50), Nfsstat4::NFS4ERR_NOTSUPP));
+    let r = NfsResop4::error(Opnum4(48), Nfsstat4::NFS4ERR_NOTSUPP);
+    assert_eq!(r, NfsResop4::Other(Opnum4(48), Nfsstat4::NFS4ERR_NOTSUPP));
 }
 
 /// RFC 7530 §16.18, §16.29, §16.30, §16.33, §16.34: the NFSv4.0-only
