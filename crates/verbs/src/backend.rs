@@ -20,8 +20,22 @@ pub(crate) struct LocalRegion {
     pub(crate) writable: bool,
 }
 
-/// The smallest page size Linux uses; IOVAs keep the page offset of this.
-const PAGE: u64 = 4096;
+/// The tagged offset a region's first byte is registered at: always the
+/// memory's own address, whatever base the table asked for (`_base_to`).
+///
+/// The kernel refuses an IOVA whose offset within a page differs from the
+/// memory's (ib_uverbs_reg_mr), and where it takes one, not every provider
+/// honours it: siw ignores it (`siw_reg_user_mr`, "rnic_va: not used by
+/// siw"; the region's base is the user address), so a peer that wrote or a
+/// Read Response that landed at the asked-for tagged offset was out of the
+/// region's bounds: a DDP tagged "base or bounds" Terminate (RFC 5041
+/// §7.2; seen in the VM phase as the kernel client reconnecting and as
+/// `nfsrdma cp` from knfsd failing). The memory's address is the base
+/// every provider uses the same way; the table advertises the base this
+/// returns.
+fn region_base(_base_to: u64, addr: u64) -> u64 {
+    addr
+}
 
 #[derive(Default)]
 struct Maps {
@@ -104,14 +118,7 @@ impl RegionBackend for Backend {
             // Nothing for the NIC to reach; no STag a peer could use.
             return Ok((Stag(0), base_to));
         }
-        // The kernel takes an IOVA only at the memory's offset within its
-        // page (ib_uverbs_reg_mr); otherwise the memory's address is the
-        // region's base.
-        let iova = if base_to % PAGE == addr % PAGE {
-            base_to
-        } else {
-            addr
-        };
+        let iova = region_base(base_to, addr);
         let hw_pd = self.pd(pd).map_err(RegisterError::Device)?;
         let bits = access_bits(access, writable, self.iwarp);
         let mr = Mr::register_table(&hw_pd, mem, iova, bits).map_err(|e| {
@@ -157,5 +164,15 @@ mod tests {
         assert_eq!(access_bits(Access::LOCAL_WRITE, true, true), lw | rw);
         let both = Access::REMOTE_READ | Access::REMOTE_WRITE;
         assert_eq!(access_bits(both, false, false), rr);
+    }
+
+    #[test]
+    fn regions_are_based_at_their_address_even_when_the_page_offset_matches() {
+        // siw ignores a chosen IOVA: a base the table asked for would put
+        // peers' tagged offsets out of the region's bounds.
+        let addr = 0x7f12_3456_7010;
+        assert_eq!(region_base(0x10, addr), addr);
+        assert_eq!(region_base(0, addr), addr);
+        assert_eq!(region_base(addr, addr), addr);
     }
 }

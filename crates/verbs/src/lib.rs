@@ -22,8 +22,8 @@
 //!
 //! - Memory: the device's [`rnic::MrTable`] carries a
 //!   [`rnic::RegionBackend`] that registers every region with the NIC
-//!   (`ibv_reg_mr_iova` at the region's base tagged offset) and advertises
-//!   the NIC's rkey as the region's STag. Ownership is the same as on
+//!   (at the memory's own address, the base it advertises: siw ignores a
+//!   chosen IOVA) and advertises the NIC's rkey as the region's STag. Ownership is the same as on
 //!   softrnic: the table keeps the buffer until invalidation, and the NIC
 //!   registration is dropped (`ibv_dereg_mr`, synchronous) before the owner
 //!   gets it back (RFC 8166 §3.4.3 fencing).
