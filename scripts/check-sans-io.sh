@@ -2,8 +2,9 @@
 # The sans-IO layers must stay free of an async runtime (DESIGN.md: protocol
 # logic in plain functions and state machines, IO in thin shells above).
 # Fails if tokio (or another IO runtime) is among the normal dependencies of
-# xdr, iwarp, nfs, rnic or dump (the capture decoder), or of oncrpc
-# without its `tokio` feature.
+# xdr, iwarp, nfs, rnic or dump (the capture decoder), or of oncrpc or
+# rpcrdma (whose sans-IO endpoint is outside its `transport` feature)
+# without their default features.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -21,4 +22,5 @@ check() {
 }
 for c in xdr iwarp nfs rnic dump; do check "$c" -p "$c"; done
 check "oncrpc (no default features)" -p oncrpc --no-default-features
+check "rpcrdma (no default features: wire, plan, endpoint)" -p rpcrdma --no-default-features
 exit $fail

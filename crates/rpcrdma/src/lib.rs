@@ -11,6 +11,9 @@
 //! - [`plan`]: inline thresholds and the conveyance decision for calls and
 //!   replies (RFC 8166 §3.5), and the receiver's reassembly of the full
 //!   XDR stream from inline bytes and chunk data.
+//! - [`endpoint`]: the sans-IO endpoint: one decode of each received
+//!   message ([`endpoint::message::classify`]) and the endpoint's
+//!   decisions as state taking events and returning actions.
 //! - [`ulb`]: the [`ulb::UpperLayerBinding`] trait an RPC program
 //!   implements so a requester can size reply resources (RFC 8166 §6).
 //!
@@ -46,6 +49,7 @@
 #![warn(missing_docs)]
 
 pub mod credits;
+pub mod endpoint;
 pub mod layout;
 pub mod plan;
 #[cfg(feature = "transport")]

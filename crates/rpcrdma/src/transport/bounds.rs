@@ -3,7 +3,6 @@
 //! RDMA Read (a per-connection budget), each with an
 //! [`oncrpc::limits::Limit`] that counts and logs when it trips.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use oncrpc::limits::Limit;
@@ -28,52 +27,6 @@ pub(super) static UNSENT_REPLIES: Limit = Limit::new("rdma.unsent_replies");
 
 /// Tag of the wr_id of a reply's Send, whose completion frees a reply slot.
 pub(super) const REPLY_TAG: u64 = 1 << 63;
-
-/// Calls received on one connection and not yet answered.
-#[derive(Debug)]
-pub(super) struct InFlight {
-    calls: AtomicU32,
-    max: u32,
-}
-
-/// The peer exceeded its credits.
-#[derive(Debug)]
-pub(super) struct OverCredit;
-
-impl InFlight {
-    /// At most `max` calls at once: the largest grant the server makes.
-    pub(super) fn new(max: u32) -> Self {
-        Self {
-            calls: AtomicU32::new(0),
-            max: max.max(1),
-        }
-    }
-
-    /// A call arrived. Every call the server has not answered yet is one the
-    /// requester holds a credit for, so more than the grant is a protocol
-    /// violation (RFC 8166 §3.3.1: "A requester MUST NOT send more RPC
-    /// Calls than the number of credits granted").
-    pub(super) fn start(&self) -> Result<(), OverCredit> {
-        let before = self.calls.fetch_add(1, Ordering::AcqRel);
-        if before >= self.max {
-            self.calls.fetch_sub(1, Ordering::AcqRel);
-            return Err(OverCredit);
-        }
-        Ok(())
-    }
-
-    /// A call is answered (called before its reply is posted, so the
-    /// requester's next call always finds the slot free) or dropped.
-    pub(super) fn end(&self) {
-        self.calls.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    /// Calls in flight now.
-    #[cfg(test)]
-    pub(super) fn count(&self) -> u32 {
-        self.calls.load(Ordering::Acquire)
-    }
-}
 
 /// The bytes a connection's calls may be pulling by RDMA Read at once:
 /// the buffers the reads fill exist only while a call holds its share.
@@ -183,17 +136,6 @@ pub(super) async fn within<F: std::future::Future>(limit: Duration, f: F) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn in_flight_refuses_beyond_max_and_frees_on_end() {
-        let f = InFlight::new(2);
-        assert!(f.start().is_ok());
-        assert!(f.start().is_ok());
-        assert!(f.start().is_err());
-        assert_eq!(f.count(), 2);
-        f.end();
-        assert!(f.start().is_ok());
-    }
 
     #[tokio::test]
     async fn budget_makes_a_second_call_wait_until_the_first_is_done() {

@@ -44,8 +44,8 @@
 
 mod bounds;
 mod client;
-mod hdr;
 mod order;
+mod pull;
 mod reply;
 mod server;
 mod v2;
@@ -55,6 +55,7 @@ pub use client::{ClientStats, RdmaClient, RdmaClientConfig};
 pub use oncrpc::tcp::ReconnectPolicy;
 pub use server::{AcceptFilter, Backchannel, Backchannels, RdmaListener, RdmaServerConfig};
 
+use crate::endpoint::encode as hdr;
 use crate::plan::InlineThresholds;
 use crate::wire::cm::{CmFlags, CmPrivateData};
 

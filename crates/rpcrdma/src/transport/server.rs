@@ -1,7 +1,7 @@
 //! The responder: [`RdmaListener`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
 use std::time::Duration;
@@ -12,22 +12,22 @@ use oncrpc::limits::{ConnLimiter, ConnSlot, Limit, Refused};
 use oncrpc::server::{PeerInfo, Server, TransportKind};
 use oncrpc::{ClientTransport, RpcCall, RpcError};
 use rnic::{
-    Access, ChainWr, CmError, ConnectRequest, Device, Listener, ProtectionDomain, QpConfig,
-    QueuePair, ReadWr, RecvWr, SendWr, Stag, WcOpcode, WcStatus, WorkCompletion, WriteWr,
+    ChainWr, CmError, ConnectRequest, Device, Listener, ProtectionDomain, QpConfig, QueuePair,
+    RecvWr, SendWr, Stag, WcOpcode, WcStatus, WorkCompletion, WriteWr,
 };
 use tokio::sync::{oneshot, Notify, SemaphorePermit};
 use tokio::task::JoinHandle;
 
-use super::bounds::{self, InFlight, ReadBudget, ReplySlots};
-use super::hdr::{self, Inbound};
+use super::bounds::{self, ReadBudget, ReplySlots};
 use super::order::{Ticket, Turns};
-use crate::credits::{RequesterCredits, ResponderCredits};
-use crate::layout::{plan_layout, Piece};
-use crate::plan::{plan_reply, Version};
+use super::pull::{self, ReadWaiters};
+use crate::credits::RequesterCredits;
+use crate::endpoint::message::Rpc;
+use crate::endpoint::responder::{Answer, Call, Received, Responder, Settings};
+use crate::plan::Version;
 use crate::wire::cm::CmPrivateData;
-use crate::wire::v1::Proc;
-use crate::wire::v2::{Properties, RvReqSup};
-use crate::wire::{ChunkLists, Limits};
+use crate::wire::v2::RvReqSup;
+use crate::wire::Limits;
 
 /// Server settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,8 +253,18 @@ async fn accept<R: ConnectRequest>(
         .collect();
     qp_cfg.private_data = local.to_bytes().to_vec();
     let qp = req.accept(&pd, qp_cfg).await?;
-    let mut credits = ResponderCredits::new(config.credits);
-    credits.on_receives_posted(posted);
+    let budget = ReadBudget::new(config.read_bytes_per_conn);
+    let settings = Settings {
+        credits: config.credits,
+        inline_size: config.inline_size,
+        send_with_invalidate: config.send_with_invalidate,
+        limits: config.limits,
+        max_version: config.max_version,
+        max_read_bytes: config.max_read_bytes.min(budget.max()),
+        backchannel_credits: config.backchannel_credits,
+    };
+    let peer_send_inv = peer.flags.send_with_invalidate_ok();
+    let endpoint = Responder::new(settings, thresholds.send, peer_send_inv, posted);
     let conn_id = oncrpc::server::next_conn_id();
     let reverse = (config.backchannel_credits > 0).then(|| Reverse {
         state: Mutex::new(ReverseState {
@@ -276,15 +286,10 @@ async fn accept<R: ConnectRequest>(
         pd,
         server,
         config,
-        send_threshold: AtomicUsize::new(thresholds.send),
-        send_inv: config.send_with_invalidate && peer.flags.send_with_invalidate_ok(),
-        peer_rvreqsup: AtomicU32::new(RvReqSup::RDMA2_RVREQSUP_INLINE.0),
-        v2: AtomicBool::new(false),
-        credits: Mutex::new(credits),
-        calls: InFlight::new(config.credits),
+        endpoint: Mutex::new(endpoint),
         replies: ReplySlots::new(config.credits),
-        budget: ReadBudget::new(config.read_bytes_per_conn),
-        reads: Mutex::new(HashMap::new()),
+        budget,
+        reads: ReadWaiters::default(),
         pull_order: Arc::default(),
         dispatch_order: Arc::default(),
         next_wr: AtomicU64::new(u64::from(posted)),
@@ -311,7 +316,7 @@ async fn accept<R: ConnectRequest>(
     registry.lock().remove(&conn_id);
     // Calls waiting for RDMA Reads see their senders dropped and stop;
     // those waiting for a share of the read budget too.
-    conn.lock_reads().clear();
+    conn.reads.clear();
     conn.budget.close();
     conn.replies.close();
     if let Some(rev) = &conn.reverse {
@@ -410,10 +415,9 @@ impl<Q: QueuePair> Backchannel<Q> {
                     return Err(e);
                 }
             };
-            let version = if self.conn.v2.load(Ordering::Relaxed) {
-                Version::V2
-            } else {
-                Version::V1
+            let (version, level, threshold) = {
+                let ep = self.conn.lock_endpoint();
+                (ep.peer_version(), ep.peer_rvreqsup(), ep.send_threshold())
             };
             let header = super::v2::reverse_header(version, xid, st.credits.requested(), false);
             let body = msg.to_bytes();
@@ -422,8 +426,6 @@ impl<Q: QueuePair> Backchannel<Q> {
                 st.credits.on_abandon();
                 e
             };
-            let level = RvReqSup(self.conn.peer_rvreqsup.load(Ordering::Relaxed));
-            let threshold = self.conn.send_threshold.load(Ordering::Relaxed);
             let own = self.conn.config.inline_size as usize;
             let reply_max = call.reply_hint.max_reply_len;
             // v2 draft §4.2.2: chunks only to a GENL client.
@@ -521,25 +523,15 @@ struct Conn<Q> {
     pd: ProtectionDomain,
     server: Arc<Server>,
     config: RdmaServerConfig,
-    /// Inline send threshold; a version 2 peer's Receive Buffer Size may
-    /// lower it (v2 draft §4.2.1).
-    send_threshold: AtomicUsize,
-    send_inv: bool,
-    /// The client's Reverse Request Support (v2 draft §4.2.2): INLINE
-    /// until an RDMA2_CONNPROP says otherwise.
-    peer_rvreqsup: AtomicU32,
-    /// The client speaks version 2: reverse-direction messages use
-    /// version 2 headers (v2 draft §3.2).
-    v2: AtomicBool,
-    credits: Mutex<ResponderCredits>,
-    /// Calls received and not answered: at most the credits granted.
-    calls: InFlight,
+    /// The protocol state: credits, calls outstanding, what the peer
+    /// said of itself (the sans-IO [`Responder`]).
+    endpoint: Mutex<Responder>,
     /// Replies posted and not yet sent: at most the credits granted.
     replies: ReplySlots,
     /// Bytes the calls may be pulling by RDMA Read at once.
     budget: ReadBudget,
     /// RDMA Reads in flight: completion status to the call that posted it.
-    reads: Mutex<HashMap<u64, oneshot::Sender<WcStatus>>>,
+    reads: ReadWaiters,
     /// Calls take their share of the read budget in arrival order.
     pull_order: Arc<Turns>,
     /// Calls are handed to the RPC server in arrival order.
@@ -557,59 +549,53 @@ async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
             (WcOpcode::Recv, WcStatus::Success) => {
                 let invalidated = wc.invalidated;
                 let msg = conn.on_receive(wc)?;
-                if conn.on_reverse_reply(&msg, invalidated) {
-                    continue;
-                }
-                if conn.calls.start().is_err() {
-                    // RFC 8166 §3.3.1: a requester never has more calls
-                    // outstanding than it was granted credits; the Linux
-                    // server likewise drops a connection whose peer
-                    // overruns its receive queue.
-                    bounds::CREDITS_EXCEEDED.trip(format_args!(
-                        "RPC-over-RDMA peer {} sent more than {} calls at once; \
-                         closing the connection",
-                        peer_name(&conn.peer),
-                        conn.config.credits
-                    ));
-                    return Err(Closed);
-                }
-                let order = Order {
-                    pull: conn.pull_order.issue(),
-                    dispatch: conn.dispatch_order.issue(),
-                };
-                let c = Arc::clone(conn);
-                let mut call = Box::pin(async move {
-                    let answer = c.on_call(msg, order).await;
-                    // A reply waits for a slot while its call still counts
-                    // as in flight; the call ends just before its reply is
-                    // posted, so a requester that sends its next call on
-                    // receiving the reply always finds the call slot free.
-                    let ready = match answer {
-                        Ok(Some(a)) => c.replies.take(&peer_name(&c.peer)).await.then_some(a),
-                        _ => None,
-                    };
-                    c.calls.end();
-                    if let Some(a) = ready {
-                        if c.post_answer(a).is_err() {
-                            c.replies.sent();
-                        }
+                // The one decode of the message and what it asks for.
+                let received = conn.lock_endpoint().on_receive(&msg);
+                let work = match received {
+                    Received::Call(call) => Work::Call(
+                        call,
+                        Order {
+                            pull: conn.pull_order.issue(),
+                            dispatch: conn.dispatch_order.issue(),
+                        },
+                    ),
+                    Received::Answer(header) => Work::Answer(header),
+                    Received::TooLarge { answer, total, max } => {
+                        bounds::CALL_TOO_LARGE.trip(format_args!(
+                            "RPC-over-RDMA peer {} asked the server to pull {total} bytes \
+                             (at most {max}); answered ERR_CHUNK",
+                            peer_name(&conn.peer)
+                        ));
+                        Work::Answer(answer)
                     }
-                });
-                // Started here, up to its first wait: an inline call whose
-                // turn it is reaches the RPC server before the next
-                // completion is reaped, with no task hop; the rest runs on
-                // its own task.
-                let first = std::future::poll_fn(|cx| {
-                    Poll::Ready(std::future::Future::poll(call.as_mut(), cx))
-                });
-                if first.await.is_pending() {
-                    tokio::spawn(call);
-                }
+                    Received::ReverseReply {
+                        xid,
+                        credits,
+                        len,
+                        reply,
+                    } => {
+                        conn.on_reverse_reply(&msg, xid, credits, len, reply, invalidated);
+                        continue;
+                    }
+                    Received::Nothing => continue,
+                    Received::OverCredit => {
+                        // RFC 8166 §3.3.1: a requester never has more
+                        // calls outstanding than it was granted credits;
+                        // the Linux server likewise drops a connection
+                        // whose peer overruns its receive queue.
+                        bounds::CREDITS_EXCEEDED.trip(format_args!(
+                            "RPC-over-RDMA peer {} sent more than {} calls at once; \
+                             closing the connection",
+                            peer_name(&conn.peer),
+                            conn.config.credits
+                        ));
+                        return Err(Closed);
+                    }
+                };
+                serve(conn, work).await;
             }
             (WcOpcode::RdmaRead, status) => {
-                if let Some(tx) = conn.lock_reads().remove(&wc.wr_id) {
-                    let _ = tx.send(status);
-                }
+                conn.reads.complete(wc.wr_id, status);
                 if status != WcStatus::Success {
                     return Err(Closed);
                 }
@@ -623,25 +609,73 @@ async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
     }
 }
 
+/// What a received message needs before its answer.
+enum Work {
+    /// Nothing: the answer is this header.
+    Answer(Bytes),
+    /// Pull and run the call, in its turn.
+    Call(Call, Order),
+}
+
+/// Answers one message: runs its call (if it is one) and posts the
+/// answer. Started here, up to its first wait: an inline call whose turn
+/// it is reaches the RPC server before the next completion is reaped,
+/// with no task hop; the rest runs on its own task.
+async fn serve<Q: QueuePair>(conn: &Arc<Conn<Q>>, work: Work) {
+    let c = Arc::clone(conn);
+    let mut task = Box::pin(async move {
+        let answer = match work {
+            Work::Call(call, order) => c.on_call(call, order).await,
+            Work::Answer(header) => Ok(Some(Answer::header(header))),
+        };
+        // A reply waits for a slot while its call still counts as in
+        // flight; the call ends just before its reply is posted, so a
+        // requester that sends its next call on receiving the reply
+        // always finds the call slot free.
+        let ready = match answer {
+            Ok(Some(a)) => c.replies.take(&peer_name(&c.peer)).await.then_some(a),
+            _ => None,
+        };
+        c.lock_endpoint().on_answered();
+        if let Some(a) = ready {
+            if c.post_answer(a).is_err() {
+                c.replies.sent();
+            }
+        }
+    });
+    let first =
+        std::future::poll_fn(|cx| Poll::Ready(std::future::Future::poll(task.as_mut(), cx))).await;
+    if first.is_pending() {
+        tokio::spawn(task);
+    }
+}
+
 impl<Q: QueuePair> Conn<Q> {
+    fn lock_endpoint(&self) -> MutexGuard<'_, Responder> {
+        self.endpoint.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn wr_id(&self) -> u64 {
         self.next_wr.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// A reply to one of our reverse-direction calls (msg_type REPLY after
-    /// an inline version 1 header) completes that call; returns false for
-    /// anything else.
-    fn on_reverse_reply(&self, msg: &Bytes, invalidated: Option<Stag>) -> bool {
+    /// A reply to one of our reverse-direction calls completes that call.
+    fn on_reverse_reply(
+        &self,
+        msg: &Bytes,
+        xid: u32,
+        credits: u32,
+        len: usize,
+        reply: Result<Rpc, crate::wire::v2::ErrorBody>,
+        invalidated: Option<Stag>,
+    ) {
         let Some(rev) = &self.reverse else {
-            return false;
-        };
-        let Some(r) = super::v2_reverse::reverse_reply(msg, &self.config.limits) else {
-            return false;
+            return;
         };
         let mut st = rev.lock();
-        let (xid, credits) = (r.xid, r.credits);
         let regions = st.regions.remove(&xid).unwrap_or_default();
-        let done = match r.resolve(msg, regions, invalidated) {
+        let resolved = super::v2_reverse::resolve_reply(msg, len, reply, regions, invalidated);
+        let done = match resolved {
             Ok(bytes) => st
                 .core
                 .handle_reply(&bytes)
@@ -656,31 +690,17 @@ impl<Q: QueuePair> Conn<Q> {
         }
         drop(st);
         rev.wait.notify_waiters();
-        true
     }
 
-    fn lock_reads(&self) -> MutexGuard<'_, HashMap<u64, oneshot::Sender<WcStatus>>> {
-        self.reads.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn grant(&self, requested: u32) -> u32 {
-        self.credits
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .grant(requested)
-    }
-
-    /// A call arrived: take its bytes and repost a receive at once, so the
-    /// grant in every reply is backed by posted receives (RFC 8166 §3.3.1).
+    /// A message arrived: take its bytes and repost a receive at once, so
+    /// the grant in every reply is backed by posted receives
+    /// (RFC 8166 §3.3.1).
     fn on_receive(&self, wc: WorkCompletion) -> Result<Bytes, Closed> {
         let mut buf = wc.buf.unwrap_or_default();
         buf.truncate(wc.byte_len as usize);
-        let mut credits = self.credits.lock().unwrap_or_else(|e| e.into_inner());
-        credits.on_receive();
         self.qp
             .post_recv(recv_wr(self.wr_id(), self.config.inline_size))
             .map_err(|_| Closed)?;
-        credits.on_receives_posted(1);
         Ok(buf.freeze())
     }
 
@@ -714,64 +734,19 @@ impl<Q: QueuePair> Conn<Q> {
             wr_id: self.wr_id() | bounds::REPLY_TAG,
             data: vec![a.header, a.inline],
             solicited: false,
-            invalidate: a.invalidate,
+            invalidate: a.invalidate.map(Stag),
         }));
         self.qp.post_chain(chain).map_err(|_| Closed)
     }
 
-    /// Serves one call; `None` when it gets no answer (an error from a
-    /// requester, or a call the RPC server drops). Its read chunks are
-    /// pulled while earlier calls' may still be, but it is handed to the
-    /// RPC server only after every earlier call of the connection
-    /// ([`super::order`]).
-    async fn on_call(&self, msg: Bytes, order: Order) -> Result<Option<Answer>, Closed> {
-        let max = self.config.max_version;
-        let rx = match hdr::decode(&msg, &self.config.limits, max) {
-            Ok(rx) => rx,
-            Err(e) => {
-                // RFC 8166 §4.4 / v2 draft §5.3.3: ERR_VERS, ERR_CHUNK or
-                // the specific v2 code, if there is an XID to answer.
-                let h = hdr::encode_decode_error(&msg, &e, |c| self.grant(c), max);
-                return Ok(h.map(Answer::header));
-            }
-        };
-        let (ver, xid, asked) = (rx.version, rx.xid, rx.credits);
-        if ver == Version::V2 {
-            self.v2.store(true, Ordering::Relaxed);
-        }
-        let bad = || Some(Answer::header(hdr::encode_bad(ver, xid, self.grant(asked))));
-        // The RPC message is inline (RDMA_MSG) or in a Position-Zero Read
-        // chunk (RDMA_NOMSG); reassembly handles both.
-        let (chunks, inv_handle) = match rx.inbound {
-            Inbound::Rpc {
-                lists, inv_handle, ..
-            } => (lists, inv_handle),
-            Inbound::Obsolete => return Ok(bad()),
-            Inbound::ConnProp(Ok(props)) => {
-                // Our send threshold never exceeds the peer's receive
-                // buffers (v2 draft §4.2.1); answer with our properties.
-                self.send_threshold
-                    .fetch_min(props.receive_buffer_size as usize, Ordering::Relaxed);
-                self.peer_rvreqsup
-                    .store(props.reverse_request_support.0, Ordering::Relaxed);
-                let ours = Properties {
-                    receive_buffer_size: self.config.inline_size,
-                    reverse_request_support: super::v2::server_level(
-                        self.config.backchannel_credits,
-                    ),
-                };
-                let h = hdr::encode_connprop(xid, self.grant(asked), true, &ours);
-                return Ok(Some(Answer::header(h)));
-            }
-            // v2 draft §4.1: an ill-typed property value is BAD_XDR.
-            Inbound::ConnProp(Err(_)) => return Ok(bad()),
-            // Errors from a requester are not answered.
-            Inbound::ErrorV1(_) | Inbound::ErrorV2(_) => return Ok(None),
-        };
-        let inline = msg.slice(rx.len..);
-        let pulled = self.pull(inline, &chunks, order.pull).await;
+    /// Serves one call; `None` when it gets no answer (the RPC server
+    /// drops it). Its read chunks are pulled while earlier calls' may
+    /// still be, but it is handed to the RPC server only after every
+    /// earlier call of the connection ([`super::order`]).
+    async fn on_call(&self, call: Call, order: Order) -> Result<Option<Answer>, Closed> {
+        let pulled = self.pull(&call, order.pull).await;
         let Some((record, share)) = pulled.inspect_err(|_| self.dispatch_order.close())? else {
-            return Ok(bad());
+            return Ok(Some(Answer::header(self.lock_endpoint().bad(&call))));
         };
         order.dispatch.wait().await.map_err(|_| Closed)?;
         let reply = self.hand_over(record, order.dispatch).await;
@@ -781,30 +756,7 @@ impl<Q: QueuePair> Conn<Q> {
         let Some(reply) = reply else {
             return Ok(None);
         };
-        let send = self.send_threshold.load(Ordering::Relaxed);
-        let plan = match plan_reply(&reply, &chunks, send, ver) {
-            Ok(p) => p,
-            Err(e) => {
-                let h = hdr::encode_plan_error(ver, xid, self.grant(asked), &e);
-                return Ok(Some(Answer::header(h)));
-            }
-        };
-        let invalidate = self.invalidate(ver, &chunks, inv_handle);
-        let header = hdr::encode_rpc(
-            ver,
-            xid,
-            self.grant(asked),
-            true,
-            plan.proc_ == Proc::RDMA_NOMSG,
-            plan.chunks,
-            0,
-        );
-        Ok(Some(Answer {
-            writes: plan.writes,
-            header,
-            inline: plan.inline,
-            invalidate,
-        }))
+        Ok(Some(self.lock_endpoint().answer(&call, &reply)))
     }
 
     /// Runs the RPC server on `record`; the turn passes to the next call
@@ -823,28 +775,6 @@ impl<Q: QueuePair> Conn<Q> {
         }
     }
 
-    /// The STag a reply's Send With Invalidate names
-    /// (draft-cel-nfsv4-reminv-design §4.2): in version 2 only the handle
-    /// the requester named in rdma_inv_handle (v2 draft §3.3); in version 1
-    /// one of the call's STags when the client's private data allows it
-    /// (RFC 8797 §4).
-    fn invalidate(&self, ver: Version, chunks: &ChunkLists, inv_handle: u32) -> Option<Stag> {
-        match ver {
-            _ if !self.config.send_with_invalidate => None,
-            Version::V2 => (inv_handle != 0).then_some(Stag(inv_handle)),
-            Version::V1 if self.send_inv => chunks
-                .reply
-                .iter()
-                .chain(chunks.writes.iter())
-                .flat_map(|c| c.segments.first())
-                .map(|s| s.handle)
-                .chain(chunks.reads.first().map(|r| r.target.handle))
-                .next()
-                .map(Stag),
-            Version::V1 => None,
-        }
-    }
-
     /// Rebuilds the call (RFC 8166 §3.5) in one contiguous buffer: the
     /// inline parts are copied into place and every read segment is pulled
     /// by RDMA Read straight to its offset in the same buffer (segments
@@ -859,57 +789,34 @@ impl<Q: QueuePair> Conn<Q> {
     /// record. Reads unanswered after `read_timeout` close the connection.
     async fn pull(
         &self,
-        inline: Bytes,
-        chunks: &ChunkLists,
+        call: &Call,
         turn: Ticket,
     ) -> Result<Option<(Bytes, Option<SemaphorePermit<'_>>)>, Closed> {
-        if chunks.reads.is_empty() {
-            return Ok(Some((inline, None)));
-        }
-        let total: u64 = chunks
-            .reads
-            .iter()
-            .map(|r| u64::from(r.target.length))
-            .sum();
-        let max = self.config.max_read_bytes.min(self.budget.max());
-        let Some(total) = u32::try_from(total).ok().filter(|t| u64::from(*t) <= max) else {
-            bounds::CALL_TOO_LARGE.trip(format_args!(
-                "RPC-over-RDMA peer {} asked the server to pull {total} bytes \
-                 (at most {max}); answered ERR_CHUNK",
-                peer_name(&self.peer)
-            ));
-            return Ok(None);
+        let Some(plan) = &call.reads else {
+            return Ok(Some((call.inline.clone(), None)));
         };
-        let Some(layout) = read_layout(&inline, chunks) else {
-            return Ok(None);
-        };
+        let total = call.read_bytes;
         // In arrival order: a call waiting for its share never waits for
         // bytes held by later calls, which wait for its hand-over.
         turn.wait().await.map_err(|_| Closed)?;
         let share = self.budget.acquire(total).await.map_err(|_| Closed)?;
         drop(turn);
-        let mut buf = BytesMut::zeroed(layout.0.len);
-        if !layout.0.copy_inline(&inline, &mut buf) {
-            return Ok(None);
-        }
-        let Ok(mr) = self.pd.register(buf, Access::LOCAL_WRITE) else {
-            return Ok(None);
+        let started = pull::start(
+            &self.qp,
+            &self.pd,
+            &self.reads,
+            || self.wr_id(),
+            &call.inline,
+            plan,
+        );
+        let pulling = match started {
+            Ok(p) => p,
+            Err(pull::Refused::Unusable) => return Ok(None),
+            Err(pull::Refused::Closed) => return Err(Closed),
         };
-        let waits = self.post_reads(&mr, chunks, &layout)?;
-        let Some(waits) = waits else {
-            return Ok(None);
-        };
-        let all = async {
-            for rx in waits {
-                if !matches!(rx.await, Ok(WcStatus::Success)) {
-                    return false;
-                }
-            }
-            true
-        };
-        match bounds::within(self.config.read_timeout, all).await {
-            Some(true) => Ok(Some((mr.invalidate().buf.freeze(), Some(share)))),
-            Some(false) => Err(Closed),
+        match bounds::within(self.config.read_timeout, pulling.finish()).await {
+            Some(Some(record)) => Ok(Some((record, Some(share)))),
+            Some(None) => Err(Closed),
             None => {
                 bounds::READ_TIMEOUT.trip(format_args!(
                     "RPC-over-RDMA peer {} left RDMA Reads of {total} bytes \
@@ -922,101 +829,12 @@ impl<Q: QueuePair> Conn<Q> {
             }
         }
     }
-
-    /// Posts one RDMA Read per read segment into `mr` at the offsets of
-    /// `layout`; the receivers of their completions, or `None` when the
-    /// layout does not match the chunks.
-    fn post_reads(
-        &self,
-        mr: &rnic::MemoryRegion,
-        chunks: &ChunkLists,
-        (layout, items, first_seg): &ReadLayout,
-    ) -> Result<Option<Vec<oneshot::Receiver<WcStatus>>>, Closed> {
-        let mut waits = Vec::with_capacity(chunks.reads.len());
-        for piece in &layout.pieces {
-            let Piece::Chunk { index, dst, .. } = piece else {
-                continue;
-            };
-            let (Some(&start), Some(&(pos, _))) = (first_seg.get(*index), items.get(*index)) else {
-                return Ok(None);
-            };
-            let mut off = *dst as u64;
-            for r in chunks
-                .reads
-                .iter()
-                .skip(start)
-                .take_while(|r| r.position == pos)
-            {
-                let id = self.wr_id();
-                let (tx, rx) = oneshot::channel();
-                self.lock_reads().insert(id, tx);
-                let wr = ReadWr {
-                    wr_id: id,
-                    local_stag: mr.stag(),
-                    local_to: mr.base_to() + off,
-                    len: r.target.length,
-                    remote_stag: Stag(r.target.handle),
-                    remote_to: r.target.offset,
-                };
-                off += u64::from(r.target.length);
-                if self.qp.post_read(wr).is_err() {
-                    self.lock_reads().remove(&id);
-                    return Err(Closed);
-                }
-                waits.push(rx);
-            }
-        }
-        Ok(Some(waits))
-    }
 }
 
 /// A call's tickets: for its share of the read budget and its hand-over.
 struct Order {
     pull: Ticket,
     dispatch: Ticket,
-}
-
-/// What answers one call: RDMA Writes of its write or reply chunks, then
-/// the Send of its transport header and inline part.
-struct Answer {
-    writes: Vec<crate::plan::WritePlan>,
-    header: Bytes,
-    inline: Bytes,
-    invalidate: Option<Stag>,
-}
-
-impl Answer {
-    /// A transport header alone (an RDMA_ERROR, an RDMA2_CONNPROP).
-    fn header(header: Bytes) -> Self {
-        Self {
-            writes: Vec::new(),
-            header,
-            inline: Bytes::new(),
-            invalidate: None,
-        }
-    }
-}
-
-/// The call's layout, its chunk items as (position, length) in segment
-/// order, and the first segment of each item.
-type ReadLayout = (crate::layout::Layout, Vec<(u32, usize)>, Vec<usize>);
-
-/// Where each read chunk goes in the rebuilt call; `None` when the chunks
-/// do not fit the inline stream.
-fn read_layout(inline: &Bytes, chunks: &ChunkLists) -> Option<ReadLayout> {
-    let mut items: Vec<(u32, usize)> = Vec::new();
-    let mut first_seg: Vec<usize> = Vec::new();
-    for (i, r) in chunks.reads.iter().enumerate() {
-        match items.last_mut() {
-            Some((p, len)) if *p == r.position => *len += r.target.length as usize,
-            _ => {
-                items.push((r.position, r.target.length as usize));
-                first_seg.push(i);
-            }
-        }
-    }
-    let layout = plan_layout(inline, &items).ok()?;
-    Some((layout, items, first_seg))
 }
 
 /// The peer's address for a log line.

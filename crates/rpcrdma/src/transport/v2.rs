@@ -8,7 +8,7 @@ use oncrpc::client::DdpReplyHint;
 
 use crate::plan::Version;
 use crate::wire::v2::{self, ChunkLists2, ErrorBody, Flags, RvReqSup};
-use crate::wire::{v1, ChunkLists, Limits};
+use crate::wire::{v1, ChunkLists};
 
 /// v2 draft §7.1: until the peer's version is known, a requester's first
 /// message is at most 1024 bytes (the version 1 default inline size), so
@@ -33,18 +33,6 @@ pub(super) fn first_message(header: Bytes) -> Result<Bytes, rnic::PostError> {
     Ok(header)
 }
 
-/// Whether the last two words of a 28-byte error that looks like a
-/// version 1 ERR_VERS echoing version 2 (as Linux svcrdma sends) are a
-/// version range. A version 2 RDMA2_ERROR of the same length
-/// (READ_CHUNKS, WRITE_CHUNKS, SEGMENTS, REPLY_RESOURCE, v2 draft §5.3.3)
-/// has RPCRDMA2_F_RESPONSE (1, the value of ERR_VERS) where the version 1
-/// error code would be, and its own code, 4 or more, where rdma_vers_low
-/// would be; a real ERR_VERS has rdma_vers_low a version (1 or 2, below
-/// every such code) and no higher than rdma_vers_high.
-pub(super) fn is_err_vers_range(low: u32, high: u32) -> bool {
-    (1..=crate::wire::v2::VERSION).contains(&low) && low <= high
-}
-
 /// The Reverse Request Support a requester advertises (v2 draft §4.2.2):
 /// NONE without a backchannel; with one, GENL when it takes
 /// reverse-direction calls with chunks, else INLINE.
@@ -54,13 +42,6 @@ pub(super) fn client_level(has_backchannel: bool, chunks: bool) -> RvReqSup {
         (true, false) => RvReqSup::RDMA2_RVREQSUP_INLINE,
         (true, true) => RvReqSup::RDMA2_RVREQSUP_GENL,
     }
-}
-
-/// The Reverse Request Support a responder advertises (v2 draft §4.2.2):
-/// GENL when it issues reverse-direction calls (it takes their replies
-/// inline or in the reply chunk it provides), NONE otherwise.
-pub(super) fn server_level(backchannel_credits: u32) -> RvReqSup {
-    client_level(backchannel_credits > 0, true)
 }
 
 /// The reply hint to send a call again with after the responder answered
@@ -123,61 +104,6 @@ pub(super) fn reverse_allowed(level: RvReqSup, chunks: bool, len: usize, peer_rb
     }
 }
 
-/// An RPC message conveyed inline with no chunks, as reverse-direction
-/// messages are at the INLINE level (v2 draft §4.2.2; RFC 8167 §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct InlineRpc {
-    /// The header's version.
-    pub(super) version: Version,
-    /// rdma_xid.
-    pub(super) xid: u32,
-    /// rdma_credits.
-    pub(super) credits: u32,
-    /// Header length: the RPC message starts here.
-    pub(super) len: usize,
-    /// The RPC message's msg_type: 0 CALL, 1 REPLY.
-    pub(super) msg_type: u32,
-}
-
-/// Reads an RDMA_MSG / RDMA2_MSG with empty chunk lists and the msg_type
-/// of the RPC message after it. In version 2 RPCRDMA2_F_RESPONSE must
-/// equal msg_type (v2 draft §3.2); a message where they differ is not
-/// taken for a reverse-direction message.
-pub(super) fn inline_rpc(msg: &[u8], limits: &Limits) -> Option<InlineRpc> {
-    let word = |len: usize| -> Option<u32> {
-        let w = msg.get(len + 4..len + 8)?;
-        Some(u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
-    };
-    let pre = crate::wire::Prefix::peek(msg).ok()?;
-    if pre.vers == v2::VERSION {
-        let (h, len) = v2::Header::parse(msg, limits).ok()?;
-        let v2::Body::Msg(c) = &h.body else {
-            return None;
-        };
-        let msg_type = word(len)?;
-        (c.lists.is_empty() && h.flags.is_response() == (msg_type == 1)).then_some(InlineRpc {
-            version: Version::V2,
-            xid: h.xid,
-            credits: h.credits,
-            len,
-            msg_type,
-        })
-    } else {
-        let (h, len) = v1::Header::parse(msg, limits).ok()?;
-        let v1::Body::Msg(c) = &h.body else {
-            return None;
-        };
-        c.is_empty().then_some(())?;
-        Some(InlineRpc {
-            version: Version::V1,
-            xid: h.xid,
-            credits: h.credits,
-            len,
-            msg_type: word(len)?,
-        })
-    }
-}
-
 /// The header of an inline reverse-direction message in the
 /// connection's version: a call (`response` false) or a reply. In
 /// version 2, RPCRDMA2_F_RESPONSE follows the RPC msg_type (v2 draft
@@ -219,6 +145,9 @@ pub(super) fn reverse_needs_chunks(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoint::message::{classify, Kind, Role, Rpc};
+    use crate::endpoint::responder::server_level;
+    use crate::wire::Limits;
 
     fn hint(max_reply_len: usize, ddp: Option<usize>) -> oncrpc::ReplyHint {
         oncrpc::ReplyHint {
@@ -294,38 +223,27 @@ mod tests {
     }
 
     #[test]
-    fn a_v2_error_of_28_bytes_is_not_taken_for_err_vers() {
-        // svcrdma's ERR_VERS: low 1, high 1.
-        assert!(is_err_vers_range(1, 1));
-        assert!(is_err_vers_range(1, 2));
-        // RDMA2_ERR_REPLY_RESOURCE (8) needing 6028 bytes, ERR_SEGMENTS (6).
-        assert!(!is_err_vers_range(8, 6028));
-        assert!(!is_err_vers_range(6, 64));
-        assert!(!is_err_vers_range(2, 1));
-    }
-
-    #[test]
-    fn reverse_headers_round_trip_through_inline_rpc() {
-        for (version, response, msg_type) in [
-            (Version::V1, false, 0u32),
-            (Version::V1, true, 1),
-            (Version::V2, false, 0),
-            (Version::V2, true, 1),
+    fn reverse_headers_classify_as_reverse_messages() {
+        for (version, response, msg_type, role) in [
+            (Version::V1, false, 0u32, Role::Requester),
+            (Version::V1, true, 1, Role::Responder),
+            (Version::V2, false, 0, Role::Requester),
+            (Version::V2, true, 1, Role::Responder),
         ] {
             let h = reverse_header(version, 0x77, 3, response);
             let mut m = h.to_vec();
             m.extend_from_slice(&[0, 0, 0, 0x77, 0, 0, 0, msg_type as u8]);
-            let r = inline_rpc(&m, &Limits::default()).unwrap();
+            let got = classify(&m, &Limits::default(), 2, role).unwrap();
             assert_eq!(
-                r,
-                InlineRpc {
-                    version,
-                    xid: 0x77,
-                    credits: 3,
-                    len: h.len(),
-                    msg_type,
-                }
+                (got.version, got.xid, got.credits, got.len),
+                (version, 0x77, 3, h.len())
             );
+            let inline = Rpc::default();
+            let want = match role {
+                Role::Requester => Kind::ReverseCall(inline),
+                Role::Responder => Kind::ReverseReply(Ok(inline)),
+            };
+            assert_eq!(got.kind, want);
         }
     }
 
@@ -345,11 +263,15 @@ mod tests {
         for (response, msg_type) in [(true, 0u8), (false, 1)] {
             let mut m = reverse_header(Version::V2, 9, 1, response).to_vec();
             m.extend_from_slice(&[0, 0, 0, 9, 0, 0, 0, msg_type]);
-            assert_eq!(inline_rpc(&m, &Limits::default()), None);
+            let to_client = classify(&m, &Limits::default(), 2, Role::Requester).unwrap();
+            assert!(matches!(to_client.kind, Kind::Reply(_)));
+            let to_server = classify(&m, &Limits::default(), 2, Role::Responder).unwrap();
+            assert!(matches!(to_server.kind, Kind::Call(_)));
         }
         // Truncated before msg_type.
         let m = reverse_header(Version::V2, 9, 1, false);
-        assert_eq!(inline_rpc(&m, &Limits::default()), None);
+        let got = classify(&m, &Limits::default(), 2, Role::Requester).unwrap();
+        assert!(matches!(got.kind, Kind::Reply(_)));
     }
 
     #[test]

@@ -20,12 +20,13 @@ use xdr::XdrBuf;
 mod recv;
 use recv::on_reply;
 
-use super::hdr::{self, Inbound};
+use super::hdr;
 use super::reply::{chunk_bytes, fence, place_reply, Placed, WRITE_PREFIX_SLACK};
 use crate::credits::RequesterCredits;
+use crate::endpoint::message::{classify, ErrorBody, Kind, Role, Rpc};
 use crate::plan::{plan_call, InlineThresholds, Version};
 use crate::ulb::ReplyHint;
-use crate::wire::v1::{self, Proc};
+use crate::wire::v1::Proc;
 use crate::wire::v2::Properties;
 use crate::wire::{ChunkLists, Limits, RdmaSegment};
 
@@ -193,7 +194,7 @@ struct Inner<D: Device> {
     credit_wait: Notify,
     next_wr: AtomicU64,
     /// RDMA Reads of reverse-direction calls in flight (GENL).
-    reads: super::v2_reverse::ReadWaiters,
+    reads: super::pull::ReadWaiters,
 }
 
 impl<D: Device> Inner<D> {

@@ -90,7 +90,9 @@ fn resend_larger<D: Device>(
 fn on_chunked_reverse_call<D: Device>(
     inner: &Arc<Inner<D>>,
     qp: &Arc<D::Qp>,
-    call: super::super::v2_reverse::V2Rpc,
+    xid: u32,
+    len: usize,
+    call: Rpc,
     msg: Bytes,
 ) {
     let Some((service, credits)) = inner.backchannel.clone() else {
@@ -105,7 +107,7 @@ fn on_chunked_reverse_call<D: Device>(
     tokio::spawn(async move {
         use super::super::v2_reverse::{pull, send_reply, PULL_MAX};
         let wr_id = || inner.wr_id();
-        let inline = msg.slice(call.len..);
+        let inline = msg.slice(len..);
         let pulled = pull(
             &*qp,
             &inner.pd,
@@ -116,7 +118,7 @@ fn on_chunked_reverse_call<D: Device>(
             PULL_MAX,
         );
         let Some(rpc) = pulled.await else {
-            let h = hdr::encode_bad(Version::V2, call.xid, credits);
+            let h = hdr::encode_bad(Version::V2, xid, credits);
             let _ = qp.post_send(SendWr {
                 wr_id: wr_id(),
                 data: vec![h],
@@ -134,7 +136,7 @@ fn on_chunked_reverse_call<D: Device>(
             return;
         };
         let send = inner.lock().thresholds.send;
-        let _ = send_reply(&*qp, wr_id, &call, credits, &reply, send);
+        let _ = send_reply(&*qp, wr_id, xid, &call, credits, &reply, send);
     });
 }
 
@@ -144,32 +146,37 @@ pub(super) fn on_reply<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, wc: Wo
     buf.truncate(wc.byte_len as usize);
     let msg = buf.freeze();
     let _ = qp.post_recv(recv_wr(inner.wr_id(), inner.config.inline_size));
-    if let Some(call) = super::super::v2_reverse::chunked(&msg, &Limits::default(), false) {
-        // A version 2 reverse-direction call with chunks (GENL).
-        on_chunked_reverse_call(inner, qp, call, msg);
-        return;
-    }
-    let inline = super::super::v2::inline_rpc(&msg, &Limits::default());
-    if let Some(r) = inline.filter(|r| r.msg_type == 0) {
-        // msg_type CALL: the server calls us (RFC 8167).
-        on_reverse_call(inner, qp, r.xid, r.version, msg.slice(r.len..));
-        return;
-    }
-    let Ok(rx) = hdr::decode(&msg, &Limits::default(), 2) else {
+    // The one decode of the message (RFC 8166 §4; v2 draft §3).
+    let Ok(rx) = classify(&msg, &Limits::default(), 2, Role::Requester) else {
         return;
     };
+    let rpc = match rx.kind {
+        // A version 2 reverse-direction call with chunks (GENL).
+        Kind::ReverseCall(call) if !call.is_inline() => {
+            on_chunked_reverse_call(inner, qp, rx.xid, rx.len, call, msg);
+            return;
+        }
+        // msg_type CALL: the server calls us (RFC 8167).
+        Kind::ReverseCall(_) => {
+            on_reverse_call(inner, qp, rx.xid, rx.version, msg.slice(rx.len..));
+            return;
+        }
+        Kind::Reply(rpc) => Ok(rpc),
+        Kind::Error(e) => Err(Some(e)),
+        Kind::ConnProp(Ok(p)) => {
+            // v2 draft §4.2.1: never send more than the peer's receive
+            // buffers.
+            let mut st = inner.lock();
+            st.thresholds.send = st.thresholds.send.min(p.receive_buffer_size as usize);
+            return;
+        }
+        // No use as a reply: the call with that XID fails.
+        Kind::ConnProp(Err(_)) | Kind::Obsolete | Kind::Call(_) | Kind::ReverseReply(_) => {
+            Err(None)
+        }
+    };
     let mut st = inner.lock();
-    if let Inbound::ConnProp(Ok(p)) = &rx.inbound {
-        // v2 draft §4.2.1: never send more than the peer's receive buffers.
-        st.thresholds.send = st.thresholds.send.min(p.receive_buffer_size as usize);
-        return;
-    }
-    let refused = matches!(
-        rx.inbound,
-        Inbound::ErrorV1(v1::ErrorBody::Vers { low, .. })
-            | Inbound::ErrorV2(crate::wire::v2::ErrorBody::Vers { low, .. })
-            if low <= v1::VERSION
-    );
+    let refused = matches!(&rpc, Err(Some(e)) if e.refuses_v2());
     if refused && st.version == Version::V2 {
         st.version = Version::V1;
     }
@@ -209,7 +216,7 @@ pub(super) fn on_reply<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, wc: Wo
     }
     // v2 draft §5.3.3: after WRITE_RESOURCE / REPLY_RESOURCE the call is
     // sent again with the resources the responder said it needs.
-    if let Inbound::ErrorV2(e) = &rx.inbound {
+    if let Err(Some(ErrorBody::V2(e))) = &rpc {
         let bigger = super::super::v2::enlarged_hint(res.hint, e)
             .filter(|_| res.resizes < super::super::v2::MAX_RESIZES);
         if let Some(hint) = bigger {
@@ -246,8 +253,8 @@ pub(super) fn on_reply<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, wc: Wo
     for mr in res.reads {
         drop(mr.invalidate());
     }
-    let result = match &rx.inbound {
-        Inbound::Rpc { nomsg, lists, .. } => {
+    let result = match &rpc {
+        Ok(Rpc { nomsg, lists, .. }) => {
             let base = if *nomsg {
                 lists
                     .reply
@@ -277,7 +284,7 @@ pub(super) fn on_reply<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, wc: Wo
                 }
             }
         }
-        _ => {
+        Err(_) => {
             st.stats.error_replies += 1;
             fence(res.write.map(|w| w.0));
             fence(res.reply);
@@ -285,10 +292,8 @@ pub(super) fn on_reply<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, wc: Wo
         }
     };
     let result = result.filter(|_| !foreign);
-    let reason = match &rx.inbound {
-        Inbound::ErrorV1(v1::ErrorBody::Chunk) => "RDMA_ERROR ERR_CHUNK",
-        Inbound::ErrorV1(v1::ErrorBody::Vers { .. }) => "RDMA_ERROR ERR_VERS",
-        Inbound::ErrorV2(e) => e.code().name().unwrap_or("RDMA2_ERROR"),
+    let reason = match &rpc {
+        Err(Some(e)) => e.name(),
         _ if foreign => "Send With Invalidate of a foreign STag",
         _ => "reply could not be reassembled",
     };
