@@ -98,7 +98,13 @@ fn same_tag(a: &[u8], b: &[u8]) -> bool {
 impl Handle {
     /// The wire form, tagged under `key`.
     pub(crate) fn to_fh(self, key: &HandleKey) -> NfsFh3 {
-        self.encode(0, key)
+        NfsFh3::new(&self.to_bytes(key)).unwrap_or_default()
+    }
+
+    /// The wire form's bytes, tagged under `key` (no allocation: a
+    /// READDIRPLUS page encodes them straight into the reply).
+    pub(crate) fn to_bytes(self, key: &HandleKey) -> [u8; FH_LEN] {
+        self.body(0, key)
     }
 
     /// The wire form of pseudo file system node `fileid`.
@@ -108,7 +114,7 @@ impl Handle {
             ino: fileid,
             gen: 0,
         };
-        h.encode(KIND_PSEUDO, key)
+        NfsFh3::new(&h.body(KIND_PSEUDO, key)).unwrap_or_default()
     }
 
     /// Whether `fh` is shaped as a pseudo file system handle (its tag is
@@ -136,7 +142,7 @@ impl Handle {
         Self::parse_kind(fh, key, KIND_PSEUDO, PSEUDO_EXPORT).map(|h| h.ino)
     }
 
-    fn encode(self, kind: u8, key: &HandleKey) -> NfsFh3 {
+    fn body(self, kind: u8, key: &HandleKey) -> [u8; FH_LEN] {
         let mut b = [0u8; FH_LEN];
         b[0] = VERSION;
         b[1] = kind;
@@ -145,7 +151,7 @@ impl Handle {
         b[20..28].copy_from_slice(&self.gen.to_be_bytes());
         let tag = key.tag(&b[..BODY_LEN]);
         b[BODY_LEN..].copy_from_slice(&tag);
-        NfsFh3::new(&b).unwrap_or_default()
+        b
     }
 
     /// Parses `fh` for export `export_id`: BADHANDLE when malformed or

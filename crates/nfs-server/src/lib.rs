@@ -36,6 +36,7 @@ pub mod localfs;
 pub mod mount;
 pub mod nfs3;
 mod nfs3_deleg;
+mod nfs3_dir;
 pub mod nlm;
 pub mod nsm;
 mod perm;

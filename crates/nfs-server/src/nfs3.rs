@@ -24,8 +24,9 @@ use xdr::{Decoder, Encode, FixedOpaque, XdrBuf};
 
 use crate::access::{ExportTable, Grant};
 use crate::localfs::{MAX_READ, MAX_WRITE};
+use crate::nfs3_dir::DirCall;
 use crate::perm::{access_bits, check_setattr, permits, Caller, DIR_ADD, DIR_REMOVE};
-use crate::storage::{DirEntry, DirPage, DirRequest, Storage, PLUS_TO_DIRENT};
+use crate::storage::Storage;
 
 /// Serves NFS program 100003 version 3 from the exports of a table.
 #[derive(Debug)]
@@ -178,33 +179,6 @@ fn wcc_attr(a: &Fattr3) -> WccAttr {
     }
 }
 
-/// Size of a READDIR3resok/READDIRPLUS3resok without its entries: the
-/// directory's `post_op_attr`, the verifier, the list terminator and
-/// `eof` (RFC 1813 §3.3.16, §3.3.17).
-fn dir_resok_fixed(attrs: &PostOpAttr) -> usize {
-    attrs.encoded_len() + 8 + 4 + 4
-}
-
-/// The status of a READDIR/READDIRPLUS page: NFS3ERR_BAD_COOKIE when a
-/// non-zero cookie comes with a verifier other than the directory's (a
-/// zero verifier is taken as "none", as clients that ignore verifiers
-/// send), NFS3ERR_TOOSMALL when not even one entry fit (RFC 1813 §3.3.16).
-fn page_status(cookie: u64, verf: [u8; 8], page: &DirPage, empty: bool) -> Result<(), Nfsstat3> {
-    if cookie != 0 && verf != [0; 8] && verf != page.verf {
-        Err(Nfsstat3::NFS3ERR_BAD_COOKIE)
-    } else if empty && !page.eof {
-        Err(Nfsstat3::NFS3ERR_TOOSMALL)
-    } else {
-        Ok(())
-    }
-}
-
-/// What one READDIRPLUS entry counts against `dircount`: fileid, name and
-/// cookie (RFC 1813 §3.3.17).
-fn dircount_of(name: &Filename3) -> usize {
-    8 + 4 + xdr::padded_len(name.0.len()) + 8
-}
-
 impl<S: Storage> Nfs3Fs<S> {
     async fn post(&self, fh: &NfsFh3) -> PostOpAttr {
         self.fs.getattr(fh).await.ok()
@@ -288,119 +262,6 @@ impl<S: Storage> Nfs3Fs<S> {
             Ok(()) => Res3::Ok(w),
             Err(s) => Res3::Fail(s, w),
         }
-    }
-
-    /// The directory's attributes when `c` may read it.
-    async fn readable_dir(&self, dir: &NfsFh3, c: &Caller) -> Result<Fattr3, Nfsstat3> {
-        let a = self.fs.getattr(dir).await?;
-        if permits(&a, c, ACCESS3_READ, false) {
-            Ok(a)
-        } else {
-            Err(Nfsstat3::NFS3ERR_ACCES)
-        }
-    }
-
-    /// READDIR (RFC 1813 §3.3.16): entries while the READDIR3resok
-    /// structure, XDR overhead included, stays within `count` (capped at
-    /// rtmax); the storage reads only what fits.
-    async fn readdir(&self, a: Readdir3Args, c: &Caller) -> Readdir3Res {
-        let attrs = match self.readable_dir(&a.dir, c).await {
-            Ok(at) => Some(at),
-            Err(s) => return Res3::Fail(s, self.post(&a.dir).await),
-        };
-        let limit = a.count.min(MAX_READ) as usize;
-        let mut used = dir_resok_fixed(&attrs);
-        let mut out = Vec::new();
-        let req = DirRequest {
-            cookie: a.cookie,
-            plus: false,
-            size_hint: limit,
-        };
-        let mut sink = |e: DirEntry| {
-            let item = Entry3 {
-                fileid: e.fileid,
-                name: e.name,
-                cookie: e.cookie,
-            };
-            let len = 4 + item.encoded_len();
-            if used + len > limit {
-                return false;
-            }
-            used += len;
-            out.push(item);
-            true
-        };
-        let page = match self.fs.readdir(&a.dir, req, &mut sink).await {
-            Ok(p) => p,
-            Err(s) => return Res3::Fail(s, attrs),
-        };
-        if let Err(s) = page_status(a.cookie, a.cookieverf.0, &page, out.is_empty()) {
-            return Res3::Fail(s, attrs);
-        }
-        Res3::Ok(Readdir3ResOk {
-            dir_attributes: attrs,
-            cookieverf: FixedOpaque(page.verf),
-            eof: page.eof,
-            entries: out,
-        })
-    }
-
-    /// READDIRPLUS (RFC 1813 §3.3.17): entries while the READDIRPLUS3resok
-    /// structure stays within `maxcount` (capped at rtmax) and their
-    /// fileids, names and cookies within `dircount` (the first entry is
-    /// always let through `dircount`, so a small hint cannot make a
-    /// listing fail). Handles and attributes come with the entries from
-    /// the storage, one `fstatat` each, never a second lookup.
-    async fn readdirplus(&self, a: Readdirplus3Args, c: &Caller) -> Readdirplus3Res {
-        let attrs = match self.readable_dir(&a.dir, c).await {
-            Ok(at) => Some(at),
-            Err(s) => return Res3::Fail(s, self.post(&a.dir).await),
-        };
-        let limit = a.maxcount.min(MAX_READ) as usize;
-        let dircount = a.dircount as usize;
-        let mut used = dir_resok_fixed(&attrs);
-        let mut dir_used = 0usize;
-        let mut out = Vec::new();
-        let req = DirRequest {
-            cookie: a.cookie,
-            plus: true,
-            size_hint: (limit / PLUS_TO_DIRENT).min(dircount),
-        };
-        let mut sink = |e: DirEntry| {
-            let d = dircount_of(&e.name);
-            let (name_handle, name_attributes) = match e.plus {
-                Some(Ok((fh, at))) => (Some(fh), Some(at)),
-                _ => (None, None),
-            };
-            let item = Entryplus3 {
-                fileid: e.fileid,
-                name: e.name,
-                cookie: e.cookie,
-                name_attributes,
-                name_handle,
-            };
-            let len = 4 + item.encoded_len();
-            if used + len > limit || (!out.is_empty() && dir_used + d > dircount) {
-                return false;
-            }
-            used += len;
-            dir_used += d;
-            out.push(item);
-            true
-        };
-        let page = match self.fs.readdir(&a.dir, req, &mut sink).await {
-            Ok(p) => p,
-            Err(s) => return Res3::Fail(s, attrs),
-        };
-        if let Err(s) = page_status(a.cookie, a.cookieverf.0, &page, out.is_empty()) {
-            return Res3::Fail(s, attrs);
-        }
-        Res3::Ok(Readdirplus3ResOk {
-            dir_attributes: attrs,
-            cookieverf: FixedOpaque(page.verf),
-            eof: page.eof,
-            entries: out,
-        })
     }
 
     /// Executes one decoded call for an admitted caller and encodes its
@@ -638,8 +499,8 @@ impl<S: Storage> Nfs3Fs<S> {
                 };
                 r.encode(&mut out);
             }
-            Args3::Readdir(a) => self.readdir(a, c).await.encode(&mut out),
-            Args3::Readdirplus(a) => self.readdirplus(a, c).await.encode(&mut out),
+            Args3::Readdir(a) => self.read_dir(DirCall::readdir(&a), c, &mut out).await,
+            Args3::Readdirplus(a) => self.read_dir(DirCall::readdirplus(&a), c, &mut out).await,
             Args3::Fsstat(a) => {
                 let r: Fsstat3Res = match fs.fsstat(&a.object).await {
                     Ok(s) => Res3::Ok(Fsstat3ResOk {

@@ -18,19 +18,21 @@ use nfs::v3::{
 /// Result of a storage call.
 pub type StorageResult<T> = Result<T, Nfsstat3>;
 
-/// One directory entry as READDIR/READDIRPLUS return it.
+/// One directory entry as READDIR/READDIRPLUS return it, borrowed from
+/// the back end for the time the sink looks at it (nothing is allocated
+/// per entry: a sink copies what it keeps).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirEntry {
+pub struct DirEntry<'a> {
     /// File id (inode number).
     pub fileid: u64,
     /// Name.
-    pub name: Filename3,
+    pub name: &'a [u8],
     /// Cookie that resumes after this entry.
     pub cookie: u64,
-    /// With [`DirRequest::plus`]: the entry's handle and attributes, or why
-    /// they could not be had (the entry vanished, a mount point, ".." at
-    /// the export root); `None` when not asked for.
-    pub plus: Option<StorageResult<(NfsFh3, Fattr3)>>,
+    /// With [`DirRequest::plus`]: the entry's handle (its bytes) and
+    /// attributes, or why they could not be had (the entry vanished, a
+    /// mount point, ".." at the export root); `None` when not asked for.
+    pub plus: Option<StorageResult<(&'a [u8], Fattr3)>>,
 }
 
 /// What one READDIR page asks of [`Storage::readdir`].
@@ -61,9 +63,29 @@ pub struct DirPage {
     pub eof: bool,
 }
 
-/// Takes an entry into the page (`true`) or refuses it because it does
-/// not fit (`false`: the page ends before it).
-pub type DirSink<'a> = dyn FnMut(DirEntry) -> bool + Send + 'a;
+/// Where [`Storage::readdir`] hands a page: first the directory's own
+/// attributes, from the look-up that opens it (so the caller's access
+/// check needs no call of its own), then the entries.
+pub trait DirSink: Send {
+    /// The listed directory's attributes, before any entry; an error
+    /// ends the call with that status and no entry is read (the access
+    /// check of READDIR, RFC 1813 §3.3.16). Accepts by default.
+    fn dir(&mut self, attrs: &Fattr3) -> StorageResult<()> {
+        let _ = attrs;
+        Ok(())
+    }
+
+    /// Takes an entry into the page (`true`) or refuses it because it
+    /// does not fit (`false`: the page ends before it).
+    fn entry(&mut self, e: DirEntry<'_>) -> bool;
+}
+
+/// A closure is a sink that takes entries and accepts any directory.
+impl<F: FnMut(DirEntry<'_>) -> bool + Send> DirSink for F {
+    fn entry(&mut self, e: DirEntry<'_>) -> bool {
+        self(e)
+    }
+}
 
 /// File system figures for FSSTAT (RFC 1813 §3.3.18).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -262,7 +284,8 @@ pub trait Storage: Send + Sync + 'static {
         name: &Filename3,
     ) -> impl Future<Output = StorageResult<()>> + Send;
 
-    /// Hands the entries of `dir` after `req.cookie` to `sink` in
+    /// Hands `dir`'s attributes to [`DirSink::dir`] (ending the call if
+    /// it refuses), then the entries of `dir` after `req.cookie` to `sink` in
     /// directory order until the sink refuses one or the directory ends,
     /// doing work for those entries only. NFS3ERR_BAD_COOKIE when the
     /// cookie cannot be honoured. The caller checks the client's verifier
@@ -271,7 +294,7 @@ pub trait Storage: Send + Sync + 'static {
         &self,
         dir: &NfsFh3,
         req: DirRequest,
-        sink: &mut DirSink<'_>,
+        sink: &mut dyn DirSink,
     ) -> impl Future<Output = StorageResult<DirPage>> + Send;
 
     /// File system figures.

@@ -285,3 +285,53 @@ async fn a_stale_cookie_is_bad_cookie_not_a_wrong_listing() {
     assert_eq!(n.len(), 102);
     srv.stop();
 }
+
+/// The access check of READDIR/READDIRPLUS (RFC 1813 §3.3.16: read
+/// permission on the directory) is made on the attributes the listing
+/// itself reads: a caller without read permission gets NFS3ERR_ACCES with
+/// the directory's attributes and no entry, one with it the listing.
+#[tokio::test]
+async fn an_unreadable_directory_is_acces_with_its_attributes() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = TempDir::new("rd-acces");
+    for (name, mode) in [("shut", 0o711), ("open", 0o755)] {
+        let d = t.path().join(name);
+        std::fs::create_dir(&d).unwrap();
+        files(&d, "f", 5);
+        std::fs::set_permissions(&d, PermissionsExt::from_mode(mode)).unwrap();
+    }
+    std::fs::set_permissions(t.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let srv = start(t.path(), false).await;
+    let mut c = Client::connect(srv.nfs_addr()).await;
+    c.cred = oncrpc::msg::AuthSys {
+        stamp: 3,
+        machinename: bytes::Bytes::from_static(b"user"),
+        uid: 1000,
+        gid: 1000,
+        gids: vec![],
+    }
+    .to_opaque_auth();
+    let root = srv.root_handle();
+    let shut = c.lookup(&root, "shut").await.ok().unwrap().object;
+    let open = c.lookup(&root, "open").await.ok().unwrap().object;
+    let mode = |r: &PostOpAttr| r.as_ref().map(|a| a.mode);
+    match readdir(&c, &shut, 0, [0; 8], 4096).await {
+        Res3::Fail(s, attrs) => {
+            assert_eq!((s, mode(&attrs)), (Nfsstat3::NFS3ERR_ACCES, Some(0o711)))
+        }
+        Res3::Ok(r) => panic!("listed {} entries", r.entries.len()),
+    }
+    match readdirplus(&c, &shut, 0, [0; 8], 4096, 8192).await {
+        Res3::Fail(s, attrs) => {
+            assert_eq!((s, mode(&attrs)), (Nfsstat3::NFS3ERR_ACCES, Some(0o711)))
+        }
+        Res3::Ok(r) => panic!("listed {} entries", r.entries.len()),
+    }
+    let r = readdirplus(&c, &open, 0, [0; 8], 4096, 8192)
+        .await
+        .ok()
+        .unwrap();
+    assert_eq!((r.entries.len(), r.eof), (7, true));
+    assert_eq!(mode(&r.dir_attributes), Some(0o755));
+    srv.stop();
+}

@@ -1483,7 +1483,7 @@ mod gated {
             &self,
             d: &NfsFh3,
             req: DirRequest,
-            sink: &mut DirSink<'_>,
+            sink: &mut dyn DirSink,
         ) -> StorageResult<DirPage> {
             self.fs.readdir(d, req, sink).await
         }

@@ -12,7 +12,7 @@ use super::tests::{block, list, name, Tmp};
 use super::LocalFs;
 use crate::storage::Storage;
 
-fn names(es: &[crate::storage::DirEntry]) -> Vec<String> {
+fn names(es: &[super::tests::OwnedEntry]) -> Vec<String> {
     es.iter()
         .map(|e| String::from_utf8(e.name.0.to_vec()).unwrap())
         .collect()

@@ -313,7 +313,7 @@ impl Storage for LocalFs {
         &self,
         dir: &NfsFh3,
         req: DirRequest,
-        sink: &mut DirSink<'_>,
+        sink: &mut dyn DirSink,
     ) -> StorageResult<DirPage> {
         blocking(|| self.do_readdir(dir, req, sink))
     }

@@ -8,7 +8,9 @@
 use std::os::fd::{AsFd, OwnedFd};
 
 use bytes::Bytes;
-use nfs::v3::{Createhow3, Filename3, Ftype3, Mknoddata3, NfsFh3, Nfsstat3, Nfstime3, Sattr3};
+use nfs::v3::{
+    Createhow3, Fattr3, Filename3, Ftype3, Mknoddata3, NfsFh3, Nfsstat3, Nfstime3, Sattr3,
+};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps};
 use rustix::io::Errno;
 
@@ -19,7 +21,7 @@ use super::io::{sync_dir, sync_fd};
 use super::resolve::Node;
 use super::LocalFs;
 use crate::dircursor::{CursorError, DirCursor, Entry as CursorEntry};
-use crate::fh::Handle;
+use crate::fh::{Handle, FH_LEN};
 use crate::storage::{DirEntry, DirPage, DirRequest, DirSink, StorageResult};
 
 pub(crate) fn is_dot(name: &[u8]) -> bool {
@@ -383,18 +385,21 @@ impl LocalFs {
     }
 
     /// One READDIR page from the directory cursor (RFC 1813 §3.3.16,
-    /// §3.3.17): the entries after `req.cookie` until `sink` refuses one.
-    /// The cursor of the listing's last page is taken up again when this
-    /// page resumes where it stopped ([`super::cursors`]); the files a
-    /// READDIRPLUS page returns are recorded in the handle index together
-    /// once the page is done, before the reply.
+    /// §3.3.17): the directory's attributes to `sink` (its access check,
+    /// from the `statx` that resolves the handle, in the same blocking
+    /// section), then the entries after `req.cookie` until `sink` refuses
+    /// one. The cursor of the listing's last page is taken up again when
+    /// this page resumes where it stopped ([`super::cursors`]); the files
+    /// a READDIRPLUS page returns are recorded in the handle index
+    /// together once the page is done, before the reply.
     pub(crate) fn do_readdir(
         &self,
         dir: &NfsFh3,
         req: DirRequest,
-        sink: &mut DirSink<'_>,
+        sink: &mut dyn DirSink,
     ) -> StorageResult<DirPage> {
         let d = self.resolve_dir(dir)?;
+        sink.dir(&d.meta.fattr(self.fsid()))?;
         let (gen, stamp) = (d.meta.gen(), Stamp::of(&d.meta));
         let mut cur = match self.cursors.take(d.ino, gen, req.cookie, stamp) {
             Some(c) => c,
@@ -402,8 +407,19 @@ impl LocalFs {
         };
         let mut listed = Listed::default();
         let r = cur.read(req.cookie, req.size_hint, |e| {
-            let (entry, file) = self.dir_entry(&d, e, req.plus);
-            let taken = sink(entry);
+            let mut fh = [0u8; FH_LEN];
+            let mut file = None;
+            let plus = req.plus.then(|| {
+                let (r, f) = self.entry_plus(&d, e, &mut fh);
+                file = f;
+                r
+            });
+            let taken = sink.entry(DirEntry {
+                fileid: self.entry_fileid(&d, e),
+                name: e.name(),
+                cookie: e.cookie(),
+                plus: plus.map(|r| r.map(|at| (&fh[..], at))),
+            });
             if let (true, Some((ino, gen))) = (taken, file) {
                 listed.push(ino, gen, e.name());
             }
@@ -423,40 +439,45 @@ impl LocalFs {
         }
     }
 
-    /// A READDIR entry: ".." at the export root is the root itself, with
-    /// no handle or attributes (as Linux); with `plus`, the handle and
-    /// attributes come from one `statx` relative to the open directory,
-    /// and a mount point inside the export is not crossed. Also the file
-    /// (inode, generation) to record in the index as a LOOKUP would, if
-    /// the entry is taken.
-    fn dir_entry(
+    /// A READDIR entry's file id: ".." at the export root is the root
+    /// itself (as Linux).
+    fn entry_fileid(&self, d: &Node, e: &CursorEntry<'_>) -> u64 {
+        if d.ino == self.root_ino && e.name() == b".." {
+            self.root_ino
+        } else {
+            e.ino()
+        }
+    }
+
+    /// A READDIRPLUS entry's attributes, its handle's bytes into `fh`, from one `statx`
+    /// relative to the open directory: none for ".." at the export root
+    /// (as Linux) or a mount point inside the export (not crossed). Also
+    /// the file (inode, generation) to record in the index as a LOOKUP
+    /// would, if the entry is taken.
+    fn entry_plus(
         &self,
         d: &Node,
         e: &CursorEntry<'_>,
-        plus: bool,
-    ) -> (DirEntry, Option<(u64, u64)>) {
-        let root_dotdot = d.ino == self.root_ino && e.name() == b"..";
-        let mut file = None;
-        let plus = plus.then(|| {
-            if root_dotdot {
-                return Err(Nfsstat3::NFS3ERR_ACCES);
-            }
-            let m = sx(Meta::at(&**d.dir()?, e.name()))?;
-            if m.dev() != self.dev {
-                return Err(Nfsstat3::NFS3ERR_ACCES);
-            }
-            if !e.is_dot() && m.ino() != self.root_ino {
-                file = Some((m.ino(), m.gen()));
-            }
-            Ok((self.handle(&m), m.fattr(self.fsid())))
-        });
-        let entry = DirEntry {
-            fileid: if root_dotdot { self.root_ino } else { e.ino() },
-            name: Filename3(Bytes::copy_from_slice(e.name())),
-            cookie: e.cookie(),
-            plus,
+        fh: &mut [u8; FH_LEN],
+    ) -> (StorageResult<Fattr3>, Option<(u64, u64)>) {
+        if d.ino == self.root_ino && e.name() == b".." {
+            return (Err(Nfsstat3::NFS3ERR_ACCES), None);
+        }
+        let m = match d.dir().and_then(|fd| sx(Meta::at(&**fd, e.name()))) {
+            Ok(m) => m,
+            Err(s) => return (Err(s), None),
         };
-        (entry, file)
+        if m.dev() != self.dev {
+            return (Err(Nfsstat3::NFS3ERR_ACCES), None);
+        }
+        let file = (!e.is_dot() && m.ino() != self.root_ino).then(|| (m.ino(), m.gen()));
+        *fh = Handle {
+            export_id: self.export_id,
+            ino: m.ino(),
+            gen: m.gen(),
+        }
+        .to_bytes(&self.key);
+        (Ok(m.fattr(self.fsid())), file)
     }
 }
 

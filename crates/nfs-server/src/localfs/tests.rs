@@ -6,9 +6,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use nfs::v3::{Createhow3, Filename3, Nfsstat3, Sattr3, StableHow};
+use nfs::v3::{Createhow3, Fattr3, Filename3, Nfsstat3, Sattr3, StableHow};
 
-use crate::storage::{DirEntry, DirPage, DirRequest};
+use crate::storage::{DirEntry, DirPage, DirRequest, StorageResult};
 use rustix::io::Errno;
 
 use super::*;
@@ -112,6 +112,28 @@ fn read_only_export_refuses_changes_before_touching_disk() {
     assert_eq!(fs::read(t.0.join("f")).unwrap(), b"data");
 }
 
+/// A listed entry, owned (a [`DirEntry`] borrows from the storage).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct OwnedEntry {
+    pub(super) fileid: u64,
+    pub(super) name: Filename3,
+    pub(super) cookie: u64,
+    pub(super) plus: Option<StorageResult<(NfsFh3, Fattr3)>>,
+}
+
+impl From<DirEntry<'_>> for OwnedEntry {
+    fn from(e: DirEntry<'_>) -> Self {
+        Self {
+            fileid: e.fileid,
+            name: Filename3(Bytes::copy_from_slice(e.name)),
+            cookie: e.cookie,
+            plus: e
+                .plus
+                .map(|r| r.map(|(fh, a)| (NfsFh3::new(fh).unwrap(), a))),
+        }
+    }
+}
+
 /// Up to `n` entries after `cookie`, with the page's end.
 pub(super) fn list(
     lfs: &LocalFs,
@@ -119,18 +141,18 @@ pub(super) fn list(
     cookie: u64,
     n: usize,
     plus: bool,
-) -> (Vec<DirEntry>, DirPage) {
+) -> (Vec<OwnedEntry>, DirPage) {
     let mut out = Vec::new();
     let req = DirRequest {
         cookie,
         plus,
         size_hint: 0,
     };
-    let page = block(lfs.readdir(dir, req, &mut |e| {
+    let page = block(lfs.readdir(dir, req, &mut |e: DirEntry<'_>| {
         if out.len() == n {
             return false;
         }
-        out.push(e);
+        out.push(OwnedEntry::from(e));
         true
     }))
     .unwrap();

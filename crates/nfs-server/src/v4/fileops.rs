@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use nfs::v3::{
     Fattr3, Filename3, Ftype3, Mknoddata3, NfsFh3, Sattr3, Specdata3, StableHow, ACCESS3_LOOKUP,
     ACCESS3_MODIFY, ACCESS3_READ,
@@ -525,12 +526,13 @@ impl<S: Storage> Nfs4Service<S> {
         let mut size = 8 + 4 + 4;
         let mut failed = None;
         let mut sink = |e: DirEntry| {
-            if e.name.0[..] == b"."[..] || e.name.0[..] == b".."[..] {
+            if e.name == b"." || e.name == b".." {
                 return true;
             }
             let attrs = match e.plus {
                 None => Fattr4::default(),
                 Some(Ok((fh, at))) => {
+                    let fh = NfsFh3::new(fh).unwrap_or_default();
                     let mut attrs = file_attrs(&at, &fh, fsstat, lease);
                     self.fs.fix_attrs(&fh, &mut attrs);
                     attrs.to_fattr4(&a.attr_request)
@@ -548,7 +550,7 @@ impl<S: Storage> Nfs4Service<S> {
             };
             let entry = Entry4 {
                 cookie: e.cookie,
-                name: Component4(e.name.0),
+                name: Component4(Bytes::copy_from_slice(e.name)),
                 attrs,
             };
             let len = 4 + entry.encoded_len();

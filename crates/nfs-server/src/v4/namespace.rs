@@ -208,7 +208,7 @@ impl<S: Storage> Namespace<S> {
         dir: &NfsFh3,
         peer: &PeerInfo,
         req: DirRequest,
-        sink: &mut DirSink<'_>,
+        sink: &mut dyn DirSink,
     ) -> StorageResult<DirPage> {
         match self.place(dir)? {
             Place::Junction(n) => self.list_junction(n, Some(peer_ip(peer)), req, sink).await,
@@ -297,7 +297,7 @@ impl<S: Storage> Namespace<S> {
         n: usize,
         ip: Option<IpAddr>,
         req: DirRequest,
-        sink: &mut DirSink<'_>,
+        sink: &mut dyn DirSink,
     ) -> StorageResult<DirPage> {
         let Some(p) = &self.pseudo else {
             return Err(Nfsstat3::NFS3ERR_BADHANDLE);
@@ -306,28 +306,29 @@ impl<S: Storage> Namespace<S> {
             Some(ip) => self.lists(ip)(e),
             None => true,
         };
+        sink.dir(&Self::junction_attrs(p, n))?;
         let verf = p.tree.node(n).change.to_be_bytes();
         let mut eof = true;
         for (cookie, c) in p.tree.list(n, req.cookie, &lists) {
             let Some(step) = p.tree.enter(c, &lists) else {
                 continue;
             };
+            let fh = self.step_fh(step);
             let plus = if req.plus {
-                let fh = self.step_fh(step);
                 Some(match step {
-                    Step::Export(e) => self.exports[e].getattr(&fh).await.map(|a| (fh, a)),
-                    Step::Junction(j) => Ok((fh, Self::junction_attrs(p, j))),
+                    Step::Export(e) => self.exports[e].getattr(&fh).await,
+                    Step::Junction(j) => Ok(Self::junction_attrs(p, j)),
                 })
             } else {
                 None
             };
             let entry = DirEntry {
                 fileid: p.tree.node(c).fileid,
-                name: Filename3(p.tree.node(c).name.clone()),
+                name: &p.tree.node(c).name,
                 cookie,
-                plus,
+                plus: plus.map(|r| r.map(|a| (fh.as_bytes(), a))),
             };
-            if !sink(entry) {
+            if !sink.entry(entry) {
                 eof = false;
                 break;
             }
@@ -520,7 +521,7 @@ impl<S: Storage> Storage for Namespace<S> {
         &self,
         dir: &NfsFh3,
         req: DirRequest,
-        sink: &mut DirSink<'_>,
+        sink: &mut dyn DirSink,
     ) -> StorageResult<DirPage> {
         match self.place(dir)? {
             Place::Junction(n) => self.list_junction(n, None, req, sink).await,
