@@ -249,6 +249,10 @@ impl<S: Storage> Nfs4Service<S> {
         };
         let mut attrs = file_attrs(&attr, &fh, fsstat, self.lease_secs());
         self.fs.fix_attrs(&fh, &mut attrs);
+        self.pnfs_attrs(&mut attrs);
+        if let Some(size) = self.pnfs_size(&fh, &attr).await {
+            attrs.size = Some(size);
+        }
         let server = (change_of(&attr), attr.size);
         // RFC 8881 §10.4.3: another client's write delegation.
         if let Some((size, change)) = self
@@ -432,12 +436,14 @@ impl<S: Storage> Nfs4Service<S> {
         self.allow(&before, cx, DIR_REMOVE, false)?;
         let child = self.fs.lookup(&dir, &n).await.map_err(st4)?;
         self.deleg_conflict(&child, cx, true)?;
-        let r = if self.attr(&child).await?.ftype == Ftype3::NF3DIR {
+        let child_attr = self.attr(&child).await?;
+        let r = if child_attr.ftype == Ftype3::NF3DIR {
             self.fs.rmdir(&dir, &n).await
         } else {
             self.fs.remove(&dir, &n).await
         };
         r.map_err(st4)?;
+        self.pnfs_removed(&child, &child_attr).await;
         let after = self.attr(&dir).await?;
         Ok(Cinfo4ResOk {
             cinfo: cinfo(&before, &after),
@@ -535,6 +541,7 @@ impl<S: Storage> Nfs4Service<S> {
                     let fh = NfsFh3::new(fh).unwrap_or_default();
                     let mut attrs = file_attrs(&at, &fh, fsstat, lease);
                     self.fs.fix_attrs(&fh, &mut attrs);
+                    self.pnfs_attrs(&mut attrs);
                     attrs.to_fattr4(&a.attr_request)
                 }
                 Some(Err(nfs::v3::Nfsstat3::NFS3ERR_NOENT)) => return true,

@@ -56,6 +56,7 @@ mod namespace;
 mod nlmlink;
 mod openops;
 mod opstats;
+pub mod pnfs;
 mod pseudofs;
 mod seqids;
 mod state;
@@ -195,6 +196,8 @@ pub struct Nfs4Service<S: Storage = LocalFs> {
     nlm: Option<crate::nlm::NlmLocks>,
     /// WRITEs in progress per file, awaited by DELEGRETURN.
     writes: Arc<inflight::Writes>,
+    /// The pNFS metadata server role ([`pnfs`]), if this server has it.
+    mds: Option<Arc<pnfs::Mds>>,
 }
 
 impl<S: Storage> core::fmt::Debug for Nfs4Service<S> {
@@ -293,7 +296,15 @@ impl<S: Storage> Nfs4Service<S> {
             writes: Arc::default(),
             fs: Arc::new(Namespace::single(fs)),
             nlm: None,
+            mds: None,
         }
+    }
+
+    /// Makes this server a pNFS metadata server over `mds`'s data servers
+    /// (RFC 8881 §12, RFC 8435; [`pnfs`]).
+    pub fn with_mds(mut self, mds: Arc<pnfs::Mds>) -> Self {
+        self.mds = Some(mds);
+        self
     }
 
     /// Grants delegations within `limits` (default [`DelegLimits::default`]).

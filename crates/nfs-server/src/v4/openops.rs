@@ -59,7 +59,13 @@ impl<S: Storage> Nfs4Service<S> {
             A::ExchangeId(a) => Z::ExchangeId(match self.state() {
                 Ok(mut st) => {
                     st.expire(now);
-                    st.exchange_id(a, &self.owner, now)
+                    let mut r = st.exchange_id(a, &self.owner, now);
+                    // RFC 8881 §13.1: a metadata server says so.
+                    if let (Res4::Ok(ok), true) = (&mut r, self.mds.is_some()) {
+                        ok.flags = (ok.flags & !nfs::v4::session::EXCHGID4_FLAG_USE_NON_PNFS)
+                            | nfs::v4::session::EXCHGID4_FLAG_USE_PNFS_MDS;
+                    }
+                    r
                 }
                 Err(e) => Res4::Err(e),
             }),
@@ -113,7 +119,7 @@ impl<S: Storage> Nfs4Service<S> {
                 (None, _) => Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION,
                 (_, Err(e)) => e,
             }),
-            other => NfsResop4::error(other.opnum(), Nfsstat4::NFS4ERR_NOTSUPP),
+            other => self.exec_pnfs(other, cx).await,
         }
     }
 

@@ -75,6 +75,7 @@ impl<S: Storage> Nfs4Service<S> {
         };
         let mut server = file_attrs(&attr, &fh, fsstat, self.lease_secs());
         self.fs.fix_attrs(&fh, &mut server);
+        self.pnfs_attrs(&mut server);
         match (same_attrs(&a.obj_attributes, &server)?, negate) {
             (true, false) | (false, true) => Ok(()),
             (false, false) => Err(Nfsstat4::NFS4ERR_NOT_SAME),

@@ -1,0 +1,175 @@
+//! pNFS metadata server with the flexible-files layout (RFC 8881 §12,
+//! RFC 8435), loosely coupled to NFSv3 data servers.
+//!
+//! - EXCHANGE_ID answers EXCHGID4_FLAG_USE_PNFS_MDS (RFC 8881 §13.1) and
+//!   every file system reports `fs_layout_types` = LAYOUT4_FLEX_FILES.
+//! - LAYOUTGET (§18.43) grants whole-file layouts, one mirror of one data
+//!   server per file. Placement: the file's `fileid` modulo the number of
+//!   data servers. The data file is `<fsid>.<fileid>` (hexadecimal) in the
+//!   data server's export root, created through the control path
+//!   ([`control`]) with the synthetic owner and group (RFC 8435 §2.2) and
+//!   mode 0660; clients write to it with AUTH_SYS as that uid and the
+//!   anonymous stateid (§5.1: an NFSv3 data server has no stateids).
+//! - GETDEVICEINFO (§18.40) gives each data server's `tcp` and, when it
+//!   serves RPC-over-RDMA, `rdma` address, NFS version 3.
+//! - LAYOUTCOMMIT (§18.42) sets the file's size and mtime at the metadata
+//!   server from the client's last write offset and time.
+//! - LAYOUTRETURN (§18.44) with the flex-files body (RFC 8435 §9.3): I/O
+//!   errors logged as warnings, statistics at debug level; LAYOUTERROR
+//!   and LAYOUTSTATS (RFC 7862 §15.6, §15.7) likewise.
+//! - REMOVE of a file drops its layouts and removes its data file.
+//!
+//! Not done yet (docs/pnfs.md): CB_LAYOUTRECALL on truncate, chmod,
+//! remove and data server loss, fencing by rotating the synthetic ids,
+//! mirrors, READ/WRITE through the metadata server reaching the data file
+//! (the layout says FF_FLAGS_NO_IO_THRU_MDS), the data file's size while
+//! write layouts are out.
+
+mod control;
+mod layouts;
+mod ops;
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+
+use nfs::v4::Deviceid4;
+use xdr::FixedOpaque;
+
+use control::DsControl;
+use layouts::LayoutTable;
+
+/// The synthetic uid and gid data files get by default (RFC 8435 §2.2).
+pub const DEFAULT_SYNTHETIC_ID: u32 = 40001;
+/// Layout stateids held at once by default.
+pub const DEFAULT_MAX_LAYOUTS: usize = 65536;
+
+/// One NFSv3 data server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataServer {
+    /// Its NFS address over TCP (also where clients reach it).
+    pub tcp: SocketAddr,
+    /// Its RPC-over-RDMA address, if it serves one (advertised to clients
+    /// with the `rdma` netid).
+    pub rdma: Option<SocketAddr>,
+    /// Its MOUNT port, when not the NFS port or the port mapper's answer.
+    pub mount_port: Option<u16>,
+    /// The export holding the data files.
+    pub export: String,
+}
+
+/// Metadata server settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MdsConfig {
+    /// The data servers, in device id order.
+    pub data_servers: Vec<DataServer>,
+    /// Synthetic uid of data files.
+    pub uid: u32,
+    /// Synthetic gid of data files.
+    pub gid: u32,
+    /// Layout stateids held at once (`pnfs.layouts`).
+    pub max_layouts: usize,
+    /// READ and WRITE sizes advertised per data server.
+    pub io_size: u32,
+}
+
+impl MdsConfig {
+    /// Defaults over `data_servers`.
+    pub fn new(data_servers: Vec<DataServer>) -> Self {
+        Self {
+            data_servers,
+            uid: DEFAULT_SYNTHETIC_ID,
+            gid: DEFAULT_SYNTHETIC_ID,
+            max_layouts: DEFAULT_MAX_LAYOUTS,
+            io_size: 1 << 20,
+        }
+    }
+}
+
+/// The metadata server's state: its data servers and the layouts out.
+#[derive(Debug)]
+pub struct Mds {
+    cfg: MdsConfig,
+    ds: Vec<DsControl>,
+    layouts: Mutex<LayoutTable>,
+}
+
+impl Mds {
+    /// A metadata server over `cfg.data_servers` (at least one).
+    pub fn new(cfg: MdsConfig) -> Self {
+        let ds = cfg
+            .data_servers
+            .iter()
+            .cloned()
+            .map(DsControl::new)
+            .collect();
+        let layouts = Mutex::new(LayoutTable::new(cfg.max_layouts));
+        Self { cfg, ds, layouts }
+    }
+
+    /// Layout stateids held now.
+    pub fn layouts_held(&self) -> usize {
+        self.layouts.lock().map(|l| l.len()).unwrap_or(0)
+    }
+
+    /// The data server a file is placed on: `fileid` modulo their number.
+    fn place(&self, fileid: u64) -> usize {
+        (fileid % self.ds.len().max(1) as u64) as usize
+    }
+}
+
+/// The device id of data server `i`: "DS" and the index (RFC 8881
+/// §12.2.10: unique and stable for the server's life).
+fn device_id(i: usize) -> Deviceid4 {
+    let mut d = [0u8; 16];
+    d[..2].copy_from_slice(b"DS");
+    d[12..].copy_from_slice(&(i as u32).to_be_bytes());
+    FixedOpaque(d)
+}
+
+/// The data server index of a device id, if it is one of ours.
+fn device_index(d: &Deviceid4) -> Option<usize> {
+    if d.0[..2] != *b"DS" || d.0[2..12].iter().any(|&b| b != 0) {
+        return None;
+    }
+    let mut n = [0u8; 4];
+    n.copy_from_slice(&d.0[12..]);
+    Some(u32::from_be_bytes(n) as usize)
+}
+
+/// The data file's name for the file `fileid` of file system `fsid`.
+fn data_file_name(fsid: u64, fileid: u64) -> String {
+    format!("{fsid:x}.{fileid:x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_ids_round_trip_and_foreign_ones_are_refused() {
+        for i in [0, 1, 7, 1000] {
+            assert_eq!(device_index(&device_id(i)), Some(i));
+        }
+        assert_eq!(device_index(&FixedOpaque([0; 16])), None);
+        let mut d = device_id(1);
+        d.0[5] = 1;
+        assert_eq!(device_index(&d), None);
+    }
+
+    #[test]
+    fn placement_spreads_consecutive_files_over_every_data_server() {
+        let ds = |p| DataServer {
+            tcp: SocketAddr::from(([127, 0, 0, 1], p)),
+            rdma: None,
+            mount_port: None,
+            export: "/".into(),
+        };
+        let m = Mds::new(MdsConfig::new(vec![ds(1), ds(2), ds(3)]));
+        let mut n = [0; 3];
+        for fileid in 100..400 {
+            n[m.place(fileid)] += 1;
+        }
+        assert_eq!(n, [100, 100, 100]);
+        assert_eq!(data_file_name(0x10, 0xab), "10.ab");
+    }
+}

@@ -1,0 +1,397 @@
+//! The layout operations of the metadata server (RFC 8881 §18.40,
+//! §18.42 to §18.44; RFC 7862 §15.6, §15.7) on [`Nfs4Service`].
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use nfs::v3::{Ftype3, Sattr3, SetTime};
+use nfs::v4::flexfiles::{
+    decode_body, encode_body, FfDataServer4, FfDeviceAddr4, FfDeviceVersions4, FfLayout4,
+    FfLayoutreturn4, FfMirror4, Netaddr4, FF_FLAGS_NO_IO_THRU_MDS,
+};
+use nfs::v4::*;
+use xdr::{Bounded, Encode};
+
+use super::control::ControlError;
+use super::layouts::LayoutTable;
+use super::{data_file_name, device_id, device_index, Mds};
+use crate::storage::Storage;
+use crate::v4::fileops::{cur, key, resolve_sid};
+use crate::v4::{Cx, Nfs4Service};
+
+type R<T> = Result<T, Nfsstat4>;
+
+/// Mode of data files (RFC 8435 §2.2: only the synthetic owner and group
+/// may read and write them).
+const DATA_FILE_MODE: u32 = 0o660;
+
+fn status(r: R<()>) -> Nfsstat4 {
+    r.err().unwrap_or(Nfsstat4::NFS4_OK)
+}
+
+fn flex(t: Layouttype4) -> R<()> {
+    if t == Layouttype4::LAYOUT4_FLEX_FILES {
+        Ok(())
+    } else {
+        Err(Nfsstat4::NFS4ERR_UNKNOWN_LAYOUTTYPE)
+    }
+}
+
+fn client(cx: &Cx) -> R<u64> {
+    cx.clientid().ok_or(Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)
+}
+
+impl<S: Storage> Nfs4Service<S> {
+    /// The layout operations: NFS4ERR_NOTSUPP unless this server is a
+    /// metadata server.
+    pub(in crate::v4) async fn exec_pnfs(&self, op: &NfsArgop4, cx: &mut Cx) -> NfsResop4 {
+        use NfsArgop4 as A;
+        use NfsResop4 as Z;
+        let Some(mds) = self.mds.clone() else {
+            return NfsResop4::error(op.opnum(), Nfsstat4::NFS4ERR_NOTSUPP);
+        };
+        match op {
+            A::Layoutget(a) => Z::Layoutget(match self.layoutget(&mds, a, cx).await {
+                Ok(r) => Layoutget4Res::Ok(r),
+                Err(Nfsstat4::NFS4ERR_LAYOUTTRYLATER) => Layoutget4Res::TryLater(false),
+                Err(e) => Layoutget4Res::Err(e),
+            }),
+            A::Getdeviceinfo(a) => Z::Getdeviceinfo(getdeviceinfo(&mds, a)),
+            A::Layoutcommit(a) => Z::Layoutcommit(self.layoutcommit(&mds, a, cx).await.into()),
+            A::Layoutreturn(a) => Z::Layoutreturn(self.layoutreturn(&mds, a, cx).into()),
+            A::Layouterror(a) => Z::Layouterror(status(layouterror(&mds, a, cx))),
+            A::Layoutstats(a) => Z::Layoutstats(status(layoutstats(&mds, a, cx))),
+            other => NfsResop4::error(other.opnum(), Nfsstat4::NFS4ERR_NOTSUPP),
+        }
+    }
+
+    /// LAYOUTGET (RFC 8881 §18.43.3): a whole-file flex-files layout with
+    /// one mirror on the file's data server, its data file created first.
+    async fn layoutget(&self, mds: &Mds, a: &Layoutget4Args, cx: &Cx) -> R<Layoutget4ResOk> {
+        let c = client(cx)?;
+        let fh = cur(cx)?;
+        flex(a.layout_type)?;
+        let rw = match a.iomode {
+            Layoutiomode4::LAYOUTIOMODE4_READ => false,
+            Layoutiomode4::LAYOUTIOMODE4_RW => true,
+            _ => return Err(Nfsstat4::NFS4ERR_BADIOMODE),
+        };
+        let end_ok = a.length == u64::MAX || a.offset.checked_add(a.length).is_some();
+        if a.length == 0 || a.minlength > a.length || !end_ok {
+            return Err(Nfsstat4::NFS4ERR_INVAL);
+        }
+        if rw && cx.read_only {
+            return Err(Nfsstat4::NFS4ERR_ROFS);
+        }
+        let attr = self.regular(&fh).await?;
+        // §18.43.3: an open, lock or delegation stateid of this file, or
+        // the client's layout stateid; never a special one.
+        let sid = resolve_sid(cx, &a.stateid)?;
+        if sid.is_special() {
+            return Err(Nfsstat4::NFS4ERR_BAD_STATEID);
+        }
+        let file = key(&fh);
+        if !LayoutTable::is_layout_stateid(&sid) {
+            self.state()?.io_check(&sid, c, &file, rw)?;
+        }
+        let i = mds.place(attr.fileid);
+        let name = data_file_name(attr.fsid, attr.fileid);
+        let ds_fh = mds.ds[i]
+            .ensure(&name, mds.cfg.uid, mds.cfg.gid, DATA_FILE_MODE)
+            .await
+            .map_err(|e| {
+                tracing::warn!(ds = i, file = %name, error = ?e, "pNFS data file not available");
+                match e {
+                    ControlError::Unreachable => Nfsstat4::NFS4ERR_LAYOUTTRYLATER,
+                    ControlError::Nfs(_) => Nfsstat4::NFS4ERR_LAYOUTUNAVAILABLE,
+                }
+            })?;
+        let body = FfLayout4 {
+            stripe_unit: 0,
+            mirrors: Bounded(vec![FfMirror4 {
+                data_servers: Bounded(vec![FfDataServer4 {
+                    deviceid: device_id(i),
+                    efficiency: 0,
+                    // RFC 8435 §5.1: an NFSv3 data server takes the
+                    // anonymous stateid.
+                    stateid: Stateid4::ANONYMOUS,
+                    fh_vers: Bounded(vec![NfsFh4(Bytes::copy_from_slice(ds_fh.as_bytes()))]),
+                    user: Bounded(Bytes::from(mds.cfg.uid.to_string())),
+                    group: Bounded(Bytes::from(mds.cfg.gid.to_string())),
+                }]),
+            }]),
+            flags: FF_FLAGS_NO_IO_THRU_MDS,
+            stats_collect_hint: 0,
+        };
+        let mut ok = Layoutget4ResOk {
+            return_on_close: false,
+            stateid: sid,
+            layout: Bounded(vec![Layout4 {
+                offset: 0,
+                length: u64::MAX,
+                iomode: a.iomode,
+                content: LayoutContent4 {
+                    layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+                    body: encode_body(&body),
+                },
+            }]),
+        };
+        // §18.43.3: a reply body larger than loga_maxcount is TOOSMALL.
+        if ok.encoded_len() > a.maxcount as usize {
+            return Err(Nfsstat4::NFS4ERR_TOOSMALL);
+        }
+        let mut t = mds
+            .layouts
+            .lock()
+            .map_err(|_| Nfsstat4::NFS4ERR_SERVERFAULT)?;
+        ok.stateid = t.grant(c, &file, a.iomode, &sid)?;
+        Ok(ok)
+    }
+
+    /// LAYOUTCOMMIT (RFC 8881 §18.42.3): the size grows to the last byte
+    /// written and the mtime becomes the client's (or the server's) time.
+    async fn layoutcommit(
+        &self,
+        mds: &Mds,
+        a: &Layoutcommit4Args,
+        cx: &Cx,
+    ) -> R<Layoutcommit4ResOk> {
+        let c = client(cx)?;
+        let fh = cur(cx)?;
+        flex(a.layoutupdate.layout_type)?;
+        if a.reclaim {
+            return Err(Nfsstat4::NFS4ERR_NO_GRACE);
+        }
+        let sid = resolve_sid(cx, &a.stateid)?;
+        {
+            let t = mds
+                .layouts
+                .lock()
+                .map_err(|_| Nfsstat4::NFS4ERR_SERVERFAULT)?;
+            if !t.check(c, &key(&fh), &sid)?.rw {
+                return Err(Nfsstat4::NFS4ERR_BADIOMODE);
+            }
+        }
+        let attr = self.regular(&fh).await?;
+        let end = a.last_write_offset.map(|o| o.saturating_add(1));
+        let size = end.filter(|&e| e > attr.size);
+        let mtime = match a.time_modify {
+            Some(t) => SetTime::ClientTime(nfs::v3::Nfstime3 {
+                seconds: u32::try_from(t.seconds).map_err(|_| Nfsstat4::NFS4ERR_INVAL)?,
+                nseconds: t.nseconds.min(999_999_999),
+            }),
+            None => SetTime::ServerTime,
+        };
+        let s = Sattr3 {
+            size,
+            mtime,
+            ..Sattr3::default()
+        };
+        self.fs
+            .setattr(&fh, &s, None)
+            .await
+            .map_err(crate::v4::attrs::st4)?;
+        Ok(Layoutcommit4ResOk { newsize: size })
+    }
+
+    /// LAYOUTRETURN (RFC 8881 §18.44.3); the flex-files body's error and
+    /// statistics reports (RFC 8435 §9.3) are logged.
+    fn layoutreturn(&self, mds: &Mds, a: &Layoutreturn4Args, cx: &Cx) -> R<Layoutreturn4ResOk> {
+        let c = client(cx)?;
+        flex(a.layout_type)?;
+        if !(1..=3).contains(&a.iomode.0) {
+            return Err(Nfsstat4::NFS4ERR_INVAL);
+        }
+        let mut t = mds
+            .layouts
+            .lock()
+            .map_err(|_| Nfsstat4::NFS4ERR_SERVERFAULT)?;
+        match &a.layoutreturn {
+            Layoutreturn4::File(f) => {
+                let fh = cur(cx)?;
+                log_return_body(c, &f.body.0);
+                let sid = resolve_sid(cx, &f.stateid)?;
+                t.return_file(c, &key(&fh), a.iomode, &sid)
+            }
+            Layoutreturn4::Fsid | Layoutreturn4::All => {
+                t.return_all(c);
+                Ok(None)
+            }
+        }
+    }
+
+    /// The file `attr` (of `fh`) was removed: its layouts go and so does
+    /// its data file.
+    pub(in crate::v4) async fn pnfs_removed(&self, fh: &nfs::v3::NfsFh3, attr: &nfs::v3::Fattr3) {
+        let Some(mds) = self.mds.clone() else { return };
+        if attr.ftype != Ftype3::NF3REG || attr.nlink > 1 {
+            return;
+        }
+        if let Ok(mut t) = mds.layouts.lock() {
+            t.forget_file(&key(fh));
+        }
+        let i = mds.place(attr.fileid);
+        let name = data_file_name(attr.fsid, attr.fileid);
+        if let Err(e) = mds.ds[i].remove(&name).await {
+            tracing::warn!(ds = i, file = %name, error = ?e, "pNFS data file not removed");
+        }
+    }
+
+    /// RFC 8881 §5.12: a metadata server offers flex-files layouts on
+    /// every file system (`fs_layout_types`) and prefers I/O of
+    /// `layout_blksize` bytes; both join `supported_attrs`.
+    pub(in crate::v4) fn pnfs_attrs(&self, attrs: &mut nfs::v4::attr::FileAttrs) {
+        use nfs::v4::attr::{FATTR4_FS_LAYOUT_TYPES, FATTR4_LAYOUT_BLKSIZE};
+        let Some(mds) = &self.mds else { return };
+        attrs.fs_layout_types = Some(Bounded(vec![Layouttype4::LAYOUT4_FLEX_FILES]));
+        attrs.layout_blksize = Some(mds.cfg.io_size);
+        if let Some(s) = attrs.supported_attrs.as_mut() {
+            s.insert(FATTR4_FS_LAYOUT_TYPES);
+            s.insert(FATTR4_LAYOUT_BLKSIZE);
+        }
+    }
+
+    /// RFC 8435 §6: while a client holds a read-write layout on a
+    /// regular file, its size is the larger of the metadata server's and
+    /// the data file's (writes reach the data server before LAYOUTCOMMIT).
+    pub(in crate::v4) async fn pnfs_size(
+        &self,
+        fh: &nfs::v3::NfsFh3,
+        attr: &nfs::v3::Fattr3,
+    ) -> Option<u64> {
+        let mds = self.mds.as_ref()?;
+        if attr.ftype != Ftype3::NF3REG || !mds.layouts.lock().ok()?.writers(&key(fh)) {
+            return None;
+        }
+        let i = mds.place(attr.fileid);
+        let name = data_file_name(attr.fsid, attr.fileid);
+        let ds = mds.ds[i].size(&name).await.ok()?;
+        Some(ds.max(attr.size))
+    }
+
+    /// The metadata server, if this server is one.
+    pub fn mds(&self) -> Option<&Arc<Mds>> {
+        self.mds.as_ref()
+    }
+}
+
+/// GETDEVICEINFO (RFC 8881 §18.40.3; RFC 8435 §5.1): the data server's
+/// `tcp` address and, if it serves RPC-over-RDMA, its `rdma` one, NFSv3.
+/// A `maxcount` of zero sets no limit; a body above a non-zero one is
+/// NFS4ERR_TOOSMALL with the size needed.
+fn getdeviceinfo(mds: &Mds, a: &Getdeviceinfo4Args) -> Getdeviceinfo4Res {
+    if let Err(e) = flex(a.layout_type) {
+        return Getdeviceinfo4Res::Err(e);
+    }
+    let Some(ds) = device_index(&a.device_id).and_then(|i| mds.cfg.data_servers.get(i)) else {
+        return Getdeviceinfo4Res::Err(Nfsstat4::NFS4ERR_NOENT);
+    };
+    let netid = |base: &str, sa: std::net::SocketAddr| {
+        let six = if sa.is_ipv6() { "6" } else { "" };
+        Netaddr4::from_socket(&format!("{base}{six}"), sa)
+    };
+    let mut netaddrs = vec![netid("tcp", ds.tcp)];
+    netaddrs.extend(ds.rdma.map(|r| netid("rdma", r)));
+    let addr = FfDeviceAddr4 {
+        netaddrs: Bounded(netaddrs),
+        versions: Bounded(vec![FfDeviceVersions4 {
+            version: 3,
+            minorversion: 0,
+            rsize: mds.cfg.io_size,
+            wsize: mds.cfg.io_size,
+            tightly_coupled: false,
+        }]),
+    };
+    let ok = Getdeviceinfo4ResOk {
+        device_addr: DeviceAddr4 {
+            layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+            addr_body: encode_body(&addr),
+        },
+        notification: nfs::v4::attr::Bitmap4::new(),
+    };
+    let need = ok.encoded_len();
+    if a.maxcount != 0 && need > a.maxcount as usize {
+        return Getdeviceinfo4Res::TooSmall(need as u32);
+    }
+    Getdeviceinfo4Res::Ok(ok)
+}
+
+/// LAYOUTERROR (RFC 7862 §15.6.3): each device error is logged.
+fn layouterror(mds: &Mds, a: &Layouterror4Args, cx: &Cx) -> R<()> {
+    let c = client(cx)?;
+    let fh = cur(cx)?;
+    let sid = resolve_sid(cx, &a.stateid)?;
+    mds.layouts
+        .lock()
+        .map_err(|_| Nfsstat4::NFS4ERR_SERVERFAULT)?
+        .check(c, &key(&fh), &sid)?;
+    for e in &a.errors.0 {
+        tracing::warn!(
+            client = c,
+            ds = ?device_index(&e.deviceid),
+            status = ?e.status,
+            op = e.opnum,
+            offset = a.offset,
+            length = a.length,
+            "pNFS client reports a data server error"
+        );
+    }
+    Ok(())
+}
+
+/// LAYOUTSTATS (RFC 7862 §15.7.3): logged at debug level.
+fn layoutstats(mds: &Mds, a: &Layoutstats4Args, cx: &Cx) -> R<()> {
+    let c = client(cx)?;
+    let fh = cur(cx)?;
+    let sid = resolve_sid(cx, &a.stateid)?;
+    mds.layouts
+        .lock()
+        .map_err(|_| Nfsstat4::NFS4ERR_SERVERFAULT)?
+        .check(c, &key(&fh), &sid)?;
+    tracing::debug!(
+        client = c,
+        ds = ?device_index(&a.deviceid),
+        read_ops = a.read.count,
+        read_bytes = a.read.bytes,
+        write_ops = a.write.count,
+        write_bytes = a.write.bytes,
+        "pNFS layout statistics"
+    );
+    Ok(())
+}
+
+/// RFC 8435 §9.3: logs the `ff_layoutreturn4` of a LAYOUTRETURN (an
+/// empty body is allowed; one that does not decode is logged and
+/// ignored, the return itself stands).
+fn log_return_body(c: u64, body: &[u8]) {
+    if body.is_empty() {
+        return;
+    }
+    let r: FfLayoutreturn4 = match decode_body(body) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(client = c, error = %e, "flex-files LAYOUTRETURN body does not decode");
+            return;
+        }
+    };
+    for ioerr in &r.ioerr_report.0 {
+        for e in &ioerr.errors.0 {
+            tracing::warn!(
+                client = c,
+                ds = ?device_index(&e.deviceid),
+                status = ?e.status,
+                op = e.opnum,
+                "pNFS client returned a layout after a data server error"
+            );
+        }
+    }
+    for s in &r.iostats_report.0 {
+        tracing::debug!(
+            client = c,
+            ds = ?device_index(&s.deviceid),
+            read_bytes = s.read.bytes,
+            write_bytes = s.write.bytes,
+            "pNFS layout return statistics"
+        );
+    }
+}

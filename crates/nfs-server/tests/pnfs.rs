@@ -1,0 +1,518 @@
+//! The pNFS flexible-files metadata server (RFC 8881 §12, RFC 8435) with
+//! two nfsrdma NFSv3 data servers, all in-process over TCP, driven by a
+//! scripted NFSv4.1 client: LAYOUTGET → GETDEVICEINFO → NFSv3 WRITE to
+//! the data server as the synthetic uid → LAYOUTCOMMIT → GETATTR size at
+//! the metadata server; LAYOUTRETURN; REMOVE removing the data file; and
+//! the bounds and refusals a hostile client meets.
+
+mod v4_common;
+
+use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use nfs::v3::{NfsFh3, Nfsstat3, StableHow};
+use nfs::v4::attr::{
+    Bitmap4, FileAttrs, FATTR4_FS_LAYOUT_TYPES, FATTR4_SIZE, FATTR4_SUPPORTED_ATTRS,
+};
+use nfs::v4::flexfiles::*;
+use nfs::v4::session::EXCHGID4_FLAG_USE_PNFS_MDS;
+use nfs::v4::*;
+use nfs_client::Nfs3Client;
+use nfs_server::exports::Squash;
+use nfs_server::v4::pnfs::{DataServer, Mds, MdsConfig, DEFAULT_SYNTHETIC_ID};
+use nfs_server::v4::{ManualClock, Nfs4Config, Nfs4Service};
+use nfs_server::{LocalFs, RunningServer, ServerConfig};
+use oncrpc::client::ClientConfig;
+use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
+use v4_common::*;
+use xdr::{Bounded, FixedOpaque};
+
+struct Cluster {
+    mds: Arc<Mds>,
+    srv: Srv,
+    ds: Vec<(RunningServer, TempDir)>,
+}
+
+async fn data_server(tag: &str) -> (RunningServer, TempDir) {
+    let dir = TempDir::new(tag);
+    let mut cfg = ServerConfig::new(dir.path());
+    cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
+    cfg.mount_addr = None;
+    // The control path sets the data file's owner: it needs root.
+    cfg.set_squash(Squash::None);
+    (nfs_server::start(cfg).await.unwrap(), dir)
+}
+
+async fn cluster(tag: &str, n: usize, max_layouts: usize) -> Cluster {
+    let mut ds = Vec::new();
+    for i in 0..n {
+        ds.push(data_server(&format!("{tag}-ds{i}")).await);
+    }
+    let specs = ds
+        .iter()
+        .map(|(s, d)| DataServer {
+            tcp: s.nfs_addr(),
+            rdma: Some(SocketAddr::from(([127, 0, 0, 1], 20049))),
+            mount_port: None,
+            export: d.path().to_str().unwrap().to_owned(),
+        })
+        .collect();
+    let mut cfg = MdsConfig::new(specs);
+    cfg.max_layouts = max_layouts;
+    let mds = Arc::new(Mds::new(cfg));
+    let dir = TempDir::new(&format!("{tag}-mds"));
+    let clock = Arc::new(ManualClock::new());
+    let fs = Arc::new(LocalFs::new(dir.path(), false).unwrap());
+    let svc = Nfs4Service::with_config(
+        fs,
+        Nfs4Config {
+            clock: clock.clone(),
+            ..Nfs4Config::default()
+        },
+    )
+    .with_mds(Arc::clone(&mds));
+    let mut server = oncrpc::Server::new();
+    server.register(svc);
+    let tcp = TcpServer::bind(
+        "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
+        Arc::new(server),
+        TcpConfig::default(),
+    )
+    .await
+    .unwrap();
+    let addr = tcp.local_addr().unwrap();
+    tcp.spawn();
+    let uid = std::fs::metadata(dir.path()).unwrap().uid();
+    Cluster {
+        mds,
+        srv: Srv {
+            addr,
+            uid,
+            clock,
+            dir,
+        },
+        ds,
+    }
+}
+
+fn fh_of(r: &[NfsResop4]) -> NfsFh4 {
+    r.iter()
+        .find_map(|x| match x {
+            NfsResop4::Getfh(Res4::Ok(g)) => Some(g.object.clone()),
+            _ => None,
+        })
+        .expect("a GETFH result")
+}
+
+fn layoutget(sid: Stateid4, iomode: Layoutiomode4, maxcount: u32) -> NfsArgop4 {
+    NfsArgop4::Layoutget(Layoutget4Args {
+        signal_layout_avail: false,
+        layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+        iomode,
+        offset: 0,
+        length: u64::MAX,
+        minlength: 0,
+        stateid: sid,
+        maxcount,
+    })
+}
+
+const RW: Layoutiomode4 = Layoutiomode4::LAYOUTIOMODE4_RW;
+
+/// Creates `file` at the root, opened read-write; its handle and open
+/// stateid.
+async fn create(c: &C4, file: &'static str) -> (NfsFh4, Stateid4) {
+    let r = c
+        .ok(vec![
+            NfsArgop4::Putrootfh(()),
+            open_create(c.clientid, file, OPEN4_SHARE_ACCESS_BOTH, 0),
+            NfsArgop4::Getfh(()),
+        ])
+        .await;
+    (fh_of(&r), open_stateid(&r))
+}
+
+fn getattr(fh: &NfsFh4, bits: &[u32]) -> Vec<NfsArgop4> {
+    vec![
+        NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+        NfsArgop4::Getattr(Getattr4Args {
+            attr_request: Bitmap4::from_bits(bits),
+        }),
+    ]
+}
+
+fn attrs_of(r: &[NfsResop4]) -> FileAttrs {
+    let Some(NfsResop4::Getattr(Res4::Ok(g))) = r.last() else {
+        panic!("GETATTR: {r:?}")
+    };
+    FileAttrs::from_fattr4(&g.obj_attributes).unwrap()
+}
+
+async fn nfs3(addr: SocketAddr, uid: u32) -> Nfs3Client<TcpClient> {
+    let rpc = TcpClient::connect(addr, 9, ClientConfig::default(), TcpConfig::default())
+        .await
+        .unwrap();
+    Nfs3Client::new(rpc, sys_cred(uid))
+}
+
+#[tokio::test]
+async fn layout_write_to_the_data_server_commit_and_size_at_the_mds() {
+    let cl = cluster("flow", 2, 64).await;
+    let mut c = C4::connect(&cl.srv).await;
+    // RFC 8881 §13.1: the server says it is a metadata server.
+    let r = c
+        .ops(vec![NfsArgop4::ExchangeId(C4::exchange_id_args("pnfs", 1))])
+        .await;
+    let Some(NfsResop4::ExchangeId(Res4::Ok(x))) = r.resarray.first() else {
+        panic!("{r:?}")
+    };
+    assert_ne!(x.flags & EXCHGID4_FLAG_USE_PNFS_MDS, 0, "{:#x}", x.flags);
+    c.establish("pnfs").await;
+
+    let (fh, open) = create(&c, "f").await;
+    let a = attrs_of(
+        &c.ok(getattr(
+            &fh,
+            &[FATTR4_SUPPORTED_ATTRS, FATTR4_FS_LAYOUT_TYPES],
+        ))
+        .await,
+    );
+    assert!(a.supported_attrs.unwrap().contains(FATTR4_FS_LAYOUT_TYPES));
+    assert_eq!(
+        a.fs_layout_types.unwrap().0,
+        vec![Layouttype4::LAYOUT4_FLEX_FILES]
+    );
+
+    // LAYOUTGET: one mirror, one data server, the synthetic owner, the
+    // anonymous stateid.
+    let r = c
+        .ok(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+            layoutget(open, RW, 4096),
+        ])
+        .await;
+    let Some(NfsResop4::Layoutget(Layoutget4Res::Ok(lg))) = r.last() else {
+        panic!("{r:?}")
+    };
+    assert_eq!(lg.stateid.seqid, 1);
+    let [l] = &lg.layout.0[..] else {
+        panic!("{lg:?}")
+    };
+    assert_eq!((l.offset, l.length, l.iomode), (0, u64::MAX, RW));
+    let ff: FfLayout4 = decode_body(&l.content.body.0).unwrap();
+    assert_eq!(ff.flags & FF_FLAGS_NO_IO_THRU_MDS, FF_FLAGS_NO_IO_THRU_MDS);
+    let [m] = &ff.mirrors.0[..] else {
+        panic!("{ff:?}")
+    };
+    let [ds] = &m.data_servers.0[..] else {
+        panic!("{m:?}")
+    };
+    assert_eq!(ds.stateid, Stateid4::ANONYMOUS);
+    let synthetic = DEFAULT_SYNTHETIC_ID.to_string();
+    assert_eq!(&ds.user.0[..], synthetic.as_bytes());
+    assert_eq!(&ds.group.0[..], synthetic.as_bytes());
+    let ds_fh = NfsFh3::new(ds.fh_vers.0[0].as_bytes()).unwrap();
+
+    // GETDEVICEINFO: the data server's tcp and rdma addresses, NFSv3.
+    let r = c
+        .ok(vec![NfsArgop4::Getdeviceinfo(Getdeviceinfo4Args {
+            device_id: ds.deviceid,
+            layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+            maxcount: 4096,
+            notify_types: Bitmap4::new(),
+        })])
+        .await;
+    let Some(NfsResop4::Getdeviceinfo(Getdeviceinfo4Res::Ok(gd))) = r.last() else {
+        panic!("{r:?}")
+    };
+    let addr: FfDeviceAddr4 = decode_body(&gd.device_addr.addr_body.0).unwrap();
+    assert_eq!(&addr.netaddrs.0[0].netid.0, "tcp");
+    assert_eq!(&addr.netaddrs.0[1].netid.0, "rdma");
+    let ds_addr = addr.netaddrs.0[0].to_socket().unwrap();
+    let which = cl
+        .ds
+        .iter()
+        .position(|(s, _)| s.nfs_addr() == ds_addr)
+        .expect("a configured data server");
+    assert_eq!(addr.versions.0[0].version, 3);
+    assert!(!addr.versions.0[0].tightly_coupled);
+
+    // The data file belongs to the synthetic owner, mode 0660: another
+    // uid is refused, the synthetic one writes.
+    let other = nfs3(ds_addr, 1234).await;
+    let e = other
+        .write(&ds_fh, 0, Bytes::from_static(b"x"), StableHow::FILE_SYNC)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            nfs_client::Error::Nfs {
+                status: Nfsstat3::NFS3ERR_ACCES,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let v3 = nfs3(ds_addr, DEFAULT_SYNTHETIC_ID).await;
+    let data = Bytes::from_static(b"hello over pNFS");
+    v3.write(&ds_fh, 100, data.clone(), StableHow::FILE_SYNC)
+        .await
+        .unwrap();
+    let end = 100 + data.len() as u64;
+    let files: Vec<_> = std::fs::read_dir(cl.ds[which].1.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let [file] = &files[..] else {
+        panic!("{files:?}")
+    };
+    let meta = std::fs::metadata(file).unwrap();
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (DEFAULT_SYNTHETIC_ID, DEFAULT_SYNTHETIC_ID)
+    );
+    assert_eq!(std::fs::read(file).unwrap()[100..], data[..]);
+    // The other data server holds nothing.
+    assert_eq!(
+        std::fs::read_dir(cl.ds[1 - which].1.path())
+            .unwrap()
+            .count(),
+        0
+    );
+
+    // While the write layout is out, GETATTR reports the data file's size.
+    let a = attrs_of(&c.ok(getattr(&fh, &[FATTR4_SIZE])).await);
+    assert_eq!(a.size, Some(end));
+
+    // LAYOUTCOMMIT: the metadata server's file takes the size.
+    let r = c
+        .ok(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+            NfsArgop4::Layoutcommit(Layoutcommit4Args {
+                offset: 0,
+                length: u64::MAX,
+                reclaim: false,
+                stateid: lg.stateid,
+                last_write_offset: Some(end - 1),
+                time_modify: None,
+                layoutupdate: Layoutupdate4 {
+                    layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+                    body: Bounded(Bytes::new()),
+                },
+            }),
+        ])
+        .await;
+    let Some(NfsResop4::Layoutcommit(Res4::Ok(lc))) = r.last() else {
+        panic!("{r:?}")
+    };
+    assert_eq!(lc.newsize, Some(end));
+    assert_eq!(
+        std::fs::metadata(cl.srv.dir.path().join("f"))
+            .unwrap()
+            .len(),
+        end
+    );
+
+    // LAYOUTRETURN with the flex-files body frees the layout; GETATTR
+    // then reads the metadata server's size.
+    let body = FfLayoutreturn4 {
+        ioerr_report: Bounded(vec![]),
+        iostats_report: Bounded(vec![]),
+    };
+    let r = c
+        .ok(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+            NfsArgop4::Layoutreturn(Layoutreturn4Args {
+                reclaim: false,
+                layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+                iomode: Layoutiomode4::LAYOUTIOMODE4_ANY,
+                layoutreturn: Layoutreturn4::File(LayoutreturnFile4 {
+                    offset: 0,
+                    length: u64::MAX,
+                    stateid: lg.stateid,
+                    body: encode_body(&body),
+                }),
+            }),
+        ])
+        .await;
+    assert!(
+        matches!(r.last(), Some(NfsResop4::Layoutreturn(Res4::Ok(None)))),
+        "{r:?}"
+    );
+    assert_eq!(cl.mds.layouts_held(), 0);
+    let a = attrs_of(&c.ok(getattr(&fh, &[FATTR4_SIZE])).await);
+    assert_eq!(a.size, Some(end));
+
+    // REMOVE removes the data file too.
+    c.ok(vec![
+        NfsArgop4::Putrootfh(()),
+        NfsArgop4::Remove(Remove4Args { target: name("f") }),
+    ])
+    .await;
+    assert!(!file.exists());
+}
+
+#[tokio::test]
+async fn hostile_layout_requests_are_refused_and_layouts_are_bounded() {
+    let cl = cluster("bounds", 1, 2).await;
+    let mut c = C4::connect(&cl.srv).await;
+    c.establish("hostile").await;
+    let (fh, open) = create(&c, "a").await;
+    let put = || NfsArgop4::Putfh(Putfh4Args { object: fh.clone() });
+    let status = |r: &Compound4Res| r.resarray.last().unwrap().status();
+
+    // A layout type other than flex files, a bad iomode, a special or
+    // foreign stateid, a reply above maxcount.
+    let mut bad = layoutget(open, RW, 4096);
+    if let NfsArgop4::Layoutget(a) = &mut bad {
+        a.layout_type = Layouttype4::LAYOUT4_BLOCK_VOLUME;
+    }
+    let r = c.seq(vec![put(), bad]).await;
+    assert_eq!(status(&r), Nfsstat4::NFS4ERR_UNKNOWN_LAYOUTTYPE);
+    let r = c
+        .seq(vec![
+            put(),
+            layoutget(open, Layoutiomode4::LAYOUTIOMODE4_ANY, 4096),
+        ])
+        .await;
+    assert_eq!(status(&r), Nfsstat4::NFS4ERR_BADIOMODE);
+    let r = c
+        .seq(vec![put(), layoutget(Stateid4::ANONYMOUS, RW, 4096)])
+        .await;
+    assert_eq!(status(&r), Nfsstat4::NFS4ERR_BAD_STATEID);
+    let forged = Stateid4 {
+        seqid: 1,
+        other: FixedOpaque(*b"LYT1\0\0\0\0\0\0\0\x63"),
+    };
+    let r = c.seq(vec![put(), layoutget(forged, RW, 4096)]).await;
+    assert_eq!(status(&r), Nfsstat4::NFS4ERR_BAD_STATEID);
+    let r = c.seq(vec![put(), layoutget(open, RW, 64)]).await;
+    assert_eq!(status(&r), Nfsstat4::NFS4ERR_TOOSMALL);
+
+    // GETDEVICEINFO of a device that is not ours, and with a maxcount
+    // below the body: TOOSMALL names the size needed.
+    let gdi = |device_id, maxcount| {
+        NfsArgop4::Getdeviceinfo(Getdeviceinfo4Args {
+            device_id,
+            layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+            maxcount,
+            notify_types: Bitmap4::new(),
+        })
+    };
+    let r = c.seq(vec![gdi(FixedOpaque([9; 16]), 4096)]).await;
+    assert_eq!(status(&r), Nfsstat4::NFS4ERR_NOENT);
+    let mut dev = [0u8; 16];
+    dev[..2].copy_from_slice(b"DS");
+    let r = c.seq(vec![gdi(FixedOpaque(dev), 8)]).await;
+    let Some(NfsResop4::Getdeviceinfo(Getdeviceinfo4Res::TooSmall(need))) = r.resarray.last()
+    else {
+        panic!("{r:?}")
+    };
+    let r = c.seq(vec![gdi(FixedOpaque(dev), *need)]).await;
+    assert_eq!(status(&r), Nfsstat4::NFS4_OK);
+
+    // LAYOUTCOMMIT and LAYOUTERROR without a layout: BAD_STATEID.
+    let commit = NfsArgop4::Layoutcommit(Layoutcommit4Args {
+        offset: 0,
+        length: 1,
+        reclaim: false,
+        stateid: open,
+        last_write_offset: Some(1 << 40),
+        time_modify: None,
+        layoutupdate: Layoutupdate4 {
+            layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+            body: Bounded(Bytes::new()),
+        },
+    });
+    let r = c.seq(vec![put(), commit]).await;
+    assert_eq!(status(&r), Nfsstat4::NFS4ERR_BAD_STATEID);
+    // LAYOUTERROR is NFSv4.2 (RFC 7862 §15.6).
+    let id = c.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+    let r = c
+        .compound(&Compound4Args {
+            tag: Bytes::new(),
+            minorversion: 2,
+            argarray: vec![
+                c.sequence(0, id, false),
+                put(),
+                NfsArgop4::Layouterror(Layouterror4Args {
+                    offset: 0,
+                    length: 1,
+                    stateid: open,
+                    errors: Bounded(vec![]),
+                }),
+            ],
+        })
+        .await;
+    assert_eq!(status(&r), Nfsstat4::NFS4ERR_BAD_STATEID);
+
+    // At most two layout stateids: the third file's LAYOUTGET is
+    // LAYOUTTRYLATER until one is returned.
+    c.ok(vec![put(), layoutget(open, RW, 4096)]).await;
+    let (b, sb) = create(&c, "b").await;
+    let r = c
+        .ok(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: b }),
+            layoutget(sb, RW, 4096),
+        ])
+        .await;
+    assert!(matches!(
+        r.last(),
+        Some(NfsResop4::Layoutget(Layoutget4Res::Ok(_)))
+    ));
+    let (x, sx) = create(&c, "c").await;
+    let r = c
+        .seq(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: x.clone() }),
+            layoutget(sx, RW, 4096),
+        ])
+        .await;
+    assert!(
+        matches!(
+            r.resarray.last(),
+            Some(NfsResop4::Layoutget(Layoutget4Res::TryLater(false)))
+        ),
+        "{r:?}"
+    );
+    assert_eq!(cl.mds.layouts_held(), 2);
+    c.ok(vec![NfsArgop4::Layoutreturn(Layoutreturn4Args {
+        reclaim: false,
+        layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+        iomode: Layoutiomode4::LAYOUTIOMODE4_ANY,
+        layoutreturn: Layoutreturn4::All,
+    })])
+    .await;
+    assert_eq!(cl.mds.layouts_held(), 0);
+    c.ok(vec![
+        NfsArgop4::Putfh(Putfh4Args { object: x }),
+        layoutget(sx, RW, 4096),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn without_the_mds_role_layout_operations_are_notsupp() {
+    let srv = serve("nomds", Default::default()).await;
+    let mut c = C4::connect(&srv).await;
+    c.establish("plain").await;
+    let (fh, open) = create(&c, "f").await;
+    let r = c
+        .seq(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+            layoutget(open, RW, 4096),
+        ])
+        .await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_NOTSUPP);
+    let a = attrs_of(
+        &c.ok(getattr(
+            &fh,
+            &[FATTR4_SUPPORTED_ATTRS, FATTR4_FS_LAYOUT_TYPES],
+        ))
+        .await,
+    );
+    assert!(!a.supported_attrs.unwrap().contains(FATTR4_FS_LAYOUT_TYPES));
+    assert_eq!(a.fs_layout_types, None);
+}
