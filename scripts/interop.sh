@@ -16,6 +16,9 @@
 #         siw and over rxe: the kernel client mounts our server, our client
 #         copies to and from knfsd, perftest figures (verbs_phase; not in the
 #         default list).
+#   verbs-bench issue 13 item 4: guest benchmarks on siw and rxe, ours vs
+#         knfsd, vs ib_read_bw, RDMA vs TCP with CPU per GiB
+#         (verbs_bench_phase; not in the default list).
 #
 # Phase tcp (NFSv3 over TCP, Linux kernel client): builds nfsrdma (release),
 # runs `nfsrdma serve` on a fresh temporary export on the host, boots the kpeer
@@ -61,7 +64,13 @@
 # COH_RDMA_PORT / COH_TCP_PORT / COH_MOUNT_PORT (12070 / 12071 / 12072; the
 # baseline server +10), COH_WAIT (70 s), COH_LAT_FILES (200), COH_LAT_ROUNDS
 # (3, 0 skips the latency part), COH_LAT_VERS ("3"), COH_BASE_BIN (the
-# "before" binary for the latency part; empty for none), COH_RUST_LOG (info).
+# "before" binary for the latency part; empty for none), COH_RUST_LOG (info);
+# phase verbs: VERBS_DEVS ("siw0 rxe0"), VERBS_BULK_MIB (100), VERBS_XDEV_MIB
+# (16, 0 skips the cross-device checks), VERBS_SOFT_PORT /
+# VERBS_SOFT_MOUNT_PORT / VERBS_SOFT_TCP_PORT (12090 / 12091 / 12092: the
+# host's softrnic server), VERBS_FWD_PORT / VERBS_FWD_MOUNT_PORT (12093 /
+# 12094: host forwards to the guest's server); phase verbs-bench:
+# VERBS_BENCH_MIB (256), VERBS_BENCH_OPS (2000).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # Where cargo puts binaries: CARGO_TARGET_DIR when set, else target/ in the checkout.
@@ -92,6 +101,14 @@ COH_LAT_VERS=${COH_LAT_VERS:-3}
 COH_BASE_BIN=${COH_BASE_BIN-/tmp/own/nfsrdma-baseline}
 VERBS_DEVS=${VERBS_DEVS:-siw0 rxe0}
 VERBS_BULK_MIB=${VERBS_BULK_MIB:-100}
+VERBS_XDEV_MIB=${VERBS_XDEV_MIB:-16}
+VERBS_BENCH_MIB=${VERBS_BENCH_MIB:-256}
+VERBS_BENCH_OPS=${VERBS_BENCH_OPS:-2000}
+VERBS_SOFT_PORT=${VERBS_SOFT_PORT:-12090}
+VERBS_SOFT_MOUNT_PORT=${VERBS_SOFT_MOUNT_PORT:-12091}
+VERBS_SOFT_TCP_PORT=${VERBS_SOFT_TCP_PORT:-12092}
+VERBS_FWD_PORT=${VERBS_FWD_PORT:-12093}
+VERBS_FWD_MOUNT_PORT=${VERBS_FWD_MOUNT_PORT:-12094}
 has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 mkdir -p "$OUT/guest"; OUT=$(cd "$OUT" && pwd)
 T0=$(date +%s)
@@ -112,6 +129,7 @@ cleanup() {
     rdma_cleanup
     knfsd_cleanup
     coherence_cleanup
+    verbs_cleanup
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -488,15 +506,65 @@ coherence_phase() {
 # is Debian bookworm like the host), which prints PASS/FAIL/INFO lines: our
 # server on the device under the kernel client (v3 and v4.1), our client on
 # the device against knfsd, perftest figures. VERBS_BULK_MIB (default 100).
+#
+# Cross-device (iWARP devices, siw*; softrnic is iWARP, so rxe's RoCE cannot
+# reach it): the host runs `nfsrdma serve --rdma-device soft` on
+# 127.0.0.1:$VERBS_SOFT_PORT (MOUNT :$VERBS_SOFT_MOUNT_PORT, TCP
+# :$VERBS_SOFT_TCP_PORT), guestfwd as guest 10.0.2.100:20049/:20048, and
+# the guest's verbs client copies a VERBS_XDEV_MIB (default 16) file to it
+# and back (v3) and reads it with v4.1; the guest's server on the device is
+# hostfwd from host :$VERBS_FWD_PORT/:$VERBS_FWD_MOUNT_PORT and the host's
+# softrnic client (verbs_xdev_host) lists it, copies the file to it and
+# back. Both sides check the bytes: the host its export's copy, the guest
+# its server's copy. VERBS_XDEV_MIB=0 skips this part.
+V_PID=; V_EXPORT=; V_WATCH_PID=
+verbs_cleanup() {
+    [ -n "$V_WATCH_PID" ] && kill "$V_WATCH_PID" 2>/dev/null
+    [ -n "$V_PID" ] && kill -INT "$V_PID" 2>/dev/null && wait "$V_PID" 2>/dev/null
+    [ -n "$V_EXPORT" ] && rm -rf "$V_EXPORT"
+    V_PID=; V_EXPORT=; V_WATCH_PID=
+}
+# verbs_xdev_host G: waits for the guest's xdev-ready, then the host's
+# softrnic client against the guest's server on verbs; PASS/FAIL lines into
+# G/xdev-host.txt, then G/xdev-done for the guest.
+verbs_xdev_host() {
+    local G=$1 rp mp u q r=$G/xdev-host.txt
+    while [ ! -e "$G/xdev-ready" ]; do [ -e "$G/rc" ] && return; sleep 0.5; done
+    rp=$(sed -n 's/^127.0.0.1:\([0-9]*\) -> 10.0.2.15:20050$/\1/p' "$G/hostfwd.txt")
+    mp=$(sed -n 's/^127.0.0.1:\([0-9]*\) -> 10.0.2.15:20058$/\1/p' "$G/hostfwd.txt")
+    u="nfs+rdma://127.0.0.1:$rp/srv/ours" q="?mountport=$mp&device=soft"
+    xcheck() { # name command...
+        local name=$1; shift
+        if timeout 300 "$@" > "$G/xdev-$name.log" 2>&1; then echo "PASS host/xdev-softrnic-client/$name" >> "$r"
+        else echo "FAIL host/xdev-softrnic-client/$name: rc $?: $(tail -2 "$G/xdev-$name.log" | tr '\n' ' ')" >> "$r"; fi
+    }
+    xcheck ls "$BIN" ls "$u/$q"
+    xcheck cp-to-guest "$BIN" cp "$G/xdev-src.bin" "$u/xdev-from-host.bin$q"
+    xcheck cp-from-guest-byte-exact sh -c "'$BIN' cp '$u/xdev-from-host.bin$q' '$G/xdev.back' && cmp '$G/xdev-src.bin' '$G/xdev.back'"
+    rm -f "$G/xdev.back"
+    touch "$G/xdev-done"
+}
 verbs_phase() {
-    local dev G rc n_pass n_fail t0
+    local dev G rc n_pass n_fail t0 xdev hostfwd guestfwd
     for dev in $VERBS_DEVS; do
         G=$OUT/guest-verbs-$dev
         mkdir -p "$G/bin"
+        rm -f "$G/xdev" "$G/xdev-ready" "$G/xdev-done" "$G/xdev-host.txt" "$G/rc"
         cp "$BIN" "$G/bin/nfsrdma"
+        xdev=0; hostfwd=none; guestfwd=none
+        if [ "$VERBS_XDEV_MIB" -gt 0 ] && [[ $dev == siw* ]]; then
+            verbs_xdev_server && xdev=1
+        fi
+        if [ "$xdev" = 1 ]; then
+            head -c $((VERBS_XDEV_MIB * 1048576)) /dev/urandom > "$G/xdev-src.bin"
+            echo "$VERBS_XDEV_MIB" > "$G/xdev"
+            hostfwd="$VERBS_FWD_PORT:20050 $VERBS_FWD_MOUNT_PORT:20058"
+            guestfwd="20049:$VERBS_SOFT_PORT 20048:$VERBS_SOFT_MOUNT_PORT"
+            verbs_xdev_host "$G" & V_WATCH_PID=$!
+        fi
         echo "== kpeer: nfsrdma on verbs ($dev) in the guest"
         t0=$(date +%s)
-        KPEER_HOSTFWD=none KPEER_GUESTFWD=none \
+        KPEER_HOSTFWD=$hostfwd KPEER_GUESTFWD=$guestfwd \
             bash "$KPEER/run.sh" "$KPEER/guest/verbs.sh" "$G" -- "$dev" "$VERBS_BULK_MIB" \
             > "$OUT/run-verbs-$dev.log" 2>&1
         rc=$?
@@ -508,6 +576,82 @@ verbs_phase() {
             pass "verbs-$dev: $n_pass guest checks passed (VM $(( $(date +%s) - t0 )) s)"
         else
             fail "verbs-$dev: guest rc $rc, $n_fail of $((n_pass + n_fail)) guest checks failed (log: $G/guest.log)"
+        fi
+        if [ "$xdev" = 1 ]; then
+            wait "$V_WATCH_PID" 2>/dev/null; V_WATCH_PID=
+            verbs_xdev_report "$G" "$dev"
+            rm -f "$G/xdev-src.bin"
+            verbs_cleanup
+        fi
+    done
+}
+# verbs_xdev_server: the host's softrnic server for the guest's verbs client.
+verbs_xdev_server() {
+    local p
+    for p in "$VERBS_SOFT_PORT" "$VERBS_SOFT_MOUNT_PORT" "$VERBS_SOFT_TCP_PORT"; do
+        if [ -n "$(ss -Hltn "sport = :$p")" ]; then
+            fail "verbs-xdev: host port $p is in use; set VERBS_SOFT_PORT/VERBS_SOFT_MOUNT_PORT/VERBS_SOFT_TCP_PORT"; return 1
+        fi
+    done
+    V_EXPORT=$(mktemp -d /tmp/interop-verbs-export.XXXXXX)
+    chmod 0777 "$V_EXPORT"
+    RUST_LOG=${RUST_LOG:-warn} "$BIN" serve "$V_EXPORT" --transports tcp,rdma --addr 127.0.0.1 --rdma-device soft \
+        --port "$VERBS_SOFT_TCP_PORT" --rdma-port "$VERBS_SOFT_PORT" --mount-port "$VERBS_SOFT_MOUNT_PORT" \
+        --alias /export --no-root-squash --state-dir "$OUT/state-verbs" > "$OUT/server-verbs-soft.log" 2>&1 &
+    V_PID=$!
+    for _ in $(seq 50); do
+        [ -n "$(ss -Hltn "sport = :$VERBS_SOFT_PORT")" ] && [ -n "$(ss -Hltn "sport = :$VERBS_SOFT_MOUNT_PORT")" ] && return 0
+        sleep 0.1
+    done
+    fail "verbs-xdev: the host's softrnic server did not start (log: $OUT/server-verbs-soft.log)"
+    verbs_cleanup; return 1
+}
+# verbs_xdev_report G DEV: the host's checks (its client's, and its export's
+# copy of the guest's file) and the host server's fate.
+verbs_xdev_report() {
+    local G=$1 dev=$2 l
+    if [ -s "$G/xdev-host.txt" ]; then
+        while read -r l; do
+            case $l in PASS*) pass "verbs-$dev: ${l#PASS }" ;; *) fail "verbs-$dev: ${l#FAIL }" ;; esac
+        done < "$G/xdev-host.txt"
+    else
+        fail "verbs-$dev: host/xdev-softrnic-client: the guest's server was never ready"
+    fi
+    if cmp -s "$G/xdev-src.bin" "$V_EXPORT/xdev-from-guest.bin"; then
+        pass "verbs-$dev: host/xdev-softrnic-server/host-has-guest-bytes"
+    else
+        fail "verbs-$dev: host/xdev-softrnic-server/host-has-guest-bytes: the export's copy differs or is missing"
+    fi
+    if kill -0 "$V_PID" 2>/dev/null; then pass "verbs-$dev: host/xdev-softrnic-server/alive"
+    else fail "verbs-$dev: host/xdev-softrnic-server/alive: exited (log: $OUT/server-verbs-soft.log)"; fi
+    grep -iE 'panic|error' "$OUT/server-verbs-soft.log" | head -5 | sed 's/^/  host server: /'
+}
+
+# ---- phase verbs-bench (issue 13 item 4): one run of the guest benchmarks
+# per device of VERBS_DEVS (interop/kpeer/guest/verbs-bench.sh): our server
+# on the device vs knfsd on the same device with the same kernel client
+# (sequential write/read of VERBS_BENCH_MIB, default 256, and
+# VERBS_BENCH_OPS, default 2000, 4 KiB direct I/Os), our NFS read as a
+# fraction of ib_read_bw, RDMA vs TCP with our server's CPU per GiB.
+# Not in .ci/run (figures, not checks); docs/verbs.md has the results.
+verbs_bench_phase() {
+    local dev G rc t0
+    for dev in $VERBS_DEVS; do
+        G=$OUT/guest-verbs-bench-$dev
+        mkdir -p "$G/bin"
+        cp "$BIN" "$G/bin/nfsrdma"
+        echo "== kpeer: guest benchmarks on verbs ($dev)"
+        t0=$(date +%s)
+        KPEER_HOSTFWD=none KPEER_GUESTFWD=none \
+            bash "$KPEER/run.sh" "$KPEER/guest/verbs-bench.sh" "$G" -- "$dev" "$VERBS_BENCH_MIB" "$VERBS_BENCH_OPS" \
+            > "$OUT/run-verbs-bench-$dev.log" 2>&1
+        rc=$?
+        rm -f "$G/bin/nfsrdma"
+        grep -E '^(FAIL|INFO|SUMMARY)' "$G/guest.log" 2>/dev/null | sed 's/^/  guest: /'
+        if [ "$rc" = 0 ]; then
+            pass "verbs-bench-$dev: every measurement ran (VM $(( $(date +%s) - t0 )) s; figures: $G/results.txt)"
+        else
+            fail "verbs-bench-$dev: guest rc $rc (log: $G/guest.log)"
         fi
     done
 }
@@ -658,6 +802,9 @@ if has_phase rdma; then
 fi
 if has_phase verbs; then
     verbs_phase
+fi
+if has_phase verbs-bench; then
+    verbs_bench_phase
 fi
 if has_phase knfsd; then
     knfsd_phase

@@ -15,7 +15,11 @@
 #   - knfsd (rdma 20049): `nfsrdma cp` and `ls` with `?device=DEV` (our
 #     client on verbs) write and read back a BULK_MIB file byte-exact;
 #   - perftest on DEV (ib_write_bw, ib_read_bw, ib_send_lat) for the
-#     device's own ceiling, as INFO lines.
+#     device's own ceiling, as INFO lines;
+#   - cross-device, when the host wrote $KPEER_OUT/xdev (iWARP devices): the
+#     host's softrnic client against this server on DEV, and this client on
+#     DEV against the host's `nfsrdma serve` on softrnic, with the file the
+#     host put in $KPEER_OUT/xdev-src.bin.
 # Prints PASS/FAIL/INFO lines; exits 1 if any check failed.
 . "$KPEER_IN/guest/lib.sh"
 cd "$KPEER_OUT" || exit 1
@@ -146,6 +150,22 @@ for v in $VERSIONS; do
     check "rm-rf" rm -rf "$D"
     check "umount" umount $M
 done
+# ---- cross-device, reverse: the host's softrnic client -> this server ----
+# With $KPEER_OUT/xdev (written by scripts/interop.sh for iWARP devices),
+# the host's `nfsrdma cp` on softrnic reaches this server through run.sh's
+# hostfwd (host 127.0.0.1 -> 10.0.2.15:20050 and :20058); the host records
+# its own checks in xdev-host.txt and touches xdev-done. Here: the server's
+# copy of the host's file is byte-exact.
+V=$DEV/xdev-softrnic-client
+if [ -e "$KPEER_OUT/xdev" ] && kill -0 "$SRV" 2>/dev/null; then
+    touch "$KPEER_OUT/xdev-ready"
+    for _ in $(seq 600); do [ -e "$KPEER_OUT/xdev-done" ] && break; sleep 0.5; done
+    if [ -e "$KPEER_OUT/xdev-done" ]; then
+        check "server-has-host-bytes" cmp "$KPEER_OUT/xdev-src.bin" /srv/ours/xdev-from-host.bin
+    else
+        fail "host-client: the host did not finish within 300 s"
+    fi
+fi
 V=$DEV
 if kill -0 "$SRV" 2>/dev/null; then pass "server-alive"; else fail "server-alive: exited"; fi
 grep -iE 'panic|error|warn' server.log | head -8 | sed 's/^/INFO server: /'
@@ -168,6 +188,21 @@ if start_nfsd > nfsd.txt 2>&1; then
     echo "INFO $V nfsrdma cp ${BULK} MiB write $(awk "BEGIN{printf \"%.1f\", $t1-$t0}") s, read $(awk "BEGIN{printf \"%.1f\", $t3-$t2}") s (emulated CPU)"
 else
     fail "knfsd-start: $(tail -3 nfsd.txt | tr '\n' ' ')"
+fi
+
+# ---- cross-device, forward: this client on DEV -> softrnic on the host ----
+# nfs+rdma://$HOST_IP (10.0.2.100) is run.sh's guestfwd to the host's
+# `nfsrdma serve --rdma-device soft` (MOUNT on :20048), export /export.
+if [ -e "$KPEER_OUT/xdev" ]; then
+    V=$DEV/xdev-softrnic-server
+    H="nfs+rdma://$HOST_IP/export"
+    Q="device=$DEV&mountport=20048"
+    check "ls" nfsrdma ls "$H/?$Q"
+    check "cp-to-host" timeout 300 nfsrdma cp "$KPEER_OUT/xdev-src.bin" "$H/xdev-from-guest.bin?$Q"
+    check "cp-from-host-byte-exact" sh -c "timeout 300 nfsrdma cp '$H/xdev-from-guest.bin?$Q' /tmp/xdev.back && cmp '$KPEER_OUT/xdev-src.bin' /tmp/xdev.back"
+    rm -f /tmp/xdev.back
+    check "v4.1-read-byte-exact" sh -c "timeout 300 nfsrdma cp '$H/xdev-from-guest.bin?device=$DEV&version=4.1' /tmp/xdev.back && cmp '$KPEER_OUT/xdev-src.bin' /tmp/xdev.back"
+    rm -f /tmp/xdev.back
 fi
 
 echo "INFO $FAILS failed"
