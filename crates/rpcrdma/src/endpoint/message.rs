@@ -462,3 +462,118 @@ mod tests {
         assert!(classify(&cut, &Limits::default(), 2, Role::Requester).is_err());
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use crate::wire::v2::{ChunkLists2, Flags};
+    use crate::wire::{RdmaSegment, ReadSegment, WriteChunk};
+    use proptest::prelude::*;
+
+    fn seg() -> impl Strategy<Value = RdmaSegment> {
+        (any::<u32>(), any::<u32>(), any::<u64>()).prop_map(|(handle, length, offset)| {
+            RdmaSegment {
+                handle,
+                length,
+                offset,
+            }
+        })
+    }
+
+    fn lists() -> impl Strategy<Value = ChunkLists> {
+        (
+            proptest::collection::vec((0u32..64, seg()), 0..3),
+            proptest::collection::vec(proptest::collection::vec(seg(), 1..3), 0..2),
+            proptest::option::of(seg()),
+        )
+            .prop_map(|(reads, writes, reply)| ChunkLists {
+                reads: reads
+                    .into_iter()
+                    .map(|(position, target)| ReadSegment { position, target })
+                    .collect(),
+                writes: writes
+                    .into_iter()
+                    .map(|segments| WriteChunk { segments })
+                    .collect(),
+                reply: reply.map(|s| WriteChunk { segments: vec![s] }),
+            })
+    }
+
+    proptest! {
+        /// Every MSG/NOMSG decodes once into the chunks it was built from,
+        /// and its direction follows RFC 8167 §4 / v2 draft §3.2: an inline
+        /// message by its msg_type (and in version 2 the flag agreeing), a
+        /// message with chunks only in version 2, by the flag.
+        #[test]
+        fn rpc_messages_keep_their_chunks_and_direction(
+            v2h in any::<bool>(),
+            nomsg in any::<bool>(),
+            response in any::<bool>(),
+            lists in lists(),
+            inv_handle in any::<u32>(),
+            msg_type in proptest::option::of(0u32..3),
+            xid in any::<u32>(),
+            credits in any::<u32>(),
+        ) {
+            let inv_handle = if v2h { inv_handle } else { 0 };
+            let header = if v2h {
+                let c = ChunkLists2 { inv_handle, lists: lists.clone() };
+                let flags = if response { Flags::RESPONSE } else { Flags::default() };
+                let body = if nomsg { v2::Body::NoMsg(c) } else { v2::Body::Msg(c) };
+                xdr::to_bytes(&v2::Header { xid, credits, flags, body })
+            } else {
+                let body = if nomsg { v1::Body::NoMsg(lists.clone()) } else { v1::Body::Msg(lists.clone()) };
+                xdr::to_bytes(&v1::Header { xid, credits, body })
+            };
+            let mut m = header.to_vec();
+            if let Some(t) = msg_type {
+                m.extend_from_slice(&xid.to_be_bytes());
+                m.extend_from_slice(&t.to_be_bytes());
+            }
+            let want = Rpc { nomsg, lists, inv_handle };
+            let inline = want.is_inline();
+            let flag = if v2h { Some(response) } else { None };
+            for role in [Role::Requester, Role::Responder] {
+                let got = classify(&m, &Limits::default(), 2, role).unwrap();
+                prop_assert_eq!((got.xid, got.credits, got.len), (xid, credits, header.len()));
+                let (rev_type, rev_flag) = match role {
+                    Role::Requester => (0, false),
+                    Role::Responder => (1, true),
+                };
+                let reverse = if inline {
+                    msg_type == Some(rev_type) && flag.is_none_or(|f| f == rev_flag)
+                } else {
+                    flag == Some(rev_flag)
+                };
+                let expected = match (role, reverse) {
+                    (Role::Requester, false) => Kind::Reply(want.clone()),
+                    (Role::Requester, true) => Kind::ReverseCall(want.clone()),
+                    (Role::Responder, false) => Kind::Call(want.clone()),
+                    (Role::Responder, true) => Kind::ReverseReply(Ok(want.clone())),
+                };
+                prop_assert_eq!(got.kind, expected);
+            }
+        }
+
+        /// Arbitrary bytes: never a panic, and a message decodes exactly
+        /// when its header does (or it is svcrdma's ERR_VERS).
+        #[test]
+        fn classify_agrees_with_the_header_codec(
+            mut m in proptest::collection::vec(any::<u8>(), 0..96),
+            vers in 0u32..4,
+            max in 1u32..3,
+        ) {
+            if m.len() >= 8 {
+                m[4..8].copy_from_slice(&vers.to_be_bytes());
+            }
+            let svc = v1::peek_foreign_err_vers(&m)
+                .is_some_and(|(_, _, low, high)| is_err_vers_range(low, high));
+            let parses = Prefix::peek(&m).is_ok_and(|p| p.vers <= max)
+                && AnyHeader::parse(&m, &Limits::default()).is_ok();
+            for role in [Role::Requester, Role::Responder] {
+                let got = classify(&m, &Limits::default(), max, role);
+                prop_assert_eq!(got.is_ok(), svc || parses);
+            }
+        }
+    }
+}

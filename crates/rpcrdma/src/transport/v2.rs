@@ -6,20 +6,15 @@
 use bytes::Bytes;
 use oncrpc::client::DdpReplyHint;
 
+use crate::endpoint::requester::{Ddp, Resources};
 use crate::plan::Version;
-use crate::wire::v2::{self, ChunkLists2, ErrorBody, Flags, RvReqSup};
+use crate::wire::v2::{self, ChunkLists2, Flags, RvReqSup};
 use crate::wire::{v1, ChunkLists};
 
 /// v2 draft §7.1: until the peer's version is known, a requester's first
 /// message is at most 1024 bytes (the version 1 default inline size), so
 /// a version 1 responder can receive it and answer ERR_VERS.
 pub(super) const FIRST_MESSAGE_MAX: usize = 1024;
-
-/// How many times one call is sent again with larger reply resources
-/// before its resource error is returned to the caller: one for the write
-/// chunk and one for the reply chunk, so a responder that keeps asking
-/// for more cannot make the requester loop.
-pub(super) const MAX_RESIZES: u8 = 2;
 
 /// The first message of a version 2 connection (RDMA2_CONNPROP), refused
 /// when it exceeds [`FIRST_MESSAGE_MAX`] (v2 draft §7.1).
@@ -44,51 +39,25 @@ pub(super) fn client_level(has_backchannel: bool, chunks: bool) -> RvReqSup {
     }
 }
 
-/// The reply hint to send a call again with after the responder answered
-/// RDMA2_ERR_WRITE_RESOURCE or RDMA2_ERR_REPLY_RESOURCE (v2 draft
-/// §5.3.3: "the requester can retry the request with larger resources").
-///
-/// WRITE_RESOURCE names the 1-based write chunk and the bytes it needed:
-/// the DDP item's bound grows to that. REPLY_RESOURCE names the bytes of
-/// reply chunk needed: the bound on the rest of the reply grows to that.
-/// `None` when the error is not a resource error, names a chunk this
-/// requester did not offer, or asks for no more than was offered (a
-/// resend would fail the same way).
-pub(super) fn enlarged_hint(hint: oncrpc::ReplyHint, err: &ErrorBody) -> Option<oncrpc::ReplyHint> {
-    let ddp_padded = hint.ddp.map_or(0, |d| xdr::padded_len(d.max_len));
-    match *err {
-        ErrorBody::WriteResource {
-            chunk_index,
-            length_needed,
-        } => {
-            // This requester offers at most one write chunk (index 1, or 0
-            // when the responder could not say which).
-            let d = hint.ddp.filter(|_| chunk_index <= 1)?;
-            let needed = length_needed as usize;
-            if needed <= d.max_len {
-                return None;
-            }
-            let rest = hint.max_reply_len.saturating_sub(ddp_padded);
-            Some(oncrpc::ReplyHint {
-                max_reply_len: rest + xdr::padded_len(needed),
-                ddp: Some(DdpReplyHint {
-                    max_len: needed,
-                    ..d
-                }),
-            })
-        }
-        ErrorBody::ReplyResource { length_needed } => {
-            let needed = length_needed as usize;
-            let rest = hint.max_reply_len.saturating_sub(ddp_padded);
-            if needed <= rest {
-                return None;
-            }
-            Some(oncrpc::ReplyHint {
-                max_reply_len: needed + ddp_padded,
-                ddp: hint.ddp,
-            })
-        }
-        _ => None,
+/// The requester's resources of `hint`, sans IO.
+pub(super) fn resources(hint: oncrpc::ReplyHint) -> Resources {
+    Resources {
+        max_reply_len: hint.max_reply_len,
+        ddp: hint.ddp.map(|d| Ddp {
+            position: d.position,
+            max_len: d.max_len,
+        }),
+    }
+}
+
+/// The reply hint of `r`.
+pub(super) fn reply_hint(r: Resources) -> oncrpc::ReplyHint {
+    oncrpc::ReplyHint {
+        max_reply_len: r.max_reply_len,
+        ddp: r.ddp.map(|d| DdpReplyHint {
+            position: d.position,
+            max_len: d.max_len,
+        }),
     }
 }
 
@@ -160,59 +129,9 @@ mod tests {
     }
 
     #[test]
-    fn write_resource_grows_the_ddp_bound_and_keeps_the_rest() {
-        let h = hint(100 + 1000, Some(1000));
-        let err = ErrorBody::WriteResource {
-            chunk_index: 1,
-            length_needed: 5001,
-        };
-        let g = enlarged_hint(h, &err).unwrap();
-        assert_eq!(g.ddp.unwrap().max_len, 5001);
-        assert_eq!(g.ddp.unwrap().position, 4);
-        assert_eq!(g.max_reply_len, 100 + 5004);
-    }
-
-    #[test]
-    fn write_resource_for_an_unoffered_chunk_is_not_retried() {
-        let err = ErrorBody::WriteResource {
-            chunk_index: 2,
-            length_needed: 5000,
-        };
-        assert_eq!(enlarged_hint(hint(1100, Some(1000)), &err), None);
-        let err1 = ErrorBody::WriteResource {
-            chunk_index: 1,
-            length_needed: 5000,
-        };
-        assert_eq!(enlarged_hint(hint(1100, None), &err1), None);
-    }
-
-    #[test]
-    fn resource_error_asking_no_more_is_not_retried() {
-        let w = ErrorBody::WriteResource {
-            chunk_index: 1,
-            length_needed: 1000,
-        };
-        assert_eq!(enlarged_hint(hint(1100, Some(1000)), &w), None);
-        let r = ErrorBody::ReplyResource { length_needed: 100 };
-        assert_eq!(enlarged_hint(hint(1100, Some(1000)), &r), None);
-    }
-
-    #[test]
-    fn reply_resource_grows_the_reply_bound() {
-        let r = ErrorBody::ReplyResource {
-            length_needed: 9000,
-        };
-        let g = enlarged_hint(hint(1100, Some(1000)), &r).unwrap();
-        assert_eq!(g.max_reply_len, 9000 + 1000);
-        assert_eq!(g.ddp.unwrap().max_len, 1000);
-        let g = enlarged_hint(hint(200, None), &r).unwrap();
-        assert_eq!(g.max_reply_len, 9000);
-    }
-
-    #[test]
-    fn other_errors_are_not_retried() {
-        for e in [ErrorBody::BadXdr, ErrorBody::System, ErrorBody::InvalHtype] {
-            assert_eq!(enlarged_hint(hint(1100, Some(1000)), &e), None);
+    fn reply_hints_round_trip_through_resources() {
+        for h in [hint(1100, Some(1000)), hint(200, None)] {
+            assert_eq!(reply_hint(resources(h)), h);
         }
     }
 

@@ -186,47 +186,54 @@ pub(super) fn on_reply<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, wc: Wo
     st.credits.on_reply(rx.credits);
     drain_backlog(inner, &mut st, qp);
     inner.credit_wait.notify_waiters();
-    if refused && res.sent == Version::V2 {
+    let sent = Sent {
+        version: res.sent,
+        resources: super::super::v2::resources(res.hint),
+        resizes: res.resizes,
+        kept: res.msg.is_some(),
+    };
+    match requester::on_reply(&rpc, &sent) {
         // v2 draft §7.2: the server speaks only version 1; send the call
-        // again as version 1 with the same XID and chunks.
-        if st.credits.try_send().is_ok() {
-            let header = hdr::encode_rpc(
-                Version::V1,
-                rx.xid,
-                st.credits.requested(),
-                false,
-                res.resend.nomsg,
-                res.resend.lists.clone(),
-                0,
-            );
-            let wr = SendWr {
-                wr_id: inner.next_wr.fetch_add(1, Ordering::Relaxed),
-                data: vec![header, res.resend.inline.clone()],
-                solicited: false,
-                invalidate: None,
-            };
-            if qp.post_send(wr).is_ok() {
-                res.sent = Version::V1;
-                st.stats.version_fallbacks += 1;
-                st.resources.insert(rx.xid, res);
-                return;
+        // again as version 1 with the same XID and chunks. When it cannot
+        // be sent, the call completes with the error.
+        Step::FallBack => {
+            if st.credits.try_send().is_ok() {
+                let header = hdr::encode_rpc(
+                    Version::V1,
+                    rx.xid,
+                    st.credits.requested(),
+                    false,
+                    res.resend.nomsg,
+                    res.resend.lists.clone(),
+                    0,
+                );
+                let wr = SendWr {
+                    wr_id: inner.next_wr.fetch_add(1, Ordering::Relaxed),
+                    data: vec![header, res.resend.inline.clone()],
+                    solicited: false,
+                    invalidate: None,
+                };
+                if qp.post_send(wr).is_ok() {
+                    res.sent = Version::V1;
+                    st.stats.version_fallbacks += 1;
+                    st.resources.insert(rx.xid, res);
+                    return;
+                }
+                st.credits.on_abandon();
             }
-            st.credits.on_abandon();
         }
-    }
-    // v2 draft §5.3.3: after WRITE_RESOURCE / REPLY_RESOURCE the call is
-    // sent again with the resources the responder said it needs.
-    if let Err(Some(ErrorBody::V2(e))) = &rpc {
-        let bigger = super::super::v2::enlarged_hint(res.hint, e)
-            .filter(|_| res.resizes < super::super::v2::MAX_RESIZES);
-        if let Some(hint) = bigger {
+        // v2 draft §5.3.3: after WRITE_RESOURCE / REPLY_RESOURCE the call
+        // is sent again with the resources the responder said it needs.
+        Step::Enlarge(bigger) => {
             if let Some(msg) = res.msg.take() {
                 let resizes = res.resizes + 1;
                 res.fence();
+                let hint = super::super::v2::reply_hint(bigger);
                 resend_larger(inner, &mut st, qp, rx.xid, &msg, hint, resizes);
                 return;
             }
         }
+        Step::Complete => {}
     }
     // Remote invalidation (draft-cel-nfsv4-reminv-design §4.2): the STag
     // must be one of this call's; every region is still invalidated
