@@ -30,15 +30,29 @@ async fn readdir(
     maxcount: u32,
     attrs: &[u32],
 ) -> Result<Readdir4ResOk, Nfsstat4> {
+    readdir_in(me, None, cookie, verf, maxcount, attrs).await
+}
+
+/// READDIR of the root's child `sub` (the root itself with `None`).
+async fn readdir_in(
+    me: &C4,
+    sub: Option<&'static str>,
+    cookie: u64,
+    verf: [u8; 8],
+    maxcount: u32,
+    attrs: &[u32],
+) -> Result<Readdir4ResOk, Nfsstat4> {
     // Not cached (cachethis false): listings may be larger than the
     // session's cached-reply limit.
     let id = me.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
     let r = me
-        .ops(vec![
-            me.sequence(0, id, false),
-            NfsArgop4::Putrootfh(()),
-            readdir_op(cookie, verf, maxcount, attrs),
-        ])
+        .ops(
+            [me.sequence(0, id, false), NfsArgop4::Putrootfh(())]
+                .into_iter()
+                .chain(sub.map(|n| NfsArgop4::Lookup(Lookup4Args { objname: name(n) })))
+                .chain([readdir_op(cookie, verf, maxcount, attrs)])
+                .collect(),
+        )
         .await;
     match r.resarray.last() {
         Some(NfsResop4::Readdir(Res4::Ok(d))) => Ok(d.clone()),
@@ -147,4 +161,41 @@ async fn stale_cookies_and_verifiers_are_refused() {
     names.sort();
     names.dedup();
     assert_eq!(names.len(), 50);
+}
+
+/// A directory removed and made again under the same name while a client
+/// holds a cookie of the old one: the old cookie and verifier against the
+/// new directory are refused (NFS4ERR_NOT_SAME, RFC 8881 §18.23.3), never
+/// a listing from the wrong place; a fresh listing of the new directory is
+/// whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cookie_of_a_rewritten_directory_is_refused() {
+    let srv = serve("v4rewrite", SessionLimits::default()).await;
+    let d = srv.dir.path().join("d");
+    std::fs::create_dir(&d).unwrap();
+    files(&d, "old", 60);
+    let mut me = C4::connect(&srv).await;
+    me.establish("v4rewrite").await;
+    let p1 = readdir_in(&me, Some("d"), 0, [0; 8], 600, &[])
+        .await
+        .unwrap();
+    assert!(!p1.eof);
+    let (cookie, verf) = (p1.entries.last().unwrap().cookie, p1.cookieverf.0);
+    std::fs::remove_dir_all(&d).unwrap();
+    std::fs::create_dir(&d).unwrap();
+    files(&d, "new", 60);
+    let r = readdir_in(&me, Some("d"), cookie, verf, 600, &[]).await;
+    assert!(
+        matches!(
+            r,
+            Err(Nfsstat4::NFS4ERR_NOT_SAME | Nfsstat4::NFS4ERR_BAD_COOKIE)
+        ),
+        "{r:?}"
+    );
+    let all = readdir_in(&me, Some("d"), 0, [0; 8], 1 << 20, &[])
+        .await
+        .unwrap();
+    assert!(all.eof);
+    assert_eq!(all.entries.len(), 60);
+    assert!(all.entries.iter().all(|e| e.name.0.starts_with(b"new-")));
 }
