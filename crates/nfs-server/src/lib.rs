@@ -135,8 +135,13 @@ pub struct ServerConfig {
     pub nlm_limits: NlmLimits,
     /// Where the handle key and the handle index live ([`StateDir`]);
     /// `None` (the library default) keeps them in memory, so handles do
-    /// not survive a restart. `nfsrdma serve` always names one.
+    /// not survive a restart. `nfsrdma serve` always names one. With one,
+    /// NFSv4 client records are kept there too, for reboot recovery.
     pub state_dir: Option<PathBuf>,
+    /// Longest NFSv4 grace period after a start with client records in
+    /// the state directory (RFC 8881 §8.4.2; `serve --grace-time`,
+    /// default 90 s as Linux's nfsd); [`v4::Recovery`].
+    pub grace_time: std::time::Duration,
 }
 
 impl ServerConfig {
@@ -157,6 +162,7 @@ impl ServerConfig {
             nfs4_limits: v4::SessionLimits::default(),
             nlm_limits: NlmLimits::default(),
             state_dir: None,
+            grace_time: std::time::Duration::from_secs(90),
         }
     }
 }
@@ -242,19 +248,40 @@ pub fn rpc_server_for(
     limits: v4::SessionLimits,
     nlm_limits: NlmLimits,
 ) -> oncrpc::Server {
-    let mut server = oncrpc::Server::new().with_drc(DrcConfig::default());
-    server.register(MountService::new(Arc::clone(&table)).with_max_entries(mount_list_max));
-    server.register(RpcbindService::new(registry, advertise));
+    let v4 = v4_service(&table, backchannels, limits);
+    assemble(table, registry, advertise, mount_list_max, nlm_limits, v4)
+}
+
+/// The NFSv4 service for the exports of `table`.
+fn v4_service(
+    table: &Arc<ExportTable<LocalFs>>,
+    backchannels: v4::BackchannelSlot,
+    limits: v4::SessionLimits,
+) -> v4::Nfs4Service {
     let primary = Arc::clone(table.primary().fs());
-    let v4 = v4::Nfs4Service::with_config(
+    v4::Nfs4Service::with_config(
         primary,
         v4::Nfs4Config {
             limits,
             ..v4::Nfs4Config::default()
         },
     )
-    .with_exports(Arc::clone(&table))
-    .with_backchannels(backchannels);
+    .with_exports(Arc::clone(table))
+    .with_backchannels(backchannels)
+}
+
+/// The program table around the NFSv4 service `v4`.
+fn assemble(
+    table: Arc<ExportTable<LocalFs>>,
+    registry: Registry,
+    advertise: IpAddr,
+    mount_list_max: usize,
+    nlm_limits: NlmLimits,
+    v4: v4::Nfs4Service,
+) -> oncrpc::Server {
+    let mut server = oncrpc::Server::new().with_drc(DrcConfig::default());
+    server.register(MountService::new(Arc::clone(&table)).with_max_entries(mount_list_max));
+    server.register(RpcbindService::new(registry, advertise));
     // NLM and NFSv4 locks on one file exclude each other (RFC 8881 §9.5).
     let locks = NlmLocks::new(nlm_limits);
     let v4 = v4.with_nlm_locks(locks.clone());
@@ -427,14 +454,23 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
     let fs = Arc::clone(table.primary().fs());
     let registry: Registry = Arc::new(Mutex::new(Vec::new()));
     let backchannels = v4::BackchannelSlot::new();
-    let server = Arc::new(rpc_server_for(
+    // With a state directory, NFSv4 clients are recorded there and a
+    // restart opens a grace period for them (RFC 8881 §8.4.2).
+    let v4 = v4_service(&table, backchannels.clone(), config.nfs4_limits);
+    let v4 = match &state {
+        Some(s) => v4.with_recovery(&v4::Recovery {
+            grace: config.grace_time,
+            ..v4::Recovery::new(s.path())
+        })?,
+        None => v4,
+    };
+    let server = Arc::new(assemble(
         Arc::clone(&table),
         Arc::clone(&registry),
         config.nfs_addr.ip(),
-        backchannels.clone(),
         config.mount_list_max,
-        config.nfs4_limits,
         config.nlm_limits,
+        v4,
     ));
     let conns = ConnLimiter::new(config.connections);
     let replies = ServerReplyBudget::new(config.tcp.max_server_reply_bytes);

@@ -221,6 +221,7 @@ async fn v4_client(srv: &nfs_server::RunningServer, name: &str) -> C4 {
         panic!("CREATE_SESSION: {r:?}")
     };
     c.session = s.sessionid.0;
+    c.reclaim_complete().await;
     c
 }
 

@@ -218,7 +218,8 @@ async fn a_session_remembers_at_most_64_connections() {
     let mut first = client(&s.srv).await;
     first.establish("many-conns").await;
     let before = trips("nfs4.session_connections");
-    let mut seqid = 0;
+    // establish used sequence id 1 of slot 0 (RECLAIM_COMPLETE).
+    let mut seqid = 1;
     let mut others = Vec::new();
     // 64 more connections join by SEQUENCE (slot 0, one at a time).
     for _ in 0..64 {

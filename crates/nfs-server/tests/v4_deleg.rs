@@ -303,6 +303,9 @@ impl Client {
             panic!("CREATE_SESSION: {r:?}")
         };
         self.session = s.sessionid.0;
+        // RFC 8881 §18.51.3: before its first OPEN.
+        let rc = NfsArgop4::ReclaimComplete(ReclaimComplete4Args { one_fs: false });
+        assert_eq!(self.seq(vec![rc]).await.status, Nfsstat4::NFS4_OK);
     }
 
     fn sequence(&self) -> NfsArgop4 {

@@ -373,6 +373,9 @@ impl Client {
             Some(NfsResop4::CreateSession(Res4::Ok(s))) => {
                 assert_eq!(s.flags, flags, "back channel granted as asked");
                 self.session = s.sessionid.0;
+                // RFC 8881 §18.51.3: before its first OPEN.
+                let rc = NfsArgop4::ReclaimComplete(ReclaimComplete4Args { one_fs: false });
+                assert_eq!(self.seq(vec![rc]).await.status, Nfsstat4::NFS4_OK);
                 Nfsstat4::NFS4_OK
             }
             Some(NfsResop4::CreateSession(Res4::Err(e))) => *e,

@@ -206,6 +206,9 @@ struct Client {
     last_renew: Duration,
     sessions: Vec<[u8; 16]>,
     reclaim_complete: bool,
+    /// Who established it: the AUTH_SYS uid of its EXCHANGE_ID or
+    /// SETCLIENTID (nobody for other flavours).
+    principal: u32,
     /// Reply cache bytes its sessions reserve.
     reserved: u64,
     /// The NFSv4.0 part of a record made by SETCLIENTID.
@@ -256,6 +259,9 @@ pub(crate) struct ClientTable {
     cached: u64,
     /// Clients removed since the owner last asked.
     dropped: Vec<u64>,
+    /// Owner keys of confirmed clients that expired or were destroyed
+    /// since the owner last asked: their stable records go.
+    forgotten: Vec<Bytes>,
     /// Connection id → sessions it is bound to (idle connections bound to
     /// a session are kept open: callbacks may use them).
     bound: HashMap<u64, u32>,
@@ -278,7 +284,42 @@ impl ClientTable {
             reserved: 0,
             cached: 0,
             dropped: Vec::new(),
+            forgotten: Vec::new(),
             bound: HashMap::new(),
+        }
+    }
+
+    /// Takes `boot` as this instance's boot number (before any client
+    /// id is handed out).
+    pub(crate) fn set_boot(&mut self, boot: u32) {
+        self.boot = boot;
+    }
+
+    /// Owner keys of confirmed clients that expired or were destroyed
+    /// since the last call, unless another live confirmed record has the
+    /// same key (a new incarnation).
+    pub(crate) fn take_forgotten(&mut self) -> Vec<Bytes> {
+        let mut keys = std::mem::take(&mut self.forgotten);
+        keys.retain(|k| !self.owners.contains_key(&(k.clone(), true)));
+        keys
+    }
+
+    /// What a stable record of client `id` holds: (owner key, principal,
+    /// whether it is an NFSv4.0 client, whether it sent RECLAIM_COMPLETE).
+    pub(crate) fn record_info(&self, id: u64) -> Option<(Bytes, u32, bool, bool)> {
+        let c = self.clients.get(&id)?;
+        Some((
+            c.ownerid.clone(),
+            c.principal,
+            c.v40.is_some(),
+            c.reclaim_complete,
+        ))
+    }
+
+    /// Sets the principal of a client record not yet confirmed.
+    pub(crate) fn set_principal(&mut self, id: u64, principal: u32) {
+        if let Some(c) = self.clients.get_mut(&id).filter(|c| !c.confirmed) {
+            c.principal = principal;
         }
     }
 
@@ -321,10 +362,18 @@ impl ClientTable {
                 break;
             }
             tracing::debug!(clientid = id, "NFSv4 lease expired");
+            self.forget(id);
             self.remove_client(id);
             dead.push(id);
         }
         dead
+    }
+
+    /// Marks confirmed client `id`'s stable record for removal.
+    fn forget(&mut self, id: u64) {
+        if let Some(c) = self.clients.get(&id).filter(|c| c.confirmed) {
+            self.forgotten.push(c.ownerid.clone());
+        }
     }
 
     fn remove_client(&mut self, id: u64) {
@@ -464,6 +513,7 @@ impl ClientTable {
                 last_renew: now,
                 sessions: Vec::new(),
                 reclaim_complete: false,
+                principal: crate::perm::NOBODY,
                 reserved: 0,
                 v40: None,
             },
@@ -809,6 +859,7 @@ impl ClientTable {
         if !c.sessions.is_empty() || has_state {
             return Nfsstat4::NFS4ERR_CLIENTID_BUSY;
         }
+        self.forget(id);
         self.remove_client(id);
         Nfsstat4::NFS4_OK
     }
@@ -839,8 +890,10 @@ impl ClientTable {
         })
     }
 
-    /// RECLAIM_COMPLETE (RFC 8881 §18.51.3). With nothing to reclaim
-    /// (no grace period is kept), only a repeat is an error.
+    /// RECLAIM_COMPLETE (RFC 8881 §18.51.3): once per client id (a
+    /// repeat is NFS4ERR_COMPLETE_ALREADY); after it the client may no
+    /// longer reclaim and may take new state. `rca_one_fs` (a migrated
+    /// file system) changes nothing here: there is no migration.
     pub(crate) fn reclaim_complete(&mut self, clientid: u64, one_fs: bool) -> Nfsstat4 {
         let Some(c) = self.clients.get_mut(&clientid) else {
             return Nfsstat4::NFS4ERR_STALE_CLIENTID;

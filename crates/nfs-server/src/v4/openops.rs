@@ -18,6 +18,9 @@ use crate::storage::Storage;
 
 type R<T> = Result<T, Nfsstat4>;
 
+/// `open_delegation_type4` OPEN_DELEGATE_WRITE (RFC 8881 §18.16.1).
+const OPEN_DELEGATE_WRITE_TYPE: u32 = 2;
+
 fn clientid(cx: &Cx) -> R<u64> {
     cx.clientid().ok_or(Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)
 }
@@ -59,7 +62,7 @@ impl<S: Storage> Nfs4Service<S> {
             A::ExchangeId(a) => Z::ExchangeId(match self.state() {
                 Ok(mut st) => {
                     st.expire(now);
-                    let mut r = st.exchange_id(a, &self.owner, now);
+                    let mut r = st.exchange_id(a, &self.owner, cx.principal, now);
                     // RFC 8881 §13.1: a metadata server says so.
                     if let (Res4::Ok(ok), true) = (&mut r, self.mds.is_some()) {
                         ok.flags = (ok.flags & !nfs::v4::session::EXCHGID4_FLAG_USE_NON_PNFS)
@@ -129,10 +132,24 @@ impl<S: Storage> Nfs4Service<S> {
     /// delegations are recalled (NFS4ERR_DELAY until they are returned);
     /// a delegation is offered when the back channel works (RFC 8881
     /// §10.4). CLAIM_DELEGATE_CUR and CLAIM_DELEG_CUR_FH need the caller's
-    /// delegation on the file. Reclaims are NFS4ERR_NO_GRACE and
-    /// CLAIM_DELEGATE_PREV/CLAIM_DELEG_PREV_FH NFS4ERR_NOTSUPP.
+    /// delegation on the file. CLAIM_PREVIOUS reclaims the open (and the
+    /// delegation it names) of the current file during the grace period
+    /// (RFC 8881 §8.4.2.1, §18.16.3; RFC 7530 §9.6.2), other claims then
+    /// get NFS4ERR_GRACE ([`super::state::StateTable::may_take_state`]);
+    /// CLAIM_DELEGATE_PREV/CLAIM_DELEG_PREV_FH are NFS4ERR_NOTSUPP.
     async fn open(&self, a: &Open4Args, cx: &mut Cx) -> R<Open4ResOk> {
         let cid = clientid(cx)?;
+        let reclaim = match a.claim {
+            OpenClaim4::Previous(t) => Some(t),
+            _ => None,
+        };
+        {
+            let st = self.state()?;
+            match reclaim {
+                Some(_) => st.may_reclaim(cid)?,
+                None => st.may_take_state(cid, true)?,
+            }
+        }
         let access = a.share_access & !OPEN4_SHARE_WANT_MASK;
         if !(1..=3).contains(&access) || a.share_deny > 3 {
             return Err(Nfsstat4::NFS4ERR_INVAL);
@@ -204,7 +221,7 @@ impl<S: Storage> Nfs4Service<S> {
                 self.own_delegation(d, cid, &fh)?;
                 (fh, ChangeInfo4::default())
             }
-            OpenClaim4::Previous(_) => return Err(Nfsstat4::NFS4ERR_NO_GRACE),
+            OpenClaim4::Previous(_) => (cur(cx)?, ChangeInfo4::default()),
             _ => return Err(Nfsstat4::NFS4ERR_NOTSUPP),
         };
         let attr = self.regular(&fh).await?;
@@ -232,9 +249,27 @@ impl<S: Storage> Nfs4Service<S> {
             };
             self.fs.setattr(&fh, &s, None).await.map_err(st4)?;
         }
-        let delegation = self
-            .open_delegation(cid, &fh, access, a.share_access & OPEN4_SHARE_WANT_MASK)
-            .await;
+        let delegation = match reclaim {
+            // RFC 8881 §18.16.3: a reclaim names the delegation held
+            // before the restart; it is granted again as the client's
+            // back channel and the file's other opens allow.
+            Some(0) => OpenDelegation4::None, // OPEN_DELEGATE_NONE
+            Some(t) => {
+                let want = if t == OPEN_DELEGATE_WRITE_TYPE {
+                    access | OPEN4_SHARE_ACCESS_WRITE
+                } else {
+                    access
+                };
+                self.open_delegation(cid, &fh, want, 0).await
+            }
+            None => {
+                self.open_delegation(cid, &fh, access, a.share_access & OPEN4_SHARE_WANT_MASK)
+                    .await
+            }
+        };
+        if cx.sess.is_none() {
+            self.state()?.record_v40(cid);
+        }
         cx.cur = Some(fh);
         cx.cur_sid = Some(sid);
         Ok(Open4ResOk {
@@ -301,8 +336,15 @@ impl<S: Storage> Nfs4Service<S> {
 
     async fn lock(&self, a: &Lock4Args, cx: &mut Cx) -> R<LockRes4<Stateid4>> {
         let fh = self.lock_target(cx).await?;
-        if a.reclaim {
-            return Err(Nfsstat4::NFS4ERR_NO_GRACE);
+        // RFC 8881 §8.4.2.1, §18.10.3; RFC 7530 §9.6.2: reclaims only in
+        // the grace period, new locks only after it.
+        {
+            let (st, c) = (self.state()?, clientid(cx)?);
+            if a.reclaim {
+                st.may_reclaim(c)?;
+            } else {
+                st.may_take_state(c, false)?;
+            }
         }
         let mut a = a.clone();
         match &mut a.locker {
@@ -322,10 +364,13 @@ impl<S: Storage> Nfs4Service<S> {
         Ok(r)
     }
 
+    /// LOCKT (RFC 8881 §18.11): NFS4ERR_GRACE during the grace period,
+    /// as Linux's nfsd answers (a lock not yet reclaimed would not show).
     async fn lockt(&self, a: &Lockt4Args, cx: &Cx) -> R<LockRes4<()>> {
         let fh = self.lock_target(cx).await?;
         let k = key(&fh);
         let st = self.state()?;
+        st.may_take_state(clientid(cx)?, false)?;
         if let Some(d) = self.nlm_denied(&k, a.offset, a.length, a.locktype.is_write()) {
             return Ok(LockRes4::Denied(d));
         }

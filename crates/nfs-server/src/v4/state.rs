@@ -17,6 +17,8 @@ use xdr::XdrBuf;
 use super::cbslots::CbParams;
 use super::clients::{ClientTable, SeqOutcome, SessionLimits};
 use super::deleg::{DelegTable, OPEN4_SHARE_ACCESS_WANT_NO_DELEG};
+use super::grace::{Grace, RecordOp};
+use super::records::RecordStore;
 use super::seqids::OwnerSeqs;
 use super::stateids::StateIds;
 
@@ -30,6 +32,10 @@ pub(crate) struct StateTable {
     pub(super) delegs: DelegTable,
     /// NFSv4.0 open and lock owners' seqids and last replies.
     pub(super) seqs: OwnerSeqs,
+    /// The grace period and which clients are recorded.
+    grace: Grace,
+    /// Where client records are kept, with a state directory.
+    store: Option<RecordStore>,
 }
 
 impl StateTable {
@@ -41,6 +47,86 @@ impl StateTable {
             ids: StateIds::default(),
             delegs: DelegTable::default(),
             seqs: OwnerSeqs::default(),
+            grace: Grace::none(),
+            store: None,
+        }
+    }
+
+    /// Reboot recovery (RFC 8881 §8.4.2): this instance is boot number
+    /// `boot`, records go to `store`, and the clients `prev` recorded by
+    /// the previous instance may reclaim for `length` from `now`.
+    pub(crate) fn recover(
+        &mut self,
+        boot: u32,
+        store: RecordStore,
+        prev: Vec<(Bytes, u32)>,
+        now: Duration,
+        length: Duration,
+        max: usize,
+    ) {
+        self.clients.set_boot(boot);
+        self.grace = Grace::start(prev, now, length, max);
+        self.store = Some(store);
+    }
+
+    /// Whether the grace period runs, and the records kept.
+    pub(crate) fn grace_stats(&self) -> (bool, usize) {
+        (self.grace.in_grace(), self.grace.records())
+    }
+
+    /// Makes `ops` durable; a record that could not be written is
+    /// forgotten (the client cannot reclaim after a restart).
+    fn persist(&mut self, ops: Vec<RecordOp>) {
+        if ops.is_empty() {
+            return;
+        }
+        let Some(s) = &self.store else {
+            return;
+        };
+        for k in s.apply(ops) {
+            self.grace.unrecord(&k);
+        }
+    }
+
+    /// A reclaim by `clientid` (OPEN with CLAIM_PREVIOUS, LOCK with
+    /// `reclaim`; RFC 8881 §8.4.2.1, §18.16.3, §18.10.3; RFC 7530
+    /// §9.6.2): only during the grace period, by a client the previous
+    /// instance recorded, before its RECLAIM_COMPLETE (§18.51.3); else
+    /// NFS4ERR_NO_GRACE.
+    pub(crate) fn may_reclaim(&self, clientid: u64) -> Result<(), Nfsstat4> {
+        let Some((key, principal, _, done)) = self.clients.record_info(clientid) else {
+            return Err(Nfsstat4::NFS4ERR_STALE_CLIENTID);
+        };
+        if done {
+            return Err(Nfsstat4::NFS4ERR_NO_GRACE);
+        }
+        self.grace.may_reclaim(&key, principal)
+    }
+
+    /// A non-reclaim OPEN (`open`) or LOCK by `clientid`: NFS4ERR_GRACE
+    /// during the grace period (RFC 8881 §8.4.2.1, RFC 7530 §9.6.2), and
+    /// an OPEN from a 4.1/4.2 client that has not sent RECLAIM_COMPLETE
+    /// (RFC 8881 §18.51.3: "If non-reclaim locking operations are done
+    /// before the RECLAIM_COMPLETE, an NFS4ERR_GRACE error will be
+    /// returned").
+    pub(crate) fn may_take_state(&self, clientid: u64, open: bool) -> Result<(), Nfsstat4> {
+        if self.grace.in_grace() {
+            return Err(Nfsstat4::NFS4ERR_GRACE);
+        }
+        match self.clients.record_info(clientid) {
+            Some((_, _, false, false)) if open => Err(Nfsstat4::NFS4ERR_GRACE),
+            _ => Ok(()),
+        }
+    }
+
+    /// After an NFSv4.0 client's OPEN: its record is written (once) before
+    /// the reply (RFC 7530 §9.6.2: it now holds state it may reclaim).
+    pub(crate) fn record_v40(&mut self, clientid: u64) {
+        if let Some((key, principal, true, _)) = self.clients.record_info(clientid) {
+            if !self.grace.is_recorded(&key) {
+                let ops = self.grace.record(&key, principal);
+                self.persist(ops);
+            }
         }
     }
 
@@ -66,6 +152,10 @@ impl StateTable {
             self.delegs.purge(id);
             self.seqs.purge_client(id);
         }
+        for k in self.clients.take_forgotten() {
+            let ops = self.grace.forget(&k);
+            self.persist(ops);
+        }
     }
 
     /// Drops every client whose lease ran out before `now` (RFC 8881
@@ -78,6 +168,8 @@ impl StateTable {
             self.seqs.purge_client(id);
         }
         self.sweep();
+        let ops = self.grace.tick(now);
+        self.persist(ops);
     }
 
     /// Whether connection `conn` is bound to a session whose client's
@@ -92,9 +184,13 @@ impl StateTable {
         &mut self,
         a: &ExchangeId4Args,
         owner_major: &Bytes,
+        principal: u32,
         now: Duration,
     ) -> Res4<ExchangeId4ResOk> {
         let r = self.clients.exchange_id(a, owner_major, now);
+        if let Res4::Ok(ok) = &r {
+            self.clients.set_principal(ok.clientid, principal);
+        }
         self.sweep();
         r
     }
@@ -240,9 +336,18 @@ impl StateTable {
         self.clients.is_this_boot(clientid)
     }
 
-    /// RECLAIM_COMPLETE (RFC 8881 §18.51.3).
+    /// RECLAIM_COMPLETE (RFC 8881 §18.51.3): the client is recorded
+    /// (durably, before the reply) and, once every client of the previous
+    /// instance has sent it, the grace period ends (§8.4.2.1).
     pub(crate) fn reclaim_complete(&mut self, clientid: u64, one_fs: bool) -> Nfsstat4 {
-        self.clients.reclaim_complete(clientid, one_fs)
+        let s = self.clients.reclaim_complete(clientid, one_fs);
+        if s.is_ok() && !one_fs {
+            if let Some((key, principal, ..)) = self.clients.record_info(clientid) {
+                let ops = self.grace.reclaim_complete(&key, principal);
+                self.persist(ops);
+            }
+        }
+        s
     }
 
     /// Checks a READ/WRITE/SETATTR(size) stateid for `fh`: a delegation

@@ -216,6 +216,29 @@ impl C4 {
             panic!("CREATE_SESSION: {r:?}")
         };
         self.session = s.sessionid.0;
+        self.seq.store(0, Ordering::SeqCst);
+        // RFC 8881 §18.51.3: before its first OPEN (once per client id:
+        // a second session of the same one has done it).
+        let r = self
+            .seq(vec![NfsArgop4::ReclaimComplete(ReclaimComplete4Args {
+                one_fs: false,
+            })])
+            .await;
+        assert!(
+            matches!(
+                r.status,
+                Nfsstat4::NFS4_OK | Nfsstat4::NFS4ERR_COMPLETE_ALREADY
+            ),
+            "{r:?}"
+        );
+    }
+
+    /// RECLAIM_COMPLETE (not for one file system), asserting it succeeded.
+    pub async fn reclaim_complete(&self) {
+        self.ok(vec![NfsArgop4::ReclaimComplete(ReclaimComplete4Args {
+            one_fs: false,
+        })])
+        .await;
     }
 
     pub fn sequence(&self, slot: u32, seqid: u32, cachethis: bool) -> NfsArgop4 {

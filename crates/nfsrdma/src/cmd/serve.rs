@@ -165,6 +165,12 @@ pub(crate) struct ServeArgs {
     /// ~/.local/state/nfsrdma.
     #[arg(long)]
     state_dir: Option<PathBuf>,
+    /// Longest NFSv4 grace period after a start, in seconds: clients the
+    /// last run recorded in the state directory reclaim their opens and
+    /// locks, new ones wait (NFS4ERR_GRACE). It ends as soon as every
+    /// recorded client has finished reclaiming; with none there is none.
+    #[arg(long, default_value_t = 90)]
+    grace_time: u64,
     /// Serve the server's counters in the Prometheus text format at
     /// http://ADDR/metrics: calls and latency per RPC procedure, rejected
     /// calls, limit trips, open connections (`nfsrdma stat ADDR` prints a
@@ -231,6 +237,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(nfs_server::StateDir::default_path),
     );
+    config.grace_time = std::time::Duration::from_secs(args.grace_time);
     let server = nfs_server::start(config)
         .await
         .with_context(|| format!("serving {}", describe(&args)))?;

@@ -83,6 +83,7 @@ impl ClientTable {
         };
         let k = fresh_verifier(id, now);
         if let Some(c) = self.clients.get_mut(&id) {
+            c.principal = principal;
             c.v40 = Some(V40Client {
                 confirm: k,
                 principal,
