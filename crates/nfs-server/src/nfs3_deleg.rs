@@ -7,7 +7,11 @@
 //! the file a RENAME replaces) are recalled through
 //! [`crate::v4::Delegations::break_for`]. When the holder does not return
 //! them within the wait the procedure is answered NFS3ERR_JUKEBOX with
-//! empty attributes and the client retries later.
+//! empty attributes and the client retries later. READDIRPLUS returns
+//! attributes of many files at once: it recalls the write delegations of
+//! its entries without waiting and returns those entries without
+//! attributes (RFC 1813 §3.3.17: `name_attributes` is optional), so the
+//! client asks for them with a GETATTR, which waits for the return.
 
 use nfs::v3::*;
 use xdr::XdrBuf;
@@ -56,6 +60,19 @@ impl<S: Storage> Nfs3Fs<S> {
             }
         }
         None
+    }
+}
+
+impl<S: Storage> Nfs3Fs<S> {
+    /// READDIRPLUS: whether the entry with handle `fh` goes without
+    /// attributes: another client holds a write delegation on it (the
+    /// server's size and times are stale until the holder flushes, RFC
+    /// 8881 §10.4.3), which is recalled, not awaited (one listing may
+    /// name many).
+    pub(crate) fn withhold_attrs(&self, fh: &[u8]) -> bool {
+        self.delegs
+            .as_ref()
+            .is_some_and(|d| d.any_held() && d.recall(&bytes::Bytes::copy_from_slice(fh), 0, false))
     }
 }
 

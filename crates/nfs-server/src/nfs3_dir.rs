@@ -72,6 +72,9 @@ struct Page<'c> {
     /// The encoded entries (each `TRUE, entry`), without the terminator.
     body: Vec<u8>,
     entries: usize,
+    /// Whether an entry (its handle) goes without attributes
+    /// ([`Nfs3Fs::withhold_attrs`]).
+    withhold: &'c (dyn Fn(&[u8]) -> bool + Sync),
 }
 
 impl DirSink for Page<'_> {
@@ -91,7 +94,11 @@ impl DirSink for Page<'_> {
             return false;
         }
         let mark = self.body.len();
-        encode_entry(&mut self.body, &e, self.plus);
+        let attrs = match &e.plus {
+            Some(Ok((fh, _))) if self.plus => !(self.withhold)(fh),
+            _ => true,
+        };
+        encode_entry(&mut self.body, &e, self.plus, attrs);
         let len = self.body.len() - mark;
         if self.used + len > self.limit {
             self.body.truncate(mark);
@@ -106,8 +113,9 @@ impl DirSink for Page<'_> {
 
 /// One `entry3` or `entryplus3` with the list's TRUE before it (RFC 1813
 /// §3.3.16, §3.3.17); an entry whose handle and attributes could not be
-/// had goes without both.
-fn encode_entry(out: &mut Vec<u8>, e: &DirEntry<'_>, plus: bool) {
+/// had goes without both; without `attrs`, an entry goes with its handle
+/// only.
+fn encode_entry(out: &mut Vec<u8>, e: &DirEntry<'_>, plus: bool, attrs: bool) {
     out.put_bool(true);
     out.put_u64(e.fileid);
     out.put_string(e.name);
@@ -116,9 +124,11 @@ fn encode_entry(out: &mut Vec<u8>, e: &DirEntry<'_>, plus: bool) {
         return;
     }
     match &e.plus {
-        Some(Ok((fh, attrs))) => {
-            out.put_bool(true);
-            attrs.encode(out);
+        Some(Ok((fh, at))) => {
+            out.put_bool(attrs);
+            if attrs {
+                at.encode(out);
+            }
             out.put_bool(true);
             out.put_opaque(fh);
         }
@@ -182,6 +192,7 @@ impl<S: Storage> Nfs3Fs<S> {
             dir_used: 0,
             body: Vec::with_capacity(limit.min(BODY_START)),
             entries: 0,
+            withhold: &|fh: &[u8]| self.withhold_attrs(fh),
         };
         let size_hint = match plus {
             true => (limit / PLUS_TO_DIRENT).min(dircount),
@@ -261,7 +272,7 @@ mod tests {
         let fh = [5u8; 44];
         for name in [&b"a"[..], b"abcd", b"f-0000123"] {
             let mut ours = Vec::new();
-            encode_entry(&mut ours, &entry(name, &fh, true), true);
+            encode_entry(&mut ours, &entry(name, &fh, true), true, true);
             let item = Entryplus3 {
                 fileid: 7,
                 name: Filename3(Bytes::copy_from_slice(name)),
@@ -280,7 +291,7 @@ mod tests {
             assert_eq!(ours.len(), 4 + item.encoded_len());
 
             let mut ours = Vec::new();
-            encode_entry(&mut ours, &entry(name, &fh, false), false);
+            encode_entry(&mut ours, &entry(name, &fh, false), false, true);
             let item = Entry3 {
                 fileid: 7,
                 name: Filename3(Bytes::copy_from_slice(name)),
@@ -293,7 +304,26 @@ mod tests {
             plus: Some(Err(Nfsstat3::NFS3ERR_NOENT)),
             ..entry(b"x", &fh, true)
         };
-        encode_entry(&mut gone, &e, true);
+        encode_entry(&mut gone, &e, true, true);
         assert_eq!(&gone[gone.len() - 8..], &[0u8; 8][..]);
+        // Attributes withheld (a write-delegated entry): the codec's
+        // entry with no attributes and the handle.
+        let mut ours = Vec::new();
+        encode_entry(&mut ours, &entry(b"wd", &fh, true), true, false);
+        let item = Entryplus3 {
+            fileid: 7,
+            name: Filename3(Bytes::from_static(b"wd")),
+            cookie: 99,
+            name_attributes: None,
+            name_handle: NfsFh3::new(&fh),
+        };
+        let res = Readdirplus3ResOk {
+            dir_attributes: None,
+            cookieverf: FixedOpaque([0; 8]),
+            entries: vec![item],
+            eof: true,
+        };
+        let codec = xdr::to_bytes(&res);
+        assert_eq!(&codec[4 + 8..codec.len() - 8], &ours[..]);
     }
 }

@@ -313,9 +313,17 @@ pub trait Storage: Send + Sync + 'static {
         hole: bool,
     ) -> impl Future<Output = StorageResult<Option<u64>>> + Send;
 
-    /// Opens regular file `fh` for reading, or with `write` for writing
-    /// (an fd for the NFSv4 server's inotify watch of a delegated file).
+    /// Opens regular file `fh` for reading, or with `write` for reading
+    /// and writing (the descriptor of a delegated file's kernel lease and
+    /// inotify watch). Never waits for a lease (`O_NONBLOCK`).
     fn open_file(&self, fh: &NfsFh3, write: bool) -> StorageResult<std::fs::File>;
+
+    /// Makes the server's own opens of regular file `fh` reuse `fd` (an
+    /// open of it) while `fd` lives, where its access mode serves them:
+    /// the descriptor holding a delegation's kernel lease, which a new
+    /// open by the server would break. A storage without kernel files
+    /// ignores it.
+    fn pin(&self, _fh: &NfsFh3, _fd: &std::sync::Arc<std::os::fd::OwnedFd>) {}
 
     /// Reserves `len` bytes at `offset` of regular file `fh`, or with
     /// `punch` frees them keeping the size (NFSv4.2 ALLOCATE and

@@ -817,12 +817,36 @@ async fn a_local_writer_recalls_the_delegation_and_the_holder_sees_its_data() {
         panic!("read delegation expected: {deleg:?}")
     };
     // A process on the server writes into the export, not through NFS.
-    std::fs::write(srv._dir.0.join("l"), b"written locally").unwrap();
+    // The delegation's kernel lease holds its open back: the holder is
+    // recalled before the data changes, and the writer goes on once the
+    // delegation is returned.
+    let writer = local_writer(srv._dir.0.join("l"), b"written locally");
     let (_, recall) = a.recall().await;
     assert_eq!(recall.stateid, dsid);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!writer.is_finished(), "the local open waits for the return");
+    assert_eq!(&read_all(&a, &fh, dsid).await[..], b"", "not yet written");
+    let returned = std::time::Instant::now();
     assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    let written = tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .expect("the local writer goes on after DELEGRETURN")
+        .unwrap();
+    assert!(written >= returned);
     let (sid, _, _) = opened(&a.open("l", OPEN4_SHARE_ACCESS_READ).await);
     assert_eq!(&read_all(&a, &fh, sid).await[..], b"written locally");
+}
+
+/// A local process's `open` and `write` of `path` (blocking: a kernel
+/// lease may hold the open back); the instant the write was done.
+fn local_writer(
+    path: std::path::PathBuf,
+    data: &'static [u8],
+) -> tokio::task::JoinHandle<std::time::Instant> {
+    tokio::task::spawn_blocking(move || {
+        std::fs::write(path, data).unwrap();
+        std::time::Instant::now()
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -974,6 +998,24 @@ async fn opens_beyond_the_delegation_caps_get_none() {
     assert_eq!(a.delegreturn(&fh1, &a1.unwrap()).await, Nfsstat4::NFS4_OK);
     // The returned one made room under both caps.
     assert!(read_deleg(&a, "a3").await.0.is_some());
+}
+
+/// No kernel lease, no delegation (`nfs4.delegation_leases`): a file a
+/// local process holds open for writing cannot take a read lease
+/// (EAGAIN), so OPEN grants none; once the writer closes it, one is
+/// granted.
+#[tokio::test]
+async fn a_file_open_for_writing_locally_gets_no_delegation() {
+    let srv = serve("leaseless", 4).await;
+    let a = Client::connect(&srv, "lease-a").await;
+    let path = srv._dir.0.join("busy");
+    std::fs::write(&path, b"x").unwrap();
+    let local = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let before = trips("nfs4.delegation_leases");
+    assert_eq!(read_deleg(&a, "busy").await.0, None);
+    assert!(trips("nfs4.delegation_leases") > before);
+    drop(local);
+    assert!(read_deleg(&a, "busy").await.0.is_some());
 }
 
 /// The cap on delegated files watched for local changes
@@ -1369,10 +1411,14 @@ async fn a_local_write_right_after_the_holders_write_still_recalls() {
         ])
         .await;
     assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
-    std::fs::write(srv._dir.0.join("q"), b"local").unwrap();
+    let writer = local_writer(srv._dir.0.join("q"), b"local");
     let (_, recall) = a.recall().await;
     assert_eq!(recall.stateid, dsid);
     assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .expect("the local writer goes on after DELEGRETURN")
+        .unwrap();
     let (sid, _, _) = opened(&a.open("q", OPEN4_SHARE_ACCESS_READ).await);
     assert_eq!(&read_all(&a, &fh, sid).await[..], b"local");
 }
@@ -1502,6 +1548,9 @@ mod gated {
         fn open_file(&self, fh: &NfsFh3, write: bool) -> StorageResult<std::fs::File> {
             self.fs.open_file(fh, write)
         }
+        fn pin(&self, fh: &NfsFh3, fd: &std::sync::Arc<std::os::fd::OwnedFd>) {
+            self.fs.pin(fh, fd)
+        }
         async fn allocate(
             &self,
             fh: &NfsFh3,
@@ -1563,6 +1612,10 @@ mod gated {
 
 /// The NFSv4 server alone, over a [`GatedFs`], with a back channel.
 async fn serve_gated(tag: &str) -> (Srv, Arc<GatedFs>) {
+    serve_gated_with(tag, SessionLimits::default()).await
+}
+
+async fn serve_gated_with(tag: &str, limits: SessionLimits) -> (Srv, Arc<GatedFs>) {
     static N: AtomicU32 = AtomicU32::new(0);
     let n = N.fetch_add(1, Ordering::SeqCst);
     let p = std::env::temp_dir().join(format!("nfs4-gated-{tag}-{}-{n}", std::process::id()));
@@ -1578,7 +1631,7 @@ async fn serve_gated(tag: &str) -> (Srv, Arc<GatedFs>) {
     let slot = BackchannelSlot::new();
     let mut server = oncrpc::Server::new();
     let cfg = Nfs4Config {
-        limits: SessionLimits::default(),
+        limits,
         clock: clock.clone(),
         server_owner: Bytes::from_static(b"gated"),
     };
@@ -1680,4 +1733,107 @@ async fn delegreturn_waits_for_the_holders_writes_in_progress() {
     let (_, r) = open_after_delay(&b, "g", OPEN4_SHARE_ACCESS_READ).await;
     let (bsid, _, _) = opened(&r);
     assert_eq!(&read_all(&b, &fh, bsid).await[..], DATA);
+}
+
+/// The bound on a DELEGRETURN's wait for WRITEs in progress
+/// (`SessionLimits::delegreturn_write_wait`, limit
+/// `nfs4.delegreturn_write_wait`): a holder whose WRITE never completes
+/// (here the storage never lets it through) gets its DELEGRETURN answered
+/// once the bound has passed, the trip is counted, and the other client
+/// gets the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_never_finishes_holds_delegreturn_only_for_the_bound() {
+    let limits = SessionLimits {
+        delegreturn_write_wait: Duration::from_millis(400),
+        ..SessionLimits::default()
+    };
+    let (srv, fs) = serve_gated_with("stuck", limits).await;
+    let mut a = Client::connect(&srv, "client-a").await;
+    let b = Client::connect(&srv, "client-b").await;
+    let (_, deleg, fh) = opened(&a.open("s", OPEN4_SHARE_ACCESS_BOTH).await);
+    let OpenDelegation4::Write(dsid, ..) = deleg else {
+        panic!("write delegation expected: {deleg:?}")
+    };
+    assert_eq!(
+        b.open("s", OPEN4_SHARE_ACCESS_READ).await.status,
+        Nfsstat4::NFS4ERR_DELAY
+    );
+    let (_, recall) = a.recall().await;
+    assert_eq!(recall.stateid, dsid);
+    // The gate stays shut while the DELEGRETURN runs: the WRITE stays
+    // in progress, as with a client that never sends its data.
+    let held = fs.gate.write().await;
+    let write = write_on_slot(&a, 1, &fh, dsid, b"never applied");
+    let give_back = async {
+        fs.entered().await;
+        let before = trips("nfs4.delegreturn_write_wait");
+        let t = std::time::Instant::now();
+        let ret = tokio::time::timeout(Duration::from_secs(5), a.delegreturn(&fh, &dsid))
+            .await
+            .expect("DELEGRETURN answered within the bound");
+        let waited = t.elapsed();
+        assert_eq!(ret, Nfsstat4::NFS4_OK);
+        assert!(waited >= Duration::from_millis(350), "{waited:?}");
+        assert!(trips("nfs4.delegreturn_write_wait") > before);
+        // The delegation is gone: B gets the file.
+        let (_, r) = open_after_delay(&b, "s", OPEN4_SHARE_ACCESS_READ).await;
+        opened(&r);
+        drop(held);
+    };
+    let (w, ()) = tokio::join!(write, give_back);
+    assert_eq!(w, Nfsstat4::NFS4_OK);
+}
+
+/// An NFSv3 READDIRPLUS of the root: each entry's name and whether it
+/// came with attributes.
+async fn v3_readdirplus(b: &Client, root: &NfsFh4) -> Vec<(Bytes, bool)> {
+    let args = xdr::to_xdr_buf(&nfs::v3::Readdirplus3Args {
+        dir: nfs::v3::NfsFh3::new(&root.0).unwrap(),
+        cookie: 0,
+        cookieverf: FixedOpaque([0; 8]),
+        dircount: 4096,
+        maxcount: 32768,
+    });
+    let r = v3_call(&b.rpc, &b.cred, 17, args).await;
+    let res: nfs::v3::Readdirplus3Res = xdr::from_slice(&r).unwrap();
+    let nfs::v3::Res3::Ok(ok) = res else {
+        panic!("READDIRPLUS: {res:?}")
+    };
+    ok.entries
+        .into_iter()
+        .map(|e| (e.name.0, e.name_attributes.is_some()))
+        .collect()
+}
+
+/// READDIRPLUS returns attributes of many files: a write-delegated entry
+/// comes without them (the server's size and times lag behind the
+/// holder's cache) and its delegation is recalled, as a GETATTR would;
+/// a read-delegated entry keeps its attributes and its delegation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nfsv3_readdirplus_withholds_attributes_of_write_delegated_entries() {
+    let srv = serve("rdplus", 4).await;
+    let mut a = Client::connect(&srv, "client-a").await;
+    let b = Client::connect(&srv, "client-b").await;
+    let (_, deleg, fh) = opened(&a.open("wd", OPEN4_SHARE_ACCESS_BOTH).await);
+    let OpenDelegation4::Write(dsid, ..) = deleg else {
+        panic!("write delegation expected: {deleg:?}")
+    };
+    let (rsid, _) = read_deleg(&a, "rd").await;
+    assert!(rsid.is_some());
+    let root = root_fh(&a).await;
+    let listed = v3_readdirplus(&b, &root).await;
+    let has = |n: &[u8]| listed.iter().find(|(m, _)| &m[..] == n).map(|e| e.1);
+    assert_eq!(has(b"wd"), Some(false), "{listed:?}");
+    assert_eq!(has(b"rd"), Some(true), "{listed:?}");
+    let (_, recall) = a.recall().await;
+    assert_eq!(recall.stateid, dsid);
+    assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    assert!(
+        a.recalls.try_recv().is_err(),
+        "the read delegation is not recalled"
+    );
+    let listed = v3_readdirplus(&b, &root).await;
+    let has = |n: &[u8]| listed.iter().find(|(m, _)| &m[..] == n).map(|e| e.1);
+    assert_eq!(has(b"wd"), Some(true), "{listed:?}");
+    assert_eq!(has(b"rd"), Some(true), "{listed:?}");
 }

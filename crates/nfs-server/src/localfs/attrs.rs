@@ -12,6 +12,7 @@ use rustix::fs::{
 };
 use rustix::io::Errno;
 
+use super::pins::reuse;
 use crate::storage::StorageResult;
 
 /// Maps an IO error to the NFSv3 status Linux's nfsd gives for the errno
@@ -45,6 +46,9 @@ pub(crate) fn errno_status(errno: Errno) -> Nfsstat3 {
         Errno::DQUOT => Nfsstat3::NFS3ERR_DQUOT,
         Errno::STALE => Nfsstat3::NFS3ERR_STALE,
         Errno::OPNOTSUPP => Nfsstat3::NFS3ERR_NOTSUPP,
+        // An open that a kernel lease holds back (a delegated file): the
+        // lease's break has started; the client retries.
+        Errno::AGAIN => Nfsstat3::NFS3ERR_JUKEBOX,
         _ => Nfsstat3::NFS3ERR_IO,
     }
 }
@@ -185,6 +189,8 @@ pub(crate) struct Target<'a> {
     pub(crate) name: &'a [u8],
     pub(crate) fd: &'a OwnedFd,
     pub(crate) meta: Meta,
+    /// The file's pinned descriptor (`super::pins`), reused for opens.
+    pub(crate) pinned: Option<&'a OwnedFd>,
 }
 
 impl Target<'_> {
@@ -203,12 +209,15 @@ impl Target<'_> {
             if !self.meta.is_file() {
                 return Err(Nfsstat3::NFS3ERR_INVAL);
             }
-            let f = sx(rustix::fs::openat(
-                self.parent,
-                self.name,
-                OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
-                Mode::empty(),
-            ))?;
+            let f = match self.pinned.and_then(|p| reuse(p, OFlags::WRONLY)) {
+                Some(f) => f,
+                None => sx(rustix::fs::openat(
+                    self.parent,
+                    self.name,
+                    OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+                    Mode::empty(),
+                ))?,
+            };
             self.same(&f)?;
             sx(rustix::fs::ftruncate(&f, size))?;
         }
@@ -256,7 +265,11 @@ impl Target<'_> {
         let mode = Mode::from_raw_mode(mode & 0o7777);
         if self.meta.is_file() || self.meta.is_dir() {
             let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-            if let Ok(f) = rustix::fs::openat(self.parent, self.name, flags, Mode::empty()) {
+            let f = match self.pinned.and_then(|p| reuse(p, OFlags::RDONLY)) {
+                Some(f) => Ok(f),
+                None => rustix::fs::openat(self.parent, self.name, flags, Mode::empty()),
+            };
+            if let Ok(f) = f {
                 self.same(&f)?;
                 return sx(rustix::fs::fchmod(&f, mode));
             }

@@ -33,6 +33,7 @@ mod index;
 mod io;
 mod known;
 mod ops;
+mod pins;
 mod resolve;
 mod sparse;
 mod xattr;
@@ -82,6 +83,8 @@ pub struct LocalFs {
     dirs: Mutex<LruCache<u64, (u64, Arc<OwnedFd>)>>,
     /// Directory cursors of unfinished listings.
     cursors: Cursors,
+    /// Descriptors of leased files the server's own opens reuse.
+    pins: pins::Pins,
 }
 
 impl core::fmt::Debug for LocalFs {
@@ -159,6 +162,7 @@ impl LocalFs {
             index,
             dirs: Mutex::new(LruCache::new(cap)),
             cursors: Cursors::new(cursors::MAX_CURSORS),
+            pins: pins::Pins::default(),
         })
     }
 
@@ -331,12 +335,16 @@ impl Storage for LocalFs {
     }
 
     fn open_file(&self, fh: &NfsFh3, write: bool) -> StorageResult<std::fs::File> {
-        let flags = if write {
-            OFlags::WRONLY
-        } else {
-            OFlags::RDONLY
-        };
+        let flags = if write { OFlags::RDWR } else { OFlags::RDONLY };
         blocking(|| Ok(self.open_regular(fh, flags)?.1.into()))
+    }
+
+    fn pin(&self, fh: &NfsFh3, fd: &Arc<OwnedFd>) {
+        if let Ok(n) = self.resolve(fh) {
+            if n.meta.is_file() {
+                self.pins.pin(n.ino, fd);
+            }
+        }
     }
 
     async fn allocate(&self, fh: &NfsFh3, offset: u64, len: u64, punch: bool) -> StorageResult<()> {

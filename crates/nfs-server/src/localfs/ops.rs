@@ -116,6 +116,7 @@ impl LocalFs {
             parent: std::sync::Arc::clone(dfd),
             name: Bytes::copy_from_slice(name),
             dir: own,
+            pinned: None,
         })
     }
 
@@ -177,7 +178,9 @@ impl LocalFs {
     ) -> StorageResult<NfsFh3> {
         let d = self.new_child(dir, name)?;
         let dfd = d.dir()?;
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        // Never waits for a kernel lease on an existing file (JUKEBOX).
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
         let open = |flags: OFlags, mode: u32| {
             rustix::fs::openat(&**dfd, &name.0[..], flags, Mode::from_raw_mode(mode))
         };

@@ -27,7 +27,7 @@ use rustix::fs::{Mode, OFlags};
 
 use super::attrs::{sx, Meta, Target};
 use super::index::Entry;
-use super::LocalFs;
+use super::{pins, LocalFs};
 use crate::fh::Handle;
 use crate::storage::StorageResult;
 
@@ -47,6 +47,8 @@ pub(crate) struct Node {
     pub(crate) name: Bytes,
     /// Its own fd when it is a directory (`O_PATH`).
     pub(crate) dir: Option<Arc<OwnedFd>>,
+    /// The descriptor opens of it reuse ([`super::pins`]).
+    pub(crate) pinned: Option<Arc<OwnedFd>>,
 }
 
 impl Node {
@@ -64,13 +66,19 @@ impl Node {
             name: &self.name,
             fd: &fd,
             meta: self.meta,
+            pinned: self.pinned.as_deref(),
         })
     }
 
     /// Opens the file itself (never through a link), checked to be the
-    /// resolved inode.
+    /// resolved inode: a dup of its pinned descriptor where that serves.
+    /// Never waits for a kernel lease to be released (`O_NONBLOCK`):
+    /// a leased file answers NFS3ERR_JUKEBOX while the break runs.
     pub(crate) fn open(&self, flags: OFlags) -> StorageResult<OwnedFd> {
-        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY;
+        if let Some(fd) = self.pinned.as_deref().and_then(|p| pins::reuse(p, flags)) {
+            return Ok(fd);
+        }
+        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
         let fd = sx(rustix::fs::openat(
             &*self.parent,
             &self.name[..],
@@ -95,7 +103,11 @@ impl LocalFs {
     /// handles, STALE if its file is gone or not where it was recorded.
     pub(crate) fn resolve(&self, fh: &NfsFh3) -> StorageResult<Node> {
         let h = Handle::parse(fh, &self.key, self.export_id)?;
-        self.resolve_ino(h.ino, h.gen)
+        let mut n = self.resolve_ino(h.ino, h.gen)?;
+        if n.dir.is_none() {
+            n.pinned = self.pins.get(n.ino);
+        }
+        Ok(n)
     }
 
     /// Like [`Self::resolve`], requiring a directory.
@@ -113,6 +125,7 @@ impl LocalFs {
             parent: Arc::clone(&self.root),
             name: Bytes::from_static(b"."),
             dir: Some(Arc::clone(&self.root)),
+            pinned: None,
         })
     }
 
@@ -160,6 +173,7 @@ impl LocalFs {
             parent: dir,
             name: own.name,
             dir: own_dir,
+            pinned: None,
         })
     }
 

@@ -393,14 +393,22 @@ impl<S: crate::storage::Storage> Nfs4Service<S> {
     }
 
     /// Waits for the WRITEs of file `k` in progress, at most
-    /// [`super::inflight::DRAIN_WAIT`] (limit `nfs4.delegreturn_write_wait`).
+    /// [`super::SessionLimits::delegreturn_write_wait`] (limit
+    /// `nfs4.delegreturn_write_wait`).
     async fn await_writes(&self, k: &Bytes) {
-        use super::inflight::{DRAIN_TIMEOUT, DRAIN_WAIT};
-        if self.writes.count(k) == 0 || self.writes.drained(k, DRAIN_WAIT).await {
+        use super::inflight::DRAIN_TIMEOUT;
+        if self.writes.count(k) == 0 {
+            return;
+        }
+        let wait = match self.state() {
+            Ok(st) => st.delegreturn_write_wait(),
+            Err(_) => return,
+        };
+        if self.writes.drained(k, wait).await {
             return;
         }
         DRAIN_TIMEOUT.trip(format_args!(
-            "DELEGRETURN waited {DRAIN_WAIT:?} for WRITEs of its file in progress; \
+            "DELEGRETURN waited {wait:?} for WRITEs of its file in progress; \
              returning the delegation with some still running"
         ));
     }
@@ -464,13 +472,13 @@ impl<S: crate::storage::Storage> Nfs4Service<S> {
         let k = key(fh);
         let offered = st.offer_delegation(clientid, &k, access, want);
         drop(st);
-        // A delegation only on a file whose local changes are seen
+        // A delegation only on a file whose local opens hold a kernel
+        // lease (super::lease) and whose other local changes are seen
         // (super::watch); otherwise none.
-        let watched = offered.is_some()
-            && self
-                .open_fd(fh, false)
-                .is_ok_and(|f| self.watch.watch(&k, &f, &self.delegations()));
-        let offered = match (offered, watched) {
+        let guarded = offered
+            .as_ref()
+            .is_some_and(|(sid, write)| self.guard_delegation(fh, &k, sid, *write));
+        let offered = match (offered, guarded) {
             (Some(o), true) => Some(o),
             (Some((sid, _)), false) => {
                 if let Ok(mut st) = self.state() {

@@ -70,6 +70,11 @@ pub struct SessionLimits {
     /// `ca_maxresponsesize_cached` per session); CREATE_SESSION grants
     /// fewer or smaller slots when it runs short. Default 64 MiB.
     pub reply_cache_bytes: u64,
+    /// Longest a DELEGRETURN waits for WRITEs of its file in progress
+    /// (the holder's flush, RFC 8881 §10.4.1) before the delegation goes
+    /// with some still running (limit `nfs4.delegreturn_write_wait`).
+    /// Default 10 s.
+    pub delegreturn_write_wait: Duration,
 }
 
 impl Default for SessionLimits {
@@ -82,6 +87,7 @@ impl Default for SessionLimits {
             max_ops: 64,
             max_slots: 64,
             reply_cache_bytes: 64 << 20,
+            delegreturn_write_wait: super::inflight::DRAIN_WAIT,
         }
     }
 }

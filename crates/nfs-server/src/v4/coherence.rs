@@ -12,7 +12,7 @@
 //! not return the delegation a lease after the recall loses it (revoked,
 //! [`super::deleg`]) and the access proceeds.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -47,6 +47,24 @@ impl core::fmt::Debug for Delegations {
     }
 }
 
+/// [`Delegations`] without a strong hold on the state.
+pub(crate) struct WeakDelegations {
+    state: Weak<Mutex<StateTable>>,
+    cbs: Callbacks,
+    clock: Arc<dyn Clock>,
+}
+
+impl WeakDelegations {
+    /// The handle, while the server's state lives.
+    pub(crate) fn upgrade(&self) -> Option<Delegations> {
+        Some(Delegations::new(
+            self.state.upgrade()?,
+            self.cbs.clone(),
+            Arc::clone(&self.clock),
+        ))
+    }
+}
+
 /// The key delegations are kept under: the file handle's bytes.
 pub(crate) fn key(fh: &NfsFh3) -> Bytes {
     Bytes::copy_from_slice(fh.as_bytes())
@@ -71,6 +89,17 @@ impl Delegations {
     pub fn with_wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
+    }
+
+    /// A handle that does not keep the server's state alive (for a
+    /// kernel lease's break callback, which the process-wide lease
+    /// table holds).
+    pub(crate) fn downgrade(&self) -> WeakDelegations {
+        WeakDelegations {
+            state: Arc::downgrade(&self.state),
+            cbs: self.cbs.clone(),
+            clock: Arc::clone(&self.clock),
+        }
     }
 
     /// Recalls the delegations on `key` that an access (`write` or not) by

@@ -31,6 +31,7 @@ use oncrpc::PeerInfo;
 use xdr::FixedOpaque;
 
 use super::cbslots::{CbParams, CbSlots};
+use super::lease::Lease;
 
 static DELEGS: Limit = Limit::new("nfs4.delegations");
 
@@ -117,6 +118,9 @@ struct Deleg {
     recalled: Option<Duration>,
     /// What CB_GETATTR last learnt (RFC 8881 §10.4.3).
     seen: Option<HolderAttrs>,
+    /// The kernel lease on the file (`super::lease`), released when the
+    /// delegation goes.
+    lease: Option<Arc<Lease>>,
 }
 
 /// What a write delegation's holder reported by CB_GETATTR, and the
@@ -428,6 +432,7 @@ impl DelegTable {
                 write,
                 recalled: None,
                 seen: None,
+                lease: None,
             },
         );
         self.by_fh.insert(fh.clone(), o);
@@ -435,6 +440,18 @@ impl DelegTable {
         Stateid4 {
             seqid: 1,
             other: FixedOpaque(o),
+        }
+    }
+
+    /// Keeps `lease` with delegation `sid` until it goes; `false` (the
+    /// lease released) when the delegation is already gone.
+    pub(crate) fn attach_lease(&mut self, sid: &Stateid4, lease: Lease) -> bool {
+        match self.delegs.get_mut(&sid.other.0) {
+            Some(d) => {
+                d.lease = Some(Arc::new(lease));
+                true
+            }
+            None => false,
         }
     }
 

@@ -8,8 +8,10 @@
 //! runs the calls of a connection concurrently. A COMPOUND's WRITEs are
 //! counted as soon as it starts (before its first wait, so a COMPOUND the
 //! transport hands over first is counted before a later one runs:
-//! [`Writes::scan`]), and DELEGRETURN waits, at most [`DRAIN_WAIT`], for
-//! the count of its file to fall to zero before the delegation goes.
+//! [`Writes::scan`]), and DELEGRETURN waits, at most
+//! [`super::SessionLimits::delegreturn_write_wait`] ([`DRAIN_WAIT`] by
+//! default), for the count of its file to fall to zero before the
+//! delegation goes.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,11 +23,12 @@ use oncrpc::limits::Limit;
 use tokio::sync::Notify;
 use xdr::{Decode, Decoder};
 
-/// A DELEGRETURN waited [`DRAIN_WAIT`] for earlier WRITEs of its file and
+/// A DELEGRETURN waited its whole bound for earlier WRITEs of its file and
 /// returned the delegation with some still running.
 pub(crate) static DRAIN_TIMEOUT: Limit = Limit::new("nfs4.delegreturn_write_wait");
 
-/// Longest a DELEGRETURN waits for WRITEs of its file in progress.
+/// Longest a DELEGRETURN waits for WRITEs of its file in progress, by
+/// default.
 pub(crate) const DRAIN_WAIT: Duration = Duration::from_secs(10);
 
 /// WRITE operations in progress per file handle (bytes). An entry exists

@@ -548,6 +548,12 @@ impl<S: Storage> Storage for Namespace<S> {
         self.file(fh)?.open_file(fh, write)
     }
 
+    fn pin(&self, fh: &NfsFh3, fd: &std::sync::Arc<std::os::fd::OwnedFd>) {
+        if let Ok(fs) = self.file(fh) {
+            fs.pin(fh, fd);
+        }
+    }
+
     async fn allocate(&self, fh: &NfsFh3, offset: u64, len: u64, punch: bool) -> StorageResult<()> {
         self.writable(fh)?.allocate(fh, offset, len, punch).await
     }

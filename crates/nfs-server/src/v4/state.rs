@@ -135,6 +135,11 @@ impl StateTable {
         self.clients.limits().lease
     }
 
+    /// How long a DELEGRETURN waits for WRITEs of its file in progress.
+    pub(crate) fn delegreturn_write_wait(&self) -> Duration {
+        self.clients.limits().delegreturn_write_wait
+    }
+
     /// (client records, sessions).
     pub(crate) fn counts(&self) -> (usize, usize) {
         self.clients.counts()

@@ -1,19 +1,20 @@
-//! Local access to delegated files (RFC 8881 §10.4.1: the server must
-//! recall a delegation before an access that conflicts with it, whoever
-//! makes it). Processes on the server host do not go through NFS, so each
-//! delegated file gets an inotify watch (IN_MODIFY, IN_ATTRIB,
+//! Local changes to delegated files that no open announces (RFC 8881
+//! §10.4.1: the server must recall a delegation before an access that
+//! conflicts with it, whoever makes it). A local *open* of a delegated
+//! file breaks the delegation's kernel lease first ([`super::lease`]),
+//! which recalls it before the open proceeds; a rename, unlink, chmod,
+//! chown or utimes needs no open and breaks no lease, so each delegated
+//! file also gets an inotify watch (IN_MODIFY, IN_ATTRIB,
 //! IN_CLOSE_WRITE, IN_MOVE_SELF, IN_DELETE_SELF); an event not caused by
 //! the server itself recalls the file's delegation through the one
-//! conflict path ([`super::Delegations`]). Linux's nfsd takes a lease
-//! (F_SETLEASE) instead, which needs a signal handler; inotify needs no
-//! `unsafe` (rustix's safe wrapper).
+//! conflict path ([`super::Delegations`]).
 //!
-//! Residual window: inotify reports after the fact, so the local write
-//! has happened when the holder is told; the holder's cached data for
+//! Residual window for those: inotify reports after the fact, so the
+//! change has happened when the holder is told; the holder's cached data for
 //! the file may already be stale, and it sees the new data at its next
-//! OPEN after the DELEGRETURN. Local *reads* are not seen (IN_ACCESS
-//! would also fire for the server's own reads), so a local reader may
-//! miss data a write-delegation holder still caches. The server's own
+//! OPEN after the DELEGRETURN. (A local reader of a write-delegated file
+//! opens it, which breaks the write lease: the holder is recalled and
+//! flushes before the read.) The server's own
 //! changes to a watched file (the holder writing through NFS) are told
 //! apart from local ones by the file's state: after each one the server
 //! notes the file's ctime and size ([`FileWatch::quiet`]); an event within
@@ -29,7 +30,6 @@
 //! granted, with an [`oncrpc::limits::Limit`] trip.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use oncrpc::limits::Limit;
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use rustix::fs::{Mode, OFlags};
 
 use super::Delegations;
 
@@ -57,7 +58,7 @@ struct Map {
     by_wd: HashMap<i32, Bytes>,
     by_key: HashMap<Bytes, i32>,
     /// A descriptor of each watched file, to read its state.
-    files: HashMap<Bytes, File>,
+    files: HashMap<Bytes, OwnedFd>,
     quiet_until: HashMap<Bytes, Instant>,
     /// The state the server's last own change left each file in.
     own: HashMap<Bytes, Own>,
@@ -134,7 +135,7 @@ impl FileWatch {
 
     /// Watches `file` (open on the delegated file `key`); `false` when no
     /// watch could be set: grant no delegation then.
-    pub(crate) fn watch(&self, key: &Bytes, file: &File, delegs: &Delegations) -> bool {
+    pub(crate) fn watch(&self, key: &Bytes, file: &OwnedFd, delegs: &Delegations) -> bool {
         let Some(inner) = self.inner(delegs) else {
             return false;
         };
@@ -154,11 +155,16 @@ impl FileWatch {
                 return false;
             }
         }
-        let Ok(dup) = file.try_clone() else {
-            return false;
-        };
         // The watch follows the inode, whatever its name becomes.
         let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+        // An `O_PATH` descriptor to read the file's state: it counts as
+        // no open of the file, so it neither keeps a later delegation's
+        // kernel lease from being taken nor breaks one.
+        let Ok(dup) =
+            rustix::fs::open(path.as_str(), OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+        else {
+            return false;
+        };
         match inotify::add_watch(&*inner.fd, path.as_str(), events()) {
             Ok(wd) => {
                 map.by_wd.insert(wd, key.clone());

@@ -82,6 +82,11 @@ pub(crate) struct ServeArgs {
     /// when it runs short (RFC 8881 §18.36.3).
     #[arg(long, default_value_t = 64)]
     v4_reply_cache_mib: u64,
+    /// Milliseconds a DELEGRETURN waits for the holder's WRITEs of the
+    /// file still in progress before the delegation goes anyway (limit
+    /// `nfs4.delegreturn_write_wait`).
+    #[arg(long, default_value_t = 10_000)]
+    v4_delegreturn_write_wait_ms: u64,
     /// NFSv3 clients (NLM `caller_name`s) holding byte-range locks at once;
     /// a LOCK from one more answers NLM4_DENIED_NOLOCKS. Also bounds the
     /// status monitor's list of monitored hosts.
@@ -228,6 +233,8 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     config.rpcbind_addr = args.rpcbind_port.map(|p| SocketAddr::new(args.addr, p));
     config.aliases = args.aliases.clone();
     config.nfs4_limits.reply_cache_bytes = args.v4_reply_cache_mib << 20;
+    config.nfs4_limits.delegreturn_write_wait =
+        std::time::Duration::from_millis(args.v4_delegreturn_write_wait_ms);
     config.nlm_limits = nfs_server::nlm::NlmLimits {
         max_hosts: args.nlm_max_hosts,
         max_locks_per_host: args.nlm_max_locks_per_host,
