@@ -203,6 +203,7 @@ fuzz_target!(|data: &[u8]| {
         conn_id: 1,
         addr: Some(SocketAddr::from(([127, 0, 0, 1], 700))),
         transport: TransportKind::Tcp,
+        security: oncrpc::TransportSecurity::None,
     };
     let mut xid = 1u32;
     let mut session: Option<[u8; 16]> = None;

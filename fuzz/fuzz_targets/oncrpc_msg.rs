@@ -28,6 +28,7 @@ fuzz_target!(|data: &[u8]| {
         conn_id: 1,
         addr: None,
         transport: TransportKind::Other,
+        security: oncrpc::TransportSecurity::None,
     };
     // The echo service never waits, so one poll completes the call.
     let mut fut = pin!(server.handle_call(bytes, &peer));

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use nfs::mount::{MOUNT_PROGRAM, MOUNT_V3};
 use oncrpc::client::ClientConfig;
-use oncrpc::tcp::{ReconnectPolicy, TcpClient, TcpConfig};
+use oncrpc::tcp::{ClientTls, ReconnectPolicy, TcpClient, TcpConfig};
 use oncrpc::RpcError;
 
 use crate::client::{process_auth_sys, Nfs3Client};
@@ -38,7 +38,7 @@ pub struct TcpTarget {
 }
 
 /// Connection settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct TcpOptions {
     /// Transfer settings of the mount.
     pub io: IoOptions,
@@ -47,6 +47,11 @@ pub struct TcpOptions {
     pub reconnect: ReconnectPolicy,
     /// Time allowed for each connection attempt.
     pub connect_timeout: Duration,
+    /// RPC-over-TLS (RFC 9289) for the NFS connection: probe, handshake,
+    /// and never plain RPC. MOUNT and the port mapper stay plain, as
+    /// Linux's `mount.nfs` talks to `rpc.mountd`: the handle MNT returns
+    /// is only usable on an NFS connection an export's `xprtsec=` admits.
+    pub tls: Option<ClientTls>,
 }
 
 impl Default for TcpOptions {
@@ -58,6 +63,7 @@ impl Default for TcpOptions {
                 delay: Duration::from_millis(200),
             },
             connect_timeout: Duration::from_secs(10),
+            tls: None,
         }
     }
 }
@@ -139,12 +145,22 @@ async fn connect(
     opts: &TcpOptions,
     in_flight: usize,
     reconnect: ReconnectPolicy,
+    tls: Option<&ClientTls>,
 ) -> Result<TcpClient> {
     let config = ClientConfig {
         max_in_flight: in_flight.max(16),
         ..ClientConfig::default()
     };
-    let fut = TcpClient::connect_with(addr, xid_seed(), config, TcpConfig::default(), reconnect);
+    let tcp = TcpConfig::default();
+    let fut = async {
+        match tls {
+            Some(tls) => {
+                let tls = tls.clone();
+                TcpClient::connect_tls(addr, xid_seed(), config, tcp, reconnect, tls).await
+            }
+            None => TcpClient::connect_with(addr, xid_seed(), config, tcp, reconnect).await,
+        }
+    };
     match tokio::time::timeout(opts.connect_timeout, fut).await {
         Ok(r) => Ok(r?),
         Err(_) => Err(Error::Io(std::io::Error::new(
@@ -157,7 +173,7 @@ async fn connect(
 /// Asks the port mapper on `host` (RFC 1833 §3) for the MOUNT port.
 async fn pmap_mount_port(host: &str, opts: &TcpOptions) -> Result<Option<u16>> {
     let addr = resolve_addr(host, PMAP_PORT).await?;
-    let rpc = connect(addr, opts, 1, ReconnectPolicy::default()).await?;
+    let rpc = connect(addr, opts, 1, ReconnectPolicy::default(), None).await?;
     getport(&rpc, MOUNT_PROGRAM, MOUNT_V3).await
 }
 
@@ -232,7 +248,7 @@ pub(crate) async fn mount_export(
         let cred = cred.clone();
         async move {
             let addr = resolve_addr(host, port).await?;
-            let rpc = connect(addr, opts, 1, ReconnectPolicy::default()).await?;
+            let rpc = connect(addr, opts, 1, ReconnectPolicy::default(), None).await?;
             mount_best(&MountClient::new(rpc, cred), path).await
         }
     };
@@ -287,7 +303,8 @@ pub(crate) async fn mount_export(
     })
 }
 
-/// Opens an NFS connection over TCP to `host:port`, sized for `io`.
+/// Opens an NFS connection over TCP to `host:port`, sized for `io`,
+/// over TLS when `opts.tls` says so.
 pub(crate) async fn connect_nfs_tcp(host: &str, port: u16, opts: &TcpOptions) -> Result<TcpClient> {
     let addr = resolve_addr(host, port).await?;
     connect(
@@ -295,6 +312,7 @@ pub(crate) async fn connect_nfs_tcp(host: &str, port: u16, opts: &TcpOptions) ->
         opts,
         opts.io.in_flight.saturating_mul(2),
         opts.reconnect,
+        opts.tls.as_ref(),
     )
     .await
 }

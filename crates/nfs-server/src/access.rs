@@ -101,6 +101,11 @@ pub(crate) enum Refusal {
     NotListed,
     /// The call's flavor is not one the export accepts (RFC 2623 §2.7).
     WrongSec,
+    /// The connection's transport security (RFC 9289: TLS, mutual TLS or
+    /// none) is not one the export's `xprtsec=` lists. NFSv3 answers
+    /// NFS3ERR_ACCES and NFSv4 NFS4ERR_WRONGSEC, as Linux's
+    /// `check_xprtsec_policy`.
+    XprtSec,
 }
 
 /// What an admitted call may do.
@@ -215,6 +220,15 @@ impl<S: Storage> ExportTable<S> {
             ));
             return Err(Refusal::WrongSec);
         }
+        if !opts.xprtsec.admits(peer.security) {
+            REFUSED.trip(format_args!(
+                "client {ip} on a {:?} connection to {}, which accepts xprtsec={}",
+                peer.security,
+                export.path.display(),
+                opts.xprtsec
+            ));
+            return Err(Refusal::XprtSec);
+        }
         Ok(Grant {
             caller: Caller::mapped(cred, opts),
             read_only: opts.read_only || export.fs.read_only(),
@@ -248,6 +262,13 @@ impl<S: Storage> ExportTable<S> {
                 "client {ip} used auth flavor {flavor} on the NFSv4 pseudo file system"
             ));
             return Err(Refusal::WrongSec);
+        }
+        if !listed.iter().any(|o| o.xprtsec.admits(peer.security)) {
+            REFUSED.trip(format_args!(
+                "client {ip} on a {:?} connection to the NFSv4 pseudo file system",
+                peer.security
+            ));
+            return Err(Refusal::XprtSec);
         }
         Ok(Grant {
             caller: Caller::of(cred),

@@ -27,7 +27,13 @@
 //!   default) / `no_root_squash` / `all_squash` / `no_all_squash`;
 //!   `anonuid=N` / `anongid=N` (default 65534); `sec=sys`, `sec=none` or
 //!   both (`sec=sys:none`, default `sys`). `sec=krb5*` and any other
-//!   flavor is a parse error naming the line: no RPCSEC_GSS yet. The
+//!   flavor is a parse error naming the line: no RPCSEC_GSS yet.
+//!   `xprtsec=` lists the transport security a client's connection may
+//!   have, as Linux's exports(5): `none` (no TLS), `tls` (RFC 9289 TLS
+//!   without a client certificate), `mtls` (TLS with a verified client
+//!   certificate), joined with `:`; default all three. A connection
+//!   whose kind is not listed is refused (NFSv3 NFS3ERR_ACCES, NFSv4
+//!   NFS4ERR_WRONGSEC); RPC-over-RDMA connections are `none`. The
 //!   options that change nothing here (`sync`, `async`, `secure`,
 //!   `insecure`, `subtree_check`, `no_subtree_check`, `wdelay`,
 //!   `no_wdelay`, `hide`, `nohide`, `crossmnt`) are accepted and ignored;
@@ -100,6 +106,54 @@ impl SecFlavor {
     }
 }
 
+/// The transport security an export admits (`xprtsec=`, the Linux
+/// server's `NFSEXP_XPRTSEC_*` modes): a connection is admitted when its
+/// kind is listed, exactly (`xprtsec=tls` alone refuses a mutually
+/// authenticated connection, as Linux's `check_xprtsec_policy` does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XprtSec {
+    /// `none`: connections without TLS.
+    pub none: bool,
+    /// `tls`: TLS connections whose client presented no certificate.
+    pub tls: bool,
+    /// `mtls`: TLS connections with a verified client certificate.
+    pub mtls: bool,
+}
+
+impl XprtSec {
+    /// Every kind (`xprtsec=none:tls:mtls`, the default).
+    pub const ALL: Self = Self {
+        none: true,
+        tls: true,
+        mtls: true,
+    };
+
+    /// Whether a connection of kind `security` is admitted.
+    pub fn admits(self, security: oncrpc::TransportSecurity) -> bool {
+        match security {
+            oncrpc::TransportSecurity::None => self.none,
+            oncrpc::TransportSecurity::Tls => self.tls,
+            oncrpc::TransportSecurity::MutualTls => self.mtls,
+        }
+    }
+}
+
+impl Default for XprtSec {
+    fn default() -> Self {
+        Self::ALL
+    }
+}
+
+impl fmt::Display for XprtSec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = [(self.none, "none"), (self.tls, "tls"), (self.mtls, "mtls")]
+            .into_iter()
+            .filter_map(|(on, n)| on.then_some(n))
+            .collect();
+        f.write_str(&names.join(":"))
+    }
+}
+
 /// What one client may do on one export.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportOptions {
@@ -113,6 +167,8 @@ pub struct ExportOptions {
     pub anongid: u32,
     /// Accepted flavors, in preference order (never empty).
     pub sec: Vec<SecFlavor>,
+    /// Accepted transport security (RFC 9289).
+    pub xprtsec: XprtSec,
 }
 
 impl Default for ExportOptions {
@@ -124,6 +180,7 @@ impl Default for ExportOptions {
             anonuid: ANON_ID,
             anongid: ANON_ID,
             sec: vec![SecFlavor::Sys],
+            xprtsec: XprtSec::ALL,
         }
     }
 }
@@ -416,6 +473,23 @@ fn parse_sec(opt: &str, v: &str) -> Result<Vec<SecFlavor>, ExportsErrorKind> {
     Ok(out)
 }
 
+fn parse_xprtsec(opt: &str, v: &str) -> Result<XprtSec, ExportsErrorKind> {
+    let mut out = XprtSec {
+        none: false,
+        tls: false,
+        mtls: false,
+    };
+    for mode in v.split(':') {
+        match mode {
+            "none" => out.none = true,
+            "tls" => out.tls = true,
+            "mtls" => out.mtls = true,
+            _ => return Err(ExportsErrorKind::BadValue(opt.to_owned())),
+        }
+    }
+    Ok(out)
+}
+
 /// Applies a comma-separated option list to `o`.
 fn apply_options(mut o: ExportOptions, list: &str) -> Result<ExportOptions, ExportsErrorKind> {
     for opt in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -423,6 +497,7 @@ fn apply_options(mut o: ExportOptions, list: &str) -> Result<ExportOptions, Expo
             Some(("anonuid", v)) => o.anonuid = parse_id(opt, v)?,
             Some(("anongid", v)) => o.anongid = parse_id(opt, v)?,
             Some(("sec", v)) => o.sec = parse_sec(opt, v)?,
+            Some(("xprtsec", v)) => o.xprtsec = parse_xprtsec(opt, v)?,
             Some(_) => return Err(ExportsErrorKind::UnknownOption(opt.to_owned())),
             None => match opt {
                 "ro" => o.read_only = true,
@@ -531,7 +606,11 @@ impl fmt::Display for ExportOptions {
             self.anonuid,
             self.anongid,
             sec.join(":")
-        )
+        )?;
+        if self.xprtsec != XprtSec::ALL {
+            write!(f, ",xprtsec={}", self.xprtsec)?;
+        }
+        Ok(())
     }
 }
 
@@ -567,6 +646,26 @@ mod tests {
         let mut e = parse(text).unwrap();
         assert_eq!(e.entries.len(), 1);
         e.entries.remove(0)
+    }
+
+    #[test]
+    fn xprtsec_lists_the_admitted_connections() {
+        use oncrpc::TransportSecurity as T;
+        let e = one("/srv/a *(xprtsec=tls:mtls) 10.0.0.1(xprtsec=mtls) 10.0.0.2");
+        let any = e.options_for(ip("192.0.2.9")).unwrap().xprtsec;
+        assert!(!any.admits(T::None) && any.admits(T::Tls) && any.admits(T::MutualTls));
+        let m = e.options_for(ip("10.0.0.1")).unwrap().xprtsec;
+        assert!(!m.admits(T::None) && !m.admits(T::Tls) && m.admits(T::MutualTls));
+        let d = e.options_for(ip("10.0.0.2")).unwrap().xprtsec;
+        assert_eq!(d, XprtSec::ALL);
+        // Written back only when not the default, and read back the same.
+        let text = e.to_string();
+        assert!(text.contains("xprtsec=tls:mtls") && text.contains("xprtsec=mtls"));
+        assert_eq!(one(&text), e);
+        for bad in ["xprtsec=", "xprtsec=ssl", "xprtsec=tls:"] {
+            let err = parse(&format!("/srv/a *({bad})")).unwrap_err();
+            assert_eq!(err.kind, ExportsErrorKind::BadValue(bad.into()), "{bad}");
+        }
     }
 
     #[test]

@@ -143,6 +143,12 @@ pub struct ServerConfig {
     /// the state directory (RFC 8881 §8.4.2; `serve --grace-time`,
     /// default 90 s as Linux's nfsd); [`v4::Recovery`].
     pub grace_time: std::time::Duration,
+    /// RPC-over-TLS (RFC 9289) on the TCP listeners (NFS, MOUNT,
+    /// rpcbind): a client that probes with AUTH_TLS gets its connection
+    /// upgraded; the others stay plain. `None` (the default): no TLS, a
+    /// probe is answered AUTH_ERROR. Exports choose who must use it
+    /// (`xprtsec=`).
+    pub tls: Option<oncrpc::tcp::ServerTls>,
 }
 
 impl ServerConfig {
@@ -164,6 +170,7 @@ impl ServerConfig {
             nlm_limits: NlmLimits::default(),
             state_dir: None,
             grace_time: std::time::Duration::from_secs(90),
+            tls: None,
         }
     }
 }
@@ -484,13 +491,17 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
         let conns = Arc::clone(&conns);
         let replies = Arc::clone(&replies);
         let tcp_back = tcp_back.clone();
+        let tls = config.tls.clone();
         async move {
             let l = TcpServer::bind(addr, server, config.tcp).await?;
-            Ok::<_, io::Error>(
-                l.with_conn_limiter(conns)
-                    .with_reply_budget(replies)
-                    .with_backchannels(tcp_back),
-            )
+            let l = l
+                .with_conn_limiter(conns)
+                .with_reply_budget(replies)
+                .with_backchannels(tcp_back);
+            Ok::<_, io::Error>(match tls {
+                Some(tls) => l.with_tls(tls),
+                None => l,
+            })
         }
     };
     let nfs = bind(config.nfs_addr).await?;

@@ -283,6 +283,7 @@ mod tests {
             conn_id: 1,
             addr: Some((ip, 700).into()),
             transport: oncrpc::TransportKind::Tcp,
+            security: oncrpc::TransportSecurity::None,
         }
     }
 

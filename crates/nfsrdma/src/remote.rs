@@ -534,13 +534,19 @@ pub(crate) async fn open_fs(url: &NfsUrl, io: IoOptions) -> anyhow::Result<AnyFs
         Scheme::Tcp => {
             let port = url.nfs_port.unwrap_or(nfs_client::DEFAULT_NFS_PORT);
             let addr = lookup(&url.host, port).await?;
-            let rpc = oncrpc::tcp::TcpClient::connect(
-                addr,
-                rand_seed(),
+            let (config, tcp) = (
                 oncrpc::client::ClientConfig::default(),
                 oncrpc::tcp::TcpConfig::default(),
-            )
-            .await
+            );
+            let rpc = match url.client_tls()? {
+                Some(tls) => {
+                    let tls = tls.with_probe_program(nfs_client::nfs::v4::NFS4_PROGRAM, 4);
+                    let never = oncrpc::tcp::ReconnectPolicy::default();
+                    oncrpc::tcp::TcpClient::connect_tls(addr, rand_seed(), config, tcp, never, tls)
+                        .await
+                }
+                None => oncrpc::tcp::TcpClient::connect(addr, rand_seed(), config, tcp).await,
+            }
             .with_context(|| format!("connecting to {addr}"))?;
             let opts = SessionOptions::default();
             let v = V4::new(rpc, minor, opts, url, io)

@@ -9,6 +9,14 @@
 //! `1` and `2` choose the RPC-over-RDMA version to start with (version 2
 //! falls back to 1 when the server answers ERR_VERS), as they did before
 //! NFSv4 was offered: `nfs+rdma://h/e?version=4.1&version=2`.
+//!
+//! On `nfs://`, `xprtsec=tls` or `xprtsec=mtls` runs the NFS connection
+//! over RPC-over-TLS (RFC 9289), as the Linux client's `xprtsec=` mount
+//! option: `tls-ca=FILE` (or `$NFSRDMA_TLS_CA`) names the CA certificates
+//! the server's certificate must chain to (checked against the URL's
+//! host), and for `mtls` `tls-cert=FILE` and `tls-key=FILE` (or
+//! `$NFSRDMA_TLS_CERT`, `$NFSRDMA_TLS_KEY`) the client's own. `xprtsec=none`
+//! (the default) is plain RPC.
 
 use std::path::PathBuf;
 
@@ -23,6 +31,18 @@ pub(crate) enum Scheme {
     Tcp,
     /// `nfs+rdma://`: RPC-over-RDMA.
     Rdma,
+}
+
+/// The transport security a URL asks for (`xprtsec=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum XprtSec {
+    /// Plain RPC.
+    #[default]
+    None,
+    /// RPC-over-TLS, the client without a certificate.
+    Tls,
+    /// RPC-over-TLS with the client's certificate (mutual TLS).
+    Mtls,
 }
 
 /// A parsed NFS URL.
@@ -47,6 +67,14 @@ pub(crate) struct NfsUrl {
     pub(crate) nfs4_minor: Option<u32>,
     /// `device=soft|auto|NAME`: the RDMA device (default soft).
     pub(crate) device: DeviceChoice,
+    /// `xprtsec=none|tls|mtls` (`nfs://` only).
+    pub(crate) xprtsec: XprtSec,
+    /// `tls-ca=FILE`: CA certificates for the server's certificate.
+    pub(crate) tls_ca: Option<PathBuf>,
+    /// `tls-cert=FILE`: the client's certificate chain (mtls).
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// `tls-key=FILE`: its private key.
+    pub(crate) tls_key: Option<PathBuf>,
 }
 
 /// The highest NFSv4 minor version the client speaks (`version=4`).
@@ -143,6 +171,10 @@ impl NfsUrl {
             rdma_v2: false,
             nfs4_minor: None,
             device: DeviceChoice::Soft,
+            xprtsec: XprtSec::None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
         };
         for kv in query.unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
             let (k, v) = kv
@@ -175,12 +207,56 @@ impl NfsUrl {
                     url.device = v.parse().with_context(|| format!("{s:?}: device="))?;
                 }
                 "device" => bail!("{s:?}: device= applies to nfs+rdma:// only"),
+                "xprtsec" | "tls-ca" | "tls-cert" | "tls-key" if scheme == Scheme::Rdma => {
+                    bail!("{s:?}: {k}= applies to nfs:// only (RPC-over-TLS runs on TCP)")
+                }
+                "xprtsec" => {
+                    url.xprtsec = match v {
+                        "none" => XprtSec::None,
+                        "tls" => XprtSec::Tls,
+                        "mtls" => XprtSec::Mtls,
+                        _ => bail!("{s:?}: xprtsec={v:?}: expected none, tls or mtls"),
+                    }
+                }
+                "tls-ca" => url.tls_ca = Some(PathBuf::from(percent_decode(v)?)),
+                "tls-cert" => url.tls_cert = Some(PathBuf::from(percent_decode(v)?)),
+                "tls-key" => url.tls_key = Some(PathBuf::from(percent_decode(v)?)),
                 _ => bail!(
-                    "{s:?}: unknown option {k:?} (known: mountport, nfsport, version, crc, device)"
+                    "{s:?}: unknown option {k:?} (known: mountport, nfsport, version, crc, device, xprtsec, tls-ca, tls-cert, tls-key)"
                 ),
             }
         }
         Ok(url)
+    }
+
+    /// The TLS settings `xprtsec=` asks for (files from the URL, else
+    /// from `$NFSRDMA_TLS_CA`, `$NFSRDMA_TLS_CERT`, `$NFSRDMA_TLS_KEY`), or
+    /// `None` for plain RPC.
+    pub(crate) fn client_tls(&self) -> anyhow::Result<Option<oncrpc::tcp::ClientTls>> {
+        let file = |given: &Option<PathBuf>, var: &str, opt: &str| {
+            given
+                .clone()
+                .or_else(|| std::env::var_os(var).map(PathBuf::from))
+                .ok_or_else(|| {
+                    anyhow!(
+                        "xprtsec={:?} needs {opt}=FILE in the URL or ${var}",
+                        self.xprtsec
+                    )
+                })
+        };
+        let identity = match self.xprtsec {
+            XprtSec::None => return Ok(None),
+            XprtSec::Tls => None,
+            XprtSec::Mtls => Some((
+                file(&self.tls_cert, "NFSRDMA_TLS_CERT", "tls-cert")?,
+                file(&self.tls_key, "NFSRDMA_TLS_KEY", "tls-key")?,
+            )),
+        };
+        let ca = file(&self.tls_ca, "NFSRDMA_TLS_CA", "tls-ca")?;
+        let identity = identity.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+        let tls = oncrpc::tcp::ClientTls::from_pem(&ca, identity, &self.host)
+            .context("loading the TLS certificates")?;
+        Ok(Some(tls))
     }
 
     /// The last path component, if any.
@@ -322,6 +398,7 @@ pub(crate) async fn connect(
     };
     let opts = nfs_client::TcpOptions {
         io,
+        tls: url.client_tls()?,
         ..nfs_client::TcpOptions::default()
     };
     nfs_client::connect_tcp(&target, &opts)
@@ -390,6 +467,7 @@ pub(crate) fn parse_size(s: &str) -> Result<u32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn parses_host_port_path_and_options() {
@@ -401,6 +479,33 @@ mod tests {
         assert_eq!(u.path, "/export/a b/c");
         assert_eq!(u.file_name(), Some("c"));
         assert!(!u.trailing_slash);
+    }
+
+    #[test]
+    fn xprtsec_asks_for_tls_on_tcp_only() {
+        let u = NfsUrl::parse(
+            "nfs://h/e?xprtsec=mtls&tls-ca=/c%20a.pem&tls-cert=/m.pem&tls-key=/m.key",
+        )
+        .unwrap();
+        assert_eq!(u.xprtsec, XprtSec::Mtls);
+        assert_eq!(u.tls_ca.as_deref(), Some(Path::new("/c a.pem")));
+        assert_eq!(u.tls_cert.as_deref(), Some(Path::new("/m.pem")));
+        assert_eq!(u.tls_key.as_deref(), Some(Path::new("/m.key")));
+        assert_eq!(NfsUrl::parse("nfs://h/e").unwrap().xprtsec, XprtSec::None);
+        assert!(NfsUrl::parse("nfs://h/e")
+            .unwrap()
+            .client_tls()
+            .unwrap()
+            .is_none());
+        let u = NfsUrl::parse("nfs://h/e?xprtsec=tls&tls-ca=/nonexistent/ca.pem").unwrap();
+        assert!(u.client_tls().is_err(), "a missing CA file is an error");
+        for bad in [
+            "nfs://h/e?xprtsec=ssl",
+            "nfs+rdma://h/e?xprtsec=tls",
+            "nfs+rdma://h/e?tls-ca=/x",
+        ] {
+            assert!(NfsUrl::parse(bad).is_err(), "{bad} parsed");
+        }
     }
 
     #[test]

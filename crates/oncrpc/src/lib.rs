@@ -12,8 +12,11 @@
 //!   [`ClientTransport`] trait shared by TCP and RPC-over-RDMA.
 //! - [`limits`]: named bounds with trip counters and rate-limited log lines.
 //! - [`echo`]: a test program (0x20004E52) with NULL and ECHO.
+//! - [`tls`]: RPC-over-TLS (RFC 9289) without IO: the AUTH_TLS probe, its
+//!   answer, and a connection's [`TransportSecurity`].
 //! - `tcp` (feature `tokio`, on by default): [`tcp::TcpServer`] and
-//!   [`tcp::TcpClient`].
+//!   [`tcp::TcpClient`], plain or upgraded to TLS with rustls
+//!   (`tcp::ServerTls`, `tcp::ClientTls`).
 //!
 //! # Fuzzing
 //!
@@ -35,6 +38,7 @@ pub mod server;
 pub mod stats;
 #[cfg(feature = "tokio")]
 pub mod tcp;
+pub mod tls;
 
 pub use client::{ClientCore, ClientTransport, ReplyHint, RpcCall, RpcError};
 /// Named bounds with trip counters (the `limits` crate, re-exported).
@@ -42,3 +46,4 @@ pub use limits;
 pub use server::{
     AcceptedCall, CallContext, PeerInfo, RpcService, Server, ServiceError, TransportKind,
 };
+pub use tls::TransportSecurity;

@@ -116,6 +116,8 @@ xdr::open_code! {
         AUTH_DH = 3,
         /// RPCSEC_GSS (RFC 2203).
         RPCSEC_GSS = 6,
+        /// AUTH_TLS: the RPC-over-TLS probe (RFC 9289 §4.1, §8.1).
+        AUTH_TLS = 7,
     }
 }
 

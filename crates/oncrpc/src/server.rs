@@ -46,6 +46,9 @@ pub struct PeerInfo {
     pub addr: Option<SocketAddr>,
     /// Transport kind.
     pub transport: TransportKind,
+    /// Whether the connection runs TLS, and with a verified client
+    /// certificate (RFC 9289; only TCP connections upgrade).
+    pub security: crate::tls::TransportSecurity,
 }
 
 /// A connection id unique within the process, shared by every transport

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -22,11 +22,14 @@ use crate::server::{PeerInfo, Server, TransportKind};
 
 mod budget;
 mod reverse;
+mod tls;
 
 pub use budget::ServerReplyBudget;
 use budget::{Charge, ReplyBudget};
 use reverse::Outgoing;
 pub use reverse::{classify, Direction, TcpBackchannel, TcpBackchannels, MAX_REVERSE_IN_FLIGHT};
+use tls::Upgraded;
+pub use tls::{ClientTls, ServerTls, DEFAULT_HANDSHAKE_TIMEOUT};
 
 /// Settings of the TCP shells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,9 +128,19 @@ async fn write_record<W: AsyncWrite + Unpin>(w: &mut W, msg: &XdrBuf) -> io::Res
     Ok(())
 }
 
-async fn writer_task(mut w: OwnedWriteHalf, mut rx: mpsc::Receiver<XdrBuf>) {
+/// Writes one record and, when nothing else is queued, flushes (a TLS
+/// stream holds what was written until then; plain TCP flushes nothing).
+async fn send<W: AsyncWrite + Unpin>(w: &mut W, msg: &XdrBuf, more: bool) -> io::Result<()> {
+    write_record(w, msg).await?;
+    if !more {
+        w.flush().await?;
+    }
+    Ok(())
+}
+
+async fn writer_task<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::Receiver<XdrBuf>) {
     while let Some(msg) = rx.recv().await {
-        if let Err(e) = write_record(&mut w, &msg).await {
+        if let Err(e) = send(&mut w, &msg, !rx.is_empty()).await {
             tracing::debug!(error = %e, "write failed");
             return;
         }
@@ -139,12 +152,12 @@ async fn writer_task(mut w: OwnedWriteHalf, mut rx: mpsc::Receiver<XdrBuf>) {
 /// call slots and reply budget (both freed once it is written).
 type QueuedReply = (XdrBuf, Charge, OwnedSemaphorePermit);
 
-async fn reply_writer(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
+async fn reply_writer<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
     while let Some(out) = rx.recv().await {
         let msg = match &out {
             Outgoing::Reply((msg, _, _)) | Outgoing::Call(msg) => msg,
         };
-        if let Err(e) = write_record(&mut w, msg).await {
+        if let Err(e) = send(&mut w, msg, !rx.is_empty()).await {
             tracing::debug!(error = %e, "write failed");
             return;
         }
@@ -167,6 +180,7 @@ pub struct TcpServer {
     conns: Arc<ConnLimiter>,
     replies: Arc<ServerReplyBudget>,
     backchannels: TcpBackchannels,
+    tls: Option<Arc<ServerTls>>,
 }
 
 impl TcpServer {
@@ -184,7 +198,17 @@ impl TcpServer {
             conns: ConnLimiter::new(ConnLimits::default()),
             replies: ServerReplyBudget::new(config.max_server_reply_bytes),
             backchannels: TcpBackchannels::new(),
+            tls: None,
         })
+    }
+
+    /// Offers RPC-over-TLS (RFC 9289) on this listener: a connection whose
+    /// first record is an AUTH_TLS probe is answered STARTTLS and upgraded
+    /// to TLS; the others are served as plain RPC, as before. The calls
+    /// of each connection carry its [`crate::TransportSecurity`].
+    pub fn with_tls(mut self, tls: ServerTls) -> Self {
+        self.tls = Some(Arc::new(tls));
+        self
     }
 
     /// Registers this listener's connections in `backchannels` (share
@@ -270,8 +294,33 @@ impl TcpServer {
         let config = self.config;
         let replies = Arc::clone(&self.replies);
         let bcs = self.backchannels.clone();
+        let tls = self.tls.clone();
         tokio::spawn(async move {
-            serve_bidirectional(stream, Some(addr), server, config, replies, &bcs).await;
+            let conn = Conn {
+                server,
+                config,
+                replies,
+                bcs: &bcs,
+            };
+            match tls {
+                None => conn.plain(stream, Some(addr)).await,
+                Some(tls) => {
+                    let _ = stream.set_nodelay(true);
+                    match tls::accept(stream, Some(addr), &tls, config.idle_timeout).await {
+                        Upgraded::Plain(stream) => conn.plain(stream, Some(addr)).await,
+                        Upgraded::Tls(stream, security) => {
+                            let (r, w) = tokio::io::split(*stream);
+                            let peer = new_peer(Some(addr), security);
+                            conn.split(TlsRead(r), w, peer).await;
+                        }
+                        Upgraded::Idle => IDLE_CLOSED.trip(format_args!(
+                            "closed connection from {addr}: sent nothing in {:?}",
+                            config.idle_timeout.unwrap_or_default()
+                        )),
+                        Upgraded::Closed => {}
+                    }
+                }
+            }
             drop(slot);
         });
     }
@@ -297,45 +346,109 @@ pub async fn serve_connection(
     replies: Arc<ServerReplyBudget>,
 ) {
     let bcs = TcpBackchannels::new();
-    serve_bidirectional(stream, addr, server, config, replies, &bcs).await;
+    let conn = Conn {
+        server,
+        config,
+        replies,
+        bcs: &bcs,
+    };
+    conn.plain(stream, addr).await;
 }
 
-/// [`serve_connection`], with the connection's reverse direction in
-/// `bcs` while it is open: REPLY records go to the server's own calls
-/// ([`TcpBackchannel`]), CALL records to `server`.
-async fn serve_bidirectional(
-    stream: TcpStream,
-    addr: Option<SocketAddr>,
-    server: Arc<Server>,
-    config: TcpConfig,
-    replies: Arc<ServerReplyBudget>,
-    bcs: &TcpBackchannels,
-) {
-    let _ = stream.set_nodelay(true);
-    let peer = PeerInfo {
+/// A new connection's identity for the services.
+fn new_peer(addr: Option<SocketAddr>, security: crate::TransportSecurity) -> PeerInfo {
+    PeerInfo {
         conn_id: crate::server::next_conn_id(),
         addr,
         transport: TransportKind::Tcp,
-    };
-    let (r, w) = stream.into_split();
-    let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
-    let writer = tokio::spawn(reply_writer(w, rx));
-    let seed = (peer.conn_id as u32).wrapping_mul(0x9e37_79b9);
-    let reverse = TcpBackchannel::new(peer.conn_id, tx.clone(), seed);
-    bcs.insert(reverse.clone());
-    let clean = serve_records(&r, &peer, server, config, replies, &reverse, tx).await;
-    bcs.remove(peer.conn_id);
-    reverse.close();
-    if !clean {
-        writer.abort();
+        security,
     }
-    let _ = writer.await;
+}
+
+/// What serving one connection needs from its listener.
+struct Conn<'a> {
+    server: Arc<Server>,
+    config: TcpConfig,
+    replies: Arc<ServerReplyBudget>,
+    /// The connection's reverse direction is in here while it is open:
+    /// REPLY records go to the server's own calls ([`TcpBackchannel`]),
+    /// CALL records to `server`.
+    bcs: &'a TcpBackchannels,
+}
+
+impl Conn<'_> {
+    /// Serves a plain TCP connection.
+    async fn plain(self, stream: TcpStream, addr: Option<SocketAddr>) {
+        let _ = stream.set_nodelay(true);
+        let peer = new_peer(addr, crate::TransportSecurity::None);
+        let (r, w) = stream.into_split();
+        self.split(r, w, peer).await;
+    }
+
+    /// Serves a connection from its two halves.
+    async fn split<R: ConnRead, W: AsyncWrite + Unpin + Send + 'static>(
+        self,
+        mut r: R,
+        w: W,
+        peer: PeerInfo,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
+        let writer = tokio::spawn(reply_writer(w, rx));
+        let seed = (peer.conn_id as u32).wrapping_mul(0x9e37_79b9);
+        let reverse = TcpBackchannel::new(peer.conn_id, tx.clone(), seed);
+        self.bcs.insert(reverse.clone());
+        let (server, config, replies) = (self.server, self.config, self.replies);
+        let clean = serve_records(&mut r, &peer, server, config, replies, &reverse, tx).await;
+        self.bcs.remove(peer.conn_id);
+        reverse.close();
+        if !clean {
+            writer.abort();
+        }
+        let _ = writer.await;
+    }
+}
+
+/// The receiving half of a server connection: plain TCP or TLS.
+trait ConnRead: Send {
+    /// Reads what has arrived into `deframer`; false at end of stream or
+    /// on error. Dropping the future loses no byte.
+    fn read_some(
+        &mut self,
+        deframer: &mut RecordDecoder,
+        chunk: usize,
+    ) -> impl core::future::Future<Output = bool> + Send;
+}
+
+impl ConnRead for OwnedReadHalf {
+    fn read_some(
+        &mut self,
+        deframer: &mut RecordDecoder,
+        chunk: usize,
+    ) -> impl core::future::Future<Output = bool> + Send {
+        read_some(self, deframer, chunk)
+    }
+}
+
+/// The receiving half of a TLS connection.
+struct TlsRead(tokio::io::ReadHalf<tokio_rustls::server::TlsStream<TcpStream>>);
+
+impl ConnRead for TlsRead {
+    /// Decrypted bytes are read into a buffer grown as for plain TCP;
+    /// `read_buf` is cancel-safe, and what rustls decrypted but did not
+    /// hand out yet stays in its session.
+    async fn read_some(&mut self, deframer: &mut RecordDecoder, chunk: usize) -> bool {
+        let buf = deframer.read_buf();
+        if buf.capacity() - buf.len() < MIN_READ {
+            buf.reserve(buf.len().clamp(MIN_READ, chunk.max(MIN_READ)));
+        }
+        matches!(self.0.read_buf(buf).await, Ok(n) if n > 0)
+    }
 }
 
 /// The read loop of a server connection: false when it ends on a record
 /// over the bound (pending replies are not written then).
-async fn serve_records(
-    r: &OwnedReadHalf,
+async fn serve_records<R: ConnRead>(
+    r: &mut R,
     peer: &PeerInfo,
     server: Arc<Server>,
     config: TcpConfig,
@@ -436,19 +549,20 @@ impl Idle<'_> {
 /// [`read_some`], closing the connection (false) once it has been silent
 /// for `idle.timeout` while idle ([`Idle::is_idle`]); a silent connection
 /// that is not idle then gets another period.
-async fn read_or_idle(
-    r: &OwnedReadHalf,
+async fn read_or_idle<R: ConnRead>(
+    r: &mut R,
     deframer: &mut RecordDecoder,
     chunk: usize,
     idle: &Idle<'_>,
 ) -> bool {
     let Some(timeout) = idle.timeout else {
-        return read_some(r, deframer, chunk).await;
+        return r.read_some(deframer, chunk).await;
     };
     loop {
         // `read_some` may be dropped at its await points: it only reads
-        // with `try_read_buf`, so no received byte is lost.
-        if let Ok(more) = tokio::time::timeout(timeout, read_some(r, deframer, chunk)).await {
+        // with `try_read_buf` (or TLS's cancel-safe `read_buf`), so no
+        // received byte is lost.
+        if let Ok(more) = tokio::time::timeout(timeout, r.read_some(deframer, chunk)).await {
             return more;
         }
         if idle.is_idle() {
@@ -602,7 +716,7 @@ impl CallbackService {
 /// Reads replies until the connection ends; false if the client is gone.
 /// Calls from the server go to `callbacks`, or are dropped without one.
 async fn read_replies(
-    r: &mut OwnedReadHalf,
+    r: &mut BoxRead,
     weak: &Weak<ClientShared>,
     max_record: usize,
     read_chunk: usize,
@@ -646,9 +760,35 @@ async fn read_replies(
     }
 }
 
-fn open_writer(w: OwnedWriteHalf, depth: usize) -> (mpsc::Sender<XdrBuf>, JoinHandle<()>) {
+fn open_writer(w: BoxWrite, depth: usize) -> (mpsc::Sender<XdrBuf>, JoinHandle<()>) {
     let (tx, rx) = mpsc::channel::<XdrBuf>(depth.max(1));
     (tx, tokio::spawn(writer_task(w, rx)))
+}
+
+/// The receiving half of a client connection, plain or TLS.
+type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
+/// The sending half of a client connection, plain or TLS.
+type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// Opens a connection to `addr`; with `tls`, probes with AUTH_TLS (xid
+/// `xid`) and runs the TLS handshake on it (RFC 9289 §4.1).
+async fn dial(
+    addr: SocketAddr,
+    tls: Option<&ClientTls>,
+    xid: u32,
+) -> io::Result<(BoxRead, BoxWrite)> {
+    let stream = TcpStream::connect(addr).await?;
+    let _ = stream.set_nodelay(true);
+    Ok(match tls {
+        None => {
+            let (r, w) = stream.into_split();
+            (Box::new(r), Box::new(w))
+        }
+        Some(tls) => {
+            let (r, w) = tokio::io::split(tls.connect(stream, xid).await?);
+            (Box::new(r), Box::new(w))
+        }
+    })
 }
 
 impl TcpClient {
@@ -673,7 +813,23 @@ impl TcpClient {
         tcp: TcpConfig,
         reconnect: ReconnectPolicy,
     ) -> io::Result<Self> {
-        Self::open(addr, xid_seed, config, tcp, reconnect, None).await
+        Self::open(addr, xid_seed, config, tcp, reconnect, None, None).await
+    }
+
+    /// Like [`Self::connect_with`], over RPC-over-TLS (RFC 9289): each
+    /// connection (the first and every reconnection) starts with the
+    /// AUTH_TLS probe and the TLS handshake, and fails when the server
+    /// does not answer STARTTLS; the client never falls back to plain RPC.
+    pub async fn connect_tls(
+        addr: SocketAddr,
+        xid_seed: u32,
+        config: ClientConfig,
+        tcp: TcpConfig,
+        reconnect: ReconnectPolicy,
+        tls: ClientTls,
+    ) -> io::Result<Self> {
+        let tls = Some(Arc::new(tls));
+        Self::open(addr, xid_seed, config, tcp, reconnect, None, tls).await
     }
 
     /// Like [`Self::connect`], answering the calls the server sends on
@@ -694,11 +850,12 @@ impl TcpClient {
                 conn_id: crate::server::next_conn_id(),
                 addr: Some(addr),
                 transport: TransportKind::Tcp,
+                security: crate::TransportSecurity::None,
             },
             running: Arc::new(Semaphore::new(MAX_CALLBACKS_PER_CONN)),
         };
         let policy = ReconnectPolicy::default();
-        Self::open(addr, xid_seed, config, tcp, policy, Some(cb)).await
+        Self::open(addr, xid_seed, config, tcp, policy, Some(cb), None).await
     }
 
     async fn open(
@@ -708,10 +865,11 @@ impl TcpClient {
         tcp: TcpConfig,
         reconnect: ReconnectPolicy,
         callbacks: Option<CallbackService>,
+        tls: Option<Arc<ClientTls>>,
     ) -> io::Result<Self> {
-        let stream = TcpStream::connect(addr).await?;
-        let _ = stream.set_nodelay(true);
-        let (mut r, w) = stream.into_split();
+        // The probe's xid is one the core will not use for a while.
+        let probe_xid = xid_seed.wrapping_sub(1);
+        let (mut r, w) = dial(addr, tls.as_deref(), probe_xid).await?;
         let depth = config.max_in_flight;
         let (tx, mut writer) = open_writer(w, depth);
         let shared = Arc::new(ClientShared {
@@ -747,12 +905,10 @@ impl TcpClient {
                 while attempts < reconnect.max_attempts {
                     attempts += 1;
                     tokio::time::sleep(reconnect.delay).await;
-                    let Ok(stream) = TcpStream::connect(addr).await else {
+                    let Ok((nr, nw)) = dial(addr, tls.as_deref(), probe_xid).await else {
                         continue;
                     };
                     tracing::info!(%addr, attempts, "reconnected; resending calls in flight");
-                    let _ = stream.set_nodelay(true);
-                    let (nr, nw) = stream.into_split();
                     let (tx, nwriter) = open_writer(nw, depth);
                     r = nr;
                     writer = nwriter;

@@ -20,6 +20,7 @@ fn peer(port: u16) -> PeerInfo {
         conn_id: u64::from(port),
         addr: Some(([192, 0, 2, 1], port).into()),
         transport: TransportKind::Rdma,
+        security: oncrpc::TransportSecurity::None,
     }
 }
 

@@ -4,9 +4,11 @@
 //! - [`conformance`]: the RNIC behaviour tests, written once and run on every
 //!   `rnic::Device` ([`conformance_suite!`] turns them into `#[test]`s);
 //! - [`TempDir`]: a scratch directory removed on drop;
-//! - [`hex`]: test vectors written as hex (from packet captures).
+//! - [`hex`]: test vectors written as hex (from packet captures);
+//! - [`tls`]: a CA and certificates for RPC-over-TLS tests.
 
 pub mod conformance;
+pub mod tls;
 
 use std::path::{Path, PathBuf};
 

@@ -540,6 +540,7 @@ mod tests {
             conn_id,
             addr: None,
             transport: oncrpc::TransportKind::Rdma,
+            security: oncrpc::TransportSecurity::None,
         }
     }
 

@@ -436,7 +436,7 @@ impl<S: Storage> Nfs4Service<S> {
         let status = match cx.refused {
             _ if !(puts || moved) => return r,
             Some(Refusal::NotListed) => Nfsstat4::NFS4ERR_ACCESS,
-            Some(Refusal::WrongSec) => Nfsstat4::NFS4ERR_WRONGSEC,
+            Some(Refusal::WrongSec | Refusal::XprtSec) => Nfsstat4::NFS4ERR_WRONGSEC,
             None => return r,
         };
         cx.cur = None;

@@ -182,6 +182,37 @@ pub(crate) struct ServeArgs {
     /// summary). Off by default.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
+    /// Offer RPC-over-TLS (RFC 9289) on the TCP listeners with this
+    /// certificate chain (PEM; with --tls-key). Clients that probe with
+    /// AUTH_TLS are upgraded, the others stay plain; exports' `xprtsec=`
+    /// decides who must use it (docs/security.md).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Verify client certificates against these CA certificates (PEM):
+    /// a client presenting one signed by them is mutually authenticated
+    /// (`xprtsec=mtls`); one presenting another fails the handshake; one
+    /// presenting none is plain `tls`.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// Milliseconds a client has from its first byte to finish the AUTH_TLS
+    /// probe and the TLS handshake; past it the connection is closed
+    /// (limit `tls.handshake_timeout`).
+    #[arg(long, default_value_t = oncrpc::tcp::DEFAULT_HANDSHAKE_TIMEOUT.as_millis() as u64)]
+    tls_handshake_timeout_ms: u64,
+}
+
+/// The TLS settings of `--tls-cert`, `--tls-key`, `--tls-client-ca`.
+fn server_tls(args: &ServeArgs) -> anyhow::Result<Option<oncrpc::tcp::ServerTls>> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        return Ok(None);
+    };
+    let tls = oncrpc::tcp::ServerTls::from_pem(cert, key, args.tls_client_ca.as_deref())
+        .context("loading the TLS certificate and key")?
+        .with_handshake_timeout(Duration::from_millis(args.tls_handshake_timeout_ms));
+    Ok(Some(tls))
 }
 
 /// `args` with the options of its `--config` file merged in, the command
@@ -215,6 +246,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_total: args.max_connections,
         max_per_client: args.max_connections_per_client,
     };
+    config.tls = server_tls(&args)?;
     config.tcp.max_queued_reply_bytes = args.max_queued_reply_bytes;
     config.tcp.max_server_reply_bytes = args.max_server_reply_bytes;
     config.tcp.idle_timeout =

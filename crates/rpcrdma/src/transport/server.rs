@@ -298,6 +298,7 @@ async fn accept<R: ConnectRequest>(
             conn_id,
             addr: peer_addr,
             transport: TransportKind::Rdma,
+            security: oncrpc::TransportSecurity::None,
         },
     });
     if conn.reverse.is_some() {

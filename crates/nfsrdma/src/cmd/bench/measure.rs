@@ -129,6 +129,10 @@ impl ServerChild {
             rdma_v2: false,
             nfs4_minor: None,
             device: self.device.clone(),
+            xprtsec: crate::url::XprtSec::None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }

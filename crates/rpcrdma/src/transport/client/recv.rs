@@ -26,6 +26,7 @@ fn on_reverse_call<D: Device>(
             conn_id: 0,
             addr: None,
             transport: TransportKind::Rdma,
+            security: oncrpc::TransportSecurity::None,
         };
         let Some(reply) = service.handle_call(rpc, &peer).await else {
             return;
@@ -131,6 +132,7 @@ fn on_chunked_reverse_call<D: Device>(
             conn_id: 0,
             addr: None,
             transport: TransportKind::Rdma,
+            security: oncrpc::TransportSecurity::None,
         };
         let Some(reply) = service.handle_call(rpc, &peer).await else {
             return;
