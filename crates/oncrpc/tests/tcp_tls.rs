@@ -284,3 +284,62 @@ async fn stalled_handshake_is_closed_and_counted() {
 
     assert!(tripped("tls.handshake_timeout") >= before + 2);
 }
+
+/// Process CPU time (user + system) so far, from /proc/self/stat.
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<f64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // Fields 14 and 15 (utime, stime) are the 12th and 13th after ')'.
+    (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
+}
+
+/// Echo throughput and CPU per GiB (client and server in this process),
+/// plain TCP vs TLS on one listener, alternated 3 rounds of 128 MiB each
+/// way (1 MiB calls, 4 in flight). Not in the default suite:
+/// `cargo test -p oncrpc --test tcp_tls -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn tls_vs_plain_echo_throughput() {
+    let pki = TestPki::new("tls-bench");
+    let addr = start(Some(server_tls(&pki, false))).await;
+    let run = |echo: EchoClient<TcpClient>| async move {
+        let data = pattern(1 << 20, 1);
+        let (t, c) = (Instant::now(), cpu_secs());
+        let tasks: Vec<_> = (0..4)
+            .map(|_| {
+                let (echo, data) = (echo.clone(), data.clone());
+                tokio::spawn(async move {
+                    for _ in 0..32 {
+                        assert_eq!(echo.echo(data.clone()).await.unwrap().len(), data.len());
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        (t.elapsed().as_secs_f64(), cpu_secs() - c)
+    };
+    for round in 0..3 {
+        let plain = TcpClient::connect(addr, 1, ClientConfig::default(), TcpConfig::default())
+            .await
+            .unwrap();
+        let (ps, pc) = run(EchoClient::new(plain)).await;
+        let tls = ClientTls::from_pem(&pki.ca, None, "127.0.0.1").unwrap();
+        let (ts, tc) = run(EchoClient::new(tls_client(addr, tls).await.unwrap())).await;
+        // 128 MiB each way = 0.25 GiB moved.
+        eprintln!(
+            "round {round}: plain {:.0} MiB/s {:.2} CPU s/GiB; TLS {:.0} MiB/s {:.2} CPU s/GiB; TLS/plain throughput {:.2}, CPU {:.2}",
+            256.0 / ps,
+            pc / 0.25,
+            256.0 / ts,
+            tc / 0.25,
+            ps / ts,
+            tc / pc
+        );
+    }
+}
