@@ -374,9 +374,9 @@ coherence_cleanup() {
 }
 # deleg_counts LOG: "granted=N recalled=N local=N revoked=N" from the server's log lines
 deleg_counts() {
-    printf 'granted=%s recalled=%s inotify=%s revoked=%s\n' "$(grep -c 'delegation granted' "$1")" \
+    printf 'granted=%s recalled=%s inotify=%s revoked=%s lease_breaks=%s\n' "$(grep -c 'delegation granted' "$1")" \
         "$(grep -c 'CB_RECALL answered NFS4_OK' "$1")" "$(grep -c 'local change to a delegated file' "$1")" \
-        "$(grep -c 'delegation revoked' "$1")"
+        "$(grep -c 'delegation revoked' "$1")" "$(grep -c 'kernel lease break' "$1")"
 }
 coherence_export() { # DIR: the marker and LAT_FILES 4 KiB files in lat/
     mkdir -p "$1/lat"; chmod 0777 "$1"; touch "$1/.coherence-root"
