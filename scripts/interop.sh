@@ -12,6 +12,13 @@
 #   coherence  issue 19: two kernel mounts of one export (v4.1/RDMA + v3/TCP
 #         and the reverse) and small-file READ latency RDMA vs TCP
 #         (coherence_phase; not in the default PHASES).
+#   conformance  issue 14 item 8: the kernel client over TCP and over RDMA
+#         against one export mounted by its path: v4.0 and v4.2 (listing,
+#         files byte-exact after a remount), user xattrs and a
+#         copy_file_range that becomes COPY (v4.2), v3 without `nolock`
+#         (NLM found through the server's rpcbind, statd in the guest) with
+#         fcntl locks contending with a v4.2 mount's (conformance_phase;
+#         not in the default list).
 #   verbs issue 13: nfsrdma on the guest kernel's verbs (the verbs crate) over
 #         siw and over rxe: the kernel client mounts our server, our client
 #         copies to and from knfsd, perftest figures (verbs_phase; not in the
@@ -71,6 +78,9 @@
 # host's softrnic server), VERBS_FWD_PORT / VERBS_FWD_MOUNT_PORT (12093 /
 # 12094: host forwards to the guest's server); phase verbs-bench:
 # VERBS_BENCH_MIB (128), VERBS_BENCH_OPS (1000), VERBS_BENCH_TIMEOUT (2400 s).
+# Phase conformance: CONF_TCP_PORT / CONF_RDMA_PORT / CONF_MOUNT_PORT /
+# CONF_RPCBIND_PORT / CONF_METRICS_PORT (12080 / 12081 / 12082 / 12083 /
+# 12084), CONF_PROTOS ("tcp rdma"), CONF_RUST_LOG (info).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # Where cargo puts binaries: CARGO_TARGET_DIR when set, else target/ in the checkout.
@@ -100,6 +110,12 @@ COH_LAT_ROUNDS=${COH_LAT_ROUNDS:-3}
 COH_LAT_VERS=${COH_LAT_VERS:-3}
 COH_BASE_BIN=${COH_BASE_BIN-/tmp/own/nfsrdma-baseline}
 VERBS_DEVS=${VERBS_DEVS:-siw0 rxe0}
+CONF_TCP_PORT=${CONF_TCP_PORT:-12080}
+CONF_RDMA_PORT=${CONF_RDMA_PORT:-12081}
+CONF_MOUNT_PORT=${CONF_MOUNT_PORT:-12082}
+CONF_RPCBIND_PORT=${CONF_RPCBIND_PORT:-12083}
+CONF_METRICS_PORT=${CONF_METRICS_PORT:-12084}
+CONF_PROTOS=${CONF_PROTOS:-tcp rdma}
 VERBS_BULK_MIB=${VERBS_BULK_MIB:-100}
 VERBS_XDEV_MIB=${VERBS_XDEV_MIB:-16}
 VERBS_BENCH_MIB=${VERBS_BENCH_MIB:-128}
@@ -131,6 +147,7 @@ cleanup() {
     knfsd_cleanup
     coherence_cleanup
     verbs_cleanup
+    conformance_cleanup
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -501,6 +518,80 @@ coherence_phase() {
     coherence_cleanup; C_PID=; C_BASE_PID=; C_WATCH_PID=; C_EXPORT=; C_BASE_EXPORT=
 }
 
+# ---- phase conformance (issue 14 item 8): the kernel client against one
+# `nfsrdma serve --transports tcp,rdma --rpcbind-port` export, mounted by
+# its path on the host, over TCP and over RDMA (guest siw -> softrnic):
+# interop/guest/conformance.sh. The guest reaches NFS/TCP at :2049,
+# NFS/RDMA at :20049, MOUNT at :20048 and the server's rpcbind at :111; the
+# NFS and MOUNT TCP ports are also forwarded 1:1, since the rpcbind answers
+# (NLM for the v3 mount without nolock) name the host ports. Afterwards the
+# server's own COPY counter (`serve --metrics`, nfs4_ops_total) must
+# have counted a successful COPY per transport.
+F_PID=; F_EXPORT=; F_TCPDUMP_PID=
+conformance_cleanup() {
+    [ -n "$F_TCPDUMP_PID" ] && kill -INT "$F_TCPDUMP_PID" 2>/dev/null
+    [ -n "$F_PID" ] && kill -INT "$F_PID" 2>/dev/null && wait "$F_PID" 2>/dev/null
+    [ -n "$F_EXPORT" ] && rm -rf "$F_EXPORT"
+}
+conformance_phase() {
+    local G=$OUT/guest-conformance p rc t0 log=$OUT/server-conformance.log n_pass n_fail
+    local ports="$CONF_TCP_PORT $CONF_RDMA_PORT $CONF_MOUNT_PORT $CONF_RPCBIND_PORT $CONF_METRICS_PORT"
+    for p in $ports; do
+        if [ -n "$(ss -Hltn "sport = :$p")" ]; then
+            fail "conformance: host port $p is in use; set CONF_*_PORT"; return
+        fi
+    done
+    mkdir -p "$G"
+    # Not under /tmp on hosts where /tmp is a tmpfs without user xattrs.
+    F_EXPORT=$(mktemp -d "$OUT/conformance-export.XXXXXX")
+    chmod 0777 "$F_EXPORT"; touch "$F_EXPORT/marker"
+    echo "== nfsrdma serve $F_EXPORT: TCP :$CONF_TCP_PORT, RDMA :$CONF_RDMA_PORT, MOUNT :$CONF_MOUNT_PORT, rpcbind :$CONF_RPCBIND_PORT"
+    RUST_LOG=${CONF_RUST_LOG:-info} "$BIN" serve "$F_EXPORT" --transports tcp,rdma --addr 127.0.0.1 \
+        --port "$CONF_TCP_PORT" --rdma-port "$CONF_RDMA_PORT" --mount-port "$CONF_MOUNT_PORT" \
+        --rpcbind-port "$CONF_RPCBIND_PORT" --metrics "127.0.0.1:$CONF_METRICS_PORT" --no-root-squash \
+        --state-dir "$OUT/state-conformance" > "$log" 2>&1 &
+    F_PID=$!
+    for p in $ports; do
+        for _ in $(seq 50); do [ -n "$(ss -Hltn "sport = :$p")" ] && break; sleep 0.1; done
+        [ -n "$(ss -Hltn "sport = :$p")" ] || { fail "conformance: no server on :$p (log: $log)"; conformance_cleanup; F_PID=; F_EXPORT=; return; }
+    done
+    if [ "$CAPTURE" = 1 ]; then # NFS, NLM and rpcbind over TCP (RDMA traffic is not decoded here)
+        tcpdump -i lo -s 0 -B 262144 -U -w "$OUT/conformance-tcp.pcap" \
+            "tcp port $CONF_TCP_PORT or tcp port $CONF_RPCBIND_PORT" > /dev/null 2> "$OUT/tcpdump-conformance.log" &
+        F_TCPDUMP_PID=$!
+        for _ in $(seq 50); do grep -q 'listening on' "$OUT/tcpdump-conformance.log" && break; sleep 0.1; done
+    fi
+    echo "== kpeer: kernel client conformance over $CONF_PROTOS (v4.0, v4.2, v3 with NLM)"
+    t0=$(date +%s)
+    # shellcheck disable=SC2086
+    KPEER_HOSTFWD=none \
+    KPEER_GUESTFWD="2049:$CONF_TCP_PORT 20049:$CONF_RDMA_PORT 20048:$CONF_MOUNT_PORT 111:$CONF_RPCBIND_PORT $CONF_TCP_PORT:$CONF_TCP_PORT $CONF_MOUNT_PORT:$CONF_MOUNT_PORT" \
+        bash "$KPEER/run.sh" "$ROOT/interop/guest/conformance.sh" "$G" -- "$F_EXPORT" $CONF_PROTOS \
+        > "$OUT/run-conformance.log" 2>&1
+    rc=$?
+    [ -n "$F_TCPDUMP_PID" ] && { sleep 0.5; kill -INT "$F_TCPDUMP_PID"; wait "$F_TCPDUMP_PID" 2>/dev/null; F_TCPDUMP_PID=; }
+    grep -E '^(PASS|FAIL|INFO)' "$G/guest.log" 2>/dev/null | sed 's/^/  guest: /'
+    n_pass=$(grep -c '^PASS' "$G/guest.log" 2>/dev/null)
+    n_fail=$(grep -c '^FAIL' "$G/guest.log" 2>/dev/null)
+    if [ "$rc" = 0 ]; then
+        pass "kernel-conformance: $n_pass guest checks passed ($CONF_PROTOS, VM $(( $(date +%s) - t0 )) s)"
+    else
+        fail "kernel-conformance: guest rc $rc, $n_fail of $((n_pass + n_fail)) guest checks failed (log: $G/guest.log)"
+    fi
+    local copies want
+    want=$(echo $CONF_PROTOS | wc -w)
+    copies=$(curl -s "http://127.0.0.1:$CONF_METRICS_PORT/metrics" |
+        awk '/^nfs4_ops_total\{/ && /op="COPY"/ && /status="NFS4_OK"/ {n += $NF} END {print n + 0}')
+    if [ "$copies" -ge "$want" ]; then
+        pass "conformance-server-counted-COPY: $copies successful COPY operations (nfs4_ops_total)"
+    else
+        fail "conformance-server-counted-COPY: $copies successful COPY operations, want at least $want"
+    fi
+    if kill -0 "$F_PID" 2>/dev/null; then pass "conformance-server-alive"; else fail "conformance-server-alive: nfsrdma serve exited (log: $log)"; fi
+    grep -E 'panicked| ERROR | WARN ' "$log" | head -5 | sed 's/^/  server: /'
+    conformance_cleanup; F_PID=; F_EXPORT=
+}
+
 # ---- phase verbs (issue 13): nfsrdma on the kernel's verbs in the guest.
 # One VM boot per device of VERBS_DEVS (default "siw0 rxe0"); each runs
 # interop/kpeer/guest/verbs.sh with the host-built release binary (the guest
@@ -814,6 +905,9 @@ if has_phase knfsd; then
 fi
 if has_phase coherence; then
     coherence_phase
+fi
+if has_phase conformance; then
+    conformance_phase
 fi
 echo "wall time: $(( $(date +%s) - T0 )) s; results in $OUT"
 [ "$FAILS" -eq 0 ]

@@ -293,11 +293,12 @@ fn assemble(
     // NLM and NFSv4 locks on one file exclude each other (RFC 8881 §9.5).
     let locks = NlmLocks::new(nlm_limits);
     let v4 = v4.with_nlm_locks(locks.clone());
-    let nlm =
-        NlmService::new(Arc::clone(&table), locks.clone()).with_v4_locks(v4.byte_range_locks());
+    let delegs = v4.delegations();
+    let nlm = NlmService::new(Arc::clone(&table), locks.clone())
+        .with_v4_locks(v4.byte_range_locks())
+        .with_delegations(delegs.clone());
     server.register(nlm);
     server.register(NsmService::new(locks, nlm_limits.max_hosts));
-    let delegs = v4.delegations();
     server.register(v4);
     server.register_arc(Arc::new(Nfs3Service::new(table).with_delegations(delegs)));
     server

@@ -9,11 +9,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use nfs::nlm::*;
 use nfs::v4::attr::{Bitmap4, FileAttrs, FATTR4_CHANGE, FATTR4_MODE, FATTR4_SIZE};
 use nfs::v4::cb::*;
 use nfs::v4::session::*;
 use nfs::v4::*;
 use nfs_server::nfs3::Nfs3Service;
+use nfs_server::nlm::{NlmLimits, NlmLocks, NlmService};
 use nfs_server::v4::{BackchannelSlot, ManualClock, Nfs4Config, Nfs4Service, SessionLimits};
 use nfs_server::LocalFs;
 use oncrpc::client::{ClientConfig, ReplyHint, RpcCall};
@@ -180,14 +182,16 @@ async fn serve(tag: &str) -> Srv {
     .with_backchannels(slot.clone())
     .with_callback_timeout(CB_BOUND);
     let delegs = v4.delegations().with_wait(Duration::from_millis(300));
-    server.register(v4);
+    let locks = NlmLocks::new(NlmLimits::default());
+    let v4 = v4.with_nlm_locks(locks.clone());
+    let table = Arc::new(nfs_server::access::ExportTable::open_to_all(fs, Vec::new()));
     server.register(
-        Nfs3Service::new(Arc::new(nfs_server::access::ExportTable::open_to_all(
-            fs,
-            Vec::new(),
-        )))
-        .with_delegations(delegs),
+        NlmService::new(Arc::clone(&table), locks)
+            .with_v4_locks(v4.byte_range_locks())
+            .with_delegations(delegs.clone()),
     );
+    server.register(v4);
+    server.register(Nfs3Service::new(table).with_delegations(delegs));
     let listener = TcpServer::bind("127.0.0.1:0", Arc::new(server), TcpConfig::default())
         .await
         .unwrap();
@@ -890,4 +894,68 @@ async fn nfsv3_write_recalls_a_tcp_write_delegation() {
     let (r, ()) = tokio::join!(write, holder);
     let status = xdr::from_slice::<nfs::v3::Nfsstat3>(&r.unwrap()[..4]).unwrap();
     assert_eq!(status, nfs::v3::Nfsstat3::NFS3_OK);
+}
+
+/// NLMPROC4_LOCK (non-blocking) of the whole file `fh` by `host`.
+async fn nlm_lock(c: &Client, host: &'static str, fh: &NfsFh4, exclusive: bool) -> Nlm4Stats {
+    let a = Nlm4LockArgs {
+        cookie: Bounded(Bytes::from_static(b"ck")),
+        block: false,
+        exclusive,
+        alock: Nlm4Lock {
+            caller_name: Bounded(Bytes::from_static(host.as_bytes())),
+            fh: Bounded(Bytes::copy_from_slice(&fh.0)),
+            oh: Bounded(Bytes::from_static(b"1@v3host")),
+            svid: 1,
+            l_offset: 0,
+            l_len: 0,
+        },
+        reclaim: false,
+        state: 1,
+    };
+    let r = c
+        .rpc
+        .call(RpcCall {
+            prog: NLM_PROGRAM,
+            vers: NLM_V4,
+            proc_: 2,
+            cred: c.cred.clone(),
+            args: xdr::to_xdr_buf(&a),
+            reply_hint: ReplyHint::default(),
+        })
+        .await
+        .unwrap();
+    xdr::from_slice::<Nlm4Res>(&r).unwrap().stat
+}
+
+/// RFC 8881 §10.4.1, §9.5: a delegation holder caches its byte-range
+/// locks without telling the server (the Linux client does), so an NLM
+/// lock first recalls a write delegation (NLM4_DENIED_GRACE_PERIOD, which
+/// clients retry, while it is out) and is granted once it is returned;
+/// while the NLM lock is held no client is given a delegation on the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_nlm_lock_recalls_delegations_and_keeps_them_off_the_file() {
+    let srv = serve("nlm").await;
+    let mut a = Client::connect(&srv, "client-a", Setup::default()).await;
+    let b = Client::connect(&srv, "client-b", Setup::default()).await;
+    let (deleg, fh) = opened(&a.open("n", OPEN4_SHARE_ACCESS_BOTH).await);
+    let dsid = write_deleg(&deleg);
+    assert_eq!(
+        nlm_lock(&b, "v3host", &fh, true).await,
+        Nlm4Stats::NLM4_DENIED_GRACE_PERIOD
+    );
+    let cb = a.callback().await;
+    let NfsCbArgop4::Recall(recall) = &cb.op else {
+        panic!("CB_RECALL expected: {cb:?}")
+    };
+    assert_eq!(recall.stateid, dsid);
+    assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
+    assert_eq!(
+        nlm_lock(&b, "v3host", &fh, true).await,
+        Nlm4Stats::NLM4_GRANTED
+    );
+    // Another client opening the NLM-locked file gets no delegation.
+    let c = Client::connect(&srv, "client-c", Setup::default()).await;
+    let (deleg, _) = opened(&c.open("n", OPEN4_SHARE_ACCESS_READ).await);
+    assert_eq!(deleg, OpenDelegation4::None);
 }

@@ -424,3 +424,179 @@ async fn operations_per_minor_version() {
     assert_eq!(r.status, Nfsstat4::NFS4ERR_MINOR_VERS_MISMATCH);
     assert!(r.resarray.is_empty());
 }
+
+/// What a 4.0 client's callback service saw.
+#[derive(Debug)]
+enum CbSeen {
+    Null,
+    Compound(nfs::v4::cb::CbCompound4Args, oncrpc::msg::Credential),
+}
+
+/// A 4.0 client's callback service (RFC 7530 §15 of the callback
+/// program): answers CB_NULL and CB_RECALL, reports both.
+struct Cb40 {
+    program: u32,
+    seen: tokio::sync::mpsc::UnboundedSender<CbSeen>,
+}
+
+impl oncrpc::RpcService for Cb40 {
+    fn program(&self) -> u32 {
+        self.program
+    }
+    fn versions(&self) -> std::ops::RangeInclusive<u32> {
+        1..=1
+    }
+    async fn call(
+        &self,
+        ctx: oncrpc::CallContext,
+        args: Bytes,
+    ) -> Result<xdr::XdrBuf, oncrpc::ServiceError> {
+        use nfs::v4::cb::*;
+        match ctx.proc_ {
+            CB_NULL => {
+                let _ = self.seen.send(CbSeen::Null);
+                Ok(xdr::XdrBuf::new())
+            }
+            CB_COMPOUND => {
+                let a: CbCompound4Args =
+                    xdr::from_slice(&args).map_err(oncrpc::ServiceError::GarbageArgs)?;
+                let res = a
+                    .argarray
+                    .iter()
+                    .map(|op| match op {
+                        NfsCbArgop4::Recall(_) => NfsCbResop4::Recall(Nfsstat4::NFS4_OK),
+                        _ => NfsCbResop4::Other(0, Nfsstat4::NFS4ERR_NOTSUPP),
+                    })
+                    .collect();
+                let tag = a.tag.clone();
+                let _ = self.seen.send(CbSeen::Compound(a, ctx.credential.clone()));
+                Ok(xdr::to_xdr_buf(&CbCompound4Res {
+                    status: Nfsstat4::NFS4_OK,
+                    tag: Bounded(tag),
+                    resarray: Bounded(res),
+                }))
+            }
+            _ => Err(oncrpc::ServiceError::ProcUnavail),
+        }
+    }
+}
+
+/// RFC 7530 §10.2.1, §16.33, §16.2 (callback program): after
+/// SETCLIENTID_CONFIRM the server probes the client's callback address
+/// (r_netid "tcp", r_addr, cb_program) with CB_NULL on a connection of its
+/// own, grants a write delegation, and recalls it for another client's
+/// conflicting OPEN with CB_COMPOUND minor version 0 carrying the
+/// client's callback_ident and CB_RECALL (no CB_SEQUENCE); the other OPEN
+/// is NFS4ERR_DELAY until DELEGRETURN. A client whose callback address
+/// does not answer gets no delegation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callbacks_go_to_the_setclientid_address() {
+    const PROG: u32 = 0x4000_0123;
+    let srv = serve("v40-cb", SessionLimits::default()).await;
+    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let mut cbs = oncrpc::Server::new();
+    cbs.register(Cb40 {
+        program: PROG,
+        seen: tx,
+    });
+    let listener = oncrpc::tcp::TcpServer::bind(
+        "127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap(),
+        std::sync::Arc::new(cbs),
+        oncrpc::tcp::TcpConfig::default(),
+    )
+    .await
+    .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.spawn();
+    async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<CbSeen>) -> CbSeen {
+        tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("a callback within 10 s")
+            .unwrap()
+    }
+
+    let c = C4::connect(&srv).await;
+    let mut sc = setclientid("host-cb", 1);
+    if let NfsArgop4::Setclientid(a) = &mut sc {
+        a.callback.program = PROG;
+        a.callback.location.addr = Bounded(Bytes::from(format!(
+            "127.0.0.1.{}.{}",
+            port >> 8,
+            port & 0xff
+        )));
+        a.callback_ident = 77;
+    }
+    let ok = match &v40(&c, vec![sc]).await.resarray[..] {
+        [NfsResop4::Setclientid(Setclientid4Res::Ok(ok))] => ok.clone(),
+        r => panic!("{r:?}"),
+    };
+    let id = ok.clientid;
+    let s = status(&c, vec![confirm(id, ok.setclientid_confirm.0)]).await;
+    assert_eq!(s, Nfsstat4::NFS4_OK);
+    // The path is probed after the confirmation, before the OPEN gets a
+    // delegation.
+    assert!(
+        matches!(next(&mut seen).await, CbSeen::Null),
+        "CB_NULL first"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = v40(
+        &c,
+        vec![
+            NfsArgop4::Putrootfh(()),
+            open(id, 10, "d"),
+            NfsArgop4::Getfh(()),
+        ],
+    )
+    .await;
+    let o = open_res(&r);
+    let OpenDelegation4::Write(dsid, ..) = o.delegation else {
+        panic!("write delegation expected: {o:?}")
+    };
+    let fh = match r.resarray.last() {
+        Some(NfsResop4::Getfh(Res4::Ok(g))) => g.object.clone(),
+        x => panic!("{x:?}"),
+    };
+
+    // Another client's conflicting OPEN recalls the delegation.
+    let mut other = C4::connect(&srv).await;
+    other.establish("other-41").await;
+    let read = open_create(other.clientid, "d", OPEN4_SHARE_ACCESS_READ, 0);
+    let r = other
+        .seq(vec![NfsArgop4::Putrootfh(()), read.clone()])
+        .await;
+    assert_eq!(last_status(&r), Nfsstat4::NFS4ERR_DELAY);
+    let CbSeen::Compound(cb, cred) = next(&mut seen).await else {
+        panic!("CB_COMPOUND expected")
+    };
+    assert_eq!((cb.minorversion, cb.callback_ident), (0, 77));
+    match &cb.argarray[..] {
+        [nfs::v4::cb::NfsCbArgop4::Recall(r)] => assert_eq!((r.stateid, &r.fh), (dsid, &fh)),
+        x => panic!("CB_RECALL alone expected: {x:?}"),
+    }
+    assert!(matches!(cred, oncrpc::msg::Credential::Sys(_)), "{cred:?}");
+
+    // DELEGRETURN (op 8, not modelled by NfsArgop4), then the OPEN works.
+    let mut b = bytes::BytesMut::new();
+    {
+        use xdr::Encode;
+        Bytes::new().encode(&mut b);
+        0u32.encode(&mut b);
+        2u32.encode(&mut b);
+        NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }).encode(&mut b);
+        8u32.encode(&mut b);
+        dsid.encode(&mut b);
+    }
+    let r = c.raw(b.freeze()).await;
+    assert_eq!(
+        xdr::from_slice::<Nfsstat4>(&r[..4]).unwrap(),
+        Nfsstat4::NFS4_OK
+    );
+    let r = other.seq(vec![NfsArgop4::Putrootfh(()), read]).await;
+    assert_eq!(last_status(&r), Nfsstat4::NFS4_OK, "{r:?}");
+
+    // A client whose callback address does not answer: no delegation.
+    let dead = establish(&c, "host-dead").await;
+    let r = v40(&c, vec![NfsArgop4::Putrootfh(()), open(dead, 1, "e")]).await;
+    assert_eq!(open_res(&r).delegation, OpenDelegation4::None);
+}

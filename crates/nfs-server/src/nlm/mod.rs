@@ -16,6 +16,15 @@
 //! - The asynchronous `_MSG`/`_RES` procedures, GRANTED (a client-side
 //!   procedure) and the DOS share reservations SHARE/UNSHARE are not
 //!   served: PROC_UNAVAIL.
+//! - NFSv4 delegations: a client holding a delegation caches its locks
+//!   without telling the server (RFC 8881 §10.4; Linux's client does), so
+//!   TEST and LOCK first recall the delegations they conflict with (any
+//!   write delegation; a read one for an exclusive lock) and wait for
+//!   their return like an NFSv3 access ([`crate::v4::Delegations`]);
+//!   while one is still out they answer NLM4_DENIED_GRACE_PERIOD, which
+//!   clients retry (Linux's lockd drops such a call instead, for its
+//!   client to resend). The NFSv4 side grants no delegation on a file
+//!   with NLM locks (as Linux's nfsd, whose lockd holds the file open).
 //! - The file handle is checked like an NFSv3 call's: it must belong to
 //!   an export that lists the caller (else NLM4_STALE_FH / NLM4_FAILED)
 //!   and name a regular file; an exclusive LOCK on a read-only grant is
@@ -36,7 +45,7 @@ pub use locks::{NlmLimits, NlmLocks};
 
 use crate::access::{peer_ip, ExportTable};
 use crate::storage::Storage;
-use crate::v4::V4Locks;
+use crate::v4::{Delegations, V4Locks};
 use locks::{Owner, Refused, Span};
 
 /// Serves NLM program 100021 version 4.
@@ -45,10 +54,13 @@ pub struct NlmService<S> {
     table: Arc<ExportTable<S>>,
     locks: NlmLocks,
     v4: Option<V4Locks>,
+    delegs: Option<Delegations>,
 }
 
-/// A checked file: the lock table key and whether the grant is read-only.
+/// A checked file: its handle, the lock table key and whether the grant
+/// is read-only.
 struct File {
+    fh: NfsFh3,
     key: Bytes,
     read_only: bool,
 }
@@ -83,6 +95,25 @@ impl<S: Storage> NlmService<S> {
             table,
             locks,
             v4: None,
+            delegs: None,
+        }
+    }
+
+    /// Makes TEST and LOCK recall the NFSv4 delegations of `delegs` they
+    /// conflict with first.
+    pub fn with_delegations(mut self, delegs: Delegations) -> Self {
+        self.delegs = Some(delegs);
+        self
+    }
+
+    /// Recalls the delegations on `f` a lock (`exclusive` or not)
+    /// conflicts with and waits for their return; `false` while some are
+    /// still out (RFC 8881 §10.4.1; the caller answers
+    /// NLM4_DENIED_GRACE_PERIOD).
+    async fn break_delegations(&self, f: &File, exclusive: bool) -> bool {
+        match &self.delegs {
+            Some(d) => d.break_for(&f.fh, exclusive).await,
+            None => true,
         }
     }
 
@@ -115,6 +146,7 @@ impl<S: Storage> NlmService<S> {
         match export.fs().getattr(&fh).await {
             Ok(a) if a.ftype == Ftype3::NF3REG => Ok(File {
                 key: Bytes::copy_from_slice(fh.as_bytes()),
+                fh,
                 read_only: grant.read_only,
             }),
             Ok(_) => Err(Nlm4Stats::NLM4_FAILED),
@@ -141,6 +173,9 @@ impl<S: Storage> NlmService<S> {
     async fn test(&self, a: Nlm4TestArgs, ctx: &CallContext) -> Nlm4TestRes {
         let stat = match self.file(&a.alock.fh, ctx).await {
             Err(s) => Nlm4TestReply::Other(s),
+            Ok(f) if !self.break_delegations(&f, a.exclusive).await => {
+                Nlm4TestReply::Other(Nlm4Stats::NLM4_DENIED_GRACE_PERIOD)
+            }
             Ok(f) => {
                 let span = Span::of(a.alock.l_offset, a.alock.l_len, a.exclusive);
                 match self.conflict(&f.key, &owner(&a.alock), &span) {
@@ -167,8 +202,18 @@ impl<S: Storage> NlmService<S> {
         if a.exclusive && f.read_only {
             return Nlm4Stats::NLM4_ROFS;
         }
+        if !self.break_delegations(&f, a.exclusive).await {
+            return Nlm4Stats::NLM4_DENIED_GRACE_PERIOD;
+        }
         let span = Span::of(a.alock.l_offset, a.alock.l_len, a.exclusive);
         let v4 = self.v4.as_ref().map(V4Locks::guard);
+        // A delegation granted since the recall above: try again later.
+        if v4
+            .as_ref()
+            .is_some_and(|g| g.delegated(&f.key, a.exclusive))
+        {
+            return Nlm4Stats::NLM4_DENIED_GRACE_PERIOD;
+        }
         if v4
             .as_ref()
             .and_then(|g| g.conflict(&f.key, &span))

@@ -41,6 +41,7 @@ use oncrpc::client::{ReplyHint, RpcCall};
 use oncrpc::{ClientTransport, PeerInfo, RpcError};
 use xdr::{Bounded, FixedOpaque, XdrBuf};
 
+use super::cb40::{Dialer, V40Target};
 use super::cbslots::SlotOutcome;
 use super::deleg::{CbPath, PathStatus, Recall, OPEN4_SHARE_ACCESS_WANT_NO_DELEG, OP_DELEGRETURN};
 use super::fileops::{cur, key, resolve_sid};
@@ -148,6 +149,8 @@ pub(crate) struct Callbacks {
     pub(crate) slot: BackchannelSlot,
     /// How long one callback may take before the path counts as down.
     pub(crate) timeout: Duration,
+    /// The server's connections to NFSv4.0 clients' callback services.
+    pub(crate) v40: Dialer,
 }
 
 impl Default for Callbacks {
@@ -155,6 +158,7 @@ impl Default for Callbacks {
         Self {
             slot: BackchannelSlot::default(),
             timeout: CB_TIMEOUT,
+            v40: Dialer::default(),
         }
     }
 }
@@ -191,16 +195,25 @@ impl Callbacks {
             Err(_) => None,
         };
         let Some(p) = path(state) else { return false };
-        if !self.slot.is_set() {
+        if p.v40.is_none() && !self.slot.is_set() {
             // No transport offers back channels: nothing to probe, and
             // nothing to report as down.
             return false;
         }
         // One probe at a time; a probe that waited sees the first's result.
+        // A 4.0 client's path is probed after SETCLIENTID_CONFIRM: an
+        // OPEN meanwhile gets no delegation rather than waiting for the
+        // server's connection to the client.
         let probe = Arc::clone(&p.probe);
-        let _one = probe.lock().await;
+        let _one = match (&p.v40, probe.try_lock()) {
+            (_, Ok(g)) => g,
+            (Some(_), Err(_)) => return false,
+            (None, Err(_)) => probe.lock().await,
+        };
         let Some(p) = path(state) else { return false };
         match p.status {
+            // A 4.0 client's connection is made again when needed.
+            PathStatus::Up if p.v40.is_some() => return true,
             PathStatus::Up => {
                 if self.slot.get(&p.conn).is_some() {
                     return true;
@@ -211,8 +224,14 @@ impl Callbacks {
             PathStatus::Down | PathStatus::Absent => return false,
             PathStatus::Unprobed => {}
         }
-        let transport = self.slot.get(&p.conn);
-        if transport.is_none() && p.told == Some(p.conn.conn_id) {
+        let transport = match &p.v40 {
+            Some(t) => self
+                .v40_conn(state, clientid, t)
+                .await
+                .map(|c| Box::new(c) as Box<dyn CbTransport>),
+            None => self.slot.get(&p.conn),
+        };
+        if p.v40.is_none() && transport.is_none() && p.told == Some(p.conn.conn_id) {
             set_status(state, clientid, p.conn, PathStatus::Absent);
             return false;
         }
@@ -229,11 +248,15 @@ impl Callbacks {
             clientid,
             conn = p.conn.conn_id,
             transport = ?p.conn.transport,
+            v40 = ?p.v40.map(|t| t.addr),
             ok,
             "CB_NULL probe of the back channel"
         );
         let status = if ok { PathStatus::Up } else { PathStatus::Down };
         set_status(state, clientid, p.conn, status);
+        if !ok && p.v40.is_some() {
+            self.v40.forget(clientid);
+        }
         if !ok {
             if let Ok(mut st) = state.lock() {
                 st.delegs.set_told(clientid, p.conn.conn_id);
@@ -257,6 +280,9 @@ impl Callbacks {
             Err(_) => None,
         };
         let p = path.ok_or(CbFailure::NoPath)?;
+        if let Some(t) = p.v40 {
+            return self.compound_v40(state, clientid, &p, t, ops).await;
+        }
         let Some(t) = self.slot.get(&p.conn) else {
             // The connection went away: report the path down so the
             // client binds a new one (RFC 8881 §18.46.3).
@@ -309,6 +335,63 @@ impl Callbacks {
         } else {
             SlotOutcome::Refused
         });
+        if let Ok(mut st) = state.lock() {
+            st.delegs.callback_done(clientid, p.conn);
+        }
+        Ok(res)
+    }
+
+    /// The connection to NFSv4.0 client `clientid`'s callback service.
+    async fn v40_conn(
+        &self,
+        state: &Mutex<StateTable>,
+        clientid: u64,
+        t: &V40Target,
+    ) -> Option<oncrpc::tcp::TcpClient> {
+        let live = |c: u64| state.lock().is_ok_and(|st| st.delegs.has_v40_path(c));
+        self.v40.get(clientid, t.addr, self.timeout, live).await
+    }
+
+    /// CB_COMPOUND `ops` to NFSv4.0 client `clientid` (RFC 7530 §16.2.3
+    /// of the callback program: minor version 0, the client's
+    /// `callback_ident`, no CB_SEQUENCE) on the server's connection to
+    /// its callback service, within the callback bound.
+    async fn compound_v40(
+        &self,
+        state: &Mutex<StateTable>,
+        clientid: u64,
+        p: &CbPath,
+        t: V40Target,
+        ops: Vec<NfsCbArgop4>,
+    ) -> Result<CbCompound4Res, CbFailure> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let args = CbCompound4Args {
+            tag: Bytes::new(),
+            minorversion: 0,
+            callback_ident: t.ident,
+            argarray: ops,
+        };
+        let call = cb_call(p, CB_COMPOUND, xdr::to_xdr_buf(&args));
+        let down = |why: &str| {
+            tracing::info!(clientid, addr = %t.addr, why, "NFSv4.0 CB_COMPOUND failed");
+            self.v40.forget(clientid);
+            set_status(state, clientid, p.conn, PathStatus::Down);
+            CbFailure::Down
+        };
+        let reply = tokio::time::timeout_at(deadline, async {
+            let conn = self.v40_conn(state, clientid, &t).await?;
+            conn.call(call).await.ok()
+        })
+        .await;
+        let reply = match reply {
+            Ok(Some(r)) => r,
+            Ok(None) => return Err(down("no connection or no reply")),
+            Err(_) => return Err(down("timed out")),
+        };
+        let res = xdr::from_slice::<CbCompound4Res>(&reply).map_err(|e| {
+            tracing::info!(error = %e, "CB_COMPOUND reply undecodable");
+            CbFailure::Garbage
+        })?;
         if let Ok(mut st) = state.lock() {
             st.delegs.callback_done(clientid, p.conn);
         }
@@ -470,6 +553,9 @@ impl<S: crate::storage::Storage> Nfs4Service<S> {
             who: Default::default(),
         };
         let k = key(fh);
+        if self.nlm_locked(&k) {
+            return OpenDelegation4::None;
+        }
         let offered = st.offer_delegation(clientid, &k, access, want);
         drop(st);
         // A delegation only on a file whose local opens hold a kernel

@@ -30,6 +30,7 @@ use oncrpc::msg::OpaqueAuth;
 use oncrpc::PeerInfo;
 use xdr::FixedOpaque;
 
+use super::cb40::V40Target;
 use super::cbslots::{CbParams, CbSlots};
 use super::lease::Lease;
 
@@ -106,6 +107,10 @@ pub(crate) struct CbPath {
     pub(crate) slots: Arc<CbSlots>,
     /// Held by the CB_NULL probe, so one probe runs at a time.
     pub(crate) probe: Arc<tokio::sync::Mutex<()>>,
+    /// An NFSv4.0 client's callback service, called on a connection of
+    /// the server's own (RFC 7530 §10.2.1; [`super::cb40`]); `None` for
+    /// a 4.1 session's back channel.
+    pub(crate) v40: Option<V40Target>,
 }
 
 /// One delegation (RFC 8881 §10.2).
@@ -185,6 +190,7 @@ impl DelegTable {
             status: PathStatus::Unprobed,
             slots: CbSlots::new(cb.slots),
             probe: Default::default(),
+            v40: None,
         });
         if e.sessionid != sessionid {
             e.slots = CbSlots::new(cb.slots);
@@ -194,6 +200,47 @@ impl DelegTable {
         e.sessionid = sessionid;
         e.conn = conn;
         e.status = PathStatus::Unprobed;
+    }
+
+    /// Records the callback path of NFSv4.0 client `clientid`, confirmed
+    /// by SETCLIENTID_CONFIRM (RFC 7530 §16.34.4), to be probed again;
+    /// `None` (an address the server does not call) removes it.
+    pub(crate) fn bind_v40(
+        &mut self,
+        clientid: u64,
+        target: Option<V40Target>,
+        program: u32,
+        cred: OpaqueAuth,
+    ) {
+        let Some(t) = target else {
+            self.paths.remove(&clientid);
+            return;
+        };
+        let conn = PeerInfo {
+            conn_id: 0,
+            addr: Some(t.addr),
+            transport: oncrpc::TransportKind::Tcp,
+            security: oncrpc::TransportSecurity::None,
+        };
+        self.paths.insert(
+            clientid,
+            CbPath {
+                sessionid: [0; 16],
+                conn,
+                program,
+                cred,
+                told: None,
+                status: PathStatus::Unprobed,
+                slots: CbSlots::new(1),
+                probe: Default::default(),
+                v40: Some(t),
+            },
+        );
+    }
+
+    /// Whether `clientid` has an NFSv4.0 callback path.
+    pub(crate) fn has_v40_path(&self, clientid: u64) -> bool {
+        self.paths.get(&clientid).is_some_and(|p| p.v40.is_some())
     }
 
     /// BACKCHANNEL_CTL (RFC 8881 §18.33.3): the client's path, if it uses

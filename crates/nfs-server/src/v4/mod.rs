@@ -47,6 +47,7 @@
 
 mod attrs;
 pub mod callback;
+mod cb40;
 mod cbgetattr;
 mod cbslots;
 mod clients;

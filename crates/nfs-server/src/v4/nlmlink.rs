@@ -58,6 +58,14 @@ impl V4Locks {
 }
 
 impl V4Guard<'_> {
+    /// Whether a delegation on `fh` conflicts with an NLM lock
+    /// (`exclusive` or not): a write delegation always, a read one with
+    /// an exclusive lock.
+    pub(crate) fn delegated(&self, fh: &Bytes, exclusive: bool) -> bool {
+        let d = &self.0.delegs;
+        d.write_holder(fh, 0).is_some() || (exclusive && d.on_file(fh))
+    }
+
     /// The first NFSv4 lock on `fh` that an NLM lock of `span` conflicts with.
     pub(crate) fn conflict(&self, fh: &Bytes, span: &Span) -> Option<V4Holder> {
         self.0
@@ -113,6 +121,18 @@ impl<S: Storage> Nfs4Service<S> {
         V4Locks {
             state: Arc::clone(&self.state),
         }
+    }
+
+    /// Whether an NLM client holds a lock on `fh`: no delegation is
+    /// granted on such a file (the holder would cache its own locks and
+    /// not see the NLM ones; Linux's nfsd cannot get a lease on a file
+    /// its lockd holds open). Call with the NFSv4 state lock held.
+    pub(super) fn nlm_locked(&self, fh: &Bytes) -> bool {
+        self.nlm.as_ref().is_some_and(|l| {
+            l.table()
+                .conflict(fh, None, &Span::of(0, 0, true))
+                .is_some()
+        })
     }
 
     /// The NLM lock a LOCK or LOCKT of `fh` conflicts with, as its

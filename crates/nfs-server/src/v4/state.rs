@@ -310,7 +310,9 @@ impl StateTable {
     }
 
     /// SETCLIENTID_CONFIRM (RFC 7530 §16.34.4): the client's earlier
-    /// incarnation goes with its state.
+    /// incarnation goes with its state; the confirmed callback address
+    /// becomes the client's callback path, to be probed before the next
+    /// delegation (RFC 7530 §10.2.1).
     pub(crate) fn setclientid_confirm(
         &mut self,
         a: &nfs::v4::SetclientidConfirm4Args,
@@ -321,6 +323,13 @@ impl StateTable {
             self.clients
                 .setclientid_confirm(a.clientid, a.setclientid_confirm.0, principal, now);
         self.sweep();
+        if r.is_ok() {
+            if let Some((cb, ident)) = self.clients.v40_callback(a.clientid) {
+                let target = super::cb40::target(&cb, ident);
+                self.delegs
+                    .bind_v40(a.clientid, target, cb.program, super::cb40::credential());
+            }
+        }
         r
     }
 

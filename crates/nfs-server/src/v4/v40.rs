@@ -17,6 +17,7 @@
 //! - A COMPOUND of more than [`NFS4_MAX_OPS`] operations is
 //!   NFS4ERR_RESOURCE (§15.2).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use nfs::v4::*;
@@ -125,8 +126,18 @@ impl<S: Storage> Nfs4Service<S> {
         Ok(xdr::to_xdr_buf(&res))
     }
 
-    /// DELEGRETURN (RFC 7530 §16.8): 4.0 clients hold no delegations, so
-    /// only the stateid checks can answer.
+    /// Probes the callback path of a just confirmed 4.0 client in the
+    /// background (CB_NULL, RFC 7530 §10.2.1, [`super::cb40`]): its OPENs
+    /// get delegations once the path answers.
+    fn probe_v40(&self, clientid: u64) {
+        let (cbs, state) = (self.cbs.clone(), Arc::clone(&self.state));
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { cbs.usable(&state, clientid).await });
+        }
+    }
+
+    /// DELEGRETURN (RFC 7530 §16.8) of a delegation granted to a 4.0
+    /// client, after the stateid's client is admitted.
     async fn delegreturn_v40(&self, sid: &Stateid4, cx: &mut Cx, now: Duration) -> NfsResop4 {
         if let Some(c) = sid_client(sid) {
             if let Err(e) = self.admit_client(c, true, cx, now) {
@@ -202,10 +213,14 @@ impl<S: Storage> Nfs4Service<S> {
                 })
             }
             A::SetclientidConfirm(a) => {
-                return Z::SetclientidConfirm(match st() {
+                let s = match st() {
                     Ok(mut st) => st.setclientid_confirm(a, principal(ctx), now),
                     Err(e) => e,
-                })
+                };
+                if s.is_ok() {
+                    self.probe_v40(a.clientid);
+                }
+                return Z::SetclientidConfirm(s);
             }
             A::Renew(a) => {
                 return Z::Renew(match st() {

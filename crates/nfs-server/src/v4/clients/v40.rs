@@ -6,9 +6,9 @@
 //! a 4.1 client with the same identity string do not replace each other.
 //!
 //! The principal is the AUTH_SYS uid of the call (nobody for other
-//! flavours). The callback address is recorded but never used: this
-//! server does not call 4.0 clients back, so it never delegates to them
-//! (RFC 7530 §10.2.1 leaves delegating to the server).
+//! flavours). The confirmed callback address becomes the client's
+//! callback path ([`super::super::cb40`]), through which it is given
+//! delegations.
 
 use std::hash::BuildHasher;
 
@@ -27,11 +27,11 @@ pub(crate) struct V40Client {
     confirm: [u8; 8],
     /// Who set the client id.
     principal: u32,
-    /// The callback path (recorded, not used).
-    callback: CbClient4,
+    /// The callback path and its `callback_ident`.
+    callback: (CbClient4, u32),
     /// A callback update (RFC 7530 §16.33.5, same verifier and principal)
     /// waiting for its SETCLIENTID_CONFIRM: (verifier, callback).
-    pending: Option<([u8; 8], CbClient4)>,
+    pending: Option<([u8; 8], (CbClient4, u32))>,
 }
 
 /// An unguessable `setclientid_confirm` verifier.
@@ -60,13 +60,13 @@ impl ClientTable {
                 // A live record of another principal: the identity is in
                 // use (its lease has not run out, or it would be gone).
                 if v.principal != principal {
-                    return Setclientid4Res::ClidInuse(v.callback.location.clone());
+                    return Setclientid4Res::ClidInuse(v.callback.0.location.clone());
                 }
                 // Same verifier: the client changes its callback; the
                 // client id stays, the change waits for the confirmation.
                 if c.verifier == verf {
                     let k = fresh_verifier(id, now);
-                    v.pending = Some((k, a.callback.clone()));
+                    v.pending = Some((k, (a.callback.clone(), a.callback_ident)));
                     return Setclientid4Res::Ok(Setclientid4ResOk {
                         clientid: id,
                         setclientid_confirm: xdr::FixedOpaque(k),
@@ -87,7 +87,7 @@ impl ClientTable {
             c.v40 = Some(V40Client {
                 confirm: k,
                 principal,
-                callback: a.callback.clone(),
+                callback: (a.callback.clone(), a.callback_ident),
                 pending: None,
             });
         }
@@ -140,6 +140,16 @@ impl ClientTable {
         }
         self.renew(clientid, now);
         Nfsstat4::NFS4_OK
+    }
+
+    /// The confirmed callback path of NFSv4.0 client `clientid` and its
+    /// `callback_ident`.
+    pub(crate) fn v40_callback(&self, clientid: u64) -> Option<(CbClient4, u32)> {
+        let c = self.clients.get(&clientid)?;
+        c.v40
+            .as_ref()
+            .filter(|_| c.confirmed)
+            .map(|v| v.callback.clone())
     }
 
     /// Whether `clientid` was handed out by this server instance.
