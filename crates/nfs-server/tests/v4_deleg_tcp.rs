@@ -34,6 +34,8 @@ const CB_BOUND: Duration = Duration::from_millis(400);
 /// One callback as the client saw it.
 #[derive(Debug, Clone)]
 struct Seen {
+    /// The CB_COMPOUND's minor version.
+    minor: u32,
     seq: CbSequence4Args,
     op: NfsCbArgop4,
     cred: Credential,
@@ -108,6 +110,7 @@ impl CbService {
             }
             if !matches!(op, NfsCbArgop4::Sequence(_)) {
                 let _ = self.seen.send(Seen {
+                    minor: a.minorversion,
                     seq: seq.clone(),
                     op: op.clone(),
                     cred: ctx.credential.clone(),
@@ -216,6 +219,8 @@ struct Setup {
     sec: Vec<CallbackSecParms4>,
     /// Whether the fore-channel connection answers calls from the server.
     answers: bool,
+    /// The minor version of the client's COMPOUNDs.
+    minor: u32,
 }
 
 impl Default for Setup {
@@ -225,6 +230,7 @@ impl Default for Setup {
             back_slots: 4,
             sec: vec![CallbackSecParms4::None],
             answers: true,
+            minor: 1,
         }
     }
 }
@@ -239,6 +245,7 @@ struct Client {
     st: Arc<CbState>,
     seen: mpsc::UnboundedReceiver<Seen>,
     tx: mpsc::UnboundedSender<Seen>,
+    minor: u32,
 }
 
 /// A TCP connection to `srv`, answering calls for `program` with a
@@ -292,10 +299,10 @@ async fn raw(rpc: &TcpClient, cred: &OpaqueAuth, args: Bytes) -> Bytes {
     .unwrap()
 }
 
-fn compound(ops: Vec<NfsArgop4>) -> Bytes {
+fn compound(minor: u32, ops: Vec<NfsArgop4>) -> Bytes {
     xdr::to_bytes(&Compound4Args {
         tag: Bytes::new(),
-        minorversion: 1,
+        minorversion: minor,
         argarray: ops,
     })
 }
@@ -321,6 +328,7 @@ impl Client {
             st,
             seen: rx,
             tx,
+            minor: setup.minor,
         };
         let r = c.establish(name, &setup).await;
         assert_eq!(r, Nfsstat4::NFS4_OK);
@@ -328,7 +336,7 @@ impl Client {
     }
 
     async fn ops(&self, ops: Vec<NfsArgop4>) -> Compound4Res {
-        call(&self.rpc, &self.cred, compound(ops)).await
+        call(&self.rpc, &self.cred, compound(self.minor, ops)).await
     }
 
     /// EXCHANGE_ID and CREATE_SESSION; the CREATE_SESSION status.
@@ -466,7 +474,7 @@ impl Client {
     async fn delegreturn(&self, fh: &NfsFh4, sid: &Stateid4) -> Nfsstat4 {
         let mut b = BytesMut::new();
         Bytes::new().encode(&mut b);
-        1u32.encode(&mut b);
+        self.minor.encode(&mut b);
         3u32.encode(&mut b);
         self.sequence().encode(&mut b);
         NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }).encode(&mut b);
@@ -552,6 +560,7 @@ async fn tcp_delegation_is_recalled_on_the_holders_connection_with_its_credentia
         panic!("CB_RECALL expected: {cb:?}")
     };
     assert_eq!((recall.stateid, &recall.fh), (dsid, &fh));
+    assert_eq!(cb.minor, 1);
     assert_eq!(cb.seq.sessionid.0, a.session);
     assert_eq!(cb.seq.sequenceid, 1);
     let Credential::Sys(sys) = &cb.cred else {
@@ -661,11 +670,14 @@ async fn bind_conn_to_session_gives_the_session_a_back_channel_connection() {
     let (deleg, _) = opened(&a.open("x", OPEN4_SHARE_ACCESS_BOTH).await);
     assert_eq!(deleg, OpenDelegation4::None, "no back channel yet");
     let back = connect_rpc(&srv, true, CB_PROGRAM, &a.st, &a.tx).await;
-    let bind = compound(vec![NfsArgop4::BindConnToSession(BindConnToSession4Args {
-        sessid: FixedOpaque(a.session),
-        dir: ChannelDir4::CDFC4_BACK,
-        use_conn_in_rdma_mode: false,
-    })]);
+    let bind = compound(
+        1,
+        vec![NfsArgop4::BindConnToSession(BindConnToSession4Args {
+            sessid: FixedOpaque(a.session),
+            dir: ChannelDir4::CDFC4_BACK,
+            use_conn_in_rdma_mode: false,
+        })],
+    );
     let r = call(&back, &a.cred, bind).await;
     let Some(NfsResop4::BindConnToSession(Res4::Ok(ok))) = r.resarray.first() else {
         panic!("BIND_CONN_TO_SESSION: {r:?}")
@@ -701,6 +713,7 @@ async fn backchannel_ctl_changes_the_callback_program_and_credential() {
         st: Arc::default(),
         seen: _rx,
         tx,
+        minor: 1,
     };
     let only_gss = Setup {
         sec: vec![gss.clone()],
@@ -729,6 +742,7 @@ async fn backchannel_ctl_changes_the_callback_program_and_credential() {
         st,
         seen: rx,
         tx,
+        minor: 1,
     };
     assert_eq!(
         a.establish("client-a", &Setup::default()).await,
@@ -958,4 +972,29 @@ async fn an_nlm_lock_recalls_delegations_and_keeps_them_off_the_file() {
     let c = Client::connect(&srv, "client-c", Setup::default()).await;
     let (deleg, _) = opened(&c.open("n", OPEN4_SHARE_ACCESS_READ).await);
     assert_eq!(deleg, OpenDelegation4::None);
+}
+
+/// RFC 8881 §16.2.3 (and RFC 7862 for 4.2): a callback carries the minor
+/// version of the session it goes to; the Linux client looks the session
+/// up among its clients of that minor version and answers
+/// NFS4ERR_BADSESSION otherwise (seen with a kernel 4.2 mount).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4_2_client_is_called_back_in_minor_version_2() {
+    let srv = serve("minor2").await;
+    let v42 = Setup {
+        minor: 2,
+        ..Setup::default()
+    };
+    let mut a = Client::connect(&srv, "client-42", v42.clone()).await;
+    let b = Client::connect(&srv, "client-b", v42).await;
+    let (deleg, fh) = opened(&a.open("m", OPEN4_SHARE_ACCESS_BOTH).await);
+    let dsid = write_deleg(&deleg);
+    assert_eq!(
+        open_status(&b.open("m", OPEN4_SHARE_ACCESS_READ).await),
+        Nfsstat4::NFS4ERR_DELAY
+    );
+    let cb = a.callback().await;
+    assert!(matches!(cb.op, NfsCbArgop4::Recall(_)), "{cb:?}");
+    assert_eq!(cb.minor, 2);
+    assert_eq!(a.delegreturn(&fh, &dsid).await, Nfsstat4::NFS4_OK);
 }

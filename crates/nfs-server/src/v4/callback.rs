@@ -304,7 +304,7 @@ impl Callbacks {
         argarray.extend(ops);
         let args = CbCompound4Args {
             tag: Bytes::new(),
-            minorversion: 1,
+            minorversion: p.minor,
             callback_ident: 0,
             argarray,
         };

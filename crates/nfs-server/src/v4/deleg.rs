@@ -107,6 +107,11 @@ pub(crate) struct CbPath {
     pub(crate) slots: Arc<CbSlots>,
     /// Held by the CB_NULL probe, so one probe runs at a time.
     pub(crate) probe: Arc<tokio::sync::Mutex<()>>,
+    /// The minor version of the session's COMPOUNDs, which its
+    /// CB_COMPOUNDs carry: the Linux client looks the session up among
+    /// its clients of that minor version (`nfs4_cb_match_client`) and
+    /// answers NFS4ERR_BADSESSION to a 4.2 client called as 4.1.
+    pub(crate) minor: u32,
     /// An NFSv4.0 client's callback service, called on a connection of
     /// the server's own (RFC 7530 §10.2.1; [`super::cb40`]); `None` for
     /// a 4.1 session's back channel.
@@ -180,7 +185,7 @@ impl DelegTable {
     /// CONN_BACK_CHAN, RFC 8881 §18.36.3; BIND_CONN_TO_SESSION, §18.34.3):
     /// connection `conn` of session `sessionid`, with the session's
     /// callback parameters. Another session starts a new slot table.
-    pub(crate) fn bind(&mut self, sessionid: [u8; 16], conn: PeerInfo, cb: &CbParams) {
+    pub(crate) fn bind(&mut self, sessionid: [u8; 16], conn: PeerInfo, cb: &CbParams, minor: u32) {
         let e = self.paths.entry(cb.clientid).or_insert_with(|| CbPath {
             sessionid,
             conn,
@@ -190,6 +195,7 @@ impl DelegTable {
             status: PathStatus::Unprobed,
             slots: CbSlots::new(cb.slots),
             probe: Default::default(),
+            minor,
             v40: None,
         });
         if e.sessionid != sessionid {
@@ -198,6 +204,7 @@ impl DelegTable {
         e.program = cb.program;
         e.cred = cb.cred.clone();
         e.sessionid = sessionid;
+        e.minor = minor;
         e.conn = conn;
         e.status = PathStatus::Unprobed;
     }
@@ -233,6 +240,7 @@ impl DelegTable {
                 status: PathStatus::Unprobed,
                 slots: CbSlots::new(1),
                 probe: Default::default(),
+                minor: 0,
                 v40: Some(t),
             },
         );
@@ -598,7 +606,7 @@ mod tests {
             max_per_client: 1 << 16,
             ..DelegLimits::default()
         });
-        t.bind([1; 16], peer(10), &cb(0x4000_0000));
+        t.bind([1; 16], peer(10), &cb(0x4000_0000), 1);
         t.set_status(1, peer(10), PathStatus::Up);
         let lease = Duration::from_secs(90);
         let fhs: Vec<Bytes> = (0..MAX_REVOKED as u32 + 100)
@@ -627,7 +635,7 @@ mod tests {
     #[test]
     fn read_delegation_conflicts_only_with_writers_and_is_revoked_after_a_lease() {
         let mut t = DelegTable::default();
-        t.bind([1; 16], peer(10), &cb(0x4000_0000));
+        t.bind([1; 16], peer(10), &cb(0x4000_0000), 1);
         t.set_status(1, peer(10), PathStatus::Up);
         assert!(t.may_grant(1, &fh()));
         let sid = t.grant(1, &fh(), false);
@@ -675,12 +683,12 @@ mod tests {
     #[test]
     fn a_down_path_is_reported_and_grants_nothing() {
         let mut t = DelegTable::default();
-        t.bind([1; 16], peer(10), &cb(1));
+        t.bind([1; 16], peer(10), &cb(1), 1);
         assert!(!t.may_grant(1, &fh()), "unprobed");
         t.set_status(1, peer(10), PathStatus::Down);
         assert_eq!(t.status_flags(1), SEQ4_STATUS_CB_PATH_DOWN);
         assert!(!t.may_grant(1, &fh()));
-        t.bind([1; 16], peer(11), &cb(1));
+        t.bind([1; 16], peer(11), &cb(1), 1);
         assert_eq!(t.status_flags(1), 0, "a new connection is probed afresh");
     }
 }

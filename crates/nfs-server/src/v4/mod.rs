@@ -267,6 +267,9 @@ struct Cx {
     /// The AUTH_SYS uid of the call, before any squashing: the principal
     /// a client id is bound to.
     principal: u32,
+    /// The COMPOUND's minor version (callbacks to a session use its
+    /// creator's, RFC 8881 §20.9.3 / §16.2.3).
+    minor: u32,
 }
 
 impl Cx {
@@ -543,6 +546,7 @@ impl<S: Storage> Nfs4Service<S> {
             last: false,
             client40: None,
             principal: Caller::of(&ctx.credential).uid,
+            minor: 0,
         };
         if let Ok(root) = self.fs.place(&self.fs.root_for(&ctx.peer)) {
             self.decide(&mut cx, root, ctx);
@@ -581,6 +585,7 @@ impl<S: Storage> Nfs4Service<S> {
         }
         let now = self.clock.now();
         let mut cx = self.new_cx(ctx);
+        cx.minor = hdr.minorversion;
         let mut guard = None;
         let mut size = res.encoded_len();
         for i in 0..hdr.numops {

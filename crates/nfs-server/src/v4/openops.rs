@@ -81,7 +81,7 @@ impl<S: Storage> Nfs4Service<S> {
                         if let (true, Some(cb)) =
                             (ok.flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0, cb)
                         {
-                            st.delegs.bind(ok.sessionid.0, cx.peer, &cb);
+                            st.delegs.bind(ok.sessionid.0, cx.peer, &cb, cx.minor);
                         }
                     }
                     r
@@ -109,7 +109,7 @@ impl<S: Storage> Nfs4Service<S> {
                     if let Res4::Ok(ok) = &r {
                         if ok.dir != ChannelDir4::CDFC4_FORE {
                             if let Some(cb) = st.cb_params(&a.sessid.0) {
-                                st.delegs.bind(a.sessid.0, cx.peer, &cb);
+                                st.delegs.bind(a.sessid.0, cx.peer, &cb, cx.minor);
                             }
                         }
                     }
