@@ -149,6 +149,10 @@ pub struct ServerConfig {
     /// probe is answered AUTH_ERROR. Exports choose who must use it
     /// (`xprtsec=`).
     pub tls: Option<oncrpc::tcp::ServerTls>,
+    /// Serve NFSv4.1/4.2 as a pNFS flexible-files metadata server over
+    /// these NFSv3 data servers ([`v4::pnfs`]); `None` (the default)
+    /// serves data itself.
+    pub mds: Option<v4::pnfs::MdsConfig>,
 }
 
 impl ServerConfig {
@@ -171,6 +175,7 @@ impl ServerConfig {
             state_dir: None,
             grace_time: std::time::Duration::from_secs(90),
             tls: None,
+            mds: None,
         }
     }
 }
@@ -471,6 +476,11 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
             grace: config.grace_time,
             ..v4::Recovery::new(s.path())
         })?,
+        None => v4,
+    };
+    // A pNFS metadata server over the configured data servers.
+    let v4 = match config.mds.clone() {
+        Some(cfg) => v4.with_mds(Arc::new(v4::pnfs::Mds::new(cfg))),
         None => v4,
     };
     let server = Arc::new(assemble(

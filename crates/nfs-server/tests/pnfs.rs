@@ -346,6 +346,21 @@ async fn layout_write_to_the_data_server_commit_and_size_at_the_mds() {
     let a = attrs_of(&c.ok(getattr(&fh, &[FATTR4_SIZE])).await);
     assert_eq!(a.size, Some(end));
 
+    // Truncation at the metadata server reaches the data file.
+    c.ok(vec![
+        NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+        NfsArgop4::Setattr(Setattr4Args {
+            stateid: open,
+            obj_attributes: FileAttrs {
+                size: Some(10),
+                ..Default::default()
+            }
+            .to_fattr4(&Bitmap4::from_bits(&[FATTR4_SIZE])),
+        }),
+    ])
+    .await;
+    assert_eq!(std::fs::metadata(file).unwrap().len(), 10);
+
     // REMOVE removes the data file too.
     c.ok(vec![
         NfsArgop4::Putrootfh(()),

@@ -287,6 +287,9 @@ impl<S: Storage> Nfs4Service<S> {
         let r = self.fs.setattr(&fh, &s, None).await.map_err(st4);
         self.watch.quiet(&key(&fh));
         r?;
+        if let Some(size) = s.size {
+            self.pnfs_truncated(&attr, size).await?;
+        }
         Ok(mask)
     }
 

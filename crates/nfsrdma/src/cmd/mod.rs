@@ -4,6 +4,7 @@ pub(crate) mod bench;
 pub(crate) mod cat;
 pub(crate) mod config;
 pub(crate) mod cp;
+pub(crate) mod dataserver;
 pub(crate) mod dump;
 pub(crate) mod echo;
 pub(crate) mod ls;

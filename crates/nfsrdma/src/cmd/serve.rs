@@ -202,6 +202,22 @@ pub(crate) struct ServeArgs {
     /// (limit `tls.handshake_timeout`).
     #[arg(long, default_value_t = oncrpc::tcp::DEFAULT_HANDSHAKE_TIMEOUT.as_millis() as u64)]
     tls_handshake_timeout_ms: u64,
+    /// Serve NFSv4.1/4.2 as a pNFS flexible-files metadata server
+    /// (RFC 8435) over this NFSv3 data server (repeatable; files are
+    /// placed by fileid modulo the number of data servers):
+    /// `nfs://HOST[:PORT]/EXPORT[?rdmaport=N&mountport=N]`. HOST is
+    /// advertised to clients as is; the export must let this server in
+    /// with no_root_squash (docs/pnfs.md).
+    #[arg(long = "data-server", value_name = "URL")]
+    data_servers: Vec<String>,
+    /// Synthetic uid and gid of data files on the data servers
+    /// (RFC 8435 §2.2).
+    #[arg(long, default_value_t = nfs_server::v4::pnfs::DEFAULT_SYNTHETIC_ID)]
+    mds_synthetic_id: u32,
+    /// Layout stateids a metadata server holds at once; past it LAYOUTGET
+    /// answers LAYOUTTRYLATER (limit `pnfs.layouts`).
+    #[arg(long, default_value_t = nfs_server::v4::pnfs::DEFAULT_MAX_LAYOUTS)]
+    max_layouts: usize,
 }
 
 /// The TLS settings of `--tls-cert`, `--tls-key`, `--tls-client-ca`.
@@ -277,6 +293,18 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .unwrap_or_else(nfs_server::StateDir::default_path),
     );
     config.grace_time = std::time::Duration::from_secs(args.grace_time);
+    if !args.data_servers.is_empty() {
+        let ds = args
+            .data_servers
+            .iter()
+            .map(|u| super::dataserver::parse(u).context("--data-server"))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut mds = nfs_server::v4::pnfs::MdsConfig::new(ds);
+        mds.uid = args.mds_synthetic_id;
+        mds.gid = args.mds_synthetic_id;
+        mds.max_layouts = args.max_layouts;
+        config.mds = Some(mds);
+    }
     let server = nfs_server::start(config)
         .await
         .with_context(|| format!("serving {}", describe(&args)))?;

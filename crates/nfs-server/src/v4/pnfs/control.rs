@@ -146,6 +146,24 @@ impl DsControl {
         }
     }
 
+    /// Sets the data file's size (SETATTR, RFC 1813 §3.3.2).
+    pub(crate) async fn set_size(&self, name: &str, size: u64) -> Result<(), ControlError> {
+        let m = self.mount().await?;
+        let root = m.root().clone();
+        let fh = match m.client().lookup(&root, name).await {
+            Ok(ok) => ok.object,
+            Err(e) => return Err(self.failed(e).await),
+        };
+        let s = Sattr3 {
+            size: Some(size),
+            ..Sattr3::default()
+        };
+        match m.client().setattr(&fh, s, None).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.failed(e).await),
+        }
+    }
+
     /// The data file's size on the data server.
     pub(crate) async fn size(&self, name: &str) -> Result<u64, ControlError> {
         let m = self.mount().await?;

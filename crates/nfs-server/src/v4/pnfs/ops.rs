@@ -269,6 +269,27 @@ impl<S: Storage> Nfs4Service<S> {
         Some(ds.max(attr.size))
     }
 
+    /// A SETATTR of `size` on the file `attr` reaches its data file too
+    /// (RFC 8435 §2.3: the metadata server keeps the data file's size in
+    /// step on truncation); a data server that cannot be reached fails it
+    /// with NFS4ERR_DELAY (the client retries), after the metadata
+    /// server's own size was set.
+    pub(in crate::v4) async fn pnfs_truncated(&self, attr: &nfs::v3::Fattr3, size: u64) -> R<()> {
+        let Some(mds) = &self.mds else { return Ok(()) };
+        if attr.ftype != Ftype3::NF3REG {
+            return Ok(());
+        }
+        let i = mds.place(attr.fileid);
+        let name = data_file_name(attr.fsid, attr.fileid);
+        match mds.ds[i].set_size(&name, size).await {
+            Ok(()) | Err(ControlError::Nfs(nfs::v3::Nfsstat3::NFS3ERR_NOENT)) => Ok(()),
+            Err(e) => {
+                tracing::warn!(ds = i, file = %name, error = ?e, "pNFS data file not truncated");
+                Err(Nfsstat4::NFS4ERR_DELAY)
+            }
+        }
+    }
+
     /// The metadata server, if this server is one.
     pub fn mds(&self) -> Option<&Arc<Mds>> {
         self.mds.as_ref()
