@@ -153,6 +153,9 @@ pub struct ServerConfig {
     /// these NFSv3 data servers ([`v4::pnfs`]); `None` (the default)
     /// serves data itself.
     pub mds: Option<v4::pnfs::MdsConfig>,
+    /// The rpcbind port of clients, asked for their status monitor when
+    /// SM_NOTIFY tells them of a restart (111; tests use their own).
+    pub sm_notify_port: u16,
 }
 
 impl ServerConfig {
@@ -176,6 +179,7 @@ impl ServerConfig {
             grace_time: std::time::Duration::from_secs(90),
             tls: None,
             mds: None,
+            sm_notify_port: 111,
         }
     }
 }
@@ -262,7 +266,15 @@ pub fn rpc_server_for(
     nlm_limits: NlmLimits,
 ) -> oncrpc::Server {
     let v4 = v4_service(&table, backchannels, limits);
-    assemble(table, registry, advertise, mount_list_max, nlm_limits, v4)
+    assemble(
+        table,
+        registry,
+        advertise,
+        mount_list_max,
+        nlm_limits,
+        v4,
+        None,
+    )
 }
 
 /// The NFSv4 service for the exports of `table`.
@@ -291,6 +303,7 @@ fn assemble(
     mount_list_max: usize,
     nlm_limits: NlmLimits,
     v4: v4::Nfs4Service,
+    nlm_rec: Option<(Arc<nlm::NlmRecovery>, &nlm::Restart)>,
 ) -> oncrpc::Server {
     let mut server = oncrpc::Server::new().with_drc(DrcConfig::default());
     server.register(MountService::new(Arc::clone(&table)).with_max_entries(mount_list_max));
@@ -299,11 +312,16 @@ fn assemble(
     let locks = NlmLocks::new(nlm_limits);
     let v4 = v4.with_nlm_locks(locks.clone());
     let delegs = v4.delegations();
-    let nlm = NlmService::new(Arc::clone(&table), locks.clone())
+    let mut nlm = NlmService::new(Arc::clone(&table), locks.clone())
         .with_v4_locks(v4.byte_range_locks())
         .with_delegations(delegs.clone());
+    let mut nsm = NsmService::new(locks, nlm_limits.max_hosts);
+    if let Some((rec, restart)) = nlm_rec {
+        nlm = nlm.with_recovery(Arc::clone(&rec));
+        nsm = nsm.with_recovery(rec, restart);
+    }
     server.register(nlm);
-    server.register(NsmService::new(locks, nlm_limits.max_hosts));
+    server.register(nsm);
     server.register(v4);
     server.register_arc(Arc::new(Nfs3Service::new(table).with_delegations(delegs)));
     server
@@ -483,6 +501,16 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
         Some(cfg) => v4.with_mds(Arc::new(v4::pnfs::Mds::new(cfg))),
         None => v4,
     };
+    // NLM hosts are recorded there too; after a restart they are sent
+    // SM_NOTIFY and get a grace period to reclaim (XNFS NLM, SM).
+    let nlm_rec = match &state {
+        Some(s) => {
+            let (r, restart) =
+                nlm::NlmRecovery::open(s.path(), config.grace_time, config.nlm_limits.max_hosts)?;
+            Some((Arc::new(r), restart))
+        }
+        None => None,
+    };
     let server = Arc::new(assemble(
         Arc::clone(&table),
         Arc::clone(&registry),
@@ -490,7 +518,11 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
         config.mount_list_max,
         config.nlm_limits,
         v4,
+        nlm_rec.as_ref().map(|(r, s)| (Arc::clone(r), s)),
     ));
+    if let Some((_, restart)) = nlm_rec {
+        tokio::spawn(restart.notify(nlm::restart::host_name(), config.sm_notify_port));
+    }
     let conns = ConnLimiter::new(config.connections);
     let replies = ServerReplyBudget::new(config.tcp.max_server_reply_bytes);
     // NFSv4.1 callbacks over TCP go on a connection the client opened and

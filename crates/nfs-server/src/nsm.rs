@@ -11,8 +11,9 @@
 //! - SM_NOTIFY from a client that restarted drops its NLM locks: those
 //!   taken from the notifier's address (whatever name they were taken
 //!   under), or, from loopback, those of the host named `mon_name`.
-//! - SM_SIMU_CRASH is PROC_UNAVAIL. The server does not yet send
-//!   SM_NOTIFY to its clients after its own restart.
+//! - SM_SIMU_CRASH is PROC_UNAVAIL. After a restart with a state
+//!   directory the state number is the next odd one kept there, and
+//!   the server's clients get SM_NOTIFY ([`crate::nlm::restart`]).
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
@@ -40,6 +41,7 @@ pub struct NsmService {
     monitored: Mutex<HashMap<(Bytes, Bytes), MyId>>,
     max: usize,
     state: i32,
+    rec: Option<std::sync::Arc<crate::nlm::NlmRecovery>>,
 }
 
 /// This instance's NSM state number: odd (up), from the start time.
@@ -59,7 +61,20 @@ impl NsmService {
             monitored: Mutex::new(HashMap::new()),
             max,
             state: state_number(),
+            rec: None,
         }
+    }
+
+    /// Takes the state number of `restart` and forgets the records of
+    /// hosts that notify their restart.
+    pub fn with_recovery(
+        mut self,
+        rec: std::sync::Arc<crate::nlm::NlmRecovery>,
+        restart: &crate::nlm::Restart,
+    ) -> Self {
+        self.state = restart.state;
+        self.rec = Some(rec);
+        self
     }
 
     /// This instance's state number.
@@ -150,6 +165,9 @@ impl RpcService for NsmService {
             SmProc::SM_NOTIFY => {
                 let c: StatChge = dec.decode()?;
                 let freed = self.locks.table().free_host(&c.mon_name.0, peer, !local);
+                if let Some(r) = &self.rec {
+                    r.forget(&c.mon_name.0);
+                }
                 // Debug: any client may send SM_NOTIFY as often as it likes.
                 tracing::debug!(
                     host = %String::from_utf8_lossy(&c.mon_name.0),

@@ -7,6 +7,8 @@ mod common;
 mod v4_common;
 
 use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::{fh_of, Client, TempDir};
@@ -451,4 +453,149 @@ async fn hostile_client_cannot_hold_unbounded_locks_or_hosts() {
         lock(&c, alock("greedy", 2, &fh, 100, 1), true).await,
         GRANTED
     );
+}
+
+/// A client host's rpcbind and status monitor on one port: GETPORT
+/// answers that port for NSM, SM_NOTIFY calls are passed on.
+struct FakeStatd {
+    port: Arc<std::sync::atomic::AtomicU32>,
+    prog: u32,
+    notified: tokio::sync::mpsc::UnboundedSender<StatChge>,
+}
+
+impl oncrpc::RpcService for FakeStatd {
+    fn program(&self) -> u32 {
+        self.prog
+    }
+
+    fn versions(&self) -> std::ops::RangeInclusive<u32> {
+        if self.prog == SM_PROGRAM {
+            1..=1
+        } else {
+            2..=2
+        }
+    }
+
+    async fn call(
+        &self,
+        ctx: oncrpc::CallContext,
+        args: Bytes,
+    ) -> Result<xdr::XdrBuf, oncrpc::ServiceError> {
+        match (self.prog, ctx.proc_) {
+            (100_000, 3) => {
+                let port = self.port.load(std::sync::atomic::Ordering::SeqCst);
+                Ok(xdr::XdrBuf::from_bytes(Bytes::copy_from_slice(
+                    &port.to_be_bytes(),
+                )))
+            }
+            (SM_PROGRAM, 6) => {
+                let c: StatChge = xdr::from_slice(&args)?;
+                let _ = self.notified.send(c);
+                Ok(xdr::XdrBuf::new())
+            }
+            _ => Err(oncrpc::ServiceError::ProcUnavail),
+        }
+    }
+}
+
+/// XNFS NLM crash recovery and XNFS SM: a host that locked is recorded in
+/// the state directory; after a restart its status monitor gets SM_NOTIFY
+/// with the new (larger, odd) state number, its reclaim is granted in the
+/// grace period while new locks wait, and after it reclaims are refused.
+#[tokio::test]
+async fn after_a_restart_hosts_are_notified_and_reclaim_in_grace() {
+    let dir = TempDir::new("nlm-restart");
+    let state = TempDir::new("nlm-restart-state");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let port = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let mut fake = oncrpc::Server::new();
+    for prog in [100_000, SM_PROGRAM] {
+        fake.register(FakeStatd {
+            port: Arc::clone(&port),
+            prog,
+            notified: tx.clone(),
+        });
+    }
+    let statd = oncrpc::tcp::TcpServer::bind(
+        "127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap(),
+        Arc::new(fake),
+        TcpConfig::default(),
+    )
+    .await
+    .unwrap();
+    let statd_port = statd.local_addr().unwrap().port();
+    port.store(u32::from(statd_port), std::sync::atomic::Ordering::SeqCst);
+    let _statd = statd.spawn();
+    let cfg = || {
+        let mut cfg = nfs_server::ServerConfig::new(dir.path());
+        cfg.set_squash(nfs_server::exports::Squash::None);
+        cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
+        cfg.mount_addr = None;
+        cfg.state_dir = Some(state.path().to_path_buf());
+        cfg.grace_time = Duration::from_secs(3);
+        cfg.sm_notify_port = statd_port;
+        cfg
+    };
+    let srv = nfs_server::start(cfg()).await.unwrap();
+    let c = Client::connect(srv.nfs_addr()).await;
+    let root = c.root(dir.path()).await;
+    let fh = fh_of(c.create(&root, "f").await);
+    let state1 = nsm_stat(&c).await;
+    assert_eq!(
+        lock(&c, alock("host-a", 1, &fh, 0, 10), true).await,
+        GRANTED
+    );
+    assert!(rx.try_recv().is_err(), "no notification on a first start");
+    let old = std::sync::Arc::downgrade(srv.storage());
+    srv.stop();
+    drop(c);
+    for _ in 0..200 {
+        if old.upgrade().is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let srv = nfs_server::start(cfg()).await.unwrap();
+    let note = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("SM_NOTIFY within 10 s")
+        .unwrap();
+    let c = Client::connect(srv.nfs_addr()).await;
+    let state2 = nsm_stat(&c).await;
+    assert!(state2 > state1 && state2 % 2 == 1, "{state1} -> {state2}");
+    assert_eq!(note.state, state2);
+    // In the grace period: a new lock and a test wait, the reclaim is
+    // granted and then holds.
+    let reclaim = |host: &'static str, reclaim: bool| Nlm4LockArgs {
+        cookie: cookie(),
+        block: false,
+        exclusive: true,
+        alock: alock(host, 1, &fh, 0, 10),
+        reclaim,
+        state: 3,
+    };
+    let grace = Nlm4Stats::NLM4_DENIED_GRACE_PERIOD;
+    assert_eq!(nlm_lock(&c, reclaim("host-b", false)).await, grace);
+    assert!(matches!(
+        test(&c, alock("host-b", 1, &fh, 0, 10), true).await,
+        Nlm4TestReply::Other(Nlm4Stats::NLM4_DENIED_GRACE_PERIOD)
+    ));
+    assert_eq!(nlm_lock(&c, reclaim("host-a", true)).await, GRANTED);
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    assert_eq!(nlm_lock(&c, reclaim("host-a", true)).await, grace);
+    assert_eq!(nlm_lock(&c, reclaim("host-b", false)).await, DENIED);
+    srv.stop();
+}
+
+async fn nsm_stat(c: &Client) -> i32 {
+    let a = SmNameArgs {
+        mon_name: Bounded(Bytes::from_static(b"x")),
+    };
+    let r: SmStatRes = c.call(SM_PROGRAM, SM_V1, 1, &a).await.unwrap();
+    r.state
+}
+
+async fn nlm_lock(c: &Client, a: Nlm4LockArgs) -> Nlm4Stats {
+    let r: Nlm4Res = c.call(NLM_PROGRAM, NLM_V4, 2, &a).await.unwrap();
+    r.stat
 }

@@ -11,8 +11,11 @@
 //!   waiting in `F_SETLKW` sees EAGAIN-style refusal and retries;
 //!   CANCEL has nothing to cancel and answers NLM4_GRANTED (as Linux's
 //!   lockd does for an unknown block).
-//! - No grace period: a `reclaim` LOCK answers NLM4_DENIED_GRACE_PERIOD
-//!   (Linux's lockd answers so outside its grace period).
+//! - Reboot recovery ([`restart`]): with a state directory, hosts that
+//!   lock are recorded; after a restart they get SM_NOTIFY and a grace
+//!   period in which only `reclaim` LOCKs are granted (others, and TEST,
+//!   NLM4_DENIED_GRACE_PERIOD); outside it a `reclaim` LOCK answers
+//!   NLM4_DENIED_GRACE_PERIOD (as Linux's lockd).
 //! - The asynchronous `_MSG`/`_RES` procedures, GRANTED (a client-side
 //!   procedure) and the DOS share reservations SHARE/UNSHARE are not
 //!   served: PROC_UNAVAIL.
@@ -31,6 +34,7 @@
 //!   NLM4_ROFS.
 
 pub mod locks;
+pub mod restart;
 
 use std::ops::RangeInclusive;
 use std::sync::Arc;
@@ -42,6 +46,7 @@ use oncrpc::{CallContext, RpcService, ServiceError};
 use xdr::{Bounded, Decoder, XdrBuf};
 
 pub use locks::{NlmLimits, NlmLocks};
+pub use restart::{NlmRecovery, Restart};
 
 use crate::access::{peer_ip, ExportTable};
 use crate::storage::Storage;
@@ -55,6 +60,7 @@ pub struct NlmService<S> {
     locks: NlmLocks,
     v4: Option<V4Locks>,
     delegs: Option<Delegations>,
+    rec: Arc<NlmRecovery>,
 }
 
 /// A checked file: its handle, the lock table key and whether the grant
@@ -95,6 +101,7 @@ impl<S: Storage> NlmService<S> {
             table,
             locks,
             v4: None,
+            rec: Arc::new(NlmRecovery::none()),
             delegs: None,
         }
     }
@@ -115,6 +122,12 @@ impl<S: Storage> NlmService<S> {
             Some(d) => d.break_for(&f.fh, exclusive).await,
             None => true,
         }
+    }
+
+    /// Records locking hosts and keeps the grace period of `rec`.
+    pub fn with_recovery(mut self, rec: Arc<NlmRecovery>) -> Self {
+        self.rec = rec;
+        self
     }
 
     /// Makes NLM locks respect the NFSv4 locks of `v4` (and, with
@@ -173,6 +186,10 @@ impl<S: Storage> NlmService<S> {
     async fn test(&self, a: Nlm4TestArgs, ctx: &CallContext) -> Nlm4TestRes {
         let stat = match self.file(&a.alock.fh, ctx).await {
             Err(s) => Nlm4TestReply::Other(s),
+            // XNFS NLM: no test answers until locks are reclaimed.
+            Ok(_) if self.rec.in_grace() => {
+                Nlm4TestReply::Other(Nlm4Stats::NLM4_DENIED_GRACE_PERIOD)
+            }
             Ok(f) if !self.break_delegations(&f, a.exclusive).await => {
                 Nlm4TestReply::Other(Nlm4Stats::NLM4_DENIED_GRACE_PERIOD)
             }
@@ -192,7 +209,9 @@ impl<S: Storage> NlmService<S> {
 
     /// NLMPROC4_LOCK and NLMPROC4_NM_LOCK (RFC 1813 Appendix II).
     async fn lock(&self, a: &Nlm4LockArgs, ctx: &CallContext) -> Nlm4Stats {
-        if a.reclaim {
+        // XNFS NLM crash recovery: reclaims only in the grace period after
+        // a restart, new locks only after it.
+        if a.reclaim != self.rec.in_grace() {
             return Nlm4Stats::NLM4_DENIED_GRACE_PERIOD;
         }
         let f = match self.file(&a.alock.fh, ctx).await {
@@ -222,12 +241,15 @@ impl<S: Storage> NlmService<S> {
             return Nlm4Stats::NLM4_DENIED;
         }
         let addr = Some(peer_ip(&ctx.peer));
-        match self
+        let r = self
             .locks
             .table()
-            .lock(&f.key, &owner(&a.alock), span, addr)
-        {
-            Ok(()) => Nlm4Stats::NLM4_GRANTED,
+            .lock(&f.key, &owner(&a.alock), span, addr);
+        match r {
+            Ok(()) => {
+                self.rec.record(&a.alock.caller_name.0, peer_ip(&ctx.peer));
+                Nlm4Stats::NLM4_GRANTED
+            }
             Err(Refused::Denied) => Nlm4Stats::NLM4_DENIED,
             Err(Refused::NoLocks) => Nlm4Stats::NLM4_DENIED_NOLOCKS,
         }
@@ -262,6 +284,7 @@ impl<S: Storage> NlmService<S> {
             .locks
             .table()
             .free_host(&a.name.0, peer_ip(&ctx.peer), false);
+        self.rec.forget(&a.name.0);
         // Debug, not info: any client may send FREE_ALL as often as it
         // likes, and an unbounded stream of log lines is a peer-driven cost.
         tracing::debug!(

@@ -170,10 +170,12 @@ pub(crate) struct ServeArgs {
     /// ~/.local/state/nfsrdma.
     #[arg(long)]
     state_dir: Option<PathBuf>,
-    /// Longest NFSv4 grace period after a start, in seconds: clients the
-    /// last run recorded in the state directory reclaim their opens and
-    /// locks, new ones wait (NFS4ERR_GRACE). It ends as soon as every
-    /// recorded client has finished reclaiming; with none there is none.
+    /// Longest grace period after a start, in seconds: NFSv4 clients and
+    /// NLM hosts the last run recorded in the state directory reclaim
+    /// their opens and locks, new ones wait (NFS4ERR_GRACE,
+    /// NLM4_DENIED_GRACE_PERIOD). The NFSv4 one ends as soon as every
+    /// recorded client has finished reclaiming; with no records there is
+    /// none.
     #[arg(long, default_value_t = 90)]
     grace_time: u64,
     /// Serve the server's counters in the Prometheus text format at
