@@ -124,6 +124,44 @@ fn read_key(p: &Path) -> io::Result<[u8; KEY_LEN]> {
     Ok(key)
 }
 
+/// Replaces file `path` in directory `dir` with `bytes` durably: written
+/// to a temporary file (mode 0600) that is `fsync`ed and renamed over
+/// `path`, then `dir` is `fsync`ed, so after a crash the file holds the
+/// old bytes or the new ones, never a part.
+pub(crate) fn write_durably(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, path)?;
+    File::open(dir)?.sync_all()
+}
+
+/// Removes file `path` from directory `dir` durably (`dir` is `fsync`ed);
+/// a file that is not there is fine.
+pub(crate) fn remove_durably(dir: &Path, path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => File::open(dir)?.sync_all(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The number written in file `path` by an earlier run: 0 when there is
+/// no file or it does not parse.
+pub(crate) fn read_counter<T: std::str::FromStr + Default>(path: &Path) -> io::Result<T> {
+    match fs::read_to_string(path) {
+        Ok(s) => Ok(s.trim().parse().unwrap_or_default()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(T::default()),
+        Err(e) => Err(e),
+    }
+}
+
 /// A fresh random key for a server without a state directory.
 pub(crate) fn random_key() -> io::Result<[u8; KEY_LEN]> {
     let mut key = [0u8; KEY_LEN];

@@ -18,10 +18,10 @@
 //!   host's status monitor, found through its rpcbind ([`Restart::notify`]).
 
 use std::collections::HashSet;
-use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::fs::{self, DirBuilder, File};
+use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -33,6 +33,8 @@ use oncrpc::limits::Limit;
 use oncrpc::msg::OpaqueAuth;
 use oncrpc::tcp::{TcpClient, TcpConfig};
 use xdr::Bounded;
+
+use crate::statedir::{read_counter, remove_durably, write_durably};
 
 static HOSTS: Limit = Limit::new("nlm.host_records");
 
@@ -260,32 +262,17 @@ fn path(dir: &Path, host: &[u8]) -> PathBuf {
 }
 
 fn put_host(dir: &Path, host: &[u8], addr: IpAddr) -> io::Result<()> {
-    let p = path(dir, host);
-    let tmp = p.with_extension("tmp");
     let a = addr.to_string();
     let mut buf = Vec::new();
     buf.extend_from_slice(MAGIC);
     buf.extend_from_slice(&(a.len() as u32).to_be_bytes());
     buf.extend_from_slice(a.as_bytes());
     buf.extend_from_slice(host);
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(&buf)?;
-    f.sync_all()?;
-    fs::rename(&tmp, &p)?;
-    File::open(dir)?.sync_all()
+    write_durably(dir, &path(dir, host), &buf)
 }
 
 fn remove_host(dir: &Path, host: &[u8]) -> io::Result<()> {
-    match fs::remove_file(path(dir, host)) {
-        Ok(()) => File::open(dir)?.sync_all(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
+    remove_durably(dir, &path(dir, host))
 }
 
 fn read_host(p: &Path) -> io::Result<(Bytes, IpAddr)> {
@@ -310,27 +297,13 @@ fn read_host(p: &Path) -> io::Result<(Bytes, IpAddr)> {
 /// above the time in seconds; written durably.
 fn next_state(dir: &Path) -> io::Result<i32> {
     let p = dir.join(STATE);
-    let last = match fs::read_to_string(&p) {
-        Ok(s) => s.trim().parse::<i32>().unwrap_or(0),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
-        Err(e) => return Err(e),
-    };
+    let last: i32 = read_counter(&p)?;
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() & 0x3fff_fffe)
         .unwrap_or(0) as i32;
     let state = (last.saturating_add(2) | 1).max(secs | 1);
-    let tmp = p.with_extension("tmp");
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(format!("{state}\n").as_bytes())?;
-    f.sync_all()?;
-    fs::rename(&tmp, &p)?;
-    File::open(dir)?.sync_all()?;
+    write_durably(dir, &p, format!("{state}\n").as_bytes())?;
     Ok(state)
 }
 

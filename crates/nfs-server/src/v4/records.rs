@@ -18,15 +18,16 @@
 //! The grace period's decisions are [`super::grace::Grace`]'s; this
 //! module only reads and writes.
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs::{self, DirBuilder, File};
+use std::io::{self, Read};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use oncrpc::limits::Limit;
 
 use super::grace::RecordOp;
+use crate::statedir::{read_counter, remove_durably, write_durably};
 
 static LOADED: Limit = Limit::new("nfs4.client_records_loaded");
 
@@ -83,32 +84,17 @@ impl RecordStore {
 
     /// Writes the record of `key` durably.
     pub(crate) fn put(&self, key: &[u8], principal: u32) -> io::Result<()> {
-        let p = self.path(key);
-        let tmp = p.with_extension("tmp");
         let mut buf = Vec::with_capacity(16 + key.len());
         buf.extend_from_slice(MAGIC);
         buf.extend_from_slice(&principal.to_be_bytes());
         buf.extend_from_slice(&(key.len() as u32).to_be_bytes());
         buf.extend_from_slice(key);
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&buf)?;
-        f.sync_all()?;
-        fs::rename(&tmp, &p)?;
-        File::open(&self.dir)?.sync_all()
+        write_durably(&self.dir, &self.path(key), &buf)
     }
 
     /// Removes the record of `key` durably (none is fine).
     pub(crate) fn remove(&self, key: &[u8]) -> io::Result<()> {
-        match fs::remove_file(self.path(key)) {
-            Ok(()) => File::open(&self.dir)?.sync_all(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
-        }
+        remove_durably(&self.dir, &self.path(key))
     }
 
     /// Carries out `ops`; the keys whose Put failed (they are not
@@ -152,27 +138,13 @@ fn read_record(p: &Path) -> io::Result<(Bytes, u32)> {
 /// recorded in `state` and above the time in seconds, written durably.
 pub(crate) fn next_boot(state: &Path) -> io::Result<u32> {
     let p = state.join(EPOCH);
-    let last = match fs::read_to_string(&p) {
-        Ok(s) => s.trim().parse::<u32>().unwrap_or(0),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
-        Err(e) => return Err(e),
-    };
+    let last: u32 = read_counter(&p)?;
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as u32)
         .unwrap_or(0);
     let boot = last.wrapping_add(1).max(secs).max(1);
-    let tmp = p.with_extension("tmp");
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(format!("{boot}\n").as_bytes())?;
-    f.sync_all()?;
-    fs::rename(&tmp, &p)?;
-    File::open(state)?.sync_all()?;
+    write_durably(state, &p, format!("{boot}\n").as_bytes())?;
     Ok(boot)
 }
 
