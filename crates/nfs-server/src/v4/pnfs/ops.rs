@@ -337,15 +337,22 @@ fn getdeviceinfo(mds: &Mds, a: &Getdeviceinfo4Args) -> Getdeviceinfo4Res {
     Getdeviceinfo4Res::Ok(ok)
 }
 
-/// LAYOUTERROR (RFC 7862 §15.6.3): each device error is logged.
-fn layouterror(mds: &Mds, a: &Layouterror4Args, cx: &Cx) -> R<()> {
+/// The client of `cx`, once `stateid` is checked to name its layout of
+/// the current file (LAYOUTERROR, LAYOUTSTATS).
+fn layout_holder(mds: &Mds, cx: &Cx, stateid: &Stateid4) -> R<u64> {
     let c = client(cx)?;
     let fh = cur(cx)?;
-    let sid = resolve_sid(cx, &a.stateid)?;
+    let sid = resolve_sid(cx, stateid)?;
     mds.layouts
         .lock()
         .map_err(|_| Nfsstat4::NFS4ERR_SERVERFAULT)?
         .check(c, &key(&fh), &sid)?;
+    Ok(c)
+}
+
+/// LAYOUTERROR (RFC 7862 §15.6.3): each device error is logged.
+fn layouterror(mds: &Mds, a: &Layouterror4Args, cx: &Cx) -> R<()> {
+    let c = layout_holder(mds, cx, &a.stateid)?;
     for e in &a.errors.0 {
         tracing::warn!(
             client = c,
@@ -362,13 +369,7 @@ fn layouterror(mds: &Mds, a: &Layouterror4Args, cx: &Cx) -> R<()> {
 
 /// LAYOUTSTATS (RFC 7862 §15.7.3): logged at debug level.
 fn layoutstats(mds: &Mds, a: &Layoutstats4Args, cx: &Cx) -> R<()> {
-    let c = client(cx)?;
-    let fh = cur(cx)?;
-    let sid = resolve_sid(cx, &a.stateid)?;
-    mds.layouts
-        .lock()
-        .map_err(|_| Nfsstat4::NFS4ERR_SERVERFAULT)?
-        .check(c, &key(&fh), &sid)?;
+    let c = layout_holder(mds, cx, &a.stateid)?;
     tracing::debug!(
         client = c,
         ds = ?device_index(&a.deviceid),
