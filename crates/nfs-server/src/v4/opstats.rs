@@ -42,16 +42,12 @@ impl OpStats {
     pub(crate) fn record(&self, minor: u32, op: Opnum4, status: Nfsstat4, took: Duration) {
         let key = (minor, op.0);
         if let Ok(ops) = self.ops.read() {
-            if let Some(c) = ops.get(&key).and_then(|h| {
-                h.seconds.record(took.as_secs_f64());
-                h.results.get(&status.0)
-            }) {
-                c.increment(1);
-                return;
-            }
-            if ops.contains_key(&key) {
-                drop(ops);
-                return self.add_status(key, status);
+            if let Some(h) = ops.get(&key) {
+                if let Some(c) = h.results.get(&status.0) {
+                    c.increment(1);
+                    h.seconds.record(took.as_secs_f64());
+                    return;
+                }
             }
         }
         let Ok(mut ops) = self.ops.write() else {
@@ -62,25 +58,14 @@ impl OpStats {
             results: HashMap::new(),
         });
         h.seconds.record(took.as_secs_f64());
-        drop(ops);
-        self.add_status(key, status);
-    }
-
-    /// Counts one result `status` of `key`, making its counter if new.
-    fn add_status(&self, key: Key, status: Nfsstat4) {
-        let Ok(mut ops) = self.ops.write() else {
-            return;
-        };
-        if let Some(h) = ops.get_mut(&key) {
-            h.results
-                .entry(status.0)
-                .or_insert_with(|| {
-                    let mut l = labels(key);
-                    l.push(("status", status_name(status)));
-                    metrics::counter!("nfs4_ops_total", &l)
-                })
-                .increment(1);
-        }
+        h.results
+            .entry(status.0)
+            .or_insert_with(|| {
+                let mut l = labels(key);
+                l.push(("status", status_name(status)));
+                metrics::counter!("nfs4_ops_total", &l)
+            })
+            .increment(1);
     }
 }
 
