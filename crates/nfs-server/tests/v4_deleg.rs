@@ -87,6 +87,9 @@ impl RpcService for CbService {
                         NfsCbArgop4::Layoutrecall(_) => res.push(NfsCbResop4::Layoutrecall(
                             Nfsstat4::NFS4ERR_NOMATCHING_LAYOUT,
                         )),
+                        NfsCbArgop4::Offload(_) => {
+                            res.push(NfsCbResop4::Offload(Nfsstat4::NFS4ERR_BAD_STATEID))
+                        }
                     }
                 }
                 Ok(xdr::to_xdr_buf(&CbCompound4Res {

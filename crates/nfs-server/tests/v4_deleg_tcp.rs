@@ -89,6 +89,7 @@ impl CbService {
             NfsCbArgop4::Layoutrecall(_) => {
                 NfsCbResop4::Layoutrecall(Nfsstat4::NFS4ERR_NOMATCHING_LAYOUT)
             }
+            NfsCbArgop4::Offload(_) => NfsCbResop4::Offload(Nfsstat4::NFS4_OK),
         }
     }
 

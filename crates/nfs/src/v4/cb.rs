@@ -1,5 +1,6 @@
 //! The NFSv4.1 callback program (RFC 8881 §20): CB_COMPOUND with
-//! CB_SEQUENCE, CB_RECALL, CB_GETATTR and CB_LAYOUTRECALL. CB_NULL is procedure [`CB_NULL`] with no
+//! CB_SEQUENCE, CB_RECALL, CB_GETATTR, CB_LAYOUTRECALL and NFSv4.2's
+//! CB_OFFLOAD (RFC 7862 §16.1). CB_NULL is procedure [`CB_NULL`] with no
 //! arguments and no results. The program number is the one the client
 //! gave in CREATE_SESSION (`csa_cb_program`).
 
@@ -10,6 +11,7 @@ use super::attr::{Bitmap4, Fattr4};
 use super::pnfs::{
     Layoutiomode4, Layouttype4, LAYOUTRETURN4_ALL, LAYOUTRETURN4_FILE, LAYOUTRETURN4_FSID,
 };
+use super::v42::WriteResponse4;
 use super::{Fsid4, NfsFh4, Nfsstat4, Res4, Sessionid4, Stateid4, NFS4_MAX_OPS, NFS4_MAX_TAGLEN};
 
 /// Procedure CB_NULL (RFC 8881 §20.1).
@@ -26,6 +28,8 @@ pub const OP_CB_RECALL: u32 = 4;
 pub const OP_CB_LAYOUTRECALL: u32 = 5;
 /// OP_CB_SEQUENCE (RFC 8881 §20.2).
 pub const OP_CB_SEQUENCE: u32 = 11;
+/// OP_CB_OFFLOAD (RFC 7862 §16.1).
+pub const OP_CB_OFFLOAD: u32 = 15;
 /// OP_CB_ILLEGAL (RFC 8881 §20.2).
 pub const OP_CB_ILLEGAL: u32 = 10044;
 
@@ -172,6 +176,66 @@ xdr_struct! {
     }
 }
 
+/// `offload_info4` (RFC 7862 §16.1.1): how an asynchronous copy ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OffloadInfo4 {
+    /// NFS4_OK: what was copied (`coa_resok4`).
+    Ok(WriteResponse4),
+    /// The copy failed with this status after `bytes_copied` bytes.
+    Err {
+        /// Why (never NFS4_OK).
+        status: Nfsstat4,
+        /// Bytes copied before it failed (`coa_bytes_copied`).
+        bytes_copied: u64,
+    },
+}
+
+/// RFC 7862 §16.1.1 `union offload_info4 switch (nfsstat4 coa_status)`.
+impl Encode for OffloadInfo4 {
+    fn encode<E: Encoder + ?Sized>(&self, enc: &mut E) {
+        match self {
+            OffloadInfo4::Ok(w) => {
+                Nfsstat4::NFS4_OK.encode(enc);
+                w.encode(enc);
+            }
+            OffloadInfo4::Err {
+                status,
+                bytes_copied,
+            } => {
+                status.encode(enc);
+                enc.put_u64(*bytes_copied);
+            }
+        }
+    }
+}
+
+impl<'a> Decode<'a> for OffloadInfo4 {
+    fn decode(dec: &mut Decoder<'a>) -> Result<Self, Error> {
+        let status: Nfsstat4 = dec.decode()?;
+        Ok(if status.is_ok() {
+            OffloadInfo4::Ok(dec.decode()?)
+        } else {
+            OffloadInfo4::Err {
+                status,
+                bytes_copied: dec.u64()?,
+            }
+        })
+    }
+}
+
+xdr_struct! {
+    /// CB_OFFLOAD4args (RFC 7862 §16.1.1): an asynchronous COPY to the
+    /// file `fh` finished.
+    pub struct CbOffload4Args {
+        /// The destination file.
+        pub fh: NfsFh4,
+        /// The copy's stateid (COPY's `wr_callback_id`).
+        pub stateid: Stateid4,
+        /// Its outcome.
+        pub info: OffloadInfo4,
+    }
+}
+
 /// One callback operation's arguments (`nfs_cb_argop4`, RFC 8881 §20.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NfsCbArgop4 {
@@ -183,6 +247,8 @@ pub enum NfsCbArgop4 {
     Recall(CbRecall4Args),
     /// CB_LAYOUTRECALL.
     Layoutrecall(CbLayoutrecall4Args),
+    /// CB_OFFLOAD (RFC 7862 §16.1).
+    Offload(CbOffload4Args),
     /// Any other operation (number only; the client answers with an error).
     Other(u32),
 }
@@ -207,6 +273,10 @@ impl Encode for NfsCbArgop4 {
                 enc.put_u32(OP_CB_LAYOUTRECALL);
                 a.encode(enc);
             }
+            NfsCbArgop4::Offload(a) => {
+                enc.put_u32(OP_CB_OFFLOAD);
+                a.encode(enc);
+            }
             NfsCbArgop4::Other(n) => enc.put_u32(*n),
         }
     }
@@ -219,6 +289,7 @@ impl<'a> Decode<'a> for NfsCbArgop4 {
             OP_CB_RECALL => NfsCbArgop4::Recall(dec.decode()?),
             OP_CB_GETATTR => NfsCbArgop4::Getattr(dec.decode()?),
             OP_CB_LAYOUTRECALL => NfsCbArgop4::Layoutrecall(dec.decode()?),
+            OP_CB_OFFLOAD => NfsCbArgop4::Offload(dec.decode()?),
             n => NfsCbArgop4::Other(n),
         })
     }
@@ -284,6 +355,8 @@ pub enum NfsCbResop4 {
     /// CB_LAYOUTRECALL (RFC 8881 §20.3.2): NFS4ERR_NOMATCHING_LAYOUT when
     /// the client holds nothing recalled.
     Layoutrecall(Nfsstat4),
+    /// CB_OFFLOAD (RFC 7862 §16.1.2).
+    Offload(Nfsstat4),
     /// Any other operation, answered with an error status.
     Other(u32, Nfsstat4),
 }
@@ -308,6 +381,10 @@ impl Encode for NfsCbResop4 {
                 enc.put_u32(OP_CB_LAYOUTRECALL);
                 s.encode(enc);
             }
+            NfsCbResop4::Offload(s) => {
+                enc.put_u32(OP_CB_OFFLOAD);
+                s.encode(enc);
+            }
             NfsCbResop4::Other(n, s) => {
                 enc.put_u32(*n);
                 s.encode(enc);
@@ -324,6 +401,7 @@ impl<'a> Decode<'a> for NfsCbResop4 {
             OP_CB_RECALL => NfsCbResop4::Recall(dec.decode()?),
             OP_CB_GETATTR => NfsCbResop4::Getattr(dec.decode()?),
             OP_CB_LAYOUTRECALL => NfsCbResop4::Layoutrecall(dec.decode()?),
+            OP_CB_OFFLOAD => NfsCbResop4::Offload(dec.decode()?),
             n => {
                 let s: Nfsstat4 = dec.decode()?;
                 if s.is_ok() {
@@ -393,6 +471,49 @@ mod tests {
         };
         let wire = xdr::to_bytes(&res);
         assert_eq!(xdr::from_slice::<CbCompound4Res>(&wire).unwrap(), res);
+    }
+
+    #[test]
+    fn cb_offload_round_trips_with_its_wire_layout() {
+        use super::super::{StableHow4, Stateid4};
+        let sid = Stateid4 {
+            seqid: 1,
+            other: FixedOpaque([5; 12]),
+        };
+        let ok = NfsCbArgop4::Offload(CbOffload4Args {
+            fh: NfsFh4(Bytes::from_static(&[1, 2, 3, 4])),
+            stateid: sid,
+            info: OffloadInfo4::Ok(WriteResponse4 {
+                callback_id: Bounded(vec![]),
+                count: 1 << 30,
+                committed: StableHow4::FILE_SYNC4,
+                writeverf: FixedOpaque([9; 8]),
+            }),
+        });
+        let wire = xdr::to_bytes(&ok);
+        // opnum 15, the handle, the stateid, NFS4_OK, then write_response4.
+        assert_eq!(&wire[..4], &[0, 0, 0, 15]);
+        assert_eq!(&wire[4..12], &[0, 0, 0, 4, 1, 2, 3, 4]);
+        assert_eq!(&wire[28..32], &[0, 0, 0, 0], "coa_status");
+        assert_eq!(wire.len(), 4 + 8 + 16 + 4 + (4 + 8 + 4 + 8));
+        assert_eq!(xdr::from_slice::<NfsCbArgop4>(&wire).unwrap(), ok);
+        let failed = NfsCbArgop4::Offload(CbOffload4Args {
+            fh: NfsFh4(Bytes::from_static(&[7; 8])),
+            stateid: sid,
+            info: OffloadInfo4::Err {
+                status: Nfsstat4::NFS4ERR_NOSPC,
+                bytes_copied: 4096,
+            },
+        });
+        let wire = xdr::to_bytes(&failed);
+        assert_eq!(&wire[wire.len() - 8..], &4096u64.to_be_bytes());
+        assert_eq!(xdr::from_slice::<NfsCbArgop4>(&wire).unwrap(), failed);
+        let res = NfsCbResop4::Offload(Nfsstat4::NFS4_OK);
+        let wire = xdr::to_bytes(&res);
+        assert_eq!(&wire[..], &[0, 0, 0, 15, 0, 0, 0, 0]);
+        assert_eq!(xdr::from_slice::<NfsCbResop4>(&wire).unwrap(), res);
+        // A truncated offload_info4 is an error, not a panic.
+        assert!(xdr::from_slice::<NfsCbArgop4>(&xdr::to_bytes(&ok)[..30]).is_err());
     }
 
     #[test]

@@ -334,6 +334,10 @@ operations! {
     Layouterror = 64 OP_LAYOUTERROR(Layouterror4Args) -> Nfsstat4;
     /// LAYOUTSTATS (RFC 7862 §15.7).
     Layoutstats = 65 OP_LAYOUTSTATS(Layoutstats4Args) -> Nfsstat4;
+    /// OFFLOAD_CANCEL (RFC 7862 §15.8): the asynchronous copy's stateid.
+    OffloadCancel = 66 OP_OFFLOAD_CANCEL(Stateid4) -> Nfsstat4;
+    /// OFFLOAD_STATUS (RFC 7862 §15.9): the asynchronous copy's stateid.
+    OffloadStatus = 67 OP_OFFLOAD_STATUS(Stateid4) -> Res4<OffloadStatus4ResOk>;
     /// READ_PLUS (RFC 7862 §15.10).
     ReadPlus = 68 OP_READ_PLUS(ReadPlus4Args) -> Res4<ReadPlus4ResOk>;
     /// SEEK (RFC 7862 §15.11).

@@ -1,5 +1,5 @@
-//! Arguments and results of the NFSv4.2 data operations READ_PLUS, COPY
-//! and CLONE (RFC 7862 §15.10, §15.2, §15.13). SEEK, ALLOCATE and
+//! Arguments and results of the NFSv4.2 data operations READ_PLUS, COPY,
+//! OFFLOAD_STATUS and CLONE (RFC 7862 §15.10, §15.2, §15.9, §15.13). SEEK, ALLOCATE and
 //! DEALLOCATE are in [`super::ops`].
 
 use bytes::Bytes;
@@ -220,6 +220,18 @@ xdr_struct! {
     }
 }
 
+xdr_struct! {
+    /// OFFLOAD_STATUS4resok (RFC 7862 §15.9.2): how far an asynchronous
+    /// copy got, and its status once it is done.
+    pub struct OffloadStatus4ResOk {
+        /// Bytes copied so far (`osr_count`).
+        pub count: u64,
+        /// The copy's outcome once it is complete (`osr_complete<1>`),
+        /// empty while it runs.
+        pub complete: Bounded<Vec<super::Nfsstat4>, 1>,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,6 +299,21 @@ mod tests {
                 synchronous: true,
             },
         });
+        round_trip(&OffloadStatus4ResOk {
+            count: 1 << 20,
+            complete: Bounded(vec![super::super::Nfsstat4::NFS4_OK]),
+        });
+        let b = xdr::to_bytes(&OffloadStatus4ResOk {
+            count: 5,
+            complete: Bounded(vec![]),
+        });
+        assert_eq!(&b[..], &[0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0]);
+        let mut two = b.to_vec();
+        two[11] = 2;
+        assert!(
+            xdr::from_slice::<OffloadStatus4ResOk>(&two).is_err(),
+            "osr_complete<1>"
+        );
         round_trip(&Clone4Args {
             src_stateid: Stateid4::CURRENT,
             dst_stateid: Stateid4::CURRENT,
