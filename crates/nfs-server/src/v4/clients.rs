@@ -42,6 +42,7 @@ use oncrpc::msg::OpaqueAuth;
 use xdr::{Bounded, FixedOpaque, XdrBuf};
 
 use super::cbslots::{cb_cred, CbParams, MAX_CB_SLOTS};
+use super::principal::Principal;
 
 mod v40;
 
@@ -142,6 +143,43 @@ fn session_cb_cred(parms: &[CallbackSecParms4]) -> Option<OpaqueAuth> {
     cb_cred(parms)
 }
 
+/// What EXCHANGE_ID does when the owner has a confirmed record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Confirmed {
+    /// Answer with the record's client id (cases 2 and 6).
+    Keep,
+    /// The record and its state go now; a new unconfirmed record with a
+    /// new client id takes its place (case 3 without state).
+    Replace,
+    /// A new unconfirmed record with a new client id; the confirmed one
+    /// stays until CREATE_SESSION confirms the new (case 5).
+    NewIncarnation,
+    /// Refused (cases 3 with state, 8 and 9).
+    Refuse(Nfsstat4),
+}
+
+/// RFC 8881 §18.35.4, the cases with a confirmed record of the same
+/// owner: `update` is EXCHGID4_FLAG_UPD_CONFIRMED_REC_A, `same_principal`
+/// and `same_verifier` compare the call with the record, `busy` says the
+/// record has state (sessions, stateids, delegations). The principal is
+/// checked before the verifier, as Linux's nfsd does.
+fn on_confirmed(update: bool, same_principal: bool, same_verifier: bool, busy: bool) -> Confirmed {
+    match (update, same_principal, same_verifier) {
+        // Case 9: update but wrong principal.
+        (true, false, _) => Confirmed::Refuse(Nfsstat4::NFS4ERR_PERM),
+        // Case 8: update but wrong verifier.
+        (true, true, false) => Confirmed::Refuse(Nfsstat4::NFS4ERR_NOT_SAME),
+        // Case 6: update; case 2: the same client again.
+        (true, true, true) | (false, true, true) => Confirmed::Keep,
+        // Case 3: client collision. Another principal may not take over
+        // an owner that holds state; one without state is replaced.
+        (false, false, _) if busy => Confirmed::Refuse(Nfsstat4::NFS4ERR_CLID_INUSE),
+        (false, false, _) => Confirmed::Replace,
+        // Case 5: the client restarted.
+        (false, true, false) => Confirmed::NewIncarnation,
+    }
+}
+
 /// RFC 8881 §18.36.3: a channel whose sizes cannot carry even SEQUENCE
 /// (or CB_SEQUENCE and a recall) is NFS4ERR_TOOSMALL, as are no slots or
 /// no operations.
@@ -212,9 +250,9 @@ struct Client {
     last_renew: Duration,
     sessions: Vec<[u8; 16]>,
     reclaim_complete: bool,
-    /// Who established it: the AUTH_SYS uid of its EXCHANGE_ID or
-    /// SETCLIENTID (nobody for other flavours).
-    principal: u32,
+    /// Who established it: the caller of its EXCHANGE_ID or
+    /// SETCLIENTID.
+    principal: Principal,
     /// Reply cache bytes its sessions reserve.
     reserved: u64,
     /// The NFSv4.0 part of a record made by SETCLIENTID.
@@ -310,23 +348,17 @@ impl ClientTable {
         keys
     }
 
-    /// What a stable record of client `id` holds: (owner key, principal,
-    /// whether it is an NFSv4.0 client, whether it sent RECLAIM_COMPLETE).
+    /// What a stable record of client `id` holds: (owner key, principal
+    /// ([`Principal::record_id`]), whether it is an NFSv4.0 client,
+    /// whether it sent RECLAIM_COMPLETE).
     pub(crate) fn record_info(&self, id: u64) -> Option<(Bytes, u32, bool, bool)> {
         let c = self.clients.get(&id)?;
         Some((
             c.ownerid.clone(),
-            c.principal,
+            c.principal.record_id(),
             c.v40.is_some(),
             c.reclaim_complete,
         ))
-    }
-
-    /// Sets the principal of a client record not yet confirmed.
-    pub(crate) fn set_principal(&mut self, id: u64, principal: u32) {
-        if let Some(c) = self.clients.get_mut(&id).filter(|c| !c.confirmed) {
-            c.principal = principal;
-        }
     }
 
     /// The limits the table was made with.
@@ -432,14 +464,18 @@ impl ClientTable {
         Ok(())
     }
 
-    /// EXCHANGE_ID (RFC 8881 §18.35.4), for the cases a client without
-    /// state protection meets: a new client, a retry, a client restart
-    /// (new verifier: a new unconfirmed record, the old one goes when
-    /// CREATE_SESSION confirms the new), and the update flag.
+    /// EXCHANGE_ID (RFC 8881 §18.35.4) from `principal`, for a client
+    /// without state protection: the nine cases of §18.35.4 (see
+    /// [`on_confirmed`] for those with a confirmed record of the owner);
+    /// without one, an update is NFS4ERR_NOENT (case 7) and anything else
+    /// makes a new unconfirmed record (cases 1 and 4). `has_state` says
+    /// whether a client holds stateids or delegations.
     pub(crate) fn exchange_id(
         &mut self,
         a: &ExchangeId4Args,
         owner_major: &Bytes,
+        principal: &Principal,
+        has_state: impl Fn(u64) -> bool,
         now: Duration,
     ) -> Res4<ExchangeId4ResOk> {
         const FLAGS_A: u32 = EXCHGID4_FLAG_SUPP_MOVED_REFER
@@ -455,22 +491,32 @@ impl ClientTable {
         }
         let owner = &a.clientowner.ownerid.0;
         let verf = a.clientowner.verifier.0;
-        let confirmed = self
-            .owners
-            .get(&(owner.clone(), true))
-            .and_then(|id| self.clients.get(id).map(|c| (*id, c.verifier)));
-        let id = if a.flags & EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0 {
-            match confirmed {
-                None => return Res4::Err(Nfsstat4::NFS4ERR_NOENT),
-                Some((_, v)) if v != verf => return Res4::Err(Nfsstat4::NFS4ERR_NOT_SAME),
-                Some((id, _)) => id,
+        let update = a.flags & EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0;
+        let confirmed = self.owners.get(&(owner.clone(), true)).and_then(|&id| {
+            let c = self.clients.get(&id)?;
+            let busy = !c.sessions.is_empty() || has_state(id);
+            Some((
+                id,
+                on_confirmed(update, c.principal == *principal, c.verifier == verf, busy),
+            ))
+        });
+        let id = match confirmed {
+            Some((id, Confirmed::Keep)) => id,
+            Some((_, Confirmed::Refuse(e))) => return Res4::Err(e),
+            Some((old, Confirmed::Replace)) => {
+                self.forget(old);
+                self.remove_client(old);
+                match self.new_client(owner, verf, principal, now) {
+                    Ok(id) => id,
+                    Err(e) => return Res4::Err(e),
+                }
             }
-        } else if let Some((id, _)) = confirmed.filter(|c| c.1 == verf) {
-            id
-        } else {
-            match self.new_client(owner, verf, now) {
-                Ok(id) => id,
-                Err(e) => return Res4::Err(e),
+            None if update => return Res4::Err(Nfsstat4::NFS4ERR_NOENT),
+            Some((_, Confirmed::NewIncarnation)) | None => {
+                match self.new_client(owner, verf, principal, now) {
+                    Ok(id) => id,
+                    Err(e) => return Res4::Err(e),
+                }
             }
         };
         self.renew(id, now);
@@ -499,9 +545,16 @@ impl ClientTable {
         })
     }
 
-    /// A new unconfirmed record for `owner`, replacing an older
-    /// unconfirmed one (RFC 8881 §18.35.4, case 4 and 5).
-    fn new_client(&mut self, owner: &Bytes, verf: [u8; 8], now: Duration) -> Result<u64, Nfsstat4> {
+    /// A new unconfirmed record for `owner` made by `principal`, with a
+    /// new client id, replacing an older unconfirmed one (RFC 8881
+    /// §18.35.4, cases 1, 3, 4 and 5).
+    fn new_client(
+        &mut self,
+        owner: &Bytes,
+        verf: [u8; 8],
+        principal: &Principal,
+        now: Duration,
+    ) -> Result<u64, Nfsstat4> {
         if let Some(&old) = self.owners.get(&(owner.clone(), false)) {
             self.remove_client(old);
         }
@@ -519,7 +572,7 @@ impl ClientTable {
                 last_renew: now,
                 sessions: Vec::new(),
                 reclaim_complete: false,
-                principal: crate::perm::NOBODY,
+                principal: principal.clone(),
                 reserved: 0,
                 v40: None,
             },
@@ -575,18 +628,27 @@ impl ClientTable {
         Ok(())
     }
 
-    /// CREATE_SESSION (RFC 8881 §18.36.4): the client-id sequence check
-    /// with its one-entry reply cache, confirmation of the client id, and
-    /// the channel attributes cut to the server's limits and the reply
-    /// cache budget.
+    /// CREATE_SESSION (RFC 8881 §18.36.4) from `principal`: the
+    /// client-id sequence check with its one-entry reply cache,
+    /// confirmation of the client id, and the channel attributes cut to
+    /// the server's limits and the reply cache budget. An unknown client
+    /// id (never made, or replaced: §18.35.4 cases 3 to 5 hand out new
+    /// ones) is NFS4ERR_STALE_CLIENTID; an unconfirmed one from another
+    /// principal than its EXCHANGE_ID's NFS4ERR_CLID_INUSE, before the
+    /// sequence id is looked at (§18.36.4; Linux's nfsd checks in the
+    /// same order).
     pub(crate) fn create_session(
         &mut self,
         a: &CreateSession4Args,
+        principal: &Principal,
         now: Duration,
     ) -> Res4<CreateSession4ResOk> {
         let Some(c) = self.clients.get(&a.clientid) else {
             return Res4::Err(Nfsstat4::NFS4ERR_STALE_CLIENTID);
         };
+        if !c.confirmed && c.principal != *principal {
+            return Res4::Err(Nfsstat4::NFS4ERR_CLID_INUSE);
+        }
         if a.sequence == c.cs_seq.wrapping_sub(1) {
             if let Some(r) = &c.cs_reply {
                 return Res4::Ok(r.clone());
@@ -916,6 +978,28 @@ impl ClientTable {
 }
 
 #[cfg(test)]
+impl ClientTable {
+    /// EXCHANGE_ID from an AUTH_NONE caller whose clients hold no state.
+    fn exchange_none(
+        &mut self,
+        a: &ExchangeId4Args,
+        owner: &Bytes,
+        now: Duration,
+    ) -> Res4<ExchangeId4ResOk> {
+        self.exchange_id(a, owner, &Principal::None, |_| false, now)
+    }
+
+    /// CREATE_SESSION from an AUTH_NONE caller.
+    fn create_session_none(
+        &mut self,
+        a: &CreateSession4Args,
+        now: Duration,
+    ) -> Res4<CreateSession4ResOk> {
+        self.create_session(a, &Principal::None, now)
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -932,7 +1016,7 @@ mod tests {
             state_protect: StateProtect4A::None,
             client_impl_id: Bounded(Vec::new()),
         };
-        let Res4::Ok(id) = t.exchange_id(&ex, &Bytes::from_static(b"srv"), now) else {
+        let Res4::Ok(id) = t.exchange_none(&ex, &Bytes::from_static(b"srv"), now) else {
             panic!("EXCHANGE_ID refused");
         };
         let attrs = ChannelAttrs4 {
@@ -953,11 +1037,11 @@ mod tests {
             sec_parms: Bounded(Vec::new()),
         };
         for _ in 0..MAX_SESSIONS_PER_CLIENT {
-            assert!(matches!(t.create_session(&args, now), Res4::Ok(_)));
+            assert!(matches!(t.create_session_none(&args, now), Res4::Ok(_)));
             args.sequence = args.sequence.wrapping_add(1);
         }
         assert!(matches!(
-            t.create_session(&args, now),
+            t.create_session_none(&args, now),
             Res4::Err(Nfsstat4::NFS4ERR_NOSPC)
         ));
         assert_eq!(t.sessions.len(), MAX_SESSIONS_PER_CLIENT);
@@ -1006,7 +1090,7 @@ mod exchange_tests {
         let owner = Bytes::from_static(b"srv");
         let now = Duration::ZERO;
         assert_eq!(
-            t.exchange_id(&xid(b"c", 1, 0x0800_0000), &owner, now)
+            t.exchange_none(&xid(b"c", 1, 0x0800_0000), &owner, now)
                 .status(),
             Nfsstat4::NFS4ERR_INVAL
         );
@@ -1016,39 +1100,40 @@ mod exchange_tests {
             must_allow: Default::default(),
         });
         assert_eq!(
-            t.exchange_id(&a, &owner, now).status(),
+            t.exchange_none(&a, &owner, now).status(),
             Nfsstat4::NFS4ERR_NOTSUPP
         );
         let upd = xid(b"c", 1, EXCHGID4_FLAG_UPD_CONFIRMED_REC_A);
         assert_eq!(
-            t.exchange_id(&upd, &owner, now).status(),
+            t.exchange_none(&upd, &owner, now).status(),
             Nfsstat4::NFS4ERR_NOENT
         );
-        let Res4::Ok(r) = t.exchange_id(&xid(b"c", 1, 0), &owner, now) else {
+        let Res4::Ok(r) = t.exchange_none(&xid(b"c", 1, 0), &owner, now) else {
             panic!()
         };
         assert_eq!(r.clientid >> 32, 7);
         assert!(matches!(
-            t.create_session(&cs(r.clientid, r.sequenceid), now),
+            t.create_session_none(&cs(r.clientid, r.sequenceid), now),
             Res4::Ok(_)
         ));
         let other = xid(b"c", 2, EXCHGID4_FLAG_UPD_CONFIRMED_REC_A);
         assert_eq!(
-            t.exchange_id(&other, &owner, now).status(),
+            t.exchange_none(&other, &owner, now).status(),
             Nfsstat4::NFS4ERR_NOT_SAME
         );
         assert!(
-            matches!(t.exchange_id(&upd, &owner, now), Res4::Ok(u) if u.clientid == r.clientid)
+            matches!(t.exchange_none(&upd, &owner, now), Res4::Ok(u) if u.clientid == r.clientid)
         );
     }
 
     #[test]
     fn create_session_cuts_channels_to_the_server_limits() {
         let mut t = ClientTable::new(SessionLimits::default(), 7);
-        let Res4::Ok(r) = t.exchange_id(&xid(b"c", 1, 0), &Bytes::new(), Duration::ZERO) else {
+        let Res4::Ok(r) = t.exchange_none(&xid(b"c", 1, 0), &Bytes::new(), Duration::ZERO) else {
             panic!()
         };
-        let Res4::Ok(s) = t.create_session(&cs(r.clientid, r.sequenceid), Duration::ZERO) else {
+        let Res4::Ok(s) = t.create_session_none(&cs(r.clientid, r.sequenceid), Duration::ZERO)
+        else {
             panic!()
         };
         let l = SessionLimits::default();
@@ -1061,7 +1146,7 @@ mod exchange_tests {
         let mut zero = cs(r.clientid, r.sequenceid + 1);
         zero.fore_chan_attrs.maxrequests = 0;
         assert_eq!(
-            t.create_session(&zero, Duration::ZERO).status(),
+            t.create_session_none(&zero, Duration::ZERO).status(),
             Nfsstat4::NFS4ERR_TOOSMALL
         );
     }
@@ -1069,14 +1154,14 @@ mod exchange_tests {
     #[test]
     fn an_unconfirmed_client_expires_after_a_lease() {
         let mut t = ClientTable::new(SessionLimits::default(), 7);
-        let Res4::Ok(r) = t.exchange_id(&xid(b"c", 1, 0), &Bytes::new(), Duration::ZERO) else {
+        let Res4::Ok(r) = t.exchange_none(&xid(b"c", 1, 0), &Bytes::new(), Duration::ZERO) else {
             panic!()
         };
         assert!(t.expire(Duration::from_secs(90)).is_empty());
         assert!(t.clients.contains_key(&r.clientid));
         assert_eq!(t.expire(Duration::from_secs(91)), vec![r.clientid]);
         assert_eq!(
-            t.create_session(&cs(r.clientid, 1), Duration::from_secs(91))
+            t.create_session_none(&cs(r.clientid, 1), Duration::from_secs(91))
                 .status(),
             Nfsstat4::NFS4ERR_STALE_CLIENTID
         );
@@ -1091,7 +1176,7 @@ mod exchange_tests {
         for i in 0..(MAX_UNCONFIRMED as u32 * 3) {
             let mut a = xid(b"", 1, 0);
             a.clientowner.ownerid = Bounded(Bytes::from(i.to_be_bytes().to_vec()));
-            let Res4::Ok(r) = t.exchange_id(&a, &owner, now) else {
+            let Res4::Ok(r) = t.exchange_none(&a, &owner, now) else {
                 panic!("EXCHANGE_ID {i} refused")
             };
             first.get_or_insert(r.clientid);
@@ -1102,14 +1187,14 @@ mod exchange_tests {
         // The oldest went; a real client still gets its session.
         let old = first.unwrap_or_default();
         assert_eq!(
-            t.create_session(&cs(old, 1), now).status(),
+            t.create_session_none(&cs(old, 1), now).status(),
             Nfsstat4::NFS4ERR_STALE_CLIENTID
         );
-        let Res4::Ok(r) = t.exchange_id(&xid(b"real", 1, 0), &owner, now) else {
+        let Res4::Ok(r) = t.exchange_none(&xid(b"real", 1, 0), &owner, now) else {
             panic!()
         };
         assert!(matches!(
-            t.create_session(&cs(r.clientid, r.sequenceid), now),
+            t.create_session_none(&cs(r.clientid, r.sequenceid), now),
             Res4::Ok(_)
         ));
     }
@@ -1124,14 +1209,14 @@ mod exchange_tests {
         for i in 0..MAX_CLIENTS as u32 {
             let mut a = xid(b"", 1, 0);
             a.clientowner.ownerid = Bounded(Bytes::from(i.to_be_bytes().to_vec()));
-            let Res4::Ok(r) = t.exchange_id(&a, &owner, now) else {
+            let Res4::Ok(r) = t.exchange_none(&a, &owner, now) else {
                 panic!()
             };
             t.confirm(r.clientid);
         }
         let before = CLIENTS.count();
         assert_eq!(
-            t.exchange_id(&xid(b"late", 1, 0), &owner, now).status(),
+            t.exchange_none(&xid(b"late", 1, 0), &owner, now).status(),
             Nfsstat4::NFS4ERR_DELAY
         );
         assert!(CLIENTS.count() > before);
@@ -1139,7 +1224,7 @@ mod exchange_tests {
         let later = t.limits.lease + Duration::from_secs(1);
         assert_eq!(t.expire(later).len(), MAX_CLIENTS);
         assert!(matches!(
-            t.exchange_id(&xid(b"late", 1, 0), &owner, later),
+            t.exchange_none(&xid(b"late", 1, 0), &owner, later),
             Res4::Ok(_)
         ));
     }
@@ -1153,13 +1238,13 @@ mod exchange_tests {
         let mut t = ClientTable::new(limits, 7);
         let now = Duration::ZERO;
         let session = |t: &mut ClientTable, owner: &'static [u8]| {
-            let Res4::Ok(r) = t.exchange_id(&xid(owner, 1, 0), &Bytes::new(), now) else {
+            let Res4::Ok(r) = t.exchange_none(&xid(owner, 1, 0), &Bytes::new(), now) else {
                 panic!()
             };
             let mut a = cs(r.clientid, r.sequenceid);
             a.fore_chan_attrs.maxresponsesize_cached = 4096;
             a.fore_chan_attrs.maxrequests = 64;
-            t.create_session(&a, now)
+            t.create_session_none(&a, now)
         };
         // A quarter of the budget each: the first session is whole.
         let Res4::Ok(s) = session(&mut t, b"a") else {
@@ -1175,7 +1260,7 @@ mod exchange_tests {
         assert_eq!(session(&mut t, b"e").status(), Nfsstat4::NFS4ERR_DELAY);
         assert!(REPLY_CACHE.count() > before);
         // Room for 10 slots: the next session gets 10, not 64.
-        let Res4::Ok(first) = t.exchange_id(&xid(b"a", 1, 0), &Bytes::new(), now) else {
+        let Res4::Ok(first) = t.exchange_none(&xid(b"a", 1, 0), &Bytes::new(), now) else {
             panic!()
         };
         let sid = t.clients[&first.clientid].sessions[0];
@@ -1205,10 +1290,10 @@ mod exchange_tests {
     fn cached_replies_are_counted_and_released() {
         let mut t = ClientTable::new(SessionLimits::default(), 7);
         let now = Duration::ZERO;
-        let Res4::Ok(r) = t.exchange_id(&xid(b"c", 1, 0), &Bytes::new(), now) else {
+        let Res4::Ok(r) = t.exchange_none(&xid(b"c", 1, 0), &Bytes::new(), now) else {
             panic!()
         };
-        let Res4::Ok(s) = t.create_session(&cs(r.clientid, r.sequenceid), now) else {
+        let Res4::Ok(s) = t.create_session_none(&cs(r.clientid, r.sequenceid), now) else {
             panic!()
         };
         let seq = |id: u32| Sequence4Args {
@@ -1261,15 +1346,15 @@ mod exchange_tests {
     fn expiry_takes_only_the_clients_that_ran_out() {
         let mut t = ClientTable::new(SessionLimits::default(), 7);
         let owner = Bytes::new();
-        let Res4::Ok(a) = t.exchange_id(&xid(b"a", 1, 0), &owner, Duration::ZERO) else {
+        let Res4::Ok(a) = t.exchange_none(&xid(b"a", 1, 0), &owner, Duration::ZERO) else {
             panic!()
         };
-        let Res4::Ok(b) = t.exchange_id(&xid(b"b", 1, 0), &owner, Duration::from_secs(50)) else {
+        let Res4::Ok(b) = t.exchange_none(&xid(b"b", 1, 0), &owner, Duration::from_secs(50)) else {
             panic!()
         };
         // a renews at 60 s: both live past 91 s, then b goes first.
         assert!(matches!(
-            t.exchange_id(&xid(b"a", 1, 0), &owner, Duration::from_secs(60)),
+            t.exchange_none(&xid(b"a", 1, 0), &owner, Duration::from_secs(60)),
             Res4::Ok(_)
         ));
         assert!(t.expire(Duration::from_secs(91)).is_empty());

@@ -1,14 +1,14 @@
 //! The NFSv4.2 operations COPY and CLONE (RFC 7862 §15.2, §15.13), from
 //! the saved file handle to the current one, within one export.
 //!
-//! COPY is always done synchronously, whatever `ca_synchronous` asks: RFC
-//! 7862 §15.2.3 lets the server choose, and it then answers with no
-//! `wr_callback_id` and `cr_synchronous` set, so no CB_OFFLOAD ever
-//! follows (OFFLOAD_STATUS and OFFLOAD_CANCEL stay NFS4ERR_NOTSUPP). One
-//! COPY moves at most 64 MiB (a short `wr_count`; the client goes on),
-//! limit `nfs4.copy_bytes`; the destination is on stable storage before
-//! the reply (`wr_committed` FILE_SYNC4). A copy from another server
-//! (`ca_source_server` not empty, §4) is NFS4ERR_NOTSUPP.
+//! A COPY the client lets run asynchronously may run in the background
+//! ([`super::asynccopy`]: CB_OFFLOAD, OFFLOAD_STATUS, OFFLOAD_CANCEL).
+//! Every other COPY is done synchronously (RFC 7862 §15.2.3 lets the
+//! server choose): no `wr_callback_id`, `cr_synchronous` set. One
+//! synchronous COPY moves at most 64 MiB (a short `wr_count`; the client
+//! goes on), limit `nfs4.copy_bytes`; the destination is on stable
+//! storage before the reply (`wr_committed` FILE_SYNC4). A copy from
+//! another server (`ca_source_server` not empty, §4) is NFS4ERR_NOTSUPP.
 
 use nfs::v3::NfsFh3;
 use nfs::v4::*;
@@ -38,19 +38,24 @@ fn wrong_type(e: Nfsstat4) -> Nfsstat4 {
 
 impl<S: Storage> Nfs4Service<S> {
     /// The source (saved) and destination (current) of a COPY or CLONE,
-    /// each checked as READ and WRITE check theirs; the delegations other
-    /// clients hold that conflict are recalled (RFC 8881 §10.4.1).
+    /// each checked as READ and WRITE check theirs, and the source's
+    /// size; the delegations other clients hold that conflict are
+    /// recalled (RFC 8881 §10.4.1).
     async fn copy_ends(
         &self,
         src_sid: &Stateid4,
         dst_sid: &Stateid4,
         cx: &Cx,
-    ) -> R<(NfsFh3, NfsFh3)> {
+    ) -> R<(NfsFh3, NfsFh3, u64)> {
         let src = cx.saved.clone().ok_or(Nfsstat4::NFS4ERR_NOFILEHANDLE)?;
         let dst = cur(cx)?;
         let clientid = cx.sess.map(|s| s.clientid).unwrap_or(0);
+        let mut src_size = 0;
         for (fh, sid, write) in [(&src, src_sid, false), (&dst, dst_sid, true)] {
             let attr = self.regular(fh).await.map_err(wrong_type)?;
+            if !write {
+                src_size = attr.size;
+            }
             let sid = resolve_sid(cx, sid)?;
             self.state()?.io_check(&sid, clientid, &key(fh), write)?;
             if sid.is_special() {
@@ -63,7 +68,7 @@ impl<S: Storage> Nfs4Service<S> {
             }
             self.deleg_conflict(fh, cx, write)?;
         }
-        Ok((src, dst))
+        Ok((src, dst, src_size))
     }
 
     /// COPY (RFC 7862 §15.2.3): `ca_count` 0 copies to the source's end; a
@@ -73,7 +78,10 @@ impl<S: Storage> Nfs4Service<S> {
         if !a.source_server.0.is_empty() {
             return Err(Nfsstat4::NFS4ERR_NOTSUPP);
         }
-        let (src, dst) = self.copy_ends(&a.src_stateid, &a.dst_stateid, cx).await?;
+        let (src, dst, src_size) = self.copy_ends(&a.src_stateid, &a.dst_stateid, cx).await?;
+        if let Some(r) = self.copy_async(a, (&src, &dst), src_size, cx).await? {
+            return Ok(r);
+        }
         if a.count > MAX_COPY {
             COPY_BYTES.trip(format_args!(
                 "COPY of {} bytes answered short ({MAX_COPY})",
@@ -105,7 +113,7 @@ impl<S: Storage> Nfs4Service<S> {
     /// by `FICLONE` where the file system shares extents; a partial range,
     /// or a file system that cannot, is NFS4ERR_NOTSUPP.
     pub(super) async fn clone_op(&self, a: &Clone4Args, cx: &Cx) -> R<()> {
-        let (src, dst) = self.copy_ends(&a.src_stateid, &a.dst_stateid, cx).await?;
+        let (src, dst, _) = self.copy_ends(&a.src_stateid, &a.dst_stateid, cx).await?;
         self.watch.quiet(&key(&dst));
         let r = self
             .fs

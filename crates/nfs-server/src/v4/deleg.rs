@@ -246,6 +246,11 @@ impl DelegTable {
         );
     }
 
+    /// Whether `clientid` holds delegations.
+    pub(crate) fn has_delegations(&self, clientid: u64) -> bool {
+        self.by_client.get(&clientid).is_some_and(|s| !s.is_empty())
+    }
+
     /// Whether `clientid` has an NFSv4.0 callback path.
     pub(crate) fn has_v40_path(&self, clientid: u64) -> bool {
         self.paths.get(&clientid).is_some_and(|p| p.v40.is_some())

@@ -185,6 +185,8 @@ impl<S: Storage> Nfs4Service<S> {
             A::ReadPlus(a) => Z::ReadPlus(self.read_plus(a, cx).await.into()),
             A::Copy(a) => Z::Copy(self.copy(a, cx).await.into()),
             A::Clone(a) => Z::Clone(status(self.clone_op(a, cx).await)),
+            A::OffloadStatus(sid) => Z::OffloadStatus(self.offload_status(sid, cx).into()),
+            A::OffloadCancel(sid) => Z::OffloadCancel(self.offload_cancel(sid, cx)),
             A::Allocate(a) => Z::Allocate(status(self.allocate(a, cx, false).await)),
             A::Deallocate(a) => Z::Deallocate(status(self.allocate(a, cx, true).await)),
             A::Verify(a) => Z::Verify(status(self.verify(a, cx, false).await)),

@@ -45,6 +45,7 @@
 //! - Owners and groups are numeric strings ("1000"), as Linux clients
 //!   send with AUTH_SYS; only AUTH_SYS is offered by SECINFO_NO_NAME.
 
+mod asynccopy;
 mod attrs;
 pub mod callback;
 mod cb40;
@@ -62,9 +63,11 @@ mod inflight;
 mod lease;
 mod namespace;
 mod nlmlink;
+mod offload;
 mod openops;
 mod opstats;
 pub mod pnfs;
+mod principal;
 mod pseudofs;
 mod records;
 mod seqids;
@@ -230,7 +233,7 @@ pub struct Nfs4Service<S: Storage = LocalFs> {
     clock: Arc<dyn Clock>,
     owner: Bytes,
     cbs: callback::Callbacks,
-    watch: watch::FileWatch,
+    watch: Arc<watch::FileWatch>,
     /// NLM clients' locks, which NFSv4 LOCK and LOCKT respect.
     nlm: Option<crate::nlm::NlmLocks>,
     /// WRITEs in progress per file, awaited by DELEGRETURN.
@@ -264,9 +267,9 @@ struct Cx {
     last: bool,
     /// NFSv4.0: the client the operation running acts for.
     client40: Option<u64>,
-    /// The AUTH_SYS uid of the call, before any squashing: the principal
-    /// a client id is bound to.
-    principal: u32,
+    /// The caller's identity before any squashing: the principal a
+    /// client id is bound to.
+    principal: principal::Principal,
     /// The COMPOUND's minor version (callbacks to a session use its
     /// creator's, RFC 8881 §20.9.3 / §16.2.3).
     minor: u32,
@@ -337,7 +340,7 @@ impl<S: Storage> Nfs4Service<S> {
             clock: cfg.clock,
             owner: cfg.server_owner,
             cbs: callback::Callbacks::default(),
-            watch: watch::FileWatch::default(),
+            watch: Arc::default(),
             writes: Arc::default(),
             fs: Arc::new(Namespace::single(fs)),
             nlm: None,
@@ -378,7 +381,7 @@ impl<S: Storage> Nfs4Service<S> {
         if let Ok(mut st) = self.state.lock() {
             st.delegs.set_limits(limits);
         }
-        self.watch = watch::FileWatch::with_max(limits.max_watches);
+        self.watch = Arc::new(watch::FileWatch::with_max(limits.max_watches));
         self
     }
 
@@ -545,7 +548,7 @@ impl<S: Storage> Nfs4Service<S> {
             peer: ctx.peer,
             last: false,
             client40: None,
-            principal: Caller::of(&ctx.credential).uid,
+            principal: principal::Principal::of(&ctx.credential),
             minor: 0,
         };
         if let Ok(root) = self.fs.place(&self.fs.root_for(&ctx.peer)) {

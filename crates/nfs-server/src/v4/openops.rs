@@ -62,7 +62,7 @@ impl<S: Storage> Nfs4Service<S> {
             A::ExchangeId(a) => Z::ExchangeId(match self.state() {
                 Ok(mut st) => {
                     st.expire(now);
-                    let mut r = st.exchange_id(a, &self.owner, cx.principal, now);
+                    let mut r = st.exchange_id(a, &self.owner, &cx.principal, now);
                     // RFC 8881 §13.1: a metadata server says so.
                     if let (Res4::Ok(ok), true) = (&mut r, self.mds.is_some()) {
                         ok.flags = (ok.flags & !nfs::v4::session::EXCHGID4_FLAG_USE_NON_PNFS)
@@ -75,7 +75,7 @@ impl<S: Storage> Nfs4Service<S> {
             A::CreateSession(a) => Z::CreateSession(match self.state() {
                 Ok(mut st) => {
                     st.expire(now);
-                    let r = st.create_session(a, cx.peer.conn_id, now);
+                    let r = st.create_session(a, &cx.principal, cx.peer.conn_id, now);
                     if let Res4::Ok(ok) = &r {
                         let cb = st.cb_params(&ok.sessionid.0);
                         if let (true, Some(cb)) =

@@ -18,6 +18,8 @@ use super::cbslots::CbParams;
 use super::clients::{ClientTable, SeqOutcome, SessionLimits};
 use super::deleg::{DelegTable, OPEN4_SHARE_ACCESS_WANT_NO_DELEG};
 use super::grace::{Grace, RecordOp};
+use super::offload::Offloads;
+use super::principal::Principal;
 use super::records::RecordStore;
 use super::seqids::OwnerSeqs;
 use super::stateids::StateIds;
@@ -32,6 +34,8 @@ pub(crate) struct StateTable {
     pub(super) delegs: DelegTable,
     /// NFSv4.0 open and lock owners' seqids and last replies.
     pub(super) seqs: OwnerSeqs,
+    /// Asynchronous copies in flight.
+    pub(super) offloads: Offloads,
     /// The grace period and which clients are recorded.
     grace: Grace,
     /// Where client records are kept, with a state directory.
@@ -47,6 +51,7 @@ impl StateTable {
             ids: StateIds::default(),
             delegs: DelegTable::default(),
             seqs: OwnerSeqs::default(),
+            offloads: Offloads::default(),
             grace: Grace::none(),
             store: None,
         }
@@ -156,6 +161,7 @@ impl StateTable {
             self.ids.purge_client(id, false);
             self.delegs.purge(id);
             self.seqs.purge_client(id);
+            self.offloads.purge_client(id);
         }
         for k in self.clients.take_forgotten() {
             let ops = self.grace.forget(&k);
@@ -171,6 +177,7 @@ impl StateTable {
             self.ids.purge_client(id, true);
             self.delegs.purge(id);
             self.seqs.purge_client(id);
+            self.offloads.purge_client(id);
         }
         self.sweep();
         let ops = self.grace.tick(now);
@@ -184,18 +191,23 @@ impl StateTable {
         self.clients.conn_in_session(conn)
     }
 
-    /// EXCHANGE_ID (RFC 8881 §18.35.4).
+    /// EXCHANGE_ID (RFC 8881 §18.35.4) from `principal`. A client
+    /// "has state" (case 3) when it holds sessions, stateids,
+    /// delegations or asynchronous copies, as Linux's nfsd counts it
+    /// (`client_has_state`).
     pub(crate) fn exchange_id(
         &mut self,
         a: &ExchangeId4Args,
         owner_major: &Bytes,
-        principal: u32,
+        principal: &Principal,
         now: Duration,
     ) -> Res4<ExchangeId4ResOk> {
-        let r = self.clients.exchange_id(a, owner_major, now);
-        if let Res4::Ok(ok) = &r {
-            self.clients.set_principal(ok.clientid, principal);
-        }
+        let (ids, delegs, copies) = (&self.ids, &self.delegs, &self.offloads);
+        let has_state =
+            |id| ids.has_state(id) || delegs.has_delegations(id) || copies.has_copies(id);
+        let r = self
+            .clients
+            .exchange_id(a, owner_major, principal, has_state, now);
         self.sweep();
         r
     }
@@ -205,10 +217,11 @@ impl StateTable {
     pub(crate) fn create_session(
         &mut self,
         a: &CreateSession4Args,
+        principal: &Principal,
         conn: u64,
         now: Duration,
     ) -> Res4<CreateSession4ResOk> {
-        let r = self.clients.create_session(a, now);
+        let r = self.clients.create_session(a, principal, now);
         if let Res4::Ok(ok) = &r {
             self.clients.bind_to(&ok.sessionid.0, conn);
         }
@@ -301,7 +314,7 @@ impl StateTable {
     pub(crate) fn setclientid(
         &mut self,
         a: &nfs::v4::Setclientid4Args,
-        principal: u32,
+        principal: Principal,
         now: Duration,
     ) -> nfs::v4::Setclientid4Res {
         let r = self.clients.setclientid(a, principal, now);
@@ -316,12 +329,12 @@ impl StateTable {
     pub(crate) fn setclientid_confirm(
         &mut self,
         a: &nfs::v4::SetclientidConfirm4Args,
-        principal: u32,
+        principal: Principal,
         now: Duration,
     ) -> Nfsstat4 {
         let r =
             self.clients
-                .setclientid_confirm(a.clientid, a.setclientid_confirm.0, principal, now);
+                .setclientid_confirm(a.clientid, a.setclientid_confirm.0, &principal, now);
         self.sweep();
         if r.is_ok() {
             if let Some((cb, ident)) = self.clients.v40_callback(a.clientid) {

@@ -27,7 +27,6 @@ use xdr::{Decode, Decoder, XdrBuf};
 use super::fileops::{cur, key};
 use super::seqids::{OwnerKey, SeqCheck};
 use super::{deleg, Cx, Nfs4Service};
-use crate::perm::Caller;
 use crate::storage::Storage;
 
 /// The client id a non-special stateid belongs to.
@@ -74,10 +73,9 @@ fn op_client(op: &NfsArgop4) -> Option<(u64, bool)> {
     }
 }
 
-/// The principal a client id is bound to (RFC 7530 §16.33.5): the
-/// AUTH_SYS uid of the call.
-fn principal(ctx: &CallContext) -> u32 {
-    Caller::of(&ctx.credential).uid
+/// The principal a client id is bound to (RFC 7530 §16.33.5).
+fn principal(ctx: &CallContext) -> super::principal::Principal {
+    super::principal::Principal::of(&ctx.credential)
 }
 
 impl<S: Storage> Nfs4Service<S> {

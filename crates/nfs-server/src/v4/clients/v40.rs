@@ -5,9 +5,8 @@
 //! (same bounds, leases and expiry) under its own owner key, so a 4.0 and
 //! a 4.1 client with the same identity string do not replace each other.
 //!
-//! The principal is the AUTH_SYS uid of the call (nobody for other
-//! flavours). The confirmed callback address becomes the client's
-//! callback path ([`super::super::cb40`]), through which it is given
+//! The principal is the caller's identity ([`Principal`]). The
+//! confirmed callback address becomes the client's callback path ([`super::super::cb40`]), through which it is given
 //! delegations.
 
 use std::hash::BuildHasher;
@@ -26,7 +25,7 @@ pub(crate) struct V40Client {
     /// the record.
     confirm: [u8; 8],
     /// Who set the client id.
-    principal: u32,
+    principal: Principal,
     /// The callback path and its `callback_ident`.
     callback: (CbClient4, u32),
     /// A callback update (RFC 7530 §16.33.5, same verifier and principal)
@@ -46,7 +45,7 @@ impl ClientTable {
     pub(crate) fn setclientid(
         &mut self,
         a: &Setclientid4Args,
-        principal: u32,
+        principal: Principal,
         now: Duration,
     ) -> Setclientid4Res {
         let mut key = V40_PREFIX.to_vec();
@@ -77,13 +76,12 @@ impl ClientTable {
         // A new client, or a new incarnation (another verifier) of a
         // confirmed one: a new unconfirmed record, replacing any earlier
         // unconfirmed one; the confirmed one goes when this is confirmed.
-        let id = match self.new_client(&key, verf, now) {
+        let id = match self.new_client(&key, verf, &principal, now) {
             Ok(id) => id,
             Err(e) => return Setclientid4Res::Err(e),
         };
         let k = fresh_verifier(id, now);
         if let Some(c) = self.clients.get_mut(&id) {
-            c.principal = principal;
             c.v40 = Some(V40Client {
                 confirm: k,
                 principal,
@@ -106,7 +104,7 @@ impl ClientTable {
         &mut self,
         clientid: u64,
         k: [u8; 8],
-        principal: u32,
+        principal: &Principal,
         now: Duration,
     ) -> Nfsstat4 {
         let Some(c) = self.clients.get_mut(&clientid) else {
@@ -116,7 +114,7 @@ impl ClientTable {
         let Some(v) = c.v40.as_mut() else {
             return Nfsstat4::NFS4ERR_STALE_CLIENTID;
         };
-        if v.principal != principal {
+        if v.principal != *principal {
             return Nfsstat4::NFS4ERR_CLID_INUSE;
         }
         if confirmed {
