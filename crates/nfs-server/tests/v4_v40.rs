@@ -437,6 +437,8 @@ enum CbSeen {
 struct Cb40 {
     program: u32,
     seen: tokio::sync::mpsc::UnboundedSender<CbSeen>,
+    /// CB_COMPOUND fails (SYSTEM_ERR): a broken callback service.
+    fail: bool,
 }
 
 impl oncrpc::RpcService for Cb40 {
@@ -457,6 +459,7 @@ impl oncrpc::RpcService for Cb40 {
                 let _ = self.seen.send(CbSeen::Null);
                 Ok(xdr::XdrBuf::new())
             }
+            CB_COMPOUND if self.fail => Err(oncrpc::ServiceError::SystemErr("broken")),
             CB_COMPOUND => {
                 let a: CbCompound4Args =
                     xdr::from_slice(&args).map_err(oncrpc::ServiceError::GarbageArgs)?;
@@ -498,6 +501,7 @@ async fn callbacks_go_to_the_setclientid_address() {
     cbs.register(Cb40 {
         program: PROG,
         seen: tx,
+        fail: false,
     });
     let listener = oncrpc::tcp::TcpServer::bind(
         "127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap(),
@@ -599,4 +603,77 @@ async fn callbacks_go_to_the_setclientid_address() {
     let dead = establish(&c, "host-dead").await;
     let r = v40(&c, vec![NfsArgop4::Putrootfh(()), open(dead, 1, "e")]).await;
     assert_eq!(open_res(&r).delegation, OpenDelegation4::None);
+}
+
+/// RFC 7530 §16.29.4 (RENEW): a client holding a delegation whose
+/// callback path failed gets NFS4ERR_CB_PATH_DOWN from RENEW (its lease
+/// renewed all the same), as from Linux's nfsd; without delegations, or
+/// with a working path, RENEW is NFS4_OK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_reports_a_failed_callback_path_of_a_delegation_holder() {
+    const PROG: u32 = 0x4000_0124;
+    let srv = serve("v40-cbdown", SessionLimits::default()).await;
+    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let mut cbs = oncrpc::Server::new();
+    cbs.register(Cb40 {
+        program: PROG,
+        seen: tx,
+        fail: true,
+    });
+    let listener = oncrpc::tcp::TcpServer::bind(
+        "127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap(),
+        std::sync::Arc::new(cbs),
+        oncrpc::tcp::TcpConfig::default(),
+    )
+    .await
+    .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.spawn();
+    let c = C4::connect(&srv).await;
+    let mut sc = setclientid("host-cbdown", 1);
+    if let NfsArgop4::Setclientid(a) = &mut sc {
+        a.callback.program = PROG;
+        a.callback.location.addr = Bounded(Bytes::from(format!(
+            "127.0.0.1.{}.{}",
+            port >> 8,
+            port & 0xff
+        )));
+    }
+    let ok = match &v40(&c, vec![sc]).await.resarray[..] {
+        [NfsResop4::Setclientid(Setclientid4Res::Ok(ok))] => ok.clone(),
+        r => panic!("{r:?}"),
+    };
+    let id = ok.clientid;
+    assert_eq!(
+        status(&c, vec![confirm(id, ok.setclientid_confirm.0)]).await,
+        Nfsstat4::NFS4_OK
+    );
+    let null = tokio::time::timeout(Duration::from_secs(10), seen.recv()).await;
+    assert!(matches!(null, Ok(Some(CbSeen::Null))), "CB_NULL probe");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = v40(&c, vec![NfsArgop4::Putrootfh(()), open(id, 10, "d")]).await;
+    assert!(
+        matches!(open_res(&r).delegation, OpenDelegation4::Write(..)),
+        "{r:?}"
+    );
+    assert_eq!(status(&c, vec![renew(id)]).await, Nfsstat4::NFS4_OK);
+
+    // Another client's OPEN makes the server call back; the call fails.
+    let mut other = C4::connect(&srv).await;
+    other.establish("other-cbdown").await;
+    let read = open_create(other.clientid, "d", OPEN4_SHARE_ACCESS_READ, 0);
+    let r = other.seq(vec![NfsArgop4::Putrootfh(()), read]).await;
+    assert_eq!(last_status(&r), Nfsstat4::NFS4ERR_DELAY);
+    let mut down = false;
+    for _ in 0..200 {
+        if status(&c, vec![renew(id)]).await == Nfsstat4::NFS4ERR_CB_PATH_DOWN {
+            down = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(down, "RENEW reports the failed callback path");
+    // A client without delegations: NFS4_OK.
+    let plain = establish(&c, "host-plain").await;
+    assert_eq!(status(&c, vec![renew(plain)]).await, Nfsstat4::NFS4_OK);
 }

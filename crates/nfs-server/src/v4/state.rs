@@ -346,6 +346,24 @@ impl StateTable {
         r
     }
 
+    /// RENEW (RFC 7530 §16.29.4): renews the lease as
+    /// [`StateTable::renew_v40`] does, then answers NFS4ERR_CB_PATH_DOWN
+    /// when the client holds delegations and its callback path is not
+    /// known to work (a callback to it failed), as Linux's nfsd does
+    /// (`nfsd4_renew`): the client is to fix the path with SETCLIENTID
+    /// (RFC 7530 §10.2.1) or return its delegations.
+    pub(crate) fn renew_op(&mut self, clientid: u64, now: Duration) -> Nfsstat4 {
+        let s = self.renew_v40(clientid, now);
+        let up = self
+            .delegs
+            .path(clientid)
+            .is_some_and(|p| p.status == super::deleg::PathStatus::Up);
+        if s.is_ok() && self.delegs.has_delegations(clientid) && !up {
+            return Nfsstat4::NFS4ERR_CB_PATH_DOWN;
+        }
+        s
+    }
+
     /// Renews NFSv4.0 client `clientid` (RENEW, RFC 7530 §16.29.4, and
     /// every operation naming it, §9.6): NFS4ERR_EXPIRED once its lease
     /// ran out, NFS4ERR_STALE_CLIENTID for an unknown id.

@@ -222,7 +222,7 @@ impl<S: Storage> Nfs4Service<S> {
             }
             A::Renew(a) => {
                 return Z::Renew(match st() {
-                    Ok(mut st) => st.renew_v40(a.clientid, now),
+                    Ok(mut st) => st.renew_op(a.clientid, now),
                     Err(e) => e,
                 })
             }
