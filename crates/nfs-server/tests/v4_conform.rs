@@ -681,3 +681,39 @@ async fn unimplemented_operations_answer_notsupp() {
         }
     }
 }
+
+/// RFC 8881 §18.20.3: the public file handle may be the root's; here it
+/// is, in every minor version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn putpubfh_is_the_root() {
+    let srv = serve("putpubfh", SessionLimits::default()).await;
+    let mut me = C4::connect(&srv).await;
+    me.establish("putpubfh-owner").await;
+    let fh = |r: &Compound4Res| match r.resarray.last() {
+        Some(NfsResop4::Getfh(Res4::Ok(g))) => g.object.clone(),
+        x => panic!("{x:?}"),
+    };
+    for minor in [1, 2] {
+        let root = seq_minor(
+            &me,
+            minor,
+            vec![NfsArgop4::Putrootfh(()), NfsArgop4::Getfh(())],
+        )
+        .await;
+        let public = seq_minor(
+            &me,
+            minor,
+            vec![NfsArgop4::Putpubfh(()), NfsArgop4::Getfh(())],
+        )
+        .await;
+        assert_eq!(fh(&public), fh(&root));
+    }
+    let v40 = me
+        .compound(&Compound4Args {
+            tag: Bytes::new(),
+            minorversion: 0,
+            argarray: vec![NfsArgop4::Putpubfh(()), NfsArgop4::Getfh(())],
+        })
+        .await;
+    assert_eq!(v40.status, Nfsstat4::NFS4_OK, "{v40:?}");
+}
