@@ -511,3 +511,28 @@ async fn async_copies_in_flight_are_bounded() {
     assert!(again, "asynchronous again once the callbacks are answered");
     c.next_offload().await;
 }
+
+/// Not a check: prints how long a 64 MiB COPY takes to be answered
+/// synchronously, and asynchronously (the reply, then the CB_OFFLOAD).
+/// `cargo test -p nfs-server --test v4_copy_async -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand"]
+async fn measure_sync_and_async_copy() {
+    let srv = serve("measure").await;
+    std::fs::write(srv.dir.join("src"), pattern(64 * MIB)).unwrap();
+    std::fs::write(srv.dir.join("dst"), b"").unwrap();
+    let mut c = Client::connect(&srv, "acopy-m", true).await;
+    for round in 0..3 {
+        let t = std::time::Instant::now();
+        assert_sync(&c.copy("src", "dst", 0, true).await, 64 * MIB);
+        let sync = t.elapsed();
+        let t = std::time::Instant::now();
+        let sid = async_id(&c.copy("src", "dst", 0, false).await);
+        let reply = t.elapsed();
+        assert_eq!(c.next_offload().await.stateid, sid);
+        let done = t.elapsed();
+        println!(
+            "round {round}: synchronous 64 MiB COPY answered in {sync:?}; asynchronous: reply {reply:?}, CB_OFFLOAD {done:?}"
+        );
+    }
+}
