@@ -410,6 +410,20 @@ impl<T: ClientTransport> V4<T> {
         })
     }
 
+    /// The session, the directory the URL names (walked from where its
+    /// path starts) and the READ and WRITE sizes: what `mount` serves.
+    pub(crate) async fn into_mount(self) -> anyhow::Result<(Session<T>, NfsFh4, (u32, u32))> {
+        let dir = if components(&self.rest).is_empty() {
+            self.root.clone()
+        } else {
+            self.session
+                .lookup_path_at(&self.root, &self.rest)
+                .await
+                .with_context(|| format!("looking up {}", self.rest))?
+        };
+        Ok((self.session, dir, (self.maxread, self.maxwrite)))
+    }
+
     async fn find(&self, rel: &str) -> anyhow::Result<Option<(Handle, Attr)>> {
         let comps = components(rel);
         let Some((name, dirs)) = comps.split_last() else {

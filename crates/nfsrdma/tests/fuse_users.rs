@@ -273,11 +273,12 @@ fn unknown_mount_options_are_refused_by_name() {
     let err = text(&out.stderr);
     assert!(err.contains("unknown mount option \"bogus\""), "{err}");
     let out = Command::new(BIN)
-        .args(["mount", "-o", "vers=4.1", "nfs://127.0.0.1/x", "/"])
+        .args(["mount", "-o", "vers=4.0", "nfs://127.0.0.1/x", "/"])
         .output()
         .unwrap();
+    assert!(!out.status.success());
     assert!(
-        text(&out.stderr).contains("vers=4.1"),
+        text(&out.stderr).contains("vers=4.0"),
         "{}",
         text(&out.stderr)
     );
@@ -288,8 +289,24 @@ fn unknown_mount_options_are_refused_by_name() {
 /// C project built with `make -j2`, run, packed with tar, unpacked and
 /// built again.
 fn a_user_works_on_a_project(rdma: bool) {
-    let tag = if rdma { "project-rdma" } else { "project-tcp" };
-    let Some((srv, m)) = setup(tag, rdma, "allow_other") else {
+    a_user_works_on_a_project_with(rdma, "");
+}
+
+/// [`a_user_works_on_a_project`] with `-o allow_other` plus `vers`
+/// (empty: NFSv3).
+fn a_user_works_on_a_project_with(rdma: bool, vers: &str) {
+    let tag = match (rdma, vers.is_empty()) {
+        (true, true) => "project-rdma",
+        (false, true) => "project-tcp",
+        (true, false) => "project4-rdma",
+        (false, false) => "project4-tcp",
+    };
+    let opts = if vers.is_empty() {
+        "allow_other".to_owned()
+    } else {
+        format!("allow_other,{vers}")
+    };
+    let Some((srv, m)) = setup(tag, rdma, &opts) else {
         return;
     };
     let d = m.path("shared");
@@ -337,4 +354,14 @@ fn a_user_works_on_a_project_over_tcp() {
 #[test]
 fn a_user_works_on_a_project_over_rdma() {
     a_user_works_on_a_project(true);
+}
+
+#[test]
+fn a_user_works_on_a_project_over_nfs41_tcp() {
+    a_user_works_on_a_project_with(false, "vers=4.1");
+}
+
+#[test]
+fn a_user_works_on_a_project_over_nfs42_rdma() {
+    a_user_works_on_a_project_with(true, "vers=4.2");
 }

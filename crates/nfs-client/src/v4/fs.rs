@@ -4,8 +4,9 @@
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use nfs::v4::attr::{
-    Bitmap4, Fattr4, FileAttrs, FATTR4_FILEID, FATTR4_MAXREAD, FATTR4_MAXWRITE, FATTR4_MODE,
-    FATTR4_SIZE, FATTR4_TIME_ACCESS, FATTR4_TIME_METADATA, FATTR4_TIME_MODIFY, FATTR4_TYPE,
+    Bitmap4, Fattr4, FileAttrs, FATTR4_CHANGE, FATTR4_FILEID, FATTR4_MAXREAD, FATTR4_MAXWRITE,
+    FATTR4_MODE, FATTR4_NUMLINKS, FATTR4_OWNER, FATTR4_OWNER_GROUP, FATTR4_RAWDEV, FATTR4_SIZE,
+    FATTR4_SPACE_USED, FATTR4_TIME_ACCESS, FATTR4_TIME_METADATA, FATTR4_TIME_MODIFY, FATTR4_TYPE,
 };
 use nfs::v4::{
     Close4Args, Commit4Args, Component4, Create4Args, Createhow4, Createtype4, Getattr4Args,
@@ -37,22 +38,46 @@ pub struct Attrs {
     pub mtime: Option<Nfstime4>,
     /// `time_metadata` (§5.8.2.37), when supported.
     pub ctime: Option<Nfstime4>,
+    /// `change` (§5.8.1.4).
+    pub change: Option<u64>,
+    /// `numlinks` (§5.8.2.20), when supported.
+    pub nlink: Option<u32>,
+    /// `owner` as a number (§5.9: AUTH_SYS servers may send the uid as a
+    /// decimal string); `None` when absent or a name.
+    pub uid: Option<u32>,
+    /// `owner_group` as a number, likewise.
+    pub gid: Option<u32>,
+    /// `space_used` in bytes (§5.8.2.30), when supported.
+    pub used: Option<u64>,
+    /// `rawdev` (major, minor) of a device (§5.8.2.26), when supported.
+    pub rawdev: Option<(u32, u32)>,
+}
+
+/// A numeric `owner` or `owner_group` (RFC 8881 §5.9).
+fn numeric_id(s: Option<&nfs::v4::Utf8Str>) -> Option<u32> {
+    std::str::from_utf8(&s?.0).ok()?.parse().ok()
 }
 
 impl Attrs {
-    fn request() -> Bitmap4 {
+    pub(crate) fn request() -> Bitmap4 {
         Bitmap4::from_bits(&[
             FATTR4_TYPE,
+            FATTR4_CHANGE,
             FATTR4_SIZE,
             FATTR4_FILEID,
             FATTR4_MODE,
+            FATTR4_NUMLINKS,
+            FATTR4_OWNER,
+            FATTR4_OWNER_GROUP,
+            FATTR4_RAWDEV,
+            FATTR4_SPACE_USED,
             FATTR4_TIME_ACCESS,
             FATTR4_TIME_METADATA,
             FATTR4_TIME_MODIFY,
         ])
     }
 
-    fn from_fattr4(f: &Fattr4) -> Result<Self> {
+    pub(crate) fn from_fattr4(f: &Fattr4) -> Result<Self> {
         let a = FileAttrs::from_fattr4(f)?;
         Ok(Self {
             ftype: a.ftype.ok_or(Error::Protocol("GETATTR without type"))?,
@@ -62,6 +87,12 @@ impl Attrs {
             atime: a.time_access,
             mtime: a.time_modify,
             ctime: a.time_metadata,
+            change: a.change,
+            nlink: a.numlinks,
+            uid: numeric_id(a.owner.as_ref()),
+            gid: numeric_id(a.owner_group.as_ref()),
+            used: a.space_used,
+            rawdev: a.rawdev.map(|d| (d.specdata1, d.specdata2)),
         })
     }
 }
@@ -122,12 +153,12 @@ pub fn component(name: impl AsRef<[u8]>) -> Result<Component4> {
     Ok(c)
 }
 
-fn putfh(fh: &NfsFh4) -> NfsArgop4 {
+pub(crate) fn putfh(fh: &NfsFh4) -> NfsArgop4 {
     NfsArgop4::Putfh(Putfh4Args { object: fh.clone() })
 }
 
 /// The handle of the last GETFH in `res`.
-fn last_fh(res: Vec<NfsResop4>) -> Result<NfsFh4> {
+pub(crate) fn last_fh(res: Vec<NfsResop4>) -> Result<NfsFh4> {
     res.into_iter()
         .rev()
         .find_map(|r| match r {

@@ -5,6 +5,13 @@
 //! program needs: path resolution, GETATTR, READDIR, OPEN/CLOSE, READ,
 //! WRITE (UNSTABLE + COMMIT), CREATE of a directory, REMOVE and RENAME.
 //!
+//! [`Session::with_credential`] gives a view of the session whose calls
+//! carry another AUTH_SYS credential (a multi-user mount), and
+//! [`Session::renew`] sends the SEQUENCE that keeps the lease when idle.
+//! The operations of a POSIX file system ([`SetAttrs`], ACCESS, LINK,
+//! READLINK, CREATE of any type, OPEN by handle) return attributes from
+//! the same COMPOUND.
+//!
 //! READ data is DDP-eligible (ULB v2 draft §5.1): every READ COMPOUND
 //! carries a [`oncrpc::ReplyHint`] naming the data's offset in the
 //! results, so an RPC-over-RDMA transport moves it by Write chunk.
@@ -12,9 +19,11 @@
 mod error;
 mod fs;
 mod io;
+mod posix;
 mod session;
 
 pub use error::{Error, Result};
 pub use fs::{component, Attrs, DirEntry, OpenFile, OpenOptions};
 pub use io::Writer4;
+pub use posix::{Create, FsStats, SetAttrs, OPEN4_SHARE_ACCESS_WANT_NO_DELEG};
 pub use session::{Session, SessionOptions};

@@ -1,9 +1,9 @@
 //! [`Session`]: the client id and session of an NFSv4.1 client, and the
 //! SEQUENCE-prefixed COMPOUND call every file operation goes through.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use nfs::v4::session::{
@@ -146,6 +146,22 @@ enum SlotOutcome {
     Unknown,
 }
 
+/// What every view of one session shares ([`Session::with_credential`]):
+/// the fore channel's slot table, the open-owner counter, and when the
+/// last SEQUENCE succeeded (for lease renewal, RFC 8881 §8.3).
+#[derive(Debug)]
+struct Shared {
+    slots: Mutex<Slots>,
+    slot_wait: Semaphore,
+    slot_wait_total: usize,
+    open_owner: AtomicU32,
+    /// Milliseconds after `epoch` of the last successful SEQUENCE.
+    renewed_ms: AtomicU64,
+    /// `sr_status_flags` of the last successful SEQUENCE.
+    last_flags: AtomicU32,
+    epoch: Instant,
+}
+
 /// An NFSv4.1 session on one transport (RFC 8881 §2.10): the client id
 /// from EXCHANGE_ID, the session from CREATE_SESSION, and the fore
 /// channel's slot table. Calls may run concurrently, one per slot.
@@ -156,11 +172,8 @@ pub struct Session<T> {
     clientid: u64,
     sessionid: Sessionid4,
     fore: ChannelAttrs4,
-    slots: Mutex<Slots>,
-    slot_wait: Semaphore,
-    slot_wait_total: usize,
+    shared: Arc<Shared>,
     delay_retries: u32,
-    open_owner: AtomicU32,
     minor: u32,
 }
 
@@ -242,15 +255,20 @@ impl<T: ClientTransport> Session<T> {
             clientid: xid.clientid,
             sessionid: s.sessionid,
             fore: s.fore_chan_attrs,
-            slots: Mutex::new(Slots {
-                seqids: vec![1; granted as usize],
-                uncertain: vec![false; granted as usize],
-                free: (0..granted).rev().collect(),
+            shared: Arc::new(Shared {
+                slots: Mutex::new(Slots {
+                    seqids: vec![1; granted as usize],
+                    uncertain: vec![false; granted as usize],
+                    free: (0..granted).rev().collect(),
+                }),
+                slot_wait: Semaphore::new(granted as usize),
+                slot_wait_total: granted as usize,
+                open_owner: AtomicU32::new(0),
+                renewed_ms: AtomicU64::new(0),
+                last_flags: AtomicU32::new(0),
+                epoch: Instant::now(),
             }),
-            slot_wait: Semaphore::new(granted as usize),
-            slot_wait_total: granted as usize,
             delay_retries: opts.delay_retries,
-            open_owner: AtomicU32::new(0),
             minor,
         };
         let rc = NfsArgop4::ReclaimComplete(ReclaimComplete4Args { one_fs: false });
@@ -284,7 +302,42 @@ impl<T: ClientTransport> Session<T> {
 
     /// Slots in the fore channel's table: the most calls in flight.
     pub fn slot_count(&self) -> usize {
-        self.slot_wait_total
+        self.shared.slot_wait_total
+    }
+
+    /// A view of this session whose calls carry credential `cred`
+    /// instead (RFC 5531 §8.2: each RPC call has its own), over the same
+    /// transport, slot table and state: one session serves many users,
+    /// as a multi-user mount needs (RFC 8881 §2.10.8.2 lets any principal
+    /// use a session created with AUTH_SYS). Only the owning session
+    /// should [`Session::close`] it.
+    pub fn with_credential(&self, cred: OpaqueAuth) -> Session<&T> {
+        Session {
+            rpc: &self.rpc,
+            cred,
+            clientid: self.clientid,
+            sessionid: self.sessionid,
+            fore: self.fore.clone(),
+            shared: Arc::clone(&self.shared),
+            delay_retries: self.delay_retries,
+            minor: self.minor,
+        }
+    }
+
+    /// How long since a SEQUENCE last succeeded on this session (every
+    /// successful SEQUENCE renews the client's lease, RFC 8881 §8.3).
+    pub fn idle_for(&self) -> Duration {
+        let now = self.shared.epoch.elapsed();
+        let last = Duration::from_millis(self.shared.renewed_ms.load(Ordering::Relaxed));
+        now.saturating_sub(last)
+    }
+
+    /// Renews the lease (RFC 8881 §8.3: a SEQUENCE alone, as Linux's
+    /// client sends when it has nothing else to say) and returns the
+    /// SEQUENCE status flags (`sr_status_flags`, §18.46.3).
+    pub async fn renew(&self) -> Result<u32> {
+        self.compound(vec![]).await?;
+        Ok(self.shared.last_flags.load(Ordering::Relaxed))
     }
 
     /// The transport.
@@ -294,12 +347,13 @@ impl<T: ClientTransport> Session<T> {
 
     /// A fresh open-owner name for this client (RFC 8881 §18.16.3).
     pub(crate) fn next_open_owner(&self) -> Bytes {
-        let n = self.open_owner.fetch_add(1, Ordering::Relaxed);
+        let n = self.shared.open_owner.fetch_add(1, Ordering::Relaxed);
         Bytes::from(format!("open-owner-{n}"))
     }
 
     fn take_slot(&self) -> Result<(u32, u32, u32, bool)> {
         let mut s = self
+            .shared
             .slots
             .lock()
             .map_err(|_| Error::Protocol("slot table poisoned"))?;
@@ -312,7 +366,7 @@ impl<T: ClientTransport> Session<T> {
 
     /// Returns `slot` to the table with what its request did to it.
     fn put_slot(&self, slot: u32, outcome: SlotOutcome) {
-        if let Ok(mut s) = self.slots.lock() {
+        if let Ok(mut s) = self.shared.slots.lock() {
             let i = slot as usize;
             if outcome == SlotOutcome::Advance {
                 if let Some(q) = s.seqids.get_mut(i) {
@@ -379,6 +433,7 @@ impl<T: ClientTransport> Session<T> {
         dst: Option<BytesMut>,
     ) -> Result<Vec<NfsResop4>> {
         let permit = self
+            .shared
             .slot_wait
             .acquire()
             .await
@@ -411,7 +466,12 @@ impl<T: ClientTransport> Session<T> {
         drop(permit);
         let mut results = check(res?)?;
         match results.first() {
-            Some(NfsResop4::Sequence(Res4::Ok(ok))) if ok.slotid == slot => {}
+            Some(NfsResop4::Sequence(Res4::Ok(ok))) if ok.slotid == slot => {
+                let sh = &self.shared;
+                let ms = sh.epoch.elapsed().as_millis() as u64;
+                sh.renewed_ms.fetch_max(ms, Ordering::Relaxed);
+                sh.last_flags.store(ok.status_flags, Ordering::Relaxed);
+            }
             _ => return Err(Error::Protocol("first result is not this SEQUENCE")),
         }
         results.remove(0);

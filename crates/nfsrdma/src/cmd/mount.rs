@@ -3,6 +3,9 @@
 //! otherwise; no libfuse needed), so that ordinary tools work on it. The
 //! URL is `nfs://` (TCP) or `nfs+rdma://` (RPC-over-RDMA), as for `cp`.
 //!
+//! `-o vers=4.1` (or `vers=4.2`, or `?version=4.1` in the URL) mounts
+//! over an NFSv4 session instead of NFSv3 ([`fs4`]).
+//!
 //! `-o` takes mount(8)/nfs(5) options ([`options`]): with `allow_other`
 //! every user of the machine may use the mount, each acting as itself
 //! towards the server (AUTH_SYS with the caller's uid, gid and groups,
@@ -16,7 +19,9 @@
 mod cache;
 mod creds;
 mod fs;
+mod fs4;
 mod options;
+mod silly;
 mod table;
 mod unstable;
 
@@ -24,15 +29,18 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use fuser::{Config, MountOption, Session, SessionACL};
 use nfs_client::nfs::v3::Ftype3;
+use nfs_client::nfs::v4::NfsFtype4;
 use nfs_client::Mounted;
 use oncrpc::ClientTransport;
 use tokio::signal::unix::{signal, SignalKind};
 
+use crate::remote::{open_fs, with_fs, Fs, V4};
 use crate::url::{open, with_remote, IoArgs, NfsUrl};
 
 /// The line a background child prints on standard output once mounted.
@@ -57,7 +65,7 @@ pub(crate) struct MountArgs {
     /// allow_other, default_permissions, ro, rw, ac, noac, actimeo=S,
     /// acregmin=S, acregmax=S, acdirmin=S, acdirmax=S (attribute cache
     /// timeouts in seconds; defaults 3, 60, 30, 60), rsize=N, wsize=N,
-    /// vers=3, sec=sys, writeback_cache. May be repeated.
+    /// vers=3|4.1|4.2, sec=sys, writeback_cache. May be repeated.
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
     /// Mount read-only: every change fails with EROFS (`-o ro`).
@@ -114,7 +122,7 @@ fn mount_options(args: &MountArgs) -> anyhow::Result<options::MountOpts> {
 }
 
 async fn mount(args: MountArgs) -> anyhow::Result<()> {
-    let url = NfsUrl::parse(&args.url)?;
+    let mut url = NfsUrl::parse(&args.url)?;
     let opts = mount_options(&args)?;
     let dir = std::fs::canonicalize(&args.dir)
         .with_context(|| format!("mount point {}", args.dir.display()))?;
@@ -125,13 +133,22 @@ async fn mount(args: MountArgs) -> anyhow::Result<()> {
     let mut io = args.io.options();
     io.rsize = opts.rsize;
     io.wsize = opts.wsize;
+    if opts.nfs4_minor.is_some() {
+        url.nfs4_minor = opts.nfs4_minor;
+    }
+    if url.nfs4_minor.is_some() {
+        return with_fs!(open_fs(&url, io).await?, |fs| match fs {
+            Fs::V4(v) => serve4(v, &url, &args, opts, dir).await,
+            Fs::V3(_) => bail!("expected an NFSv4 session"),
+        });
+    }
     with_remote!(open(&url, io).await?, |m| {
         serve(m, &url, &args, opts, dir).await
     })
 }
 
-/// Mounts `m`'s directory on `dir` and serves it until a signal or an
-/// unmount from outside.
+/// Mounts `m`'s directory on `dir` over NFSv3 and serves it until a
+/// signal or an unmount from outside.
 async fn serve<T: ClientTransport + Send + Sync + 'static>(
     m: Mounted<T>,
     url: &NfsUrl,
@@ -154,6 +171,55 @@ async fn serve<T: ClientTransport + Send + Sync + 'static>(
         tokio::runtime::Handle::current(),
         opts,
     );
+    run_fuse(nfs_fs, url, args, opts, dir).await
+}
+
+/// Mounts the directory of NFSv4 session `v` on `dir` and serves it,
+/// renewing the lease while idle; destroys the session at the end.
+async fn serve4<T: ClientTransport + Send + Sync + 'static>(
+    v: V4<T>,
+    url: &NfsUrl,
+    args: &MountArgs,
+    opts: options::MountOpts,
+    dir: PathBuf,
+) -> anyhow::Result<()> {
+    let (session, root, sizes) = v.into_mount().await?;
+    let attrs = session.getattr(&root).await?;
+    if attrs.ftype != NfsFtype4::NF4DIR {
+        bail!("{}: not a directory", url.path);
+    }
+    let lease = session.lease_time(&root).await.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "no lease_time from the server; renewing every 30 s");
+        90
+    });
+    let session = Arc::new(session);
+    let rt = tokio::runtime::Handle::current();
+    let nfs_fs = fs4::NfsFs4::new(Arc::clone(&session), root, &attrs, sizes, rt, opts)?;
+    let lease = Duration::from_secs(u64::from(lease.max(3)));
+    let renewer = tokio::spawn(fs4::renew_lease(Arc::clone(&session), lease));
+    let r = run_fuse(nfs_fs, url, args, opts, dir).await;
+    renewer.abort();
+    let _ = renewer.await;
+    match Arc::try_unwrap(session) {
+        Ok(s) => {
+            if let Err(e) = s.close().await {
+                tracing::warn!(error = %e, "destroying the NFSv4 session failed");
+            }
+        }
+        Err(_) => tracing::debug!("session still shared at the end; not destroyed"),
+    }
+    r
+}
+
+/// Mounts `nfs_fs` on `dir` and serves it until a signal or an unmount
+/// from outside.
+async fn run_fuse<F: fuser::Filesystem + Send + 'static>(
+    nfs_fs: F,
+    url: &NfsUrl,
+    args: &MountArgs,
+    opts: options::MountOpts,
+    dir: PathBuf,
+) -> anyhow::Result<()> {
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName(format!("{}:{}", url.host, url.path)),

@@ -46,6 +46,16 @@ impl Server {
 
     /// `rdma_crc`: the RDMA listener requires MPA CRC32c.
     pub(crate) fn start_with(tag: &str, rdma_crc: bool) -> Self {
+        Self::start_config(tag, rdma_crc, |_| {})
+    }
+
+    /// Like [`Server::start_with`], with `tweak` applied to the
+    /// configuration before the server starts.
+    pub(crate) fn start_config(
+        tag: &str,
+        rdma_crc: bool,
+        tweak: impl FnOnce(&mut nfs_server::ServerConfig),
+    ) -> Self {
         let export = TempDir::new(tag);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -57,6 +67,7 @@ impl Server {
         cfg.set_squash(nfs_server::exports::Squash::None);
         cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
         cfg.mount_addr = None;
+        tweak(&mut cfg);
         let srv = rt.block_on(nfs_server::start(cfg)).unwrap();
         let port = srv.nfs_addr().port();
         let rdma_port = rt.block_on(async {

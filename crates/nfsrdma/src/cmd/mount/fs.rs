@@ -51,7 +51,10 @@ use super::table::{decode_dev, errno, file_attr, nfs_time, Inodes};
 mod dir;
 mod open;
 
-use open::{Open, Opens};
+use open::Open;
+
+use super::silly::Opens;
+use super::unstable::V3;
 
 /// Largest FUSE WRITE asked for, whatever the server allows.
 const MAX_FUSE_WRITE: u32 = 1 << 20;
@@ -75,7 +78,7 @@ pub(crate) struct NfsFs<T> {
     creds: Creds,
     ac: AttrCache,
     files: Mutex<HashMap<u64, Arc<Open>>>,
-    opens: Mutex<Opens>,
+    opens: Mutex<Opens<NfsFh3>>,
     dirs: Mutex<HashMap<u64, dir::OpenDir>>,
     next_handle: AtomicU64,
     opts: MountOpts,
@@ -581,7 +584,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
             let o = self.open_file(fh)?;
             let m = self.mount.with_credential(o.cred.clone());
             let mut buf = vec![0u8; size.min(MAX_FUSE_READ) as usize];
-            let n = nfs(m.read_at(&o.file.fh, offset, &mut buf).await)?;
+            let n = nfs(m.read_at(&o.fh, offset, &mut buf).await)?;
             buf.truncate(n);
             Ok(buf)
         });
@@ -609,7 +612,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
             let n = u32::try_from(data.len()).map_err(|_| Errno::EFBIG)?;
             let o = self.open_file(fh)?;
             let m = self.mount.with_credential(o.cred.clone());
-            nfs(o.file.write(&m, offset, data).await)?;
+            o.file.write(&V3 { m: &m, fh: &o.fh }, offset, data).await?;
             Ok(n)
         });
         match r {

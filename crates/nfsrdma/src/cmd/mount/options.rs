@@ -65,11 +65,14 @@ pub(crate) struct MountOpts {
     pub(crate) rsize: Option<u32>,
     /// `wsize=`: WRITE size.
     pub(crate) wsize: Option<u32>,
+    /// `vers=4.1`, `4.2` or `4` (4.2): the NFSv4 minor version; `None`
+    /// for NFSv3.
+    pub(crate) nfs4_minor: Option<u32>,
 }
 
 /// Options accepted, for the error message.
 const KNOWN: &str = "allow_other, default_permissions, ro, rw, ac, noac, actimeo=, acregmin=, \
-                     acregmax=, acdirmin=, acdirmax=, rsize=, wsize=, vers=3, nfsvers=3, \
+                     acregmax=, acdirmin=, acdirmax=, rsize=, wsize=, vers=3|4|4.1|4.2, nfsvers=, \
                      sec=sys, writeback_cache, defaults, nosuid, nodev, hard";
 
 fn seconds(k: &str, v: &str) -> Result<Duration, String> {
@@ -129,10 +132,13 @@ impl MountOpts {
             ("wsize", Some(v)) => {
                 self.wsize = Some(parse_size(v).map_err(|e| format!("wsize: {e}"))?)
             }
-            ("vers" | "nfsvers", Some("3")) => {}
+            ("vers" | "nfsvers", Some("3")) => self.nfs4_minor = None,
+            ("vers" | "nfsvers", Some("4.1")) => self.nfs4_minor = Some(1),
+            ("vers" | "nfsvers", Some("4" | "4.2")) => self.nfs4_minor = Some(2),
             ("vers" | "nfsvers", Some(v)) => {
                 return Err(format!(
-                    "{k}={v}: the FUSE mount speaks NFS version 3 only (vers=3)"
+                    "{k}={v}: the FUSE mount speaks NFS versions 3, 4.1 and 4.2 \
+                     (vers=3, vers=4.1, vers=4.2; vers=4 is 4.2)"
                 ))
             }
             ("sec", Some("sys")) => {}
@@ -160,6 +166,16 @@ mod tests {
         let o = MountOpts::parse(&["ro,rw,wsize=1048576,vers=3,sec=sys"]).unwrap();
         assert!(!o.read_only);
         assert_eq!(o.wsize, Some(1 << 20));
+        assert_eq!(o.nfs4_minor, None);
+        for (v, minor) in [
+            ("4.1", Some(1)),
+            ("4.2", Some(2)),
+            ("4", Some(2)),
+            ("3", None),
+        ] {
+            let o = MountOpts::parse(&[format!("vers=4.1,nfsvers={v}")]).unwrap();
+            assert_eq!(o.nfs4_minor, minor, "{v}");
+        }
     }
 
     #[test]
@@ -185,7 +201,8 @@ mod tests {
             ("acregmin=100000", "acregmin"),
             ("acregmin=10,acregmax=5", "minimum exceeds"),
             ("rsize=0", "rsize"),
-            ("vers=4.1", "version 3 only"),
+            ("vers=4.0", "versions 3, 4.1 and 4.2"),
+            ("vers=2", "versions 3, 4.1 and 4.2"),
             ("sec=krb5", "sec=sys"),
         ] {
             let e = MountOpts::parse(&[bad]).unwrap_err();

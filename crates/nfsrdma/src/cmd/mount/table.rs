@@ -23,25 +23,26 @@ pub(crate) fn swap_root(id: u64, root_fileid: u64) -> u64 {
 }
 
 #[derive(Debug)]
-struct Node {
-    fh: NfsFh3,
+struct Node<H> {
+    fh: H,
     /// Lookups the kernel holds (FUSE `nlookup`); the entry goes when a
     /// FORGET brings it to zero.
     nlookup: u64,
 }
 
-/// FUSE inode number → NFS file handle, with the kernel's lookup counts.
-/// The root is pinned.
+/// FUSE inode number → NFS file handle (NFSv3's `nfs_fh3` by default,
+/// or NFSv4's `nfs_fh4`), with the kernel's lookup counts. The root is
+/// pinned.
 #[derive(Debug)]
-pub(crate) struct Inodes {
+pub(crate) struct Inodes<H = NfsFh3> {
     root_fileid: u64,
-    root_fh: NfsFh3,
-    nodes: Mutex<HashMap<u64, Node>>,
+    root_fh: H,
+    nodes: Mutex<HashMap<u64, Node<H>>>,
 }
 
-impl Inodes {
+impl<H: Clone + PartialEq> Inodes<H> {
     /// A table holding the export root (`root_fileid`, `root_fh`).
-    pub(crate) fn new(root_fileid: u64, root_fh: NfsFh3) -> Self {
+    pub(crate) fn new(root_fileid: u64, root_fh: H) -> Self {
         Self {
             root_fileid,
             root_fh,
@@ -59,7 +60,7 @@ impl Inodes {
     }
 
     /// The handle of inode `ino`, if the kernel still holds it.
-    pub(crate) fn fh(&self, ino: INodeNo) -> Option<NfsFh3> {
+    pub(crate) fn fh(&self, ino: INodeNo) -> Option<H> {
         if ino == INodeNo::ROOT {
             return Some(self.root_fh.clone());
         }
@@ -69,7 +70,7 @@ impl Inodes {
 
     /// Records that the kernel was handed `ino` → `fh` once more (a
     /// LOOKUP, CREATE, MKDIR, SYMLINK, LINK or READDIRPLUS entry).
-    pub(crate) fn remember(&self, ino: INodeNo, fh: &NfsFh3) {
+    pub(crate) fn remember(&self, ino: INodeNo, fh: &H) {
         if ino == INodeNo::ROOT {
             return;
         }

@@ -1,33 +1,97 @@
 //! [`OpenFile`]: an open file's UNSTABLE writes, kept until a COMMIT
 //! with the same write verifier confirms them, resent FILE_SYNC when the
 //! verifier changes (the server restarted and may have lost them:
-//! RFC 1813 §3.3.7, §3.3.21).
+//! RFC 1813 §3.3.7, §3.3.21; RFC 8881 §18.32.3, §18.3.3). The same logic
+//! serves both NFS versions through [`Target`].
 
 use bytes::Bytes;
-use nfs_client::nfs::v3::{NfsFh3, StableHow, Writeverf3};
-use nfs_client::{Error, Mount, Result};
+use fuser::Errno;
+use nfs_client::nfs::v3::{NfsFh3, StableHow};
+use nfs_client::Mount;
 use oncrpc::ClientTransport;
+
+use super::table::errno;
 
 /// Verifier changes tolerated within one write before giving up.
 const MAX_VERIFIER_CHANGES: u32 = 3;
+
+/// A write verifier (`writeverf3`, `verifier4`: eight bytes either way).
+pub(crate) type Verf = [u8; 8];
+
+type Res<T> = Result<T, Errno>;
+
+/// Where an open file's writes go: one file on the server, over NFSv3 or
+/// NFSv4.
+pub(crate) trait Target {
+    /// Largest WRITE.
+    fn write_size(&self) -> usize;
+    /// Bytes kept pending before a COMMIT goes out unasked.
+    fn commit_window(&self) -> u64;
+    /// One WRITE of `data` at `offset`, FILE_SYNC when `sync` else
+    /// UNSTABLE: the bytes written, and the verifier when they are not
+    /// on stable storage yet.
+    async fn write(&self, offset: u64, data: Bytes, sync: bool) -> Res<(u32, Option<Verf>)>;
+    /// COMMIT of the whole file: the verifier.
+    async fn commit(&self) -> Res<Verf>;
+}
+
+/// An NFSv3 file as a [`Target`] (RFC 1813 §3.3.7, §3.3.21).
+pub(crate) struct V3<'a, T> {
+    pub(crate) m: &'a Mount<T>,
+    pub(crate) fh: &'a NfsFh3,
+}
+
+impl<T: ClientTransport> Target for V3<'_, T> {
+    fn write_size(&self) -> usize {
+        self.m.write_size() as usize
+    }
+
+    fn commit_window(&self) -> u64 {
+        self.m.options().commit_window
+    }
+
+    async fn write(&self, offset: u64, data: Bytes, sync: bool) -> Res<(u32, Option<Verf>)> {
+        let stable = if sync {
+            StableHow::FILE_SYNC
+        } else {
+            StableHow::UNSTABLE
+        };
+        let r = self
+            .m
+            .client()
+            .write(self.fh, offset, data, stable)
+            .await
+            .map_err(|e| errno(&e))?;
+        let verf = (r.committed != StableHow::FILE_SYNC).then_some(r.verf.0);
+        Ok((r.count, verf))
+    }
+
+    async fn commit(&self) -> Res<Verf> {
+        let c = self.m.client().commit(self.fh, 0, 0).await;
+        Ok(c.map_err(|e| errno(&e))?.verf.0)
+    }
+}
+
+fn protocol(what: &str) -> Errno {
+    tracing::warn!("server broke the protocol: {what}");
+    Errno::EIO
+}
 
 /// UNSTABLE writes not yet confirmed by a COMMIT.
 #[derive(Debug, Default)]
 struct Unstable {
     /// The verifier the server returned with them.
-    verf: Option<Writeverf3>,
+    verf: Option<Verf>,
     /// The data, for a resend if the verifier changes.
     pending: Vec<(u64, Bytes)>,
     /// Bytes in `pending`.
     bytes: u64,
 }
 
-/// An open file: its handle and its unconfirmed writes. Writes to one
-/// open file are serialised.
-#[derive(Debug)]
+/// An open file's unconfirmed writes. Writes to one open file are
+/// serialised.
+#[derive(Debug, Default)]
 pub(crate) struct OpenFile {
-    /// The file's handle.
-    pub(crate) fh: NfsFh3,
     unstable: tokio::sync::Mutex<Unstable>,
 }
 
@@ -37,59 +101,50 @@ enum Sent {
     /// All of it is on stable storage.
     Stable,
     /// All of it was accepted UNSTABLE under this verifier.
-    Unstable(Writeverf3),
+    Unstable(Verf),
     /// The verifier changed between its WRITEs: the first ones may be
     /// lost.
     Changed,
 }
 
-/// Sends `data` at `offset` with `stable`, in as many WRITEs as the
-/// server's size and short writes take (RFC 1813 §3.3.7).
-async fn write_all<T: ClientTransport>(
-    m: &Mount<T>,
-    fh: &NfsFh3,
-    offset: u64,
-    data: &Bytes,
-    stable: StableHow,
-) -> Result<Sent> {
-    let ws = m.write_size() as usize;
+/// Sends `data` at `offset`, in as many WRITEs as the server's size and
+/// short writes take (RFC 1813 §3.3.7).
+async fn write_all<W: Target>(w: &W, offset: u64, data: &Bytes, sync: bool) -> Res<Sent> {
+    let ws = w.write_size().max(1);
     let mut done = 0usize;
     let mut verf = None;
     while done < data.len() {
         let end = done.saturating_add(ws).min(data.len());
         let at = offset.saturating_add(done as u64);
-        let r = m
-            .client()
-            .write(fh, at, data.slice(done..end), stable)
-            .await?;
-        if r.count == 0 {
-            return Err(Error::Protocol("WRITE made no progress"));
+        let (count, v) = w.write(at, data.slice(done..end), sync).await?;
+        if count == 0 {
+            return Err(protocol("WRITE made no progress"));
         }
-        if r.committed != StableHow::FILE_SYNC {
-            if stable == StableHow::FILE_SYNC {
-                return Err(Error::Protocol("FILE_SYNC WRITE answered as not stable"));
+        if let Some(v) = v {
+            if sync {
+                return Err(protocol("FILE_SYNC WRITE answered as not stable"));
             }
-            if verf.is_some_and(|v| v != r.verf) {
+            if verf.is_some_and(|x| x != v) {
                 return Ok(Sent::Changed);
             }
-            verf = Some(r.verf);
+            verf = Some(v);
         }
-        done += r.count as usize;
+        done += count as usize;
     }
     Ok(verf.map_or(Sent::Stable, Sent::Unstable))
 }
 
 /// Resends every pending write FILE_SYNC: the server's verifier changed,
-/// so it may have lost them (RFC 1813 §3.3.7).
-async fn resend<T: ClientTransport>(m: &Mount<T>, fh: &NfsFh3, st: &mut Unstable) -> Result<()> {
+/// so it may have lost them.
+async fn resend<W: Target>(w: &W, st: &mut Unstable) -> Res<()> {
     tracing::warn!(
         writes = st.pending.len(),
         bytes = st.bytes,
         "server write verifier changed: resending unstable writes"
     );
     for (off, data) in &st.pending {
-        if write_all(m, fh, *off, data, StableHow::FILE_SYNC).await? != Sent::Stable {
-            return Err(Error::Protocol("FILE_SYNC WRITE answered as not stable"));
+        if write_all(w, *off, data, true).await? != Sent::Stable {
+            return Err(protocol("FILE_SYNC WRITE answered as not stable"));
         }
     }
     st.pending.clear();
@@ -98,15 +153,15 @@ async fn resend<T: ClientTransport>(m: &Mount<T>, fh: &NfsFh3, st: &mut Unstable
     Ok(())
 }
 
-/// COMMIT (RFC 1813 §3.3.21) of the pending writes; a verifier other
-/// than the writes' resends them FILE_SYNC.
-async fn commit<T: ClientTransport>(m: &Mount<T>, fh: &NfsFh3, st: &mut Unstable) -> Result<()> {
+/// COMMIT of the pending writes; a verifier other than the writes'
+/// resends them FILE_SYNC.
+async fn commit<W: Target>(w: &W, st: &mut Unstable) -> Res<()> {
     if st.pending.is_empty() {
         return Ok(());
     }
-    let c = m.client().commit(fh, 0, 0).await?;
-    if st.verf != Some(c.verf) {
-        return resend(m, fh, st).await;
+    let c = w.commit().await?;
+    if st.verf != Some(c) {
+        return resend(w, st).await;
     }
     st.pending.clear();
     st.bytes = 0;
@@ -115,36 +170,23 @@ async fn commit<T: ClientTransport>(m: &Mount<T>, fh: &NfsFh3, st: &mut Unstable
 }
 
 impl OpenFile {
-    /// An open file with nothing pending.
-    pub(crate) fn new(fh: NfsFh3) -> Self {
-        Self {
-            fh,
-            unstable: tokio::sync::Mutex::new(Unstable::default()),
-        }
-    }
-
-    /// An UNSTABLE write (RFC 1813 §3.3.7) of `data` at `offset`, kept
-    /// for a resend until a COMMIT confirms it; commits when the mount's
-    /// commit window fills. A reply with a new verifier means earlier
-    /// writes may be lost: they are resent (and this one too when the
-    /// change came in the middle of it).
-    pub(crate) async fn write<T: ClientTransport>(
-        &self,
-        m: &Mount<T>,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<()> {
+    /// An UNSTABLE write of `data` at `offset`, kept for a resend until
+    /// a COMMIT confirms it; commits when the commit window fills. A
+    /// reply with a new verifier means earlier writes may be lost: they
+    /// are resent (and this one too when the change came in the middle
+    /// of it).
+    pub(crate) async fn write<W: Target>(&self, w: &W, offset: u64, data: &[u8]) -> Res<()> {
         let data = Bytes::copy_from_slice(data);
         let mut st = self.unstable.lock().await;
         let mut changes = 0;
         loop {
-            match write_all(m, &self.fh, offset, &data, StableHow::UNSTABLE).await? {
+            match write_all(w, offset, &data, false).await? {
                 Sent::Stable => return Ok(()),
                 Sent::Unstable(verf) => {
                     if st.verf.is_some_and(|v| v != verf) {
                         // This write went to the new instance; the
                         // earlier ones may be lost.
-                        resend(m, &self.fh, &mut st).await?;
+                        resend(w, &mut st).await?;
                     }
                     st.verf = Some(verf);
                     break;
@@ -152,25 +194,25 @@ impl OpenFile {
                 Sent::Changed => {
                     changes += 1;
                     if changes > MAX_VERIFIER_CHANGES {
-                        return Err(Error::Protocol("write verifier keeps changing"));
+                        return Err(protocol("write verifier keeps changing"));
                     }
-                    resend(m, &self.fh, &mut st).await?;
+                    resend(w, &mut st).await?;
                 }
             }
         }
         st.bytes = st.bytes.saturating_add(data.len() as u64);
         st.pending.push((offset, data));
-        if st.bytes >= m.options().commit_window {
-            commit(m, &self.fh, &mut st).await?;
+        if st.bytes >= w.commit_window() {
+            commit(w, &mut st).await?;
         }
         Ok(())
     }
 
-    /// COMMITs what is pending (RFC 1813 §3.3.21), resending it FILE_SYNC
-    /// if the server's verifier changed.
-    pub(crate) async fn commit<T: ClientTransport>(&self, m: &Mount<T>) -> Result<()> {
+    /// COMMITs what is pending, resending it FILE_SYNC if the server's
+    /// verifier changed.
+    pub(crate) async fn commit<W: Target>(&self, w: &W) -> Res<()> {
         let mut st = self.unstable.lock().await;
-        commit(m, &self.fh, &mut st).await
+        commit(w, &mut st).await
     }
 
     /// Bytes written but not yet confirmed.
@@ -302,7 +344,11 @@ mod tests {
         let m = Mount::new(Nfs3Client::new(fake.clone(), OpaqueAuth::NONE), root, io)
             .await
             .unwrap();
-        (fake, m, OpenFile::new(NfsFh3::new(&[2; 8]).unwrap()))
+        (fake, m, OpenFile::default())
+    }
+
+    fn file() -> NfsFh3 {
+        NfsFh3::new(&[2; 8]).unwrap()
     }
 
     fn data(n: usize, seed: u8) -> Vec<u8> {
@@ -313,10 +359,10 @@ mod tests {
     async fn commit_with_the_same_verifier_confirms_unstable_writes() {
         let (fake, m, f) = setup(State::default(), IoOptions::default()).await;
         let a = data(10_000, 1);
-        f.write(&m, 0, &a).await.unwrap();
+        f.write(&V3 { m: &m, fh: &file() }, 0, &a).await.unwrap();
         assert!(fake.0.lock().unwrap().disk.is_empty());
         assert_eq!(f.pending_bytes().await, 10_000);
-        f.commit(&m).await.unwrap();
+        f.commit(&V3 { m: &m, fh: &file() }).await.unwrap();
         {
             let s = fake.0.lock().unwrap();
             assert_eq!(s.disk, a);
@@ -324,7 +370,7 @@ mod tests {
         }
         assert_eq!(f.pending_bytes().await, 0);
         // Nothing pending: no COMMIT goes out.
-        f.commit(&m).await.unwrap();
+        f.commit(&V3 { m: &m, fh: &file() }).await.unwrap();
         assert_eq!(fake.0.lock().unwrap().commits, 1);
     }
 
@@ -337,9 +383,9 @@ mod tests {
         let (fake, m, f) = setup(state, IoOptions::default()).await;
         let a = data(6000, 2);
         let b = data(3000, 3);
-        f.write(&m, 0, &a).await.unwrap();
-        f.write(&m, 6000, &b).await.unwrap();
-        f.commit(&m).await.unwrap();
+        f.write(&V3 { m: &m, fh: &file() }, 0, &a).await.unwrap();
+        f.write(&V3 { m: &m, fh: &file() }, 6000, &b).await.unwrap();
+        f.commit(&V3 { m: &m, fh: &file() }).await.unwrap();
         let s = fake.0.lock().unwrap();
         assert_eq!(s.disk, [a, b].concat());
         // 6000 bytes in two 4 KiB WRITEs, 3000 in one.
@@ -355,10 +401,10 @@ mod tests {
         let (fake, m, f) = setup(state, IoOptions::default()).await;
         let a = data(4096, 4);
         let b = data(4096, 5);
-        f.write(&m, 0, &a).await.unwrap();
-        f.write(&m, 4096, &b).await.unwrap();
+        f.write(&V3 { m: &m, fh: &file() }, 0, &a).await.unwrap();
+        f.write(&V3 { m: &m, fh: &file() }, 4096, &b).await.unwrap();
         assert_eq!(fake.0.lock().unwrap().sync_writes, 1, "a resent");
-        f.commit(&m).await.unwrap();
+        f.commit(&V3 { m: &m, fh: &file() }).await.unwrap();
         assert_eq!(fake.0.lock().unwrap().disk, [a, b].concat());
     }
 
@@ -369,9 +415,13 @@ mod tests {
             ..IoOptions::default()
         };
         let (fake, m, f) = setup(State::default(), io).await;
-        f.write(&m, 0, &data(4096, 6)).await.unwrap();
+        f.write(&V3 { m: &m, fh: &file() }, 0, &data(4096, 6))
+            .await
+            .unwrap();
         assert_eq!(fake.0.lock().unwrap().commits, 0);
-        f.write(&m, 4096, &data(4096, 7)).await.unwrap();
+        f.write(&V3 { m: &m, fh: &file() }, 4096, &data(4096, 7))
+            .await
+            .unwrap();
         assert_eq!(fake.0.lock().unwrap().commits, 1);
         assert_eq!(fake.0.lock().unwrap().disk.len(), 8192);
         assert_eq!(f.pending_bytes().await, 0);
@@ -385,9 +435,9 @@ mod tests {
         };
         let (fake, m, f) = setup(state, IoOptions::default()).await;
         let a = data(8192, 10);
-        f.write(&m, 0, &a).await.unwrap();
+        f.write(&V3 { m: &m, fh: &file() }, 0, &a).await.unwrap();
         assert_eq!(fake.0.lock().unwrap().writes, 4, "two WRITEs, twice");
-        f.commit(&m).await.unwrap();
+        f.commit(&V3 { m: &m, fh: &file() }).await.unwrap();
         assert_eq!(fake.0.lock().unwrap().disk, a);
     }
 
@@ -398,7 +448,9 @@ mod tests {
             ..State::default()
         };
         let (_, m, f) = setup(state, IoOptions::default()).await;
-        let r = f.write(&m, 0, &data(8192, 11)).await;
-        assert!(matches!(r, Err(Error::Protocol(_))), "{r:?}");
+        let r = f
+            .write(&V3 { m: &m, fh: &file() }, 0, &data(8192, 11))
+            .await;
+        assert_eq!(r, Err(Errno::EIO));
     }
 }

@@ -10,8 +10,6 @@
 //! counter (hex) in the same directory, and REMOVEs that name when the
 //! last open handle is released (or the mount ends).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use fuser::{Errno, FileHandle, FopenFlags, INodeNo, OpenAccMode};
@@ -22,76 +20,24 @@ use nfs_client::Mount;
 use oncrpc::msg::OpaqueAuth;
 use oncrpc::ClientTransport;
 
-use super::super::unstable::OpenFile;
+use super::super::silly::{next_silly_name, Silly};
+use super::super::unstable::{OpenFile, V3};
 use super::{nfs, NfsFs, Res};
 
 /// `__FMODE_EXEC` in the open flags FUSE passes on: the open of
 /// `execve(2)`, which needs execute permission only (Linux's
 /// `nfs_open_permission_mask`).
-const FMODE_EXEC: i32 = 0x20;
-
-/// Silly renames made by this process, for unique names.
-static SILLY_COUNTER: AtomicU32 = AtomicU32::new(0);
+pub(crate) const FMODE_EXEC: i32 = 0x20;
 
 /// An open file handle: the file with its unconfirmed writes, its inode,
 /// and the credential of the process that opened it, which its READs,
 /// WRITEs and COMMITs carry.
 #[derive(Debug)]
 pub(crate) struct Open {
+    pub(crate) fh: NfsFh3,
     pub(crate) file: OpenFile,
     pub(crate) ino: INodeNo,
     pub(crate) cred: OpaqueAuth,
-}
-
-/// A file renamed away instead of removed: where, and as whom to remove
-/// it at the last close.
-#[derive(Debug, Clone)]
-pub(crate) struct Silly {
-    dir: NfsFh3,
-    name: String,
-    cred: OpaqueAuth,
-}
-
-#[derive(Debug, Default)]
-struct Count {
-    handles: usize,
-    silly: Option<Silly>,
-}
-
-/// Open handles per inode, and the silly renames waiting for their last
-/// close.
-#[derive(Debug, Default)]
-pub(crate) struct Opens {
-    inodes: HashMap<u64, Count>,
-}
-
-impl Opens {
-    fn opened(&mut self, ino: INodeNo) {
-        self.inodes.entry(ino.0).or_default().handles += 1;
-    }
-
-    /// One handle of `ino` closed: the silly rename to undo if it was the
-    /// last.
-    fn closed(&mut self, ino: INodeNo) -> Option<Silly> {
-        let c = self.inodes.get_mut(&ino.0)?;
-        c.handles = c.handles.saturating_sub(1);
-        if c.handles > 0 {
-            return None;
-        }
-        self.inodes.remove(&ino.0).and_then(|c| c.silly)
-    }
-
-    /// Whether `ino` is open and not yet renamed away.
-    fn needs_hiding(&self, ino: INodeNo) -> bool {
-        self.inodes
-            .get(&ino.0)
-            .is_some_and(|c| c.handles > 0 && c.silly.is_none())
-    }
-}
-
-/// The hidden name for file id `fileid` (Linux's `.nfs%016llx%08x`).
-pub(crate) fn silly_name(fileid: u64, n: u32) -> String {
-    format!(".nfs{fileid:016x}{n:08x}")
 }
 
 /// The ACCESS bits an open needs (RFC 1813 §3.3.4), as Linux's client
@@ -118,7 +64,8 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
     pub(super) fn new_open_file(&self, fh: NfsFh3, ino: INodeNo, cred: OpaqueAuth) -> FileHandle {
         let id = self.handle();
         let o = Arc::new(Open {
-            file: OpenFile::new(fh),
+            fh,
+            file: OpenFile::default(),
             ino,
             cred,
         });
@@ -169,7 +116,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
     /// COMMIT (RFC 1813 §3.3.21) of an open file's writes, as its opener.
     pub(super) async fn commit(&self, o: &Open) -> Res<()> {
         let m = self.mount.with_credential(o.cred.clone());
-        nfs(o.file.commit(&m).await)
+        o.file.commit(&V3 { m: &m, fh: &o.fh }).await
     }
 
     /// The last close of a handle: COMMIT, then the REMOVE a silly rename
@@ -193,7 +140,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
         r
     }
 
-    async fn remove_silly(&self, s: &Silly) {
+    async fn remove_silly(&self, s: &Silly<NfsFh3>) {
         let m = self.mount.with_credential(s.cred.clone());
         if let Err(e) = m.client().remove(&s.dir, &s.name).await {
             tracing::warn!(name = %s.name, error = %e, "removing a silly-renamed file failed");
@@ -212,7 +159,6 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
             .opens
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .inodes
             .is_empty()
         {
             return None;
@@ -240,7 +186,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
         let Some((ino, fileid)) = self.open_target(&m, dir, name).await else {
             return Ok(false);
         };
-        let hidden = silly_name(fileid, SILLY_COUNTER.fetch_add(1, Ordering::Relaxed));
+        let hidden = next_silly_name(fileid);
         nfs(m.client().rename(dir, name, dir, &hidden).await)?;
         tracing::debug!(hidden, "silly rename of a file open here");
         let silly = Silly {
@@ -250,14 +196,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
         };
         let orphan = {
             let mut opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
-            match opens.inodes.get_mut(&ino.0) {
-                Some(c) if c.handles > 0 => {
-                    c.silly = Some(silly);
-                    None
-                }
-                // Closed meanwhile: nothing holds it any more.
-                _ => Some(silly),
-            }
+            opens.hidden(ino, silly)
         };
         if let Some(s) = orphan {
             self.remove_silly(&s).await;
@@ -283,9 +222,9 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
     /// At unmount: REMOVEs the silly-renamed files whose holders never
     /// closed them.
     pub(super) async fn remove_silly_left(&self) {
-        let left: Vec<Silly> = {
+        let left = {
             let mut opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
-            opens.inodes.drain().filter_map(|(_, c)| c.silly).collect()
+            opens.drain_silly()
         };
         for s in &left {
             self.remove_silly(s).await;
@@ -296,36 +235,6 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn silly() -> Silly {
-        Silly {
-            dir: NfsFh3::new(b"d").unwrap(),
-            name: silly_name(1, 2),
-            cred: OpaqueAuth::NONE,
-        }
-    }
-
-    #[test]
-    fn silly_names_are_hidden_and_unique_per_counter() {
-        assert_eq!(silly_name(0xabc, 7), ".nfs0000000000000abc00000007");
-        assert_ne!(silly_name(1, 1), silly_name(1, 2));
-    }
-
-    #[test]
-    fn the_last_close_of_a_hidden_file_removes_it() {
-        let mut o = Opens::default();
-        let ino = INodeNo(5);
-        o.opened(ino);
-        o.opened(ino);
-        assert!(o.needs_hiding(ino));
-        o.inodes.get_mut(&5).unwrap().silly = Some(silly());
-        assert!(!o.needs_hiding(ino), "renamed once only");
-        assert!(o.closed(ino).is_none(), "one handle still open");
-        assert_eq!(o.closed(ino).map(|s| s.name), Some(silly_name(1, 2)));
-        assert!(o.inodes.is_empty());
-        assert!(!o.needs_hiding(ino));
-        assert!(o.closed(ino).is_none());
-    }
 
     #[test]
     fn open_modes_ask_the_access_linux_asks() {

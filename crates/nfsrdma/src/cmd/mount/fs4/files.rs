@@ -1,0 +1,350 @@
+//! Open files of [`NfsFs4`]: OPEN by handle or with create (RFC 8881
+//! §18.16), READ and WRITE with the open stateid, COMMIT on close, CLOSE
+//! at the last release (§18.2), and the silly rename of a file unlinked
+//! while open ([`super::super::silly`]).
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fuser::{Errno, FileAttr, FileHandle, FopenFlags, INodeNo, OpenAccMode};
+use nfs_client::nfs::v4::{
+    NfsFh4, StableHow4, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_WRITE,
+};
+use nfs_client::v4::{Create, OpenFile};
+use oncrpc::msg::OpaqueAuth;
+use oncrpc::ClientTransport;
+
+use super::super::silly::{next_silly_name, Silly};
+use super::super::unstable::{self, Target, Verf};
+use super::convert::fattr3;
+use super::{nfs, Entry, NfsFs4, Res, Session};
+
+/// An open file handle: the open stateid, the unconfirmed writes, the
+/// inode, and the credential of the process that opened it, which its
+/// READs, WRITEs, COMMITs and CLOSE carry.
+#[derive(Debug)]
+pub(crate) struct Open4 {
+    pub(crate) file: OpenFile,
+    writes: unstable::OpenFile,
+    ino: INodeNo,
+    cred: OpaqueAuth,
+}
+
+/// The share access of an open mode (RFC 8881 §18.16.3).
+fn share_access(acc: OpenAccMode) -> u32 {
+    match acc {
+        OpenAccMode::O_RDONLY => OPEN4_SHARE_ACCESS_READ,
+        OpenAccMode::O_WRONLY => OPEN4_SHARE_ACCESS_WRITE,
+        _ => OPEN4_SHARE_ACCESS_BOTH,
+    }
+}
+
+/// An open file on the server as a write [`Target`] (RFC 8881 §18.32,
+/// §18.3).
+struct V4<'a, U> {
+    s: &'a Session<U>,
+    file: &'a OpenFile,
+    wsize: u32,
+}
+
+impl<U: ClientTransport> Target for V4<'_, U> {
+    fn write_size(&self) -> usize {
+        self.wsize as usize
+    }
+
+    fn commit_window(&self) -> u64 {
+        nfs_client::IoOptions::default().commit_window
+    }
+
+    async fn write(&self, offset: u64, data: Bytes, sync: bool) -> Res<(u32, Option<Verf>)> {
+        let how = if sync {
+            StableHow4::FILE_SYNC4
+        } else {
+            StableHow4::UNSTABLE4
+        };
+        let (n, got, verf) = nfs(self.s.write(self.file, offset, data, how).await)?;
+        Ok((n, (got != StableHow4::FILE_SYNC4).then_some(verf.0)))
+    }
+
+    async fn commit(&self) -> Res<Verf> {
+        Ok(nfs(self.s.commit(&self.file.fh).await)?.0)
+    }
+}
+
+impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
+    pub(super) fn open_file(&self, fh: FileHandle) -> Res<Arc<Open4>> {
+        let files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        files.get(&fh.0).cloned().ok_or(Errno::EBADF)
+    }
+
+    fn new_open(&self, file: OpenFile, ino: INodeNo, cred: OpaqueAuth) -> FileHandle {
+        let id = self.handle();
+        let o = Arc::new(Open4 {
+            file,
+            writes: unstable::OpenFile::default(),
+            ino,
+            cred,
+        });
+        self.opens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .opened(ino);
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        files.insert(id, o);
+        FileHandle(id)
+    }
+
+    /// OPEN by handle (CLAIM_FH) as the caller, for the access asked (the
+    /// server checks it, RFC 8881 §18.16.3); its attributes revalidate
+    /// the file: the kernel keeps its cached data only when they are
+    /// unchanged since last seen (close-to-open, §10.3.1).
+    pub(super) async fn do_open(
+        &self,
+        cred: OpaqueAuth,
+        ino: INodeNo,
+        acc: OpenAccMode,
+    ) -> Res<(FileHandle, FopenFlags)> {
+        let fh = self.fh(ino)?;
+        if acc != OpenAccMode::O_RDONLY {
+            self.writable()?;
+        }
+        let s = self.as_cred(cred.clone());
+        let (file, a) = nfs(s.open_fh(&fh, share_access(acc)).await)?;
+        let f = fattr3(&a).ok_or(Errno::EIO)?;
+        let keep = !self.ac.changed(ino.0, &f);
+        self.ac.observe(ino.0, &f);
+        let flags = if keep {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        Ok((self.new_open(file, ino, cred), flags))
+    }
+
+    /// OPEN with create (RFC 8881 §18.16): the new file's attributes and
+    /// an open handle.
+    pub(super) async fn do_create(
+        &self,
+        cred: OpaqueAuth,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+    ) -> Res<(FileAttr, Duration, FileHandle)> {
+        self.writable()?;
+        let dir = self.fh(parent)?;
+        let how = if flags & libc::O_EXCL != 0 {
+            Create::Guarded(mode)
+        } else {
+            Create::Unchecked(mode)
+        };
+        let access = match flags & libc::O_ACCMODE {
+            libc::O_RDONLY => OPEN4_SHARE_ACCESS_READ,
+            libc::O_WRONLY => OPEN4_SHARE_ACCESS_WRITE,
+            _ => OPEN4_SHARE_ACCESS_BOTH,
+        };
+        let s = self.as_cred(cred.clone());
+        let (file, a) = nfs(s.open_at(&dir, name.as_bytes(), access, how).await)?;
+        let (_, attr, ttl) = self.entry(file.fh.clone(), &a)?;
+        Ok((attr, ttl, self.new_open(file, attr.ino, cred)))
+    }
+
+    /// `mknod` of a regular file: an OPEN that creates it (GUARDED4),
+    /// CLOSEd at once.
+    pub(super) async fn mknod_file(
+        &self,
+        cred: OpaqueAuth,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+    ) -> Res<Entry> {
+        self.writable()?;
+        let dir = self.fh(parent)?;
+        let s = self.as_cred(cred);
+        let how = Create::Guarded(mode);
+        let (file, a) = nfs(s
+            .open_at(&dir, name.as_bytes(), OPEN4_SHARE_ACCESS_WRITE, how)
+            .await)?;
+        let fh = file.fh.clone();
+        nfs(s.close_file(file).await)?;
+        self.entry(fh, &a)
+    }
+
+    /// READ of up to `size` bytes at `offset` as the opener, pipelined
+    /// over the session's slots for large requests.
+    pub(super) async fn do_read(&self, fh: FileHandle, offset: u64, size: u32) -> Res<Vec<u8>> {
+        let o = self.open_file(fh)?;
+        let s = self.as_cred(o.cred.clone());
+        nfs(s
+            .read_at(&o.file, offset, u64::from(size), self.maxread)
+            .await)
+    }
+
+    /// An UNSTABLE WRITE as the opener, kept until COMMIT.
+    pub(super) async fn do_write(&self, fh: FileHandle, offset: u64, data: &[u8]) -> Res<()> {
+        let o = self.open_file(fh)?;
+        let s = self.as_cred(o.cred.clone());
+        let t = V4 {
+            s: &s,
+            file: &o.file,
+            wsize: self.maxwrite,
+        };
+        o.writes.write(&t, offset, data).await
+    }
+
+    /// COMMIT of an open file's writes, as its opener.
+    pub(super) async fn commit(&self, o: &Open4) -> Res<()> {
+        let s = self.as_cred(o.cred.clone());
+        let t = V4 {
+            s: &s,
+            file: &o.file,
+            wsize: self.maxwrite,
+        };
+        o.writes.commit(&t).await
+    }
+
+    /// The last close of a handle: COMMIT, CLOSE, then the REMOVE a silly
+    /// rename put off if this was the file's last handle.
+    pub(super) async fn do_release(&self, fh: FileHandle) -> Res<()> {
+        let o = {
+            let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+            files.remove(&fh.0)
+        };
+        let Some(o) = o else {
+            return Err(Errno::EBADF);
+        };
+        let r = self.commit(&o).await;
+        let closed = self
+            .as_cred(o.cred.clone())
+            .close_file(o.file.clone())
+            .await;
+        if let Err(e) = &closed {
+            tracing::debug!(error = %e, "CLOSE failed");
+        }
+        let silly = {
+            let mut opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
+            opens.closed(o.ino)
+        };
+        if let Some(s) = silly {
+            self.remove_silly(&s).await;
+        }
+        r
+    }
+
+    async fn remove_silly(&self, s: &Silly<NfsFh4>) {
+        if let Err(e) = self.as_cred(s.cred.clone()).remove(&s.dir, &s.name).await {
+            tracing::warn!(name = %s.name, error = %e, "removing a silly-renamed file failed");
+        }
+    }
+
+    /// The inode and file id of `name` in `dir` if it is open here and
+    /// not yet renamed away (LOOKUP only while some file is open).
+    async fn open_target(
+        &self,
+        s: &Session<&T>,
+        dir: &NfsFh4,
+        name: &[u8],
+    ) -> Option<(INodeNo, u64)> {
+        if self
+            .opens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+        {
+            return None;
+        }
+        let (_, a) = s.lookup_attrs(dir, name).await.ok()?;
+        let fileid = a.fileid?;
+        let ino = self.inodes.ino(fileid)?;
+        let opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
+        opens.needs_hiding(ino).then_some((ino, fileid))
+    }
+
+    /// Renames `name` in `dir` to a hidden name if it is a file open
+    /// here, so that it outlives the unlink or the RENAME over it until
+    /// its last close. Returns whether it did.
+    pub(super) async fn hide_if_open(
+        &self,
+        cred: &OpaqueAuth,
+        dir: &NfsFh4,
+        name: &[u8],
+    ) -> Res<bool> {
+        let s = self.as_cred(cred.clone());
+        let Some((ino, fileid)) = self.open_target(&s, dir, name).await else {
+            return Ok(false);
+        };
+        let hidden = next_silly_name(fileid);
+        let from = std::str::from_utf8(name).map_err(|_| Errno::EINVAL)?;
+        nfs(s.rename(dir, from, dir, &hidden).await)?;
+        tracing::debug!(hidden, "silly rename of a file open here");
+        let silly = Silly {
+            dir: dir.clone(),
+            name: hidden,
+            cred: cred.clone(),
+        };
+        let orphan = {
+            let mut opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
+            opens.hidden(ino, silly)
+        };
+        if let Some(s) = orphan {
+            self.remove_silly(&s).await;
+        }
+        Ok(true)
+    }
+
+    /// UNLINK: REMOVE (RFC 8881 §18.25), or a silly rename of a file open
+    /// here.
+    pub(super) async fn remove_or_hide(
+        &self,
+        cred: &OpaqueAuth,
+        dir: &NfsFh4,
+        name: &[u8],
+    ) -> Res<()> {
+        if self.hide_if_open(cred, dir, name).await? {
+            return Ok(());
+        }
+        let n = std::str::from_utf8(name).map_err(|_| Errno::EINVAL)?;
+        nfs(self.as_cred(cred.clone()).remove(dir, n).await)
+    }
+
+    /// At unmount: CLOSEs what the kernel left open and REMOVEs the
+    /// silly-renamed files whose holders never closed them.
+    pub(super) async fn close_all(&self) {
+        let left: Vec<Arc<Open4>> = {
+            let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+            files.drain().map(|(_, o)| o).collect()
+        };
+        for o in left {
+            let _ = self.commit(&o).await;
+            let _ = self
+                .as_cred(o.cred.clone())
+                .close_file(o.file.clone())
+                .await;
+        }
+        let silly = {
+            let mut opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
+            opens.drain_silly()
+        };
+        for s in &silly {
+            self.remove_silly(s).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_modes_ask_the_matching_share_access() {
+        assert_eq!(share_access(OpenAccMode::O_RDONLY), OPEN4_SHARE_ACCESS_READ);
+        assert_eq!(
+            share_access(OpenAccMode::O_WRONLY),
+            OPEN4_SHARE_ACCESS_WRITE
+        );
+        assert_eq!(share_access(OpenAccMode::O_RDWR), OPEN4_SHARE_ACCESS_BOTH);
+    }
+}
