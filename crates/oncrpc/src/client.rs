@@ -6,6 +6,7 @@
 use core::future::Future;
 use core::time::Duration;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
@@ -68,6 +69,32 @@ pub enum RpcError {
     /// A transport-level failure.
     #[error("transport error: {0}")]
     Transport(&'static str),
+    /// The reply's verifier does not verify (RPCSEC_GSS: it is not the
+    /// MIC of the call's sequence number, RFC 2203 §5.3.3.2).
+    #[error("reply verifier does not verify")]
+    BadReplyVerifier,
+    /// The GSS-API mechanism failed (RPCSEC_GSS context creation, or a
+    /// protected body that does not verify or unwrap).
+    #[error("GSS-API failure (major {major:#x}, minor {minor})")]
+    Gss {
+        /// GSS major status.
+        major: u32,
+        /// GSS minor status.
+        minor: u32,
+    },
+}
+
+/// Signs a call and checks its reply, for a security flavor whose
+/// verifiers depend on the message: RPCSEC_GSS (RFC 2203 §5.3.1,
+/// §5.3.3.2). The transport calls [`CallSigner::verifier`] once the
+/// call's XID is known.
+pub trait CallSigner: Send + Sync {
+    /// The call's verifier, over the header from the XID through the
+    /// credential.
+    fn verifier(&self, header: &[u8]) -> Result<OpaqueAuth, RpcError>;
+
+    /// Checks an accepted reply's verifier.
+    fn check_reply(&self, verf: &OpaqueAuth) -> Result<(), RpcError>;
 }
 
 impl From<xdr::Error> for RpcError {
@@ -124,6 +151,18 @@ pub trait ClientTransport: Send + Sync {
     /// Performs one call.
     fn call(&self, call: RpcCall) -> impl Future<Output = Result<Bytes, RpcError>> + Send;
 
+    /// Performs one call whose verifier `signer` computes and whose
+    /// reply's verifier it checks (RPCSEC_GSS). A transport that cannot
+    /// (the default) fails the call.
+    fn call_signed(
+        &self,
+        call: RpcCall,
+        signer: Arc<dyn CallSigner>,
+    ) -> impl Future<Output = Result<Bytes, RpcError>> + Send {
+        let _ = (call, signer);
+        async { Err(RpcError::Transport("this transport cannot sign calls")) }
+    }
+
     /// Performs one call whose results are built in the caller's buffer
     /// `dst` (its capacity is reused; its contents are overwritten). An
     /// RPC-over-RDMA transport registers `dst` as the Write chunk of the
@@ -152,6 +191,14 @@ pub trait ClientTransport: Send + Sync {
 impl<T: ClientTransport + ?Sized> ClientTransport for &T {
     fn call(&self, call: RpcCall) -> impl Future<Output = Result<Bytes, RpcError>> + Send {
         (**self).call(call)
+    }
+
+    fn call_signed(
+        &self,
+        call: RpcCall,
+        signer: Arc<dyn CallSigner>,
+    ) -> impl Future<Output = Result<Bytes, RpcError>> + Send {
+        (**self).call_signed(call, signer)
     }
 
     fn call_into(
@@ -193,12 +240,24 @@ impl Default for ClientConfig {
     }
 }
 
-#[derive(Debug)]
 struct InFlight<T> {
     token: T,
     message: XdrBuf,
     deadline: Option<Instant>,
     retransmits: u32,
+    signer: Option<Arc<dyn CallSigner>>,
+}
+
+impl<T: core::fmt::Debug> core::fmt::Debug for InFlight<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("InFlight")
+            .field("token", &self.token)
+            .field("message", &self.message.len())
+            .field("deadline", &self.deadline)
+            .field("retransmits", &self.retransmits)
+            .field("signed", &self.signer.is_some())
+            .finish()
+    }
 }
 
 /// What [`ClientCore::handle_timeout`] asks the shell to do.
@@ -226,28 +285,41 @@ pub enum CallTimeout<T> {
 /// or the error the reply carries (RFC 5531 §9). Fails only when not even
 /// the xid can be read.
 pub fn decode_reply(record: &Bytes) -> Result<(u32, Result<Bytes, RpcError>), xdr::Error> {
+    decode_reply_verf(record).map(|(xid, _, r)| (xid, r))
+}
+
+/// A decoded reply: its xid, the verifier of an accepted reply, and the
+/// results or the error the reply carries.
+pub type ReplyParts = (u32, Option<OpaqueAuth>, Result<Bytes, RpcError>);
+
+/// [`decode_reply`], with the verifier of an accepted reply.
+pub fn decode_reply_verf(record: &Bytes) -> Result<ReplyParts, xdr::Error> {
     let mut dec = Decoder::from_bytes(record);
     let xid = Decoder::new(record).u32()?;
     let hdr = match ReplyHeader::decode(&mut dec) {
         Ok(h) => h,
-        Err(e) => return Ok((xid, Err(RpcError::Decode(e)))),
+        Err(e) => return Ok((xid, None, Err(RpcError::Decode(e)))),
     };
-    let result = match hdr.body {
-        ReplyBody::Accepted { stat, .. } => match stat {
-            Accepted::Success => Ok(dec.rest_bytes()),
-            Accepted::ProgMismatch { low, high } => Err(RpcError::ProgMismatch { low, high }),
-            Accepted::Other(AcceptStat::PROG_UNAVAIL) => Err(RpcError::ProgUnavail),
-            Accepted::Other(AcceptStat::PROC_UNAVAIL) => Err(RpcError::ProcUnavail),
-            Accepted::Other(AcceptStat::GARBAGE_ARGS) => Err(RpcError::GarbageArgs),
-            Accepted::Other(AcceptStat::SYSTEM_ERR) => Err(RpcError::SystemErr),
-            Accepted::Other(s) => Err(RpcError::UnknownAcceptStat(s)),
-        },
+    let (verifier, result) = match hdr.body {
+        ReplyBody::Accepted { stat, verf } => (Some(verf), accepted_result(stat, &mut dec)),
         ReplyBody::Denied(Rejected::RpcMismatch { low, high }) => {
-            Err(RpcError::RpcMismatch { low, high })
+            (None, Err(RpcError::RpcMismatch { low, high }))
         }
-        ReplyBody::Denied(Rejected::AuthError(s)) => Err(RpcError::Auth(s)),
+        ReplyBody::Denied(Rejected::AuthError(s)) => (None, Err(RpcError::Auth(s))),
     };
-    Ok((xid, result))
+    Ok((xid, verifier, result))
+}
+
+fn accepted_result(stat: Accepted, dec: &mut Decoder<'_>) -> Result<Bytes, RpcError> {
+    match stat {
+        Accepted::Success => Ok(dec.rest_bytes()),
+        Accepted::ProgMismatch { low, high } => Err(RpcError::ProgMismatch { low, high }),
+        Accepted::Other(AcceptStat::PROG_UNAVAIL) => Err(RpcError::ProgUnavail),
+        Accepted::Other(AcceptStat::PROC_UNAVAIL) => Err(RpcError::ProcUnavail),
+        Accepted::Other(AcceptStat::GARBAGE_ARGS) => Err(RpcError::GarbageArgs),
+        Accepted::Other(AcceptStat::SYSTEM_ERR) => Err(RpcError::SystemErr),
+        Accepted::Other(s) => Err(RpcError::UnknownAcceptStat(s)),
+    }
 }
 
 /// The sans-IO client core. `T` is whatever the shell needs to complete a
@@ -299,11 +371,27 @@ impl<T> ClientCore<T> {
         token: T,
         now: Instant,
     ) -> Result<(u32, XdrBuf), (T, RpcError)> {
+        self.start_call_signed(call, None, token, now)
+    }
+
+    /// [`Self::start_call`] with a verifier computed by `signer` over the
+    /// header through the credential, the reply's verifier checked by it
+    /// (RPCSEC_GSS, RFC 2203 §5.3.1). A retransmission resends the same
+    /// message, so the server may drop it as a replay (RFC 2203 §5.3.3.1
+    /// asks for a new sequence number): fine over TCP, where calls are
+    /// resent only after a reconnection.
+    pub fn start_call_signed(
+        &mut self,
+        call: &RpcCall,
+        signer: Option<Arc<dyn CallSigner>>,
+        token: T,
+        now: Instant,
+    ) -> Result<(u32, XdrBuf), (T, RpcError)> {
         if self.calls.len() >= self.config.max_in_flight {
             return Err((token, RpcError::TooManyInFlight));
         }
         let xid = self.alloc_xid();
-        let hdr = CallHeader {
+        let mut hdr = CallHeader {
             xid,
             prog: call.prog,
             vers: call.vers,
@@ -311,6 +399,15 @@ impl<T> ClientCore<T> {
             cred: call.cred.clone(),
             verf: OpaqueAuth::NONE,
         };
+        if let Some(s) = &signer {
+            let mut head = Vec::with_capacity(hdr.encoded_len());
+            hdr.encode(&mut head);
+            head.truncate(head.len() - OpaqueAuth::NONE.encoded_len());
+            match s.verifier(&head) {
+                Ok(v) => hdr.verf = v,
+                Err(e) => return Err((token, e)),
+            }
+        }
         let mut msg = XdrBuf::with_capacity(hdr.encoded_len());
         hdr.encode(&mut msg);
         msg.append(call.args.clone());
@@ -321,6 +418,7 @@ impl<T> ClientCore<T> {
                 message: msg.clone(),
                 deadline: self.config.retransmit.timeout.map(|t| now + t),
                 retransmits: 0,
+                signer,
             },
         );
         Ok((xid, msg))
@@ -329,8 +427,13 @@ impl<T> ClientCore<T> {
     /// Matches a received reply to its call. Returns `None` for a reply
     /// whose xid is not in flight (late duplicate) or that has no xid.
     pub fn handle_reply(&mut self, record: &Bytes) -> Option<(u32, T, Result<Bytes, RpcError>)> {
-        let (xid, result) = decode_reply(record).ok()?;
+        let (xid, verf, mut result) = decode_reply_verf(record).ok()?;
         let call = self.calls.remove(&xid)?;
+        if let (Some(s), Some(v)) = (&call.signer, &verf) {
+            if let Err(e) = s.check_reply(v) {
+                result = Err(e);
+            }
+        }
         Some((xid, call.token, result))
     }
 

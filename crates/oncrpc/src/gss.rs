@@ -1,8 +1,18 @@
-//! RPCSEC_GSS version 1 (RFC 2203), the wire types and the server's
-//! sequence window, without IO and without a GSS-API mechanism: the
-//! groundwork for issue 17's Kerberos support. Nothing in the server or
-//! client paths uses it yet (a call with an RPCSEC_GSS credential is still
-//! answered AUTH_ERROR / AUTH_BADCRED by [`crate::Server`]).
+//! RPCSEC_GSS version 1 (RFC 2203) without IO: the wire types, the
+//! server's sequence window, the mechanism behind a trait ([`mech`]), the
+//! server's context table and call verification ([`server`], used by
+//! [`crate::Server::with_gss`]) and the client's context and call
+//! protection ([`client`]). The Kerberos V5 mechanism through the system's
+//! GSS-API lives in the `gss` crate; [`fake`] is a stand-in for tests.
+
+pub mod client;
+pub mod fake;
+pub mod mech;
+pub mod server;
+
+pub use client::GssClient;
+pub use mech::{Acceptor, GssError, Initiator, SecContext, Step};
+pub use server::{GssConfig, GssIdentity, GssOutcome, GssServer, ReplyProtect};
 
 use bytes::Bytes;
 use xdr::{Decoder, Encode, Encoder, ResultExt};

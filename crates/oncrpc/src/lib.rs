@@ -12,8 +12,10 @@
 //!   [`ClientTransport`] trait shared by TCP and RPC-over-RDMA.
 //! - [`limits`]: named bounds with trip counters and rate-limited log lines.
 //! - [`echo`]: a test program (0x20004E52) with NULL and ECHO.
-//! - [`gss`]: RPCSEC_GSS version 1 (RFC 2203) wire types and the sequence
-//!   window, not yet used by the server or client paths.
+//! - [`gss`]: RPCSEC_GSS version 1 (RFC 2203): the server's context table
+//!   and call verification ([`Server::with_gss`]), the client's
+//!   [`gss::GssClient`], the mechanism behind a trait (Kerberos in the
+//!   `gss` crate).
 //! - [`tls`]: RPC-over-TLS (RFC 9289) without IO: the AUTH_TLS probe, its
 //!   answer, and a connection's [`TransportSecurity`].
 //! - `tcp` (feature `tokio`, on by default): [`tcp::TcpServer`] and

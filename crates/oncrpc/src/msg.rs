@@ -225,6 +225,9 @@ pub enum Credential {
     None,
     /// AUTH_SYS with its parameters.
     Sys(AuthSys),
+    /// RPCSEC_GSS (RFC 2203), after the server verified the call: the
+    /// client's principal and the service protecting the call.
+    Gss(crate::gss::GssIdentity),
     /// Another flavor, body kept opaque.
     Other(OpaqueAuth),
 }

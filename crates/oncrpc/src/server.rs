@@ -17,6 +17,7 @@ use bytes::Bytes;
 use xdr::{Decoder, Encode, XdrBuf};
 
 use crate::drc::{ClientId, DrcConfig, DrcKey, DuplicateRequestCache, Lookup};
+use crate::gss::{GssOutcome, GssServer, ReplyProtect};
 use crate::msg::{
     AcceptStat, Accepted, AuthFlavor, AuthStat, CallHeader, CallHeaderError, Credential,
     OpaqueAuth, Rejected, ReplyHeader, RPC_VERSION,
@@ -84,7 +85,8 @@ pub struct CallContext {
     pub proc_: u32,
     /// The raw credential.
     pub cred: OpaqueAuth,
-    /// The credential decoded (AUTH_NONE or AUTH_SYS).
+    /// The credential decoded (AUTH_NONE, AUTH_SYS, or a verified
+    /// RPCSEC_GSS identity).
     pub credential: Credential,
     /// Where the call came from.
     pub peer: PeerInfo,
@@ -208,6 +210,7 @@ pub struct Server {
     programs: HashMap<u32, Vec<Arc<dyn DynService>>>,
     drc: Option<DuplicateRequestCache>,
     stats: CallStats,
+    gss: Option<Arc<GssServer>>,
 }
 
 impl core::fmt::Debug for Server {
@@ -227,6 +230,7 @@ enum Prepared {
         svc: Arc<dyn DynService>,
         ctx: CallContext,
         args: Bytes,
+        protect: Option<ReplyProtect>,
     },
 }
 
@@ -256,9 +260,19 @@ impl AcceptedCall {
         match &self.0 {
             Prepared::Reply(r) => Some(r.len()),
             Prepared::Drop => Some(0),
-            Prepared::Run { svc, ctx, args } => svc
-                .reply_size_bound(ctx.vers, ctx.proc_, args)
-                .map(|n| n.saturating_add(ACCEPTED_REPLY_HEADER)),
+            Prepared::Run {
+                svc,
+                ctx,
+                args,
+                protect,
+            } => svc.reply_size_bound(ctx.vers, ctx.proc_, args).map(|n| {
+                let gss = if protect.is_some() {
+                    crate::gss::server::REPLY_OVERHEAD
+                } else {
+                    0
+                };
+                n.saturating_add(ACCEPTED_REPLY_HEADER + gss)
+            }),
         }
     }
 }
@@ -292,6 +306,18 @@ impl Server {
     pub fn with_drc(mut self, config: DrcConfig) -> Self {
         self.drc = Some(DuplicateRequestCache::new(config));
         self
+    }
+
+    /// Answers RPCSEC_GSS calls (RFC 2203) with `gss`; without it they
+    /// are refused AUTH_ERROR / AUTH_BADCRED.
+    pub fn with_gss(mut self, gss: Arc<GssServer>) -> Self {
+        self.gss = Some(gss);
+        self
+    }
+
+    /// The RPCSEC_GSS state, if enabled.
+    pub fn gss(&self) -> Option<&Arc<GssServer>> {
+        self.gss.as_ref()
     }
 
     /// The duplicate-request cache, if enabled.
@@ -349,7 +375,12 @@ impl Server {
         match call.0 {
             Prepared::Reply(r) => Some(r),
             Prepared::Drop => None,
-            Prepared::Run { svc, ctx, args } => self.run(svc, ctx, args).await,
+            Prepared::Run {
+                svc,
+                ctx,
+                args,
+                protect,
+            } => self.run(svc, ctx, args, protect).await,
         }
     }
 
@@ -398,26 +429,11 @@ impl Server {
             }
         };
         let xid = hdr.xid;
-        let deny = |s| {
-            stats::rejected(if s == AuthStat::AUTH_BADVERF {
-                stats::Rejected::BadVerf
-            } else {
-                stats::Rejected::BadCred
-            });
-            Prepared::Reply(reply_only(ReplyHeader::denied(xid, Rejected::AuthError(s))))
+        let args_at = dec.position();
+        let (credential, args, protect) = match self.check_auth(&hdr, record, args_at, peer) {
+            Ok(v) => v,
+            Err(p) => return p,
         };
-        let credential = match Credential::from_opaque(&hdr.cred) {
-            Ok(Credential::Other(_)) | Err(_) => return deny(AuthStat::AUTH_BADCRED),
-            Ok(Credential::None) if !hdr.cred.body.is_empty() => {
-                return deny(AuthStat::AUTH_BADCRED)
-            }
-            Ok(c) => c,
-        };
-        // RFC 5531 §10.1-10.2: AUTH_NONE and AUTH_SYS calls carry an
-        // AUTH_NONE verifier.
-        if hdr.verf.flavor != AuthFlavor::AUTH_NONE || !hdr.verf.body.is_empty() {
-            return deny(AuthStat::AUTH_BADVERF);
-        }
         let accepted = |stat| Prepared::Reply(reply_only(ReplyHeader::accepted(xid, stat)));
         let Some(svcs) = self.programs.get(&hdr.prog) else {
             stats::rejected(stats::Rejected::ProgUnavail);
@@ -433,7 +449,6 @@ impl Server {
             stats::rejected(stats::Rejected::ProgMismatch);
             return accepted(Accepted::ProgMismatch { low, high });
         };
-        let args = dec.rest_bytes();
         Prepared::Run {
             svc: Arc::clone(svc),
             ctx: CallContext {
@@ -446,10 +461,68 @@ impl Server {
                 peer: *peer,
             },
             args,
+            protect,
         }
     }
 
-    async fn run(&self, svc: Arc<dyn DynService>, ctx: CallContext, args: Bytes) -> Option<XdrBuf> {
+    /// The call's credential and verifier: AUTH_NONE and AUTH_SYS checked
+    /// here, RPCSEC_GSS by the [`GssServer`] (which may answer the call
+    /// itself: context creation and destruction, errors, replays).
+    #[allow(clippy::result_large_err)]
+    fn check_auth(
+        &self,
+        hdr: &CallHeader,
+        record: &Bytes,
+        args_at: usize,
+        peer: &PeerInfo,
+    ) -> Result<(Credential, Bytes, Option<ReplyProtect>), Prepared> {
+        let xid = hdr.xid;
+        let deny = |s| {
+            stats::rejected(if s == AuthStat::AUTH_BADVERF {
+                stats::Rejected::BadVerf
+            } else {
+                stats::Rejected::BadCred
+            });
+            Prepared::Reply(reply_only(ReplyHeader::denied(xid, Rejected::AuthError(s))))
+        };
+        if hdr.cred.flavor == AuthFlavor::RPCSEC_GSS {
+            let Some(gss) = &self.gss else {
+                return Err(deny(AuthStat::AUTH_BADCRED));
+            };
+            return match gss.handle(hdr, record, args_at, peer, Instant::now()) {
+                GssOutcome::Reply(r) => Err(Prepared::Reply(r)),
+                GssOutcome::Drop => Err(Prepared::Drop),
+                GssOutcome::Data {
+                    args,
+                    identity,
+                    protect,
+                } => Ok((Credential::Gss(identity), args, Some(protect))),
+            };
+        }
+        let credential = match Credential::from_opaque(&hdr.cred) {
+            Ok(Credential::Other(_) | Credential::Gss(_)) | Err(_) => {
+                return Err(deny(AuthStat::AUTH_BADCRED))
+            }
+            Ok(Credential::None) if !hdr.cred.body.is_empty() => {
+                return Err(deny(AuthStat::AUTH_BADCRED))
+            }
+            Ok(c) => c,
+        };
+        // RFC 5531 §10.1-10.2: AUTH_NONE and AUTH_SYS calls carry an
+        // AUTH_NONE verifier.
+        if hdr.verf.flavor != AuthFlavor::AUTH_NONE || !hdr.verf.body.is_empty() {
+            return Err(deny(AuthStat::AUTH_BADVERF));
+        }
+        Ok((credential, record.slice(args_at..), None))
+    }
+
+    async fn run(
+        &self,
+        svc: Arc<dyn DynService>,
+        ctx: CallContext,
+        args: Bytes,
+        protect: Option<ReplyProtect>,
+    ) -> Option<XdrBuf> {
         let xid = ctx.xid;
         let mut guard = None;
         if let Some(drc) = &self.drc {
@@ -485,14 +558,19 @@ impl Server {
         let result = svc.call_boxed(ctx, args).await;
         self.stats
             .record(key, outcome_of(&result), started.elapsed());
-        let reply = match result {
-            Ok(body) => {
+        let reply = match (result, &protect) {
+            (Ok(body), Some(p)) => p.success(xid, body),
+            (Ok(body), None) => {
                 let mut r = XdrBuf::with_capacity(24);
                 ReplyHeader::accepted(xid, Accepted::Success).encode(&mut r);
                 r.append(body);
                 Some(r)
             }
-            Err(e) => {
+            (Err(e), Some(p)) if !matches!(e, ServiceError::Auth(_) | ServiceError::Drop) => {
+                tracing::debug!(xid, error = %e, "service error");
+                p.error_reply(xid, accepted_error(e))
+            }
+            (Err(e), _) => {
                 tracing::debug!(xid, error = %e, "service error");
                 let h = match e {
                     ServiceError::GarbageArgs(_) => {
@@ -517,6 +595,16 @@ impl Server {
         }
         reply
     }
+}
+
+/// The accepted-reply status of a service error that is not an
+/// authentication error or a drop (RFC 5531 §9).
+fn accepted_error(e: ServiceError) -> Accepted {
+    Accepted::Other(match e {
+        ServiceError::GarbageArgs(_) => AcceptStat::GARBAGE_ARGS,
+        ServiceError::ProcUnavail => AcceptStat::PROC_UNAVAIL,
+        _ => AcceptStat::SYSTEM_ERR,
+    })
 }
 
 /// How a service's result shows in the call counts.

@@ -15,7 +15,9 @@ use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use xdr::XdrBuf;
 
-use crate::client::{CallTimeout, ClientConfig, ClientCore, ClientTransport, RpcCall, RpcError};
+use crate::client::{
+    CallSigner, CallTimeout, ClientConfig, ClientCore, ClientTransport, RpcCall, RpcError,
+};
 use crate::limits::{Backoff, ConnLimiter, ConnLimits, Limit, Refused};
 use crate::record::{fragment_headers, framed_slices, RecordDecoder, MAX_FRAGMENT_LEN};
 use crate::server::{PeerInfo, Server, TransportKind};
@@ -940,7 +942,11 @@ impl TcpClient {
         self.shared.lock().in_flight()
     }
 
-    async fn do_call(&self, call: RpcCall) -> Result<Bytes, RpcError> {
+    async fn do_call(
+        &self,
+        call: RpcCall,
+        signer: Option<Arc<dyn CallSigner>>,
+    ) -> Result<Bytes, RpcError> {
         let _slot = self
             .shared
             .slots
@@ -951,7 +957,7 @@ impl TcpClient {
         let (xid, msg) = self
             .shared
             .lock()
-            .start_call(&call, tx, Instant::now())
+            .start_call_signed(&call, signer, tx, Instant::now())
             .map_err(|(_, e)| e)?;
         if self.shared.closed.load(Ordering::SeqCst) {
             self.shared.lock().cancel(xid);
@@ -999,7 +1005,15 @@ impl ClientTransport for TcpClient {
         &self,
         call: RpcCall,
     ) -> impl core::future::Future<Output = Result<Bytes, RpcError>> + Send {
-        self.do_call(call)
+        self.do_call(call, None)
+    }
+
+    fn call_signed(
+        &self,
+        call: RpcCall,
+        signer: Arc<dyn CallSigner>,
+    ) -> impl core::future::Future<Output = Result<Bytes, RpcError>> + Send {
+        self.do_call(call, Some(signer))
     }
 }
 
@@ -1008,6 +1022,14 @@ impl ClientTransport for Arc<TcpClient> {
         &self,
         call: RpcCall,
     ) -> impl core::future::Future<Output = Result<Bytes, RpcError>> + Send {
-        self.as_ref().do_call(call)
+        self.as_ref().do_call(call, None)
+    }
+
+    fn call_signed(
+        &self,
+        call: RpcCall,
+        signer: Arc<dyn CallSigner>,
+    ) -> impl core::future::Future<Output = Result<Bytes, RpcError>> + Send {
+        self.as_ref().do_call(call, Some(signer))
     }
 }

@@ -5,9 +5,11 @@
 //!   `rnic::Device` ([`conformance_suite!`] turns them into `#[test]`s);
 //! - [`TempDir`]: a scratch directory removed on drop;
 //! - [`hex`]: test vectors written as hex (from packet captures);
-//! - [`tls`]: a CA and certificates for RPC-over-TLS tests.
+//! - [`tls`]: a CA and certificates for RPC-over-TLS tests;
+//! - [`krb5`]: a throw-away Kerberos realm (MIT `krb5kdc`) for RPCSEC_GSS tests.
 
 pub mod conformance;
+pub mod krb5;
 pub mod tls;
 
 use std::path::{Path, PathBuf};
