@@ -38,6 +38,7 @@ pub mod mount;
 pub mod nfs3;
 mod nfs3_deleg;
 mod nfs3_dir;
+mod nfs3_pnfs;
 pub mod nlm;
 pub mod nsm;
 mod perm;
@@ -322,8 +323,13 @@ fn assemble(
     }
     server.register(nlm);
     server.register(nsm);
+    // On a pNFS metadata server NFSv3 I/O reaches the data servers too.
+    let mut nfs3 = Nfs3Service::new(table).with_delegations(delegs);
+    if let Some(mds) = v4.mds() {
+        nfs3 = nfs3.with_mds(Arc::clone(mds));
+    }
     server.register(v4);
-    server.register_arc(Arc::new(Nfs3Service::new(table).with_delegations(delegs)));
+    server.register_arc(Arc::new(nfs3));
     server
 }
 

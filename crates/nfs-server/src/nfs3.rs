@@ -45,6 +45,7 @@ impl<S: Storage> Nfs3Service<S> {
             .map(|e| Nfs3Fs {
                 fs: Arc::clone(e.fs()),
                 delegs: None,
+                mds: None,
             })
             .collect();
         Self { table, per_export }
@@ -58,6 +59,15 @@ impl<S: Storage> Nfs3Service<S> {
         }
         self
     }
+
+    /// Carries file data to the data servers of the pNFS metadata server
+    /// `mds` ([`crate::nfs3_pnfs`]).
+    pub fn with_mds(mut self, mds: Arc<crate::v4::pnfs::Mds>) -> Self {
+        for e in &mut self.per_export {
+            e.mds = Some(Arc::clone(&mds));
+        }
+        self
+    }
 }
 
 /// NFSv3 on one export's storage, for an admitted caller.
@@ -66,6 +76,8 @@ pub(crate) struct Nfs3Fs<S> {
     pub(crate) fs: Arc<S>,
     /// NFSv4 delegations to break before conflicting procedures.
     pub(crate) delegs: Option<crate::v4::Delegations>,
+    /// The pNFS metadata server whose data servers hold file data.
+    pub(crate) mds: Option<Arc<crate::v4::pnfs::Mds>>,
 }
 
 /// The handles a call names: the one that picks the export, and a second
@@ -269,7 +281,6 @@ impl<S: Storage> Nfs3Fs<S> {
     async fn execute(&self, args: Args3, grant: &Grant) -> Result<XdrBuf, ServiceError> {
         let fs = &*self.fs;
         let c = &grant.caller;
-        let verf = FixedOpaque(fs.write_verifier());
         if let Some(jukebox) = self.break_delegations(&args).await {
             return Ok(jukebox);
         }
@@ -287,7 +298,10 @@ impl<S: Storage> Nfs3Fs<S> {
                 let before = self.pre(&a.object).await;
                 let r = match fs.getattr(&a.object).await {
                     Ok(attrs) => match check_setattr(&attrs, c, &a.new_attributes) {
-                        Ok(()) => fs.setattr(&a.object, &a.new_attributes, a.guard).await,
+                        Ok(()) => match fs.setattr(&a.object, &a.new_attributes, a.guard).await {
+                            Ok(()) => self.attrs_set(&a.object, &attrs, &a.new_attributes).await,
+                            Err(e) => Err(e),
+                        },
                         Err(e) => Err(e),
                     },
                     Err(e) => Err(e),
@@ -350,7 +364,10 @@ impl<S: Storage> Nfs3Fs<S> {
                     Err(e) => Err(e),
                 };
                 let got = match may {
-                    Ok(()) => fs.read(&a.file, a.offset, a.count.min(MAX_READ)).await,
+                    Ok(()) => {
+                        self.read_data(&a.file, a.offset, a.count.min(MAX_READ))
+                            .await
+                    }
                     Err(e) => Err(e),
                 };
                 let r: Read3Res = match got {
@@ -380,16 +397,19 @@ impl<S: Storage> Nfs3Fs<S> {
                 let data = a.data.0.slice(..a.data.0.len().min(MAX_WRITE as usize));
                 let before = self.pre(&a.file).await;
                 let r = match self.allow(&a.file, c, ACCESS3_MODIFY, true).await {
-                    Ok(()) => fs.write(&a.file, a.offset, &data, a.stable).await,
+                    Ok(()) => {
+                        self.write_data(&a.file, a.offset, data.clone(), a.stable)
+                            .await
+                    }
                     Err(e) => Err(e),
                 };
                 let file_wcc = self.wcc(before, &a.file).await;
                 let r: Write3Res = match r {
-                    Ok(committed) => Res3::Ok(Write3ResOk {
+                    Ok(w) => Res3::Ok(Write3ResOk {
                         file_wcc,
                         count: u32::try_from(data.len()).unwrap_or(0),
-                        committed,
-                        verf,
+                        committed: w.how,
+                        verf: FixedOpaque(w.verf),
                     }),
                     Err(s) => Res3::Fail(s, file_wcc),
                 };
@@ -442,7 +462,7 @@ impl<S: Storage> Nfs3Fs<S> {
             Args3::Remove(a) => {
                 let before = self.pre(&a.object.dir).await;
                 let r = match self.allow(&a.object.dir, c, DIR_REMOVE, false).await {
-                    Ok(()) => fs.remove(&a.object.dir, &a.object.name).await,
+                    Ok(()) => self.remove_file(&a.object.dir, &a.object.name).await,
                     Err(e) => Err(e),
                 };
                 self.removed(before, &a.object.dir, r)
@@ -556,10 +576,13 @@ impl<S: Storage> Nfs3Fs<S> {
             }
             Args3::Commit(a) => {
                 let before = self.pre(&a.file).await;
-                let r = fs.commit(&a.file).await;
+                let r = self.commit_data(&a.file).await;
                 let file_wcc = self.wcc(before, &a.file).await;
                 let r: Commit3Res = match r {
-                    Ok(()) => Res3::Ok(Commit3ResOk { file_wcc, verf }),
+                    Ok(v) => Res3::Ok(Commit3ResOk {
+                        file_wcc,
+                        verf: FixedOpaque(v),
+                    }),
                     Err(s) => Res3::Fail(s, file_wcc),
                 };
                 r.encode(&mut out);

@@ -20,10 +20,12 @@ use nfs::v4::flexfiles::*;
 use nfs::v4::session::EXCHGID4_FLAG_USE_PNFS_MDS;
 use nfs::v4::*;
 use nfs_client::Nfs3Client;
+use nfs_server::access::ExportTable;
 use nfs_server::exports::Squash;
+use nfs_server::nfs3::Nfs3Service;
 use nfs_server::v4::pnfs::{DataServer, Mds, MdsConfig, DEFAULT_SYNTHETIC_ID};
 use nfs_server::v4::{ManualClock, Nfs4Config, Nfs4Service};
-use nfs_server::{LocalFs, RunningServer, ServerConfig};
+use nfs_server::{LocalFs, RunningServer, ServerConfig, Storage};
 use oncrpc::client::ClientConfig;
 use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
 use v4_common::*;
@@ -31,6 +33,8 @@ use xdr::{Bounded, FixedOpaque};
 
 struct Cluster {
     mds: Arc<Mds>,
+    /// The metadata server's export root over NFSv3.
+    root3: NfsFh3,
     srv: Srv,
     ds: Vec<(RunningServer, TempDir)>,
 }
@@ -57,6 +61,7 @@ async fn cluster(tag: &str, n: usize, max_layouts: usize) -> Cluster {
             rdma: Some(SocketAddr::from(([127, 0, 0, 1], 20049))),
             mount_port: None,
             export: d.path().to_str().unwrap().to_owned(),
+            advertise: None,
         })
         .collect();
     let mut cfg = MdsConfig::new(specs);
@@ -65,6 +70,9 @@ async fn cluster(tag: &str, n: usize, max_layouts: usize) -> Cluster {
     let dir = TempDir::new(&format!("{tag}-mds"));
     let clock = Arc::new(ManualClock::new());
     let fs = Arc::new(LocalFs::new(dir.path(), false).unwrap());
+    let root3 = fs.root();
+    let table = Arc::new(ExportTable::open_to_all(Arc::clone(&fs), vec![]));
+    let nfs3 = Nfs3Service::new(table).with_mds(Arc::clone(&mds));
     let svc = Nfs4Service::with_config(
         fs,
         Nfs4Config {
@@ -75,6 +83,7 @@ async fn cluster(tag: &str, n: usize, max_layouts: usize) -> Cluster {
     .with_mds(Arc::clone(&mds));
     let mut server = oncrpc::Server::new();
     server.register(svc);
+    server.register(nfs3);
     let tcp = TcpServer::bind(
         "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
         Arc::new(server),
@@ -87,6 +96,7 @@ async fn cluster(tag: &str, n: usize, max_layouts: usize) -> Cluster {
     let uid = std::fs::metadata(dir.path()).unwrap().uid();
     Cluster {
         mds,
+        root3,
         srv: Srv {
             addr,
             uid,
@@ -202,7 +212,8 @@ async fn layout_write_to_the_data_server_commit_and_size_at_the_mds() {
     };
     assert_eq!((l.offset, l.length, l.iomode), (0, u64::MAX, RW));
     let ff: FfLayout4 = decode_body(&l.content.body.0).unwrap();
-    assert_eq!(ff.flags & FF_FLAGS_NO_IO_THRU_MDS, FF_FLAGS_NO_IO_THRU_MDS);
+    // I/O through the metadata server works: the flag is not set.
+    assert_eq!(ff.flags & FF_FLAGS_NO_IO_THRU_MDS, 0);
     let [m] = &ff.mirrors.0[..] else {
         panic!("{ff:?}")
     };
@@ -530,4 +541,173 @@ async fn without_the_mds_role_layout_operations_are_notsupp() {
     );
     assert!(!a.supported_attrs.unwrap().contains(FATTR4_FS_LAYOUT_TYPES));
     assert_eq!(a.fs_layout_types, None);
+}
+
+/// LAYOUTGET (RW) and GETDEVICEINFO for `fh`: the data file's handle,
+/// its data server's address and the layout stateid.
+async fn layout_ds(c: &C4, fh: &NfsFh4, open: Stateid4) -> (NfsFh3, SocketAddr, Stateid4) {
+    let r = c
+        .ok(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+            layoutget(open, RW, 4096),
+        ])
+        .await;
+    let Some(NfsResop4::Layoutget(Layoutget4Res::Ok(lg))) = r.last() else {
+        panic!("{r:?}")
+    };
+    let ff: FfLayout4 = decode_body(&lg.layout.0[0].content.body.0).unwrap();
+    let ds = &ff.mirrors.0[0].data_servers.0[0];
+    let r = c
+        .ok(vec![NfsArgop4::Getdeviceinfo(Getdeviceinfo4Args {
+            device_id: ds.deviceid,
+            layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+            maxcount: 4096,
+            notify_types: Bitmap4::new(),
+        })])
+        .await;
+    let Some(NfsResop4::Getdeviceinfo(Getdeviceinfo4Res::Ok(gd))) = r.last() else {
+        panic!("{r:?}")
+    };
+    let addr: FfDeviceAddr4 = decode_body(&gd.device_addr.addr_body.0).unwrap();
+    (
+        NfsFh3::new(ds.fh_vers.0[0].as_bytes()).unwrap(),
+        addr.netaddrs.0[0].to_socket().unwrap(),
+        lg.stateid,
+    )
+}
+
+/// The root of the metadata server's export over NFSv3, and `name` in it.
+async fn v3_lookup(v3: &Nfs3Client<TcpClient>, cl: &Cluster, name: &str) -> NfsFh3 {
+    v3.lookup(&cl.root3, name).await.unwrap().object
+}
+
+#[tokio::test]
+async fn clients_without_layouts_read_and_write_the_data_files_through_the_mds() {
+    let cl = cluster("thru", 2, 64).await;
+    let mut c = C4::connect(&cl.srv).await;
+    c.establish("thru").await;
+    let (fh, open) = create(&c, "f").await;
+    let (ds_fh, ds_addr, _) = layout_ds(&c, &fh, open).await;
+    let ds = nfs3(ds_addr, DEFAULT_SYNTHETIC_ID).await;
+    let mds3 = nfs3(cl.srv.addr, cl.srv.uid).await;
+    let f3 = v3_lookup(&mds3, &cl, "f").await;
+
+    // A pNFS client writes to the data server (no LAYOUTCOMMIT yet): an
+    // NFSv3 client reads the same bytes through the metadata server.
+    let by_layout = Bytes::from_static(b"written through the layout");
+    ds.write(&ds_fh, 0, by_layout.clone(), StableHow::FILE_SYNC)
+        .await
+        .unwrap();
+    let r = mds3.read(&f3, 0, 4096).await.unwrap();
+    assert_eq!(r.data.0, by_layout);
+    assert!(r.eof);
+
+    // The reverse: an NFSv3 WRITE through the metadata server, UNSTABLE
+    // then COMMIT, lands in the data file, which the pNFS client reads
+    // from the data server; the metadata server's file takes the size
+    // but holds none of the bytes.
+    let by_v3 = Bytes::from_static(b"written through the MDS over NFSv3");
+    let w = mds3
+        .write(&f3, 8192, by_v3.clone(), StableHow::UNSTABLE)
+        .await
+        .unwrap();
+    let cm = mds3.commit(&f3, 0, 0).await.unwrap();
+    assert_eq!(w.verf, cm.verf, "one verifier for WRITE and COMMIT");
+    let r = ds.read(&ds_fh, 8192, 4096).await.unwrap();
+    assert_eq!(r.data.0, by_v3);
+    let end = 8192 + by_v3.len() as u64;
+    assert_eq!(mds3.getattr(&f3).await.unwrap().size, end);
+    let local = std::fs::read(cl.srv.dir.path().join("f")).unwrap();
+    assert_eq!(local.len() as u64, end);
+    assert!(local.iter().all(|&b| b == 0), "no data at the MDS");
+
+    // NFSv4.1 READ and WRITE without a layout go the same way.
+    let r = c
+        .ok(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+            NfsArgop4::Read(Read4Args {
+                stateid: open,
+                offset: 8192,
+                count: 4096,
+            }),
+        ])
+        .await;
+    let Some(NfsResop4::Read(Res4::Ok(rd))) = r.last() else {
+        panic!("{r:?}")
+    };
+    assert_eq!(rd.data.0, by_v3);
+    c.ok(vec![
+        NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+        NfsArgop4::Write(Write4Args {
+            stateid: open,
+            offset: 0,
+            stable: StableHow4(2),
+            data: xdr::DdpOpaque(Bytes::from_static(b"WRITTEN")),
+        }),
+    ])
+    .await;
+    let r = ds.read(&ds_fh, 0, 7).await.unwrap();
+    assert_eq!(&r.data.0[..], b"WRITTEN");
+
+    // NFSv3 SETATTR of the size truncates the data file; REMOVE removes it.
+    let s = nfs::v3::Sattr3 {
+        size: Some(5),
+        ..Default::default()
+    };
+    mds3.setattr(&f3, s, None).await.unwrap();
+    assert_eq!(ds.getattr(&ds_fh).await.unwrap().size, 5);
+    let root = cl.root3.clone();
+    mds3.remove(&root, "f").await.unwrap();
+    let gone = ds.getattr(&ds_fh).await.unwrap_err();
+    assert!(
+        matches!(
+            gone,
+            nfs_client::Error::Nfs {
+                status: Nfsstat3::NFS3ERR_STALE,
+                ..
+            }
+        ),
+        "{gone}"
+    );
+}
+
+#[tokio::test]
+async fn a_file_written_only_through_the_mds_gets_its_data_file_there() {
+    let cl = cluster("v3only", 2, 64).await;
+    let mds3 = nfs3(cl.srv.addr, cl.srv.uid).await;
+    let root = cl.root3.clone();
+    let made = mds3
+        .create(
+            &root,
+            "g",
+            nfs::v3::Createhow3::Unchecked(nfs::v3::Sattr3::default()),
+        )
+        .await
+        .unwrap();
+    let g = made.obj.unwrap();
+    // Before any write it reads empty; after one, the bytes.
+    let r = mds3.read(&g, 0, 100).await.unwrap();
+    assert!(r.data.0.is_empty() && r.eof);
+    let data = Bytes::from(vec![7u8; 70_000]);
+    mds3.write(&g, 0, data.clone(), StableHow::FILE_SYNC)
+        .await
+        .unwrap();
+    let r = mds3.read(&g, 0, 100_000).await.unwrap();
+    assert_eq!(r.data.0, data);
+    // The data file is on exactly one data server, owned by the
+    // synthetic uid and gid.
+    let files: Vec<_> = cl
+        .ds
+        .iter()
+        .flat_map(|(_, d)| std::fs::read_dir(d.path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    let [file] = &files[..] else {
+        panic!("{files:?}")
+    };
+    let meta = std::fs::metadata(file).unwrap();
+    assert_eq!(
+        (meta.uid(), meta.gid(), meta.len()),
+        (DEFAULT_SYNTHETIC_ID, DEFAULT_SYNTHETIC_ID, 70_000)
+    );
 }

@@ -181,6 +181,11 @@ impl<S: Storage> Nfs4Service<S> {
                 }
                 .into(),
             ),
+            // A metadata server holds no data: the NFSv4.2 data
+            // operations are not offered (`pnfs_data_op_absent`).
+            op if self.pnfs_data_op_absent(op) => {
+                NfsResop4::error(op.opnum(), Nfsstat4::NFS4ERR_NOTSUPP)
+            }
             A::Seek(a) => Z::Seek(self.seek(a, cx).await.into()),
             A::ReadPlus(a) => Z::ReadPlus(self.read_plus(a, cx).await.into()),
             A::Copy(a) => Z::Copy(self.copy(a, cx).await.into()),
@@ -289,9 +294,7 @@ impl<S: Storage> Nfs4Service<S> {
         let r = self.fs.setattr(&fh, &s, None).await.map_err(st4);
         self.watch.quiet(&key(&fh));
         r?;
-        if let Some(size) = s.size {
-            self.pnfs_truncated(&attr, size).await?;
-        }
+        self.pnfs_setattr(&fh, &attr, &s).await?;
         Ok(mask)
     }
 
@@ -358,7 +361,11 @@ impl<S: Storage> Nfs4Service<S> {
             .map(|s| s.max_response.saturating_sub(512))
             .unwrap_or(MAX_READ);
         let count = a.count.min(MAX_READ).min(room);
-        let (data, eof) = self.fs.read(&fh, a.offset, count).await.map_err(st4)?;
+        let (data, eof) = match &self.mds {
+            Some(m) => m.read(&*self.fs, &fh, a.offset, count).await,
+            None => self.fs.read(&fh, a.offset, count).await,
+        }
+        .map_err(st4)?;
         Ok(Read4ResOk {
             eof,
             data: xdr::DdpOpaque(data),
@@ -373,13 +380,26 @@ impl<S: Storage> Nfs4Service<S> {
         let count = u32::try_from(a.data.0.len()).map_err(|_| Nfsstat4::NFS4ERR_INVAL)?;
         // The holder's own write: not a local change (super::watch).
         self.watch.quiet(&key(&fh));
-        let done = self.fs.write(&fh, a.offset, &a.data.0, how).await;
+        let done = match &self.mds {
+            Some(m) => {
+                m.write(&*self.fs, &fh, a.offset, a.data.0.clone(), how)
+                    .await
+            }
+            None => self
+                .fs
+                .write(&fh, a.offset, &a.data.0, how)
+                .await
+                .map(|how| super::pnfs::Written {
+                    how,
+                    verf: self.fs.write_verifier(),
+                }),
+        };
         self.watch.quiet(&key(&fh));
         let done = done.map_err(st4)?;
         Ok(Write4ResOk {
             count,
-            committed: StableHow4(done.0),
-            writeverf: FixedOpaque(self.fs.write_verifier()),
+            committed: StableHow4(done.how.0),
+            writeverf: FixedOpaque(done.verf),
         })
     }
 
@@ -387,9 +407,15 @@ impl<S: Storage> Nfs4Service<S> {
     async fn commit(&self, cx: &Cx) -> R<Commit4ResOk> {
         let fh = cur(cx)?;
         self.regular(&fh).await?;
-        self.fs.commit(&fh).await.map_err(st4)?;
+        let verf = match &self.mds {
+            Some(m) => m.commit(&*self.fs, &fh).await.map_err(st4)?,
+            None => {
+                self.fs.commit(&fh).await.map_err(st4)?;
+                self.fs.write_verifier()
+            }
+        };
         Ok(Commit4ResOk {
-            writeverf: FixedOpaque(self.fs.write_verifier()),
+            writeverf: FixedOpaque(verf),
         })
     }
 

@@ -352,6 +352,7 @@ impl<S: Storage> Nfs4Service<S> {
     /// (RFC 8881 §12, RFC 8435; [`pnfs`]).
     pub fn with_mds(mut self, mds: Arc<pnfs::Mds>) -> Self {
         self.mds = Some(mds);
+        self.bind_mds();
         self
     }
 
@@ -478,6 +479,7 @@ impl<S: Storage> Nfs4Service<S> {
     /// may be filled later, once the transport is listening.
     pub fn with_backchannels(mut self, slot: BackchannelSlot) -> Self {
         self.cbs.slot = slot;
+        self.bind_mds();
         self
     }
 
@@ -485,6 +487,7 @@ impl<S: Storage> Nfs4Service<S> {
     /// counts as down (SEQ4_STATUS_CB_PATH_DOWN); default 5 s.
     pub fn with_callback_timeout(mut self, timeout: std::time::Duration) -> Self {
         self.cbs.timeout = timeout;
+        self.bind_mds();
         self
     }
 

@@ -4,11 +4,13 @@
 //! A data server is named `nfs://HOST[:PORT]/EXPORT` with optional query
 //! options `mountport=N` (its MOUNT port, when not PORT or the port
 //! mapper's answer) and `rdmaport=N` (it also serves RPC-over-RDMA there,
-//! advertised to clients with the `rdma` netid). HOST is resolved once, at
-//! start; clients reach the data server at that address, so it must be
-//! one they can route to.
+//! advertised to clients with the `rdma` netid) and `advertise=IP` (clients
+//! reach it at IP, same ports, while the metadata server's control path
+//! uses HOST: a data server behind a port forward). HOST is resolved once,
+//! at start; without `advertise` clients reach the data server at that
+//! address, so it must be one they can route to.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 
 use anyhow::{anyhow, bail, Context};
 use nfs_server::v4::pnfs::DataServer;
@@ -35,11 +37,19 @@ pub(crate) fn parse(s: &str) -> anyhow::Result<DataServer> {
         rdma: None,
         mount_port: None,
         export: export.to_owned(),
+        advertise: None,
     };
     for kv in query.split('&').filter(|kv| !kv.is_empty()) {
         let (k, v) = kv
             .split_once('=')
             .ok_or_else(|| anyhow!("{s:?}: query option {kv:?} has no value"))?;
+        if k == "advertise" {
+            let ip: IpAddr = v
+                .parse()
+                .map_err(|_| anyhow!("{s:?}: advertise={v:?}: expected an IP address"))?;
+            ds.advertise = Some(ip);
+            continue;
+        }
         let port: u16 = match v.parse() {
             Ok(p) if p != 0 => p,
             _ => bail!("{s:?}: {k}={v:?}: expected a port 1-65535"),
@@ -47,7 +57,7 @@ pub(crate) fn parse(s: &str) -> anyhow::Result<DataServer> {
         match k {
             "mountport" => ds.mount_port = Some(port),
             "rdmaport" => ds.rdma = Some(SocketAddr::new(tcp.ip(), port)),
-            _ => bail!("{s:?}: unknown option {k:?} (known: mountport, rdmaport)"),
+            _ => bail!("{s:?}: unknown option {k:?} (known: mountport, rdmaport, advertise)"),
         }
     }
     Ok(ds)
@@ -76,6 +86,9 @@ mod tests {
         assert_eq!(d.rdma, None);
         let d = parse("nfs://localhost:5000/y").unwrap();
         assert_eq!(d.tcp.port(), 5000);
+        let d = parse("nfs://127.0.0.1:5000/y?advertise=10.0.2.100").unwrap();
+        assert_eq!(d.advertise, Some("10.0.2.100".parse().unwrap()));
+        assert_eq!(d.tcp, "127.0.0.1:5000".parse().unwrap());
     }
 
     #[test]
@@ -87,6 +100,7 @@ mod tests {
             "nfs://127.0.0.1/x?crc=1",
             "nfs://127.0.0.1/x?rdmaport",
             "nfs://127.0.0.1:99999/x",
+            "nfs://127.0.0.1/x?advertise=host",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }

@@ -7,8 +7,16 @@
 //! root, so the export must let the metadata server's address in with
 //! `no_root_squash` (it sets the data file's owner to the synthetic uid).
 //! Connections are opened on first use and reopened after a failure.
+//!
+//! It also carries READ, WRITE and COMMIT of clients that do their I/O
+//! through the metadata server ([`super::proxy`]); data file handles are
+//! kept (at most [`MAX_HANDLES`]) so that such I/O costs one call to the
+//! data server.
 
-use nfs::v3::{Createhow3, NfsFh3, Nfsstat3, Sattr3};
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use nfs::v3::{Createhow3, NfsFh3, Nfsstat3, Sattr3, StableHow};
 use nfs_client::{connect_tcp, Error, Mount, TcpOptions, TcpTarget};
 use oncrpc::tcp::TcpClient;
 use tokio::sync::Mutex;
@@ -18,11 +26,32 @@ use super::DataServer;
 /// How long the control path waits to connect to a data server.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Data file handles kept per data server; past it the cache is
+/// emptied and refilled by LOOKUPs.
+pub(crate) const MAX_HANDLES: usize = 4096;
+
 /// One data server as the control path reaches it.
 #[derive(Debug)]
 pub(crate) struct DsControl {
     spec: DataServer,
     mount: Mutex<Option<std::sync::Arc<Mount<TcpClient>>>>,
+    handles: std::sync::Mutex<HashMap<String, DataFh>>,
+}
+
+/// A data file as the control path knows it: its handle and owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DataFh {
+    pub(crate) fh: NfsFh3,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+}
+
+/// A WRITE or COMMIT done at a data server: how stable the data is and
+/// the data server's write verifier (RFC 1813 §3.3.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DsWritten {
+    pub(crate) how: StableHow,
+    pub(crate) verf: [u8; 8],
 }
 
 /// Why the control path failed: the data server's NFS status, or that
@@ -40,6 +69,137 @@ impl DsControl {
         Self {
             spec,
             mount: Mutex::new(None),
+            handles: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn cached(&self, name: &str) -> Option<DataFh> {
+        self.handles.lock().ok()?.get(name).cloned()
+    }
+
+    fn keep(&self, name: &str, d: &DataFh) {
+        if let Ok(mut h) = self.handles.lock() {
+            if h.len() >= MAX_HANDLES {
+                h.clear();
+            }
+            h.insert(name.to_owned(), d.clone());
+        }
+    }
+
+    fn forget(&self, name: &str) {
+        if let Ok(mut h) = self.handles.lock() {
+            h.remove(name);
+        }
+    }
+
+    /// The data file's handle, from the cache or a LOOKUP; `None` when
+    /// it does not exist.
+    async fn handle(
+        &self,
+        m: &Mount<TcpClient>,
+        name: &str,
+    ) -> Result<Option<DataFh>, ControlError> {
+        if let Some(d) = self.cached(name) {
+            return Ok(Some(d));
+        }
+        match m.client().lookup(m.root(), name).await {
+            Ok(ok) => {
+                let a = match ok.obj_attributes {
+                    Some(a) => a,
+                    None => match m.client().getattr(&ok.object).await {
+                        Ok(a) => a,
+                        Err(e) => return Err(self.failed(e).await),
+                    },
+                };
+                let d = DataFh {
+                    fh: ok.object,
+                    uid: a.uid,
+                    gid: a.gid,
+                };
+                self.keep(name, &d);
+                Ok(Some(d))
+            }
+            Err(Error::Nfs {
+                status: Nfsstat3::NFS3ERR_NOENT,
+                ..
+            }) => Ok(None),
+            Err(e) => Err(self.failed(e).await),
+        }
+    }
+
+    /// A data server call on the data file's handle that answered STALE
+    /// (the file was replaced behind the cache): the handle is dropped.
+    fn stale(&self, name: &str, e: &Error) -> bool {
+        let stale = matches!(
+            e,
+            Error::Nfs {
+                status: Nfsstat3::NFS3ERR_STALE | Nfsstat3::NFS3ERR_BADHANDLE,
+                ..
+            }
+        );
+        if stale {
+            self.forget(name);
+        }
+        stale
+    }
+
+    /// READ (RFC 1813 §3.3.6) of the data file: the bytes and whether
+    /// they reach its end, or `None` when there is no data file.
+    pub(crate) async fn read(
+        &self,
+        name: &str,
+        offset: u64,
+        count: u32,
+    ) -> Result<Option<(Bytes, bool)>, ControlError> {
+        let m = self.mount().await?;
+        for _ in 0..2 {
+            let Some(d) = self.handle(&m, name).await? else {
+                return Ok(None);
+            };
+            match m.client().read(&d.fh, offset, count).await {
+                Ok(r) => return Ok(Some((r.data.0, r.eof))),
+                Err(e) if self.stale(name, &e) => continue,
+                Err(e) => return Err(self.failed(e).await),
+            }
+        }
+        Err(ControlError::Nfs(Nfsstat3::NFS3ERR_STALE))
+    }
+
+    /// WRITE (RFC 1813 §3.3.7) to the data file `fh`.
+    pub(crate) async fn write(
+        &self,
+        name: &str,
+        fh: &NfsFh3,
+        offset: u64,
+        data: Bytes,
+        stable: StableHow,
+    ) -> Result<DsWritten, ControlError> {
+        let m = self.mount().await?;
+        match m.client().write(fh, offset, data, stable).await {
+            Ok(r) => Ok(DsWritten {
+                how: r.committed,
+                verf: r.verf.0,
+            }),
+            Err(e) => {
+                self.stale(name, &e);
+                Err(self.failed(e).await)
+            }
+        }
+    }
+
+    /// COMMIT (RFC 1813 §3.3.21) of the whole data file; `None` when
+    /// there is no data file (nothing to flush).
+    pub(crate) async fn commit(&self, name: &str) -> Result<Option<[u8; 8]>, ControlError> {
+        let m = self.mount().await?;
+        let Some(d) = self.handle(&m, name).await? else {
+            return Ok(None);
+        };
+        match m.client().commit(&d.fh, 0, 0).await {
+            Ok(r) => Ok(Some(r.verf.0)),
+            Err(e) => {
+                self.stale(name, &e);
+                Err(self.failed(e).await)
+            }
         }
     }
 
@@ -89,16 +249,11 @@ impl DsControl {
         uid: u32,
         gid: u32,
         mode: u32,
-    ) -> Result<NfsFh3, ControlError> {
+    ) -> Result<DataFh, ControlError> {
         let m = self.mount().await?;
         let root = m.root().clone();
-        match m.client().lookup(&root, name).await {
-            Ok(ok) => return Ok(ok.object),
-            Err(Error::Nfs {
-                status: Nfsstat3::NFS3ERR_NOENT,
-                ..
-            }) => {}
-            Err(e) => return Err(self.failed(e).await),
+        if let Some(d) = self.handle(&m, name).await? {
+            return Ok(d);
         }
         let how = Createhow3::Unchecked(Sattr3 {
             mode: Some(mode),
@@ -127,13 +282,47 @@ impl DsControl {
             ..Sattr3::default()
         };
         match m.client().setattr(&fh, owner, None).await {
-            Ok(_) => Ok(fh),
+            Ok(_) => {
+                let d = DataFh { fh, uid, gid };
+                self.keep(name, &d);
+                Ok(d)
+            }
+            Err(e) => Err(self.failed(e).await),
+        }
+    }
+
+    /// Gives the data file to `uid`:`gid` (fencing, RFC 8435 §2.2: the
+    /// credentials of layouts handed out before no longer pass the data
+    /// server's permission check); `None` when there is no data file.
+    pub(crate) async fn set_owner(
+        &self,
+        name: &str,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Option<DataFh>, ControlError> {
+        let m = self.mount().await?;
+        self.forget(name);
+        let Some(d) = self.handle(&m, name).await? else {
+            return Ok(None);
+        };
+        let s = Sattr3 {
+            uid: Some(uid),
+            gid: Some(gid),
+            ..Sattr3::default()
+        };
+        match m.client().setattr(&d.fh, s, None).await {
+            Ok(_) => {
+                let d = DataFh { uid, gid, ..d };
+                self.keep(name, &d);
+                Ok(Some(d))
+            }
             Err(e) => Err(self.failed(e).await),
         }
     }
 
     /// Removes the data file `name`; one already gone is not an error.
     pub(crate) async fn remove(&self, name: &str) -> Result<(), ControlError> {
+        self.forget(name);
         let m = self.mount().await?;
         let root = m.root().clone();
         match m.client().remove(&root, name).await {

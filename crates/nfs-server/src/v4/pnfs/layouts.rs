@@ -7,8 +7,15 @@
 //! trips the `pnfs.layouts` limit (the client is told
 //! NFS4ERR_LAYOUTTRYLATER and does its I/O through the metadata server or
 //! retries).
+//!
+//! Recalls (RFC 8881 §12.5.5): a layout being recalled carries the time
+//! of the recall; while any layout of a file is being recalled, LAYOUTGET
+//! of that file is NFS4ERR_RECALLCONFLICT (§18.43.3); LAYOUTRETURN ends
+//! the recall, and a recall not ended within the lease is
+//! [`LayoutTable::due`] for fencing.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use bytes::Bytes;
 use nfs::v4::{Layoutiomode4, Nfsstat4, Stateid4};
@@ -32,6 +39,29 @@ pub(crate) struct Layout {
     pub(crate) read: bool,
     /// A read-write layout is held.
     pub(crate) rw: bool,
+    /// Where the file's data is.
+    pub(crate) data: DataFile,
+    /// When the layout was recalled (the service clock), if it is being
+    /// recalled.
+    pub(crate) recalled: Option<Duration>,
+}
+
+/// A file's data file: the data server's index and the name in its
+/// export.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct DataFile {
+    pub(crate) ds: usize,
+    pub(crate) name: String,
+}
+
+/// One layout being recalled: who holds it, on which file, under which
+/// stateid (its seqid bumped by the recall, RFC 8881 §12.5.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Recalled {
+    pub(crate) client: u64,
+    pub(crate) file: Bytes,
+    pub(crate) stateid: Stateid4,
+    pub(crate) data: DataFile,
 }
 
 /// Every layout handed out, keyed by (client, file).
@@ -75,7 +105,11 @@ impl LayoutTable {
         file: &Bytes,
         iomode: Layoutiomode4,
         presented: &Stateid4,
+        data: &DataFile,
     ) -> Result<Stateid4, Nfsstat4> {
+        if self.recalling(file) {
+            return Err(Nfsstat4::NFS4ERR_RECALLCONFLICT);
+        }
         let k = (client, file.clone());
         if let Some(l) = self.by_file.get_mut(&k) {
             if Self::is_layout_stateid(presented) && presented.other != l.stateid.other {
@@ -107,6 +141,8 @@ impl LayoutTable {
             },
             read: iomode == Layoutiomode4::LAYOUTIOMODE4_READ,
             rw: iomode == Layoutiomode4::LAYOUTIOMODE4_RW,
+            data: data.clone(),
+            recalled: None,
         };
         let sid = l.stateid;
         self.by_file.insert(k, l);
@@ -180,6 +216,73 @@ impl LayoutTable {
         gone
     }
 
+    /// Whether a layout of `file` is being recalled.
+    pub(crate) fn recalling(&self, file: &Bytes) -> bool {
+        self.by_file
+            .iter()
+            .any(|((_, f), l)| f == file && l.recalled.is_some())
+    }
+
+    /// Starts the recall (at `now`) of every layout of `file`, or with
+    /// `ds` of every layout on that data server, not already being
+    /// recalled: each one's stateid seqid is bumped (RFC 8881 §12.5.3,
+    /// the recall carries it) and it is returned.
+    pub(crate) fn recall(
+        &mut self,
+        file: Option<&Bytes>,
+        ds: Option<usize>,
+        now: Duration,
+    ) -> Vec<Recalled> {
+        let mut out = Vec::new();
+        for ((c, f), l) in &mut self.by_file {
+            let hit = file.is_none_or(|x| x == f) && ds.is_none_or(|d| d == l.data.ds);
+            if !hit || l.recalled.is_some() {
+                continue;
+            }
+            l.recalled = Some(now);
+            l.stateid.seqid = l.stateid.seqid.wrapping_add(1).max(1);
+            out.push(Recalled {
+                client: *c,
+                file: f.clone(),
+                stateid: l.stateid,
+                data: l.data.clone(),
+            });
+        }
+        out
+    }
+
+    /// Whether the layout of `r` is still being recalled.
+    pub(crate) fn pending(&self, r: &Recalled) -> bool {
+        self.by_file
+            .get(&(r.client, r.file.clone()))
+            .is_some_and(|l| l.stateid.other == r.stateid.other && l.recalled.is_some())
+    }
+
+    /// Of the recalls `rs`, those still pending whose recall started a
+    /// `lease` or more before `now` (RFC 8881 §12.5.5.2: the client had
+    /// its lease to return the layout); they are revoked here.
+    pub(crate) fn due(&mut self, rs: &[Recalled], now: Duration, lease: Duration) -> Vec<Recalled> {
+        let mut out = Vec::new();
+        for r in rs {
+            let k = (r.client, r.file.clone());
+            let late = self.by_file.get(&k).is_some_and(|l| {
+                l.stateid.other == r.stateid.other
+                    && l.recalled.is_some_and(|t| now.saturating_sub(t) >= lease)
+            });
+            if late {
+                self.by_file.remove(&k);
+                out.push(r.clone());
+            }
+        }
+        out
+    }
+
+    /// Drops `client`'s layout on `file` (it answered the recall with
+    /// NFS4ERR_NOMATCHING_LAYOUT: it holds none, RFC 8881 §20.3.4).
+    pub(crate) fn forget(&mut self, client: u64, file: &Bytes) {
+        self.by_file.remove(&(client, file.clone()));
+    }
+
     /// Whether some client holds a read-write layout on `file`.
     pub(crate) fn writers(&self, file: &Bytes) -> bool {
         self.by_file.iter().any(|((_, f), l)| f == file && l.rw)
@@ -193,6 +296,13 @@ mod tests {
     const RW: Layoutiomode4 = Layoutiomode4::LAYOUTIOMODE4_RW;
     const RD: Layoutiomode4 = Layoutiomode4::LAYOUTIOMODE4_READ;
 
+    fn at(ds: usize) -> DataFile {
+        DataFile {
+            ds,
+            name: format!("data{ds}"),
+        }
+    }
+
     fn open_sid() -> Stateid4 {
         Stateid4 {
             seqid: 1,
@@ -204,17 +314,17 @@ mod tests {
     fn grants_one_stateid_per_client_and_file_and_bumps_its_seqid() {
         let mut t = LayoutTable::new(8);
         let f = Bytes::from_static(b"file");
-        let a = t.grant(1, &f, RD, &open_sid()).unwrap();
+        let a = t.grant(1, &f, RD, &open_sid(), &at(0)).unwrap();
         assert!(LayoutTable::is_layout_stateid(&a));
         assert_eq!(a.seqid, 1);
-        let b = t.grant(1, &f, RW, &a).unwrap();
+        let b = t.grant(1, &f, RW, &a, &at(0)).unwrap();
         assert_eq!((b.other, b.seqid), (a.other, 2));
         assert!(t.writers(&f));
-        let other = t.grant(2, &f, RD, &open_sid()).unwrap();
+        let other = t.grant(2, &f, RD, &open_sid(), &at(0)).unwrap();
         assert_ne!(other.other, a.other);
         // Another client's layout stateid is not this client's.
         assert_eq!(
-            t.grant(1, &f, RD, &other),
+            t.grant(1, &f, RD, &other, &at(0)),
             Err(Nfsstat4::NFS4ERR_BAD_STATEID)
         );
         assert_eq!(
@@ -227,8 +337,8 @@ mod tests {
     fn return_of_each_mode_then_the_last_frees_the_stateid() {
         let mut t = LayoutTable::new(8);
         let f = Bytes::from_static(b"file");
-        let s = t.grant(1, &f, RD, &open_sid()).unwrap();
-        let s = t.grant(1, &f, RW, &s).unwrap();
+        let s = t.grant(1, &f, RD, &open_sid(), &at(0)).unwrap();
+        let s = t.grant(1, &f, RW, &s, &at(0)).unwrap();
         let left = t.return_file(1, &f, RW, &s).unwrap().unwrap();
         assert_eq!(left.seqid, s.seqid + 1);
         assert!(!t.writers(&f));
@@ -243,17 +353,58 @@ mod tests {
         let mut t = LayoutTable::new(2);
         let before = LAYOUTS.count();
         for n in 0..2u8 {
-            t.grant(1, &Bytes::from(vec![n]), RD, &open_sid()).unwrap();
+            t.grant(1, &Bytes::from(vec![n]), RD, &open_sid(), &at(0))
+                .unwrap();
         }
         assert_eq!(
-            t.grant(1, &Bytes::from_static(b"x"), RD, &open_sid()),
+            t.grant(1, &Bytes::from_static(b"x"), RD, &open_sid(), &at(0)),
             Err(Nfsstat4::NFS4ERR_LAYOUTTRYLATER)
         );
         assert!(LAYOUTS.count() > before);
         t.return_all(1);
         assert_eq!(t.len(), 0);
-        t.grant(1, &Bytes::from_static(b"x"), RD, &open_sid())
+        t.grant(1, &Bytes::from_static(b"x"), RD, &open_sid(), &at(0))
             .unwrap();
         assert_eq!(t.forget_file(&Bytes::from_static(b"x")), vec![1]);
+    }
+
+    #[test]
+    fn a_recall_blocks_new_layouts_until_returned_or_due() {
+        let mut t = LayoutTable::new(8);
+        let f = Bytes::from_static(b"file");
+        let g = Bytes::from_static(b"other");
+        let a = t.grant(1, &f, RW, &open_sid(), &at(0)).unwrap();
+        t.grant(2, &f, RD, &open_sid(), &at(0)).unwrap();
+        t.grant(1, &g, RD, &open_sid(), &at(1)).unwrap();
+        let now = Duration::from_secs(10);
+        let rs = t.recall(Some(&f), None, now);
+        assert_eq!(rs.len(), 2);
+        let mine = rs.iter().find(|r| r.client == 1).unwrap();
+        assert_eq!(
+            mine.stateid.seqid,
+            a.seqid + 1,
+            "the recall bumps the seqid"
+        );
+        // Recalled once only; other files untouched.
+        assert!(t.recall(Some(&f), None, now).is_empty());
+        assert_eq!(
+            t.grant(3, &f, RD, &open_sid(), &at(0)),
+            Err(Nfsstat4::NFS4ERR_RECALLCONFLICT)
+        );
+        // Client 1 returns: its recall ends; client 2's is due after a lease.
+        assert_eq!(
+            t.return_file(1, &f, Layoutiomode4::LAYOUTIOMODE4_ANY, &mine.stateid),
+            Ok(None)
+        );
+        let lease = Duration::from_secs(90);
+        assert!(t.due(&rs, now + Duration::from_secs(89), lease).is_empty());
+        let due = t.due(&rs, now + lease, lease);
+        assert_eq!(due.iter().map(|r| r.client).collect::<Vec<_>>(), vec![2]);
+        assert!(!t.recalling(&f));
+        t.grant(3, &f, RD, &open_sid(), &at(0)).unwrap();
+        // A data server's loss recalls the layouts on it only.
+        let lost = t.recall(None, Some(1), now);
+        assert_eq!(lost.len(), 1);
+        assert_eq!((&lost[0].file, lost[0].data.ds), (&g, 1));
     }
 }

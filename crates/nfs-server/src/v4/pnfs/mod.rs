@@ -19,15 +19,23 @@
 //!   and LAYOUTSTATS (RFC 7862 §15.6, §15.7) likewise.
 //! - REMOVE of a file drops its layouts and removes its data file.
 //!
-//! Not done yet (docs/pnfs.md): CB_LAYOUTRECALL on truncate, chmod,
-//! remove and data server loss, fencing by rotating the synthetic ids,
-//! mirrors, READ/WRITE through the metadata server reaching the data file
-//! (the layout says FF_FLAGS_NO_IO_THRU_MDS), the data file's size while
-//! write layouts are out.
+//! - READ, WRITE and COMMIT through the metadata server, of any NFS
+//!   version, reach the data file ([`proxy`]).
+//! - CB_LAYOUTRECALL on truncation, chmod/chown, removal and the loss of
+//!   a data server; fencing by rotating the synthetic ids when a recall
+//!   is not answered within the lease ([`recall`]).
+//!
+//! Not done yet (docs/pnfs.md): mirrors, striping.
 
 mod control;
+mod events;
 mod layouts;
 mod ops;
+mod proxy;
+mod recall;
+
+pub use proxy::Written;
+pub use recall::{Why, FENCE_IDS};
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
@@ -43,6 +51,10 @@ pub const DEFAULT_SYNTHETIC_ID: u32 = 40001;
 /// Layout stateids held at once by default.
 pub const DEFAULT_MAX_LAYOUTS: usize = 65536;
 
+/// Mode of data files (RFC 8435 §2.2: only the synthetic owner and group
+/// may read and write them).
+const DATA_FILE_MODE: u32 = 0o660;
+
 /// One NFSv3 data server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataServer {
@@ -55,6 +67,10 @@ pub struct DataServer {
     pub mount_port: Option<u16>,
     /// The export holding the data files.
     pub export: String,
+    /// The address clients are told to reach it at, when not the one
+    /// the metadata server uses (a data server behind a port forward);
+    /// the ports stay the same.
+    pub advertise: Option<std::net::IpAddr>,
 }
 
 /// Metadata server settings.
@@ -91,6 +107,10 @@ pub struct Mds {
     cfg: MdsConfig,
     ds: Vec<DsControl>,
     layouts: Mutex<LayoutTable>,
+    /// Held while a WRITE through the metadata server grows its file.
+    grow: tokio::sync::Mutex<()>,
+    /// How layouts are recalled, once the NFSv4.1 service is bound.
+    recaller: std::sync::RwLock<Option<recall::Recaller>>,
 }
 
 impl Mds {
@@ -103,7 +123,13 @@ impl Mds {
             .map(DsControl::new)
             .collect();
         let layouts = Mutex::new(LayoutTable::new(cfg.max_layouts));
-        Self { cfg, ds, layouts }
+        Self {
+            cfg,
+            ds,
+            layouts,
+            grow: tokio::sync::Mutex::new(()),
+            recaller: std::sync::RwLock::new(None),
+        }
     }
 
     /// Layout stateids held now.
@@ -163,6 +189,7 @@ mod tests {
             rdma: None,
             mount_port: None,
             export: "/".into(),
+            advertise: None,
         };
         let m = Mds::new(MdsConfig::new(vec![ds(1), ds(2), ds(3)]));
         let mut n = [0; 3];

@@ -7,23 +7,19 @@ use bytes::Bytes;
 use nfs::v3::{Ftype3, Sattr3, SetTime};
 use nfs::v4::flexfiles::{
     decode_body, encode_body, FfDataServer4, FfDeviceAddr4, FfDeviceVersions4, FfLayout4,
-    FfLayoutreturn4, FfMirror4, Netaddr4, FF_FLAGS_NO_IO_THRU_MDS,
+    FfLayoutreturn4, FfMirror4, Netaddr4,
 };
 use nfs::v4::*;
 use xdr::{Bounded, Encode};
 
 use super::control::ControlError;
-use super::layouts::LayoutTable;
-use super::{data_file_name, device_id, device_index, Mds};
+use super::layouts::{DataFile, LayoutTable};
+use super::{data_file_name, device_id, device_index, Mds, DATA_FILE_MODE};
 use crate::storage::Storage;
 use crate::v4::fileops::{cur, key, resolve_sid};
 use crate::v4::{Cx, Nfs4Service};
 
 type R<T> = Result<T, Nfsstat4>;
-
-/// Mode of data files (RFC 8435 §2.2: only the synthetic owner and group
-/// may read and write them).
-const DATA_FILE_MODE: u32 = 0o660;
 
 fn status(r: R<()>) -> Nfsstat4 {
     r.err().unwrap_or(Nfsstat4::NFS4_OK)
@@ -96,13 +92,16 @@ impl<S: Storage> Nfs4Service<S> {
         }
         let i = mds.place(attr.fileid);
         let name = data_file_name(attr.fsid, attr.fileid);
-        let ds_fh = mds.ds[i]
+        let d = mds.ds[i]
             .ensure(&name, mds.cfg.uid, mds.cfg.gid, DATA_FILE_MODE)
             .await
             .map_err(|e| {
                 tracing::warn!(ds = i, file = %name, error = ?e, "pNFS data file not available");
                 match e {
-                    ControlError::Unreachable => Nfsstat4::NFS4ERR_LAYOUTTRYLATER,
+                    ControlError::Unreachable => {
+                        mds.ds_lost(i);
+                        Nfsstat4::NFS4ERR_LAYOUTTRYLATER
+                    }
                     ControlError::Nfs(_) => Nfsstat4::NFS4ERR_LAYOUTUNAVAILABLE,
                 }
             })?;
@@ -115,12 +114,16 @@ impl<S: Storage> Nfs4Service<S> {
                     // RFC 8435 §5.1: an NFSv3 data server takes the
                     // anonymous stateid.
                     stateid: Stateid4::ANONYMOUS,
-                    fh_vers: Bounded(vec![NfsFh4(Bytes::copy_from_slice(ds_fh.as_bytes()))]),
-                    user: Bounded(Bytes::from(mds.cfg.uid.to_string())),
-                    group: Bounded(Bytes::from(mds.cfg.gid.to_string())),
+                    fh_vers: Bounded(vec![NfsFh4(Bytes::copy_from_slice(d.fh.as_bytes()))]),
+                    // The data file's owner now: the synthetic ids, or
+                    // their successors after fencing (RFC 8435 §2.2).
+                    user: Bounded(Bytes::from(d.uid.to_string())),
+                    group: Bounded(Bytes::from(d.gid.to_string())),
                 }]),
             }]),
-            flags: FF_FLAGS_NO_IO_THRU_MDS,
+            // RFC 8435 §5.1: I/O through the metadata server works
+            // ([`super::proxy`]), so FF_FLAGS_NO_IO_THRU_MDS is not set.
+            flags: 0,
             stats_collect_hint: 0,
         };
         let mut ok = Layoutget4ResOk {
@@ -144,7 +147,8 @@ impl<S: Storage> Nfs4Service<S> {
             .layouts
             .lock()
             .map_err(|_| Nfsstat4::NFS4ERR_SERVERFAULT)?;
-        ok.stateid = t.grant(c, &file, a.iomode, &sid)?;
+        let at = DataFile { ds: i, name };
+        ok.stateid = t.grant(c, &file, a.iomode, &sid, &at)?;
         Ok(ok)
     }
 
@@ -221,19 +225,10 @@ impl<S: Storage> Nfs4Service<S> {
     }
 
     /// The file `attr` (of `fh`) was removed: its layouts go and so does
-    /// its data file.
+    /// its data file ([`Mds::removed`]).
     pub(in crate::v4) async fn pnfs_removed(&self, fh: &nfs::v3::NfsFh3, attr: &nfs::v3::Fattr3) {
-        let Some(mds) = self.mds.clone() else { return };
-        if attr.ftype != Ftype3::NF3REG || attr.nlink > 1 {
-            return;
-        }
-        if let Ok(mut t) = mds.layouts.lock() {
-            t.forget_file(&key(fh));
-        }
-        let i = mds.place(attr.fileid);
-        let name = data_file_name(attr.fsid, attr.fileid);
-        if let Err(e) = mds.ds[i].remove(&name).await {
-            tracing::warn!(ds = i, file = %name, error = ?e, "pNFS data file not removed");
+        if let Some(mds) = &self.mds {
+            mds.removed(fh, attr).await;
         }
     }
 
@@ -265,28 +260,60 @@ impl<S: Storage> Nfs4Service<S> {
         }
         let i = mds.place(attr.fileid);
         let name = data_file_name(attr.fsid, attr.fileid);
-        let ds = mds.ds[i].size(&name).await.ok()?;
+        let ds = mds.ds[i]
+            .size(&name)
+            .await
+            .map_err(|e| mds.control_failed(i, e))
+            .ok()?;
         Some(ds.max(attr.size))
     }
 
-    /// A SETATTR of `size` on the file `attr` reaches its data file too
-    /// (RFC 8435 §2.3: the metadata server keeps the data file's size in
-    /// step on truncation); a data server that cannot be reached fails it
-    /// with NFS4ERR_DELAY (the client retries), after the metadata
-    /// server's own size was set.
-    pub(in crate::v4) async fn pnfs_truncated(&self, attr: &nfs::v3::Fattr3, size: u64) -> R<()> {
-        let Some(mds) = &self.mds else { return Ok(()) };
-        if attr.ftype != Ftype3::NF3REG {
-            return Ok(());
+    /// A SETATTR of `s` applied to the file `fh` (`attr` before it):
+    /// layouts recalled, the data file truncated ([`Mds::attrs_set`]).
+    pub(in crate::v4) async fn pnfs_setattr(
+        &self,
+        fh: &nfs::v3::NfsFh3,
+        attr: &nfs::v3::Fattr3,
+        s: &Sattr3,
+    ) -> R<()> {
+        match &self.mds {
+            Some(mds) => mds
+                .attrs_set(fh, attr, s)
+                .await
+                .map_err(crate::v4::attrs::st4),
+            None => Ok(()),
         }
-        let i = mds.place(attr.fileid);
-        let name = data_file_name(attr.fsid, attr.fileid);
-        match mds.ds[i].set_size(&name, size).await {
-            Ok(()) | Err(ControlError::Nfs(nfs::v3::Nfsstat3::NFS3ERR_NOENT)) => Ok(()),
-            Err(e) => {
-                tracing::warn!(ds = i, file = %name, error = ?e, "pNFS data file not truncated");
-                Err(Nfsstat4::NFS4ERR_DELAY)
-            }
+    }
+
+    /// Whether `op` is an NFSv4.2 data operation this server does not
+    /// offer because it is a metadata server, whose files hold no data
+    /// (SEEK, READ_PLUS, COPY, CLONE, ALLOCATE, DEALLOCATE: RFC 7862
+    /// §15 lets a server answer NFS4ERR_NOTSUPP; clients fall back to
+    /// READ, WRITE and local copies, which reach the data servers).
+    pub(in crate::v4) fn pnfs_data_op_absent(&self, op: &NfsArgop4) -> bool {
+        use NfsArgop4 as A;
+        self.mds.is_some()
+            && matches!(
+                op,
+                A::Seek(_)
+                    | A::ReadPlus(_)
+                    | A::Copy(_)
+                    | A::Clone(_)
+                    | A::Allocate(_)
+                    | A::Deallocate(_)
+            )
+    }
+
+    /// Lets the metadata server recall layouts through this service's
+    /// back channels (again after they change).
+    pub(in crate::v4) fn bind_mds(&self) {
+        if let Some(mds) = &self.mds {
+            mds.bind(super::recall::Recaller {
+                state: Arc::clone(&self.state),
+                cbs: self.cbs.clone(),
+                clock: Arc::clone(&self.clock),
+                mds: Arc::downgrade(mds),
+            });
         }
     }
 
@@ -311,8 +338,12 @@ fn getdeviceinfo(mds: &Mds, a: &Getdeviceinfo4Args) -> Getdeviceinfo4Res {
         let six = if sa.is_ipv6() { "6" } else { "" };
         Netaddr4::from_socket(&format!("{base}{six}"), sa)
     };
-    let mut netaddrs = vec![netid("tcp", ds.tcp)];
-    netaddrs.extend(ds.rdma.map(|r| netid("rdma", r)));
+    let seen = |sa: std::net::SocketAddr| match ds.advertise {
+        Some(ip) => std::net::SocketAddr::new(ip, sa.port()),
+        None => sa,
+    };
+    let mut netaddrs = vec![netid("tcp", seen(ds.tcp))];
+    netaddrs.extend(ds.rdma.map(|r| netid("rdma", seen(r))));
     let addr = FfDeviceAddr4 {
         netaddrs: Bounded(netaddrs),
         versions: Bounded(vec![FfDeviceVersions4 {

@@ -1,0 +1,283 @@
+//! CB_LAYOUTRECALL (RFC 8881 §20.3, §12.5.5) and fencing (RFC 8435
+//! §2.2).
+//!
+//! A file's layouts are recalled when its size (truncation), mode, owner
+//! or group change, or it is removed, through the metadata server by any
+//! NFS version; every layout on a data server is recalled when the
+//! control path finds that server unreachable. Each recalled layout's
+//! stateid seqid is bumped and sent in a CB_LAYOUTRECALL of the whole
+//! file (LAYOUTIOMODE4_ANY) on its holder's back channel, retried while
+//! the back channel is not there. LAYOUTRETURN ends the recall; an answer
+//! of NFS4ERR_NOMATCHING_LAYOUT ends it too (the client holds none,
+//! §20.3.4). While a file's layouts are being recalled, LAYOUTGET of it
+//! is NFS4ERR_RECALLCONFLICT.
+//!
+//! A recall not ended within the lease (§12.5.5.2) is fenced: the data
+//! file is given to the next synthetic uid and gid (the configured ones
+//! plus 0 to [`FENCE_IDS`] − 1, in turn), so the credentials the old
+//! layout carries fail the data server's permission check (NFS3ERR_ACCES
+//! on the client's next READ or WRITE), and the layout is revoked; the
+//! client's next LAYOUTGET carries the new ids.
+//!
+//! One task per recall event carries its callbacks and watches its
+//! layouts; there are never more such layouts than layout stateids
+//! (`--max-layouts`), and the task ends once each is returned or fenced.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use nfs::v3::NfsFh3;
+use nfs::v4::cb::{
+    CbLayoutrecall4Args, Layoutrecall4, LayoutrecallFile4, NfsCbArgop4, NfsCbResop4,
+};
+use nfs::v4::{Layoutiomode4, Layouttype4, NfsFh4, Nfsstat4};
+
+use super::layouts::{DataFile, Recalled};
+use super::Mds;
+use crate::v4::callback::Callbacks;
+use crate::v4::coherence::key;
+use crate::v4::state::StateTable;
+use crate::v4::Clock;
+
+/// How many synthetic ids fencing rotates through.
+pub const FENCE_IDS: u32 = 1024;
+
+/// How often a recall task looks at its layouts (and retries callbacks
+/// that found no back channel).
+const POLL: Duration = Duration::from_millis(100);
+
+/// Why a file's layouts are recalled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// Its size was set.
+    Truncate,
+    /// Its mode, owner or group changed.
+    Attrs,
+    /// It was removed.
+    Remove,
+}
+
+/// What the metadata server recalls layouts with: the NFSv4.1 service's
+/// client state, back channels and clock.
+#[derive(Clone)]
+pub(crate) struct Recaller {
+    pub(crate) state: Arc<Mutex<StateTable>>,
+    pub(crate) cbs: Callbacks,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) mds: Weak<Mds>,
+}
+
+impl core::fmt::Debug for Recaller {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Recaller").finish_non_exhaustive()
+    }
+}
+
+/// What one CB_LAYOUTRECALL came to.
+enum Sent {
+    /// The client took it (it will LAYOUTRETURN).
+    Taken,
+    /// The client holds no such layout.
+    NoMatch,
+    /// No answer (no back channel, or it failed): try again.
+    Again,
+}
+
+/// The uid or gid after `cur` in the fencing rotation from `base`.
+fn next_id(base: u32, cur: u32) -> u32 {
+    let off = cur.wrapping_sub(base);
+    let next = if off < FENCE_IDS {
+        (off + 1) % FENCE_IDS
+    } else {
+        1
+    };
+    base.wrapping_add(next)
+}
+
+impl Mds {
+    /// Lets the metadata server recall layouts through `r`.
+    pub(crate) fn bind(&self, r: Recaller) {
+        if let Ok(mut g) = self.recaller.write() {
+            *g = Some(r);
+        }
+    }
+
+    fn recaller(&self) -> Option<Recaller> {
+        self.recaller.read().ok()?.clone()
+    }
+
+    /// Recalls every layout of the file `fh` (RFC 8881 §12.5.5.1).
+    pub fn recall_file(&self, fh: &NfsFh3, why: Why) {
+        let file = key(fh);
+        self.start_recall(Some(&file), None, why != Why::Attrs, why == Why::Remove);
+    }
+
+    /// The control path could not reach data server `ds`: every layout
+    /// on it is recalled (the client does its I/O through the metadata
+    /// server or asks again later).
+    pub(crate) fn ds_lost(&self, ds: usize) {
+        self.start_recall(None, Some(ds), true, false);
+    }
+
+    fn start_recall(&self, file: Option<&Bytes>, ds: Option<usize>, changed: bool, gone: bool) {
+        let Some(r) = self.recaller() else { return };
+        let Some(me) = r.mds.upgrade() else { return };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let rs = match self.layouts.lock() {
+            Ok(mut t) => {
+                let rs = t.recall(file, ds, r.clock.now());
+                if gone {
+                    // The file is gone: nothing is left to fence.
+                    for x in &rs {
+                        t.forget(x.client, &x.file);
+                    }
+                }
+                rs
+            }
+            Err(_) => return,
+        };
+        if rs.is_empty() {
+            return;
+        }
+        tracing::info!(layouts = rs.len(), ?ds, changed, "CB_LAYOUTRECALL");
+        rt.spawn(async move { run(me, r, rs, changed).await });
+    }
+
+    /// Fences the data files of `due` (revoked layouts): each gets the
+    /// next synthetic uid and gid.
+    async fn fence(&self, due: &[Recalled]) {
+        let mut files: Vec<&DataFile> = due.iter().map(|r| &r.data).collect();
+        files.sort_by(|a, b| (a.ds, &a.name).cmp(&(b.ds, &b.name)));
+        files.dedup();
+        for d in files {
+            let ds = &self.ds[d.ds];
+            let cur = match ds
+                .ensure(&d.name, self.cfg.uid, self.cfg.gid, super::DATA_FILE_MODE)
+                .await
+            {
+                Ok(cur) => cur,
+                Err(e) => {
+                    tracing::warn!(ds = d.ds, file = %d.name, error = ?e, "pNFS layout revoked, data file not fenced");
+                    continue;
+                }
+            };
+            let (uid, gid) = (
+                next_id(self.cfg.uid, cur.uid),
+                next_id(self.cfg.gid, cur.gid),
+            );
+            match ds.set_owner(&d.name, uid, gid).await {
+                Ok(_) => tracing::warn!(
+                    ds = d.ds,
+                    file = %d.name,
+                    uid,
+                    gid,
+                    "pNFS layout recall not answered within the lease: layout revoked, data file fenced"
+                ),
+                Err(e) => {
+                    tracing::warn!(ds = d.ds, file = %d.name, error = ?e, "pNFS layout revoked, data file not fenced")
+                }
+            }
+        }
+    }
+}
+
+/// CB_LAYOUTRECALL of one layout (RFC 8881 §20.3.1): the whole file,
+/// any iomode, under the recalled stateid.
+async fn send(r: &Recaller, x: &Recalled, changed: bool) -> Sent {
+    let op = NfsCbArgop4::Layoutrecall(CbLayoutrecall4Args {
+        layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+        iomode: Layoutiomode4::LAYOUTIOMODE4_ANY,
+        changed,
+        recall: Layoutrecall4::File(LayoutrecallFile4 {
+            fh: NfsFh4(x.file.clone()),
+            offset: 0,
+            length: u64::MAX,
+            stateid: x.stateid,
+        }),
+    });
+    let res = match r.cbs.compound(&r.state, x.client, vec![op]).await {
+        Ok(res) => res,
+        Err(e) => {
+            tracing::debug!(client = x.client, failure = ?e, "CB_LAYOUTRECALL not delivered");
+            return Sent::Again;
+        }
+    };
+    let st = res.resarray.0.iter().find_map(|o| match o {
+        NfsCbResop4::Layoutrecall(s) => Some(*s),
+        _ => None,
+    });
+    match st {
+        Some(Nfsstat4::NFS4_OK) => Sent::Taken,
+        Some(Nfsstat4::NFS4ERR_NOMATCHING_LAYOUT) => Sent::NoMatch,
+        other => {
+            tracing::debug!(client = x.client, status = ?other.unwrap_or(res.status), "CB_LAYOUTRECALL refused");
+            Sent::Again
+        }
+    }
+}
+
+/// One recall event: the callbacks, then the watch until each layout is
+/// returned or, a lease after the recall, fenced.
+async fn run(mds: Arc<Mds>, r: Recaller, rs: Vec<Recalled>, changed: bool) {
+    let lease = r
+        .state
+        .lock()
+        .map(|s| s.lease())
+        .unwrap_or(Duration::from_secs(90));
+    let mut unsent: Vec<&Recalled> = rs.iter().collect();
+    let mut first = true;
+    loop {
+        let mut again = Vec::new();
+        for x in unsent {
+            let live = mds.layouts.lock().is_ok_and(|t| t.pending(x));
+            if !first && !live {
+                continue;
+            }
+            match send(&r, x, changed).await {
+                Sent::Taken => {}
+                Sent::NoMatch => {
+                    if let Ok(mut t) = mds.layouts.lock() {
+                        if t.pending(x) {
+                            t.forget(x.client, &x.file);
+                        }
+                    }
+                }
+                Sent::Again => again.push(x),
+            }
+        }
+        unsent = again;
+        first = false;
+        let due = match mds.layouts.lock() {
+            Ok(mut t) => t.due(&rs, r.clock.now(), lease),
+            Err(_) => return,
+        };
+        if !due.is_empty() {
+            mds.fence(&due).await;
+        }
+        let left = mds
+            .layouts
+            .lock()
+            .is_ok_and(|t| rs.iter().any(|x| t.pending(x)));
+        if !left {
+            return;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fencing_rotates_through_the_synthetic_ids() {
+        assert_eq!(next_id(40001, 40001), 40002);
+        assert_eq!(next_id(40001, 40001 + FENCE_IDS - 1), 40001);
+        // An owner outside the range (changed by hand) restarts it.
+        assert_eq!(next_id(40001, 0), 40002);
+        assert_eq!(next_id(u32::MAX - 1, u32::MAX), 0);
+    }
+}

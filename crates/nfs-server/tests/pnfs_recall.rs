@@ -1,0 +1,600 @@
+//! CB_LAYOUTRECALL and fencing at the pNFS metadata server (RFC 8881
+//! §12.5.5, §20.3; RFC 8435 §2.2), with scripted NFSv4.1 clients whose
+//! TCP connections carry the back channel, two in-process nfsrdma data
+//! servers, and an NFSv3 client changing files through the metadata
+//! server: a truncation, chmod or removal recalls the layouts; a client
+//! that returns its layout ends the recall; one that does not is fenced a
+//! lease later (its credentials fail at the data server, its next layout
+//! carries the new ids).
+
+use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use nfs::v3::{NfsFh3, Nfsstat3, Sattr3, StableHow};
+use nfs::v4::attr::{Bitmap4, FileAttrs, FATTR4_MODE};
+use nfs::v4::cb::*;
+use nfs::v4::flexfiles::*;
+use nfs::v4::session::*;
+use nfs::v4::*;
+use nfs_client::Nfs3Client;
+use nfs_server::access::ExportTable;
+use nfs_server::exports::Squash;
+use nfs_server::nfs3::Nfs3Service;
+use nfs_server::v4::pnfs::{DataServer, Mds, MdsConfig, DEFAULT_SYNTHETIC_ID};
+use nfs_server::v4::{BackchannelSlot, ManualClock, Nfs4Config, Nfs4Service, SessionLimits};
+use nfs_server::{LocalFs, RunningServer, ServerConfig, Storage};
+use oncrpc::client::{ClientConfig, ReplyHint, RpcCall};
+use oncrpc::msg::{AuthSys, OpaqueAuth};
+use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
+use oncrpc::{CallContext, ClientTransport, RpcService, ServiceError};
+use tokio::sync::mpsc;
+use xdr::{Bounded, FixedOpaque, XdrBuf};
+
+const CB_PROGRAM: u32 = 0x4000_0000;
+const LEASE: Duration = Duration::from_secs(90);
+
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("pnfs-recall-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The client's callback program: answers CB_LAYOUTRECALL with
+/// `answer` and hands each one to the test.
+struct CbService {
+    answer: Arc<AtomicU32>,
+    seen: mpsc::UnboundedSender<CbLayoutrecall4Args>,
+}
+
+impl CbService {
+    fn reply(&self, op: &NfsCbArgop4) -> NfsCbResop4 {
+        match op {
+            NfsCbArgop4::Sequence(s) => NfsCbResop4::Sequence(Res4::Ok(CbSequence4ResOk {
+                sessionid: s.sessionid,
+                sequenceid: s.sequenceid,
+                slotid: s.slotid,
+                highest_slotid: s.highest_slotid,
+                target_highest_slotid: s.highest_slotid,
+            })),
+            NfsCbArgop4::Layoutrecall(a) => {
+                let _ = self.seen.send(a.clone());
+                NfsCbResop4::Layoutrecall(Nfsstat4(self.answer.load(Ordering::SeqCst)))
+            }
+            NfsCbArgop4::Recall(_) => NfsCbResop4::Recall(Nfsstat4::NFS4_OK),
+            NfsCbArgop4::Getattr(_) => NfsCbResop4::Getattr(Res4::Err(Nfsstat4::NFS4ERR_BADHANDLE)),
+            NfsCbArgop4::Offload(_) => NfsCbResop4::Offload(Nfsstat4::NFS4_OK),
+            NfsCbArgop4::Other(n) => NfsCbResop4::Other(*n, Nfsstat4::NFS4ERR_NOTSUPP),
+        }
+    }
+}
+
+impl RpcService for CbService {
+    fn program(&self) -> u32 {
+        CB_PROGRAM
+    }
+    fn versions(&self) -> std::ops::RangeInclusive<u32> {
+        NFS4_CALLBACK_VERSION..=NFS4_CALLBACK_VERSION
+    }
+    async fn call(&self, ctx: CallContext, args: Bytes) -> Result<XdrBuf, ServiceError> {
+        match ctx.proc_ {
+            CB_NULL => Ok(XdrBuf::new()),
+            CB_COMPOUND => {
+                let a: CbCompound4Args =
+                    xdr::from_slice(&args).map_err(ServiceError::GarbageArgs)?;
+                let res = a.argarray.iter().map(|op| self.reply(op)).collect();
+                Ok(xdr::to_xdr_buf(&CbCompound4Res {
+                    status: Nfsstat4::NFS4_OK,
+                    tag: Bounded(a.tag),
+                    resarray: Bounded(res),
+                }))
+            }
+            _ => Err(ServiceError::ProcUnavail),
+        }
+    }
+}
+
+struct Cluster {
+    addr: SocketAddr,
+    clock: Arc<ManualClock>,
+    uid: u32,
+    mds: Arc<Mds>,
+    /// The metadata server's export root over NFSv3.
+    root: NfsFh3,
+    _dir: TempDir,
+    _ds: Vec<(RunningServer, TempDir)>,
+}
+
+async fn cluster(tag: &str) -> Cluster {
+    let mut ds = Vec::new();
+    for i in 0..2 {
+        let dir = TempDir::new(&format!("{tag}-ds{i}"));
+        let mut cfg = ServerConfig::new(&dir.0);
+        cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
+        cfg.mount_addr = None;
+        cfg.set_squash(Squash::None);
+        ds.push((nfs_server::start(cfg).await.unwrap(), dir));
+    }
+    let specs = ds
+        .iter()
+        .map(|(s, d)| DataServer {
+            tcp: s.nfs_addr(),
+            rdma: None,
+            mount_port: None,
+            export: d.0.to_str().unwrap().to_owned(),
+            advertise: None,
+        })
+        .collect();
+    let mds = Arc::new(Mds::new(MdsConfig::new(specs)));
+    let dir = TempDir::new(&format!("{tag}-mds"));
+    let clock = Arc::new(ManualClock::new());
+    let fs = Arc::new(LocalFs::new(&dir.0, false).unwrap());
+    let slot = BackchannelSlot::new();
+    let v4 = Nfs4Service::with_config(
+        Arc::clone(&fs),
+        Nfs4Config {
+            limits: SessionLimits::default(),
+            clock: clock.clone(),
+            server_owner: Bytes::from_static(b"recall"),
+        },
+    )
+    .with_backchannels(slot.clone())
+    .with_callback_timeout(Duration::from_millis(400))
+    .with_mds(Arc::clone(&mds));
+    let root = fs.root();
+    let table = Arc::new(ExportTable::open_to_all(fs, Vec::new()));
+    let mut server = oncrpc::Server::new();
+    server.register(v4);
+    server.register(Nfs3Service::new(table).with_mds(Arc::clone(&mds)));
+    let listener = TcpServer::bind("127.0.0.1:0", Arc::new(server), TcpConfig::default())
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    slot.set(nfs_server::tcp_backchannels(listener.backchannels()));
+    listener.spawn();
+    let uid = std::fs::metadata(&dir.0).unwrap().uid();
+    Cluster {
+        addr,
+        clock,
+        uid,
+        mds,
+        root,
+        _dir: dir,
+        _ds: ds,
+    }
+}
+
+fn cred(uid: u32) -> OpaqueAuth {
+    AuthSys {
+        stamp: 1,
+        machinename: Bytes::from_static(b"recall"),
+        uid,
+        gid: uid,
+        gids: vec![],
+    }
+    .to_opaque_auth()
+}
+
+/// A scripted NFSv4.1 client whose connection is its back channel.
+struct Client {
+    rpc: TcpClient,
+    cred: OpaqueAuth,
+    clientid: u64,
+    session: [u8; 16],
+    seq: AtomicU32,
+    answer: Arc<AtomicU32>,
+    recalls: mpsc::UnboundedReceiver<CbLayoutrecall4Args>,
+}
+
+impl Client {
+    async fn connect(cl: &Cluster, name: &str) -> Self {
+        let (tx, recalls) = mpsc::unbounded_channel();
+        let answer = Arc::new(AtomicU32::new(0));
+        let mut cb = oncrpc::Server::new();
+        cb.register(CbService {
+            answer: Arc::clone(&answer),
+            seen: tx,
+        });
+        let rpc = TcpClient::connect_with_backchannel(
+            cl.addr,
+            7,
+            ClientConfig::default(),
+            TcpConfig::default(),
+            Arc::new(cb),
+        )
+        .await
+        .unwrap();
+        let mut c = Self {
+            rpc,
+            cred: cred(cl.uid),
+            clientid: 0,
+            session: [0; 16],
+            seq: AtomicU32::new(0),
+            answer,
+            recalls,
+        };
+        c.establish(name).await;
+        c
+    }
+
+    async fn ops(&self, ops: Vec<NfsArgop4>) -> Compound4Res {
+        let args = xdr::to_bytes(&Compound4Args {
+            tag: Bytes::new(),
+            minorversion: 1,
+            argarray: ops,
+        });
+        let reply = self
+            .rpc
+            .call(RpcCall {
+                prog: NFS4_PROGRAM,
+                vers: NFS_V4,
+                proc_: NFSPROC4_COMPOUND,
+                cred: self.cred.clone(),
+                args: XdrBuf::from_bytes(args),
+                reply_hint: ReplyHint::default(),
+            })
+            .await
+            .unwrap();
+        xdr::from_slice(&reply).unwrap()
+    }
+
+    async fn establish(&mut self, name: &str) {
+        let r = self
+            .ops(vec![NfsArgop4::ExchangeId(ExchangeId4Args {
+                clientowner: ClientOwner4 {
+                    verifier: FixedOpaque([1; 8]),
+                    ownerid: Bounded(Bytes::from(name.to_string())),
+                },
+                flags: EXCHGID4_FLAG_USE_PNFS_MDS,
+                state_protect: StateProtect4A::None,
+                client_impl_id: Bounded(vec![]),
+            })])
+            .await;
+        let Some(NfsResop4::ExchangeId(Res4::Ok(x))) = r.resarray.first() else {
+            panic!("EXCHANGE_ID: {r:?}")
+        };
+        self.clientid = x.clientid;
+        let attrs = |n| ChannelAttrs4 {
+            headerpadsize: 0,
+            maxrequestsize: 65536,
+            maxresponsesize: 65536,
+            maxresponsesize_cached: 7584,
+            maxoperations: 16,
+            maxrequests: n,
+            rdma_ird: Bounded(vec![]),
+        };
+        let r = self
+            .ops(vec![NfsArgop4::CreateSession(CreateSession4Args {
+                clientid: x.clientid,
+                sequence: x.sequenceid,
+                flags: CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+                fore_chan_attrs: attrs(16),
+                back_chan_attrs: attrs(4),
+                cb_program: CB_PROGRAM,
+                sec_parms: Bounded(vec![CallbackSecParms4::None]),
+            })])
+            .await;
+        let Some(NfsResop4::CreateSession(Res4::Ok(s))) = r.resarray.first() else {
+            panic!("CREATE_SESSION: {r:?}")
+        };
+        self.session = s.sessionid.0;
+        let rc = NfsArgop4::ReclaimComplete(ReclaimComplete4Args { one_fs: false });
+        assert_eq!(self.seq(vec![rc]).await.status, Nfsstat4::NFS4_OK);
+    }
+
+    async fn seq(&self, ops: Vec<NfsArgop4>) -> Compound4Res {
+        let mut all = vec![NfsArgop4::Sequence(Sequence4Args {
+            sessionid: FixedOpaque(self.session),
+            sequenceid: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
+            slotid: 0,
+            highest_slotid: 0,
+            cachethis: false,
+        })];
+        all.extend(ops);
+        self.ops(all).await
+    }
+
+    /// OPEN `file` read-write, created if missing: its handle and open
+    /// stateid.
+    async fn open(&self, file: &'static str) -> (NfsFh4, Stateid4) {
+        let r = self
+            .seq(vec![
+                NfsArgop4::Putrootfh(()),
+                NfsArgop4::Open(Open4Args {
+                    seqid: 0,
+                    share_access: OPEN4_SHARE_ACCESS_BOTH,
+                    share_deny: OPEN4_SHARE_DENY_NONE,
+                    owner: StateOwner4 {
+                        clientid: self.clientid,
+                        owner: Bounded(Bytes::from_static(b"owner")),
+                    },
+                    openhow: OpenHow4(Some(Createhow4::Unchecked(
+                        FileAttrs {
+                            mode: Some(0o666),
+                            ..Default::default()
+                        }
+                        .to_fattr4(&Bitmap4::from_bits(&[FATTR4_MODE])),
+                    ))),
+                    claim: OpenClaim4::Null(Component4::from_static(file)),
+                }),
+                NfsArgop4::Getfh(()),
+            ])
+            .await;
+        let sid = r
+            .resarray
+            .iter()
+            .find_map(|x| match x {
+                NfsResop4::Open(Res4::Ok(o)) => Some(o.stateid),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("OPEN: {r:?}"));
+        let Some(NfsResop4::Getfh(Res4::Ok(g))) = r.resarray.last() else {
+            panic!("GETFH: {r:?}")
+        };
+        (g.object.clone(), sid)
+    }
+
+    /// LAYOUTGET (RW, whole file) of `fh` with `sid`: the result.
+    async fn layoutget(&self, fh: &NfsFh4, sid: Stateid4) -> Layoutget4Res {
+        let r = self
+            .seq(vec![
+                NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+                NfsArgop4::Layoutget(Layoutget4Args {
+                    signal_layout_avail: false,
+                    layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+                    iomode: Layoutiomode4::LAYOUTIOMODE4_RW,
+                    offset: 0,
+                    length: u64::MAX,
+                    minlength: 0,
+                    stateid: sid,
+                    maxcount: 4096,
+                }),
+            ])
+            .await;
+        match r.resarray.last() {
+            Some(NfsResop4::Layoutget(l)) => l.clone(),
+            _ => panic!("LAYOUTGET: {r:?}"),
+        }
+    }
+
+    /// LAYOUTRETURN of the whole file `fh` under `sid`: the status.
+    async fn layoutreturn(&self, fh: &NfsFh4, sid: Stateid4) -> Nfsstat4 {
+        let r = self
+            .seq(vec![
+                NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+                NfsArgop4::Layoutreturn(Layoutreturn4Args {
+                    reclaim: false,
+                    layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+                    iomode: Layoutiomode4::LAYOUTIOMODE4_ANY,
+                    layoutreturn: Layoutreturn4::File(LayoutreturnFile4 {
+                        offset: 0,
+                        length: u64::MAX,
+                        stateid: sid,
+                        body: Bounded(Bytes::new()),
+                    }),
+                }),
+            ])
+            .await;
+        r.status
+    }
+
+    /// The next CB_LAYOUTRECALL this client is sent (within 5 s).
+    async fn recalled(&mut self) -> CbLayoutrecall4Args {
+        tokio::time::timeout(Duration::from_secs(5), self.recalls.recv())
+            .await
+            .expect("a CB_LAYOUTRECALL")
+            .unwrap()
+    }
+}
+
+/// The layout of a LAYOUTGET: its stateid, the data file's handle, the
+/// data server's address (from GETDEVICEINFO) and the user it names.
+struct Got {
+    stateid: Stateid4,
+    ds_fh: NfsFh3,
+    ds: SocketAddr,
+    user: u32,
+}
+
+async fn got(c: &Client, l: Layoutget4Res) -> Got {
+    let Layoutget4Res::Ok(lg) = l else {
+        panic!("LAYOUTGET: {l:?}")
+    };
+    let ff: FfLayout4 = decode_body(&lg.layout.0[0].content.body.0).unwrap();
+    let d = &ff.mirrors.0[0].data_servers.0[0];
+    let r = c
+        .seq(vec![NfsArgop4::Getdeviceinfo(Getdeviceinfo4Args {
+            device_id: d.deviceid,
+            layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+            maxcount: 4096,
+            notify_types: Bitmap4::new(),
+        })])
+        .await;
+    let Some(NfsResop4::Getdeviceinfo(Getdeviceinfo4Res::Ok(gd))) = r.resarray.last() else {
+        panic!("{r:?}")
+    };
+    let addr: FfDeviceAddr4 = decode_body(&gd.device_addr.addr_body.0).unwrap();
+    Got {
+        stateid: lg.stateid,
+        ds_fh: NfsFh3::new(d.fh_vers.0[0].as_bytes()).unwrap(),
+        ds: addr.netaddrs.0[0].to_socket().unwrap(),
+        user: std::str::from_utf8(&d.user.0).unwrap().parse().unwrap(),
+    }
+}
+
+async fn nfs3(addr: SocketAddr, uid: u32) -> Nfs3Client<TcpClient> {
+    let rpc = TcpClient::connect(addr, 9, ClientConfig::default(), TcpConfig::default())
+        .await
+        .unwrap();
+    Nfs3Client::new(rpc, cred(uid))
+}
+
+/// Lets a lease pass on the server's clock while `c` keeps renewing its
+/// own (SEQUENCE every 31 s).
+async fn pass_lease(cl: &Cluster, c: &Client) {
+    for _ in 0..3 {
+        cl.clock.advance(Duration::from_secs(31));
+        assert_eq!(c.seq(vec![]).await.status, Nfsstat4::NFS4_OK);
+    }
+    assert!(Duration::from_secs(93) > LEASE);
+}
+
+fn recalled_file(a: &CbLayoutrecall4Args) -> &LayoutrecallFile4 {
+    assert_eq!(a.layout_type, Layouttype4::LAYOUT4_FLEX_FILES);
+    assert_eq!(a.iomode, Layoutiomode4::LAYOUTIOMODE4_ANY);
+    match &a.recall {
+        Layoutrecall4::File(f) => f,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_truncation_recalls_the_layout_and_layoutreturn_ends_the_recall() {
+    let cl = cluster("trunc").await;
+    let mut c = Client::connect(&cl, "truncated").await;
+    let (fh, open) = c.open("f").await;
+    let l = got(&c, c.layoutget(&fh, open).await).await;
+    assert_eq!(l.user, DEFAULT_SYNTHETIC_ID);
+
+    // Another client truncates the file through the metadata server.
+    let v3 = nfs3(cl.addr, cl.uid).await;
+    let root = cl.root.clone();
+    let f3 = v3.lookup(&root, "f").await.unwrap().object;
+    let s = Sattr3 {
+        size: Some(0),
+        ..Default::default()
+    };
+    v3.setattr(&f3, s, None).await.unwrap();
+
+    // RFC 8881 §20.3: the whole file, any iomode, the layout stateid
+    // with its seqid bumped; the layout changed.
+    let r = c.recalled().await;
+    assert!(r.changed);
+    let f = recalled_file(&r);
+    assert_eq!(f.fh, fh);
+    assert_eq!((f.offset, f.length), (0, u64::MAX));
+    assert_eq!(f.stateid.other, l.stateid.other);
+    assert_eq!(f.stateid.seqid, l.stateid.seqid + 1);
+
+    // While the recall is out, LAYOUTGET of the file is RECALLCONFLICT.
+    assert!(matches!(
+        c.layoutget(&fh, open).await,
+        Layoutget4Res::Err(Nfsstat4::NFS4ERR_RECALLCONFLICT)
+    ));
+    // LAYOUTRETURN ends it; a lease later nothing is fenced.
+    assert_eq!(c.layoutreturn(&fh, f.stateid).await, Nfsstat4::NFS4_OK);
+    assert_eq!(cl.mds.layouts_held(), 0);
+    pass_lease(&cl, &c).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again = got(&c, c.layoutget(&fh, open).await).await;
+    assert_eq!(again.user, DEFAULT_SYNTHETIC_ID);
+    let ds = nfs3(again.ds, DEFAULT_SYNTHETIC_ID).await;
+    ds.write(
+        &again.ds_fh,
+        0,
+        Bytes::from_static(b"ok"),
+        StableHow::FILE_SYNC,
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn an_unanswered_recall_is_fenced_after_the_lease() {
+    let cl = cluster("fence").await;
+    let mut c = Client::connect(&cl, "silent").await;
+    let (fh, open) = c.open("f").await;
+    let l = got(&c, c.layoutget(&fh, open).await).await;
+    let old = nfs3(l.ds, l.user).await;
+    old.write(
+        &l.ds_fh,
+        0,
+        Bytes::from_static(b"before"),
+        StableHow::FILE_SYNC,
+    )
+    .await
+    .unwrap();
+
+    // A chmod through the metadata server recalls the layout (not
+    // "changed": the data is still good); the client never returns it.
+    let v3 = nfs3(cl.addr, cl.uid).await;
+    let root = cl.root.clone();
+    let f3 = v3.lookup(&root, "f").await.unwrap().object;
+    let s = Sattr3 {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    v3.setattr(&f3, s, None).await.unwrap();
+    let r = c.recalled().await;
+    assert!(!r.changed);
+    assert_eq!(recalled_file(&r).stateid.other, l.stateid.other);
+
+    // Within the lease nothing happens; past it the layout is revoked
+    // and the data file fenced: the old credentials are refused.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(cl.mds.layouts_held(), 1);
+    pass_lease(&cl, &c).await;
+    let mut fenced = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if cl.mds.layouts_held() == 0 {
+            if let Err(nfs_client::Error::Nfs {
+                status: Nfsstat3::NFS3ERR_ACCES,
+                ..
+            }) = old
+                .write(
+                    &l.ds_fh,
+                    0,
+                    Bytes::from_static(b"stale"),
+                    StableHow::FILE_SYNC,
+                )
+                .await
+            {
+                fenced = true;
+                break;
+            }
+        }
+    }
+    assert!(fenced, "the stale layout's WRITE was not refused");
+
+    // A new layout names the new synthetic ids, which write.
+    let new = got(&c, c.layoutget(&fh, open).await).await;
+    assert_eq!(new.user, DEFAULT_SYNTHETIC_ID + 1);
+    let fresh = nfs3(new.ds, new.user).await;
+    fresh
+        .write(
+            &new.ds_fh,
+            0,
+            Bytes::from_static(b"after"),
+            StableHow::FILE_SYNC,
+        )
+        .await
+        .unwrap();
+    let r = v3.read(&f3, 0, 100).await.unwrap();
+    assert_eq!(&r.data.0[..], b"aftere");
+
+    // Removal recalls the new layout ("changed") and drops it at once.
+    c.answer
+        .store(Nfsstat4::NFS4ERR_NOMATCHING_LAYOUT.0, Ordering::SeqCst);
+    v3.remove(&root, "f").await.unwrap();
+    let r = c.recalled().await;
+    assert!(r.changed);
+    assert_eq!(recalled_file(&r).stateid.other, new.stateid.other);
+    assert_eq!(cl.mds.layouts_held(), 0);
+}
