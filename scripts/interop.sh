@@ -71,7 +71,10 @@
 # COH_RDMA_PORT / COH_TCP_PORT / COH_MOUNT_PORT (12070 / 12071 / 12072; the
 # baseline server +10), COH_WAIT (70 s), COH_LAT_FILES (200), COH_LAT_ROUNDS
 # (3, 0 skips the latency part), COH_LAT_VERS ("3"), COH_BASE_BIN (the
-# "before" binary for the latency part; empty for none), COH_RUST_LOG (info);
+# "before" binary for the latency part; empty for none), COH_RUST_LOG (info),
+# COH_CHECKS (1; 0 runs only the latency part), COH_GUEST_PCAP (0; 1 also
+# captures the guest's eth0 with qemu's filter-dump and splits each call's
+# time into guest work, wire and server with scripts/latency-split.sh);
 # phase verbs: VERBS_DEVS ("siw0 rxe0"), VERBS_BULK_MIB (100), VERBS_XDEV_MIB
 # (16, 0 skips the cross-device checks), VERBS_SOFT_PORT /
 # VERBS_SOFT_MOUNT_PORT / VERBS_SOFT_TCP_PORT (12090 / 12091 / 12092: the
@@ -108,6 +111,8 @@ COH_WAIT=${COH_WAIT:-70}
 COH_LAT_FILES=${COH_LAT_FILES:-200}
 COH_LAT_ROUNDS=${COH_LAT_ROUNDS:-3}
 COH_LAT_VERS=${COH_LAT_VERS:-3}
+COH_CHECKS=${COH_CHECKS:-1}
+COH_GUEST_PCAP=${COH_GUEST_PCAP:-0}
 COH_BASE_BIN=${COH_BASE_BIN-/tmp/own/nfsrdma-baseline}
 VERBS_DEVS=${VERBS_DEVS:-siw0 rxe0}
 CONF_TCP_PORT=${CONF_TCP_PORT:-12080}
@@ -458,8 +463,10 @@ coherence_phase() {
     fi
     echo "== kpeer: two kernel mounts (v4.1/RDMA + v3/TCP, and the reverse), small-file READ latency"
     t0=$(date +%s)
-    KPEER_HOSTFWD=none KPEER_GUESTFWD="$fwd" bash "$KPEER/run.sh" "$ROOT/interop/guest/coherence.sh" "$G" \
-        -- 20048 "$COH_WAIT" "$COH_LAT_FILES" "$COH_LAT_ROUNDS" "$base" "$COH_LAT_VERS" > "$OUT/run-coherence.log" 2>&1
+    local gpcap=$OUT/coherence-guest.pcap qextra=${KPEER_QEMU_EXTRA:-}
+    [ "$COH_GUEST_PCAP" = 1 ] && qextra+=" -object filter-dump,id=cohdump,netdev=n0,file=$gpcap,maxlen=256"
+    KPEER_QEMU_EXTRA=$qextra KPEER_HOSTFWD=none KPEER_GUESTFWD="$fwd" bash "$KPEER/run.sh" "$ROOT/interop/guest/coherence.sh" "$G" \
+        -- 20048 "$COH_WAIT" "$COH_LAT_FILES" "$COH_LAT_ROUNDS" "$base" "$COH_LAT_VERS" "$COH_CHECKS" > "$OUT/run-coherence.log" 2>&1
     rc=$?
     [ -n "$C_TCPDUMP_PID" ] && { sleep 0.5; kill -INT "$C_TCPDUMP_PID"; wait "$C_TCPDUMP_PID" 2>/dev/null; C_TCPDUMP_PID=; }
     grep -E '^(PASS|FAIL|INFO)' "$G/guest.log" 2>/dev/null | sed 's/^/  guest: /'
@@ -472,8 +479,9 @@ coherence_phase() {
         fail "kernel-two-mounts-coherence: guest rc $rc, $n_fail of $((n_pass + n_fail)) guest checks failed (log: $G/guest.log)"
     fi
     # delegations granted and recalled per direction, from the marks
-    local d s e
-    for d in fwd rev; do
+    local d s e dirs="fwd rev"
+    [ "$COH_CHECKS" = 0 ] && dirs=
+    for d in $dirs; do
         s=$(grep "^$d-start " "$G/marks.txt" 2>/dev/null | cut -d' ' -f2-)
         e=$(grep "^$d-end " "$G/marks.txt" 2>/dev/null | cut -d' ' -f2-)
         if [ -z "$s" ] || [ -z "$e" ]; then fail "coherence-delegations-$d: no marks (see $G/marks.txt)"; continue; fi
@@ -497,6 +505,12 @@ coherence_phase() {
              function med(s,  a,m,i,j,t){m=split(s,a," ");for(i=1;i<=m;i++)for(j=i+1;j<=m;j++)if(a[j]+0<a[i]+0){t=a[i];a[i]=a[j];a[j]=t};return (m%2)?a[(m+1)/2]:(a[m/2]+a[m/2+1])/2}
              END{for(k in n) printf "    %-16s %6.2f %6.2f %6.2f\n", k, med(f[k]), med(r[k]), med(x[k])}' "$G/latency.txt" | sort
     fi
+    if [ -s "$G/latency-ops.txt" ]; then
+        echo "  per operation, medians over the rounds (ops, RTT ms, execute ms):"
+        awk '{k=$2" "$3" v"$4" "$5; n[k]++; o[k]=o[k]" "$6; r[k]=r[k]" "$7; x[k]=x[k]" "$8}
+             function med(s,  a,m,i,j,t){m=split(s,a," ");for(i=1;i<=m;i++)for(j=i+1;j<=m;j++)if(a[j]+0<a[i]+0){t=a[i];a[i]=a[j];a[j]=t};return (m%2)?a[(m+1)/2]:(a[m/2]+a[m/2+1])/2}
+             END{for(k in n) printf "    %-24s %5d %7.3f %7.3f\n", k, med(o[k]), med(r[k]), med(x[k])}' "$G/latency-ops.txt" | sort
+    fi
     if [ -s "$pcap" ]; then
         # our side of each READ, seen on the host's lo between slirp's socat
         # and the server: call to reply (rpc.time), per server port
@@ -511,6 +525,12 @@ coherence_phase() {
                  function st(s,  x,m,i,j,tt){m=split(s,x," ");for(i=1;i<=m;i++)for(j=i+1;j<=m;j++)if(x[j]+0<x[i]+0){tt=x[i];x[i]=x[j];x[j]=tt};
                    return sprintf("%d %.3f %.3f", m, x[int((m+1)/2)], x[int(m*0.9)>0?int(m*0.9):1])}
                  END{for(k in v) printf "    %-10s %s\n", k, st(v[k])}' | sort
+    fi
+    if [ "$COH_GUEST_PCAP" = 1 ] && [ -s "$gpcap" ]; then
+        echo "  per call (ms; guest = the guest's eth0, host = lo at our server): RDMA (guest :20049)"
+        bash "$ROOT/scripts/latency-split.sh" "$gpcap" "$pcap" 20049 "$COH_RDMA_PORT"
+        echo "  TCP (guest :2049)"
+        bash "$ROOT/scripts/latency-split.sh" "$gpcap" "$pcap" 2049 "$COH_TCP_PORT"
     fi
     if kill -0 "$C_PID" 2>/dev/null; then pass "coherence-server-alive"; else fail "coherence-server-alive: nfsrdma serve exited (log: $log)"; fi
     echo "  server delegation log totals: $(deleg_counts "$log")"

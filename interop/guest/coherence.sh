@@ -1,5 +1,5 @@
 #!/bin/bash
-# interop/guest/coherence.sh [MOUNTPORT] [WAIT] [LAT_FILES] [LAT_ROUNDS] [LAT_BASE] [LAT_VERS]
+# interop/guest/coherence.sh [MOUNTPORT] [WAIT] [LAT_FILES] [LAT_ROUNDS] [LAT_BASE] [LAT_VERS] [CHECKS]
 # Runs INSIDE the kpeer guest (via interop/kpeer/run.sh, started by
 # scripts/interop.sh, phase "coherence"; issue 19, docs/interop.md). One
 # `nfsrdma serve --transports tcp,rdma` runs on the host; the guest reaches
@@ -47,13 +47,16 @@
 # and each version in LAT_VERS (default "3"), a fresh mount (cold cache),
 # cats the LAT_FILES 4 KiB files lat/f<i> the host created, and prints one
 # "LAT server proto vers files seconds ms_per_file read_ops read_rtt_ms
-# read_exe_ms" line from mountstats (average READ RTT and execute time).
+# read_exe_ms" line from mountstats (average READ RTT and execute time),
+# and one "LATOPS server proto vers op ops rtt_ms exe_ms" line for each of
+# LOOKUP, ACCESS, GETATTR and READ.
+# CHECKS=0 (default 1) skips part 1: only the latency passes run.
 #
 # Prints PASS/FAIL/INFO lines and exits 1 if a check failed.
 . "$KPEER_IN/guest/lib.sh"
 cd "$KPEER_OUT" || exit 1
 MPORT=${1:-20048}; WAIT=${2:-70}; LAT_FILES=${3:-200}; LAT_ROUNDS=${4:-3}; LAT_BASE=${5:-0}
-LAT_VERS=${6:-3}
+LAT_VERS=${6:-3}; CHECKS=${7:-1}
 SRV=$HOST_IP
 A=/mnt/a
 B=/mnt/b
@@ -191,8 +194,10 @@ direction() {
     handshake "mark-$DIR-end" "marked-$DIR-end"
 }
 
-direction fwd rdma 4.1 tcp 3
-direction rev rdma 3 tcp 4.1
+if [ "$CHECKS" != 0 ]; then
+    direction fwd rdma 4.1 tcp 3
+    direction rev rdma 3 tcp 4.1
+fi
 
 # Part 2: small-file READ latency, cold cache, interleaved.
 DIR=latency
@@ -214,6 +219,9 @@ lat_pass() { # SERVER PROTO VERS
     echo "$st" | awk -v s="$1" -v p="$2" -v v="$3" -v n="$LAT_FILES" -v t="$(awk "BEGIN{print $t1-$t0}")" \
         '{ops=$2; printf "LAT %s %s %s %d %.2f %.2f %d %.2f %.2f\n", s, p, v, n, t, 1000*t/n, ops, (ops?$8/ops:0), (ops?$9/ops:0)}' \
         | tee -a latency.txt
+    grep -A300 " mounted on $m " /proc/self/mountstats | grep -E '^[[:space:]]*(LOOKUP|ACCESS|GETATTR|READ):' | head -4 |
+        awk -v s="$1" -v p="$2" -v v="$3" '{ops=$2; sub(":", "", $1); printf "LATOPS %s %s %s %s %d %.3f %.3f\n", s, p, v, $1, ops, (ops?$8/ops:0), (ops?$9/ops:0)}' \
+        | tee -a latency-ops.txt
     umount $m
 }
 if [ "$LAT_ROUNDS" -gt 0 ]; then
