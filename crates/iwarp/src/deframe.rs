@@ -83,6 +83,49 @@ enum Phase {
 /// Largest header the deframer buffers: length field + untagged DDP header.
 pub const MAX_HEADER: usize = fpdu::LEN_FIELD + ddp::UNTAGGED_HEADER_LEN;
 
+/// The framing of one FPDU, read from its first [`SHAPE_PREFIX`] bytes
+/// (ULPDU_Length and the DDP control octet, whose T bit sizes the DDP
+/// header: RFC 5044 §4.2, RFC 5041 §4.2-4.3): what an IO shell needs to
+/// size its reads before the deframer sees the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FpduShape {
+    /// The ULPDU_Length field.
+    pub ulpdu_len: usize,
+    /// Length field plus DDP/RDMAP header: 16 tagged, 20 untagged.
+    pub header_len: usize,
+    /// Pad and CRC after the ULPDU.
+    pub trailer_len: usize,
+    /// The whole FPDU on the wire (markers off).
+    pub fpdu_len: usize,
+    /// The DDP T bit (tagged buffer model).
+    pub tagged: bool,
+}
+
+/// Bytes [`shape`] needs: the length field and the DDP control octet.
+pub const SHAPE_PREFIX: usize = fpdu::LEN_FIELD + 1;
+
+/// The framing of the FPDU starting at `prefix`; `None` until `prefix`
+/// holds [`SHAPE_PREFIX`] bytes or when the ULPDU is shorter than its own
+/// DDP header (the deframer refuses that FPDU with
+/// [`DeframeError::ShortUlpdu`]).
+pub fn shape(prefix: &[u8]) -> Option<FpduShape> {
+    let (&[l0, l1, ctrl], _) = prefix.split_first_chunk::<SHAPE_PREFIX>()?;
+    let ulpdu_len = usize::from(u16::from_be_bytes([l0, l1]));
+    let tagged = ctrl & 0x80 != 0;
+    let ddp_len = if tagged {
+        ddp::TAGGED_HEADER_LEN
+    } else {
+        ddp::UNTAGGED_HEADER_LEN
+    };
+    (ulpdu_len >= ddp_len).then(|| FpduShape {
+        ulpdu_len,
+        header_len: fpdu::LEN_FIELD + ddp_len,
+        trailer_len: fpdu::pad_len(ulpdu_len) + fpdu::CRC_LEN,
+        fpdu_len: fpdu::fpdu_len(ulpdu_len),
+        tagged,
+    })
+}
+
 /// The FPDU deframer state.
 #[derive(Debug, Clone)]
 pub struct Deframer {
@@ -344,6 +387,37 @@ mod test {
             input = &input[take..];
         }
         Ok((ev, payload))
+    }
+
+    #[test]
+    fn shape_sizes_tagged_and_untagged_fpdus_from_three_bytes() {
+        // A tagged FPDU of 14 + 4096 bytes: no pad.
+        let t = shape(&[0x10, 0x0e, 0x81]).unwrap();
+        assert_eq!(
+            t,
+            FpduShape {
+                ulpdu_len: 4110,
+                header_len: 16,
+                trailer_len: 4,
+                fpdu_len: 2 + 4110 + 4,
+                tagged: true,
+            }
+        );
+        // An untagged FPDU of 18 + 1 bytes: 3 pad bytes, (2 + 19 + 3) % 4 == 0.
+        let u = shape(&[0x00, 19, 0x41, 0xff]).unwrap();
+        assert_eq!(
+            (u.header_len, u.trailer_len, u.fpdu_len, u.tagged),
+            (20, 3 + 4, 2 + 19 + 3 + 4, false)
+        );
+        assert_eq!(u.fpdu_len % 4, 0);
+        // Too few bytes, or a ULPDU shorter than its header.
+        assert_eq!(shape(&[0x00, 0x20]), None);
+        assert_eq!(shape(&[0x00, 13, 0x80]), None);
+        assert_eq!(shape(&[0x00, 17, 0x00]), None);
+        // The deframer agrees on the header length.
+        let mut d = Deframer::new(false, 65535);
+        let _ = d.advance(&[0x10, 0x0e, 0x81]).unwrap();
+        assert_eq!(d.bytes_wanted(), t.header_len - SHAPE_PREFIX);
     }
 
     #[test]

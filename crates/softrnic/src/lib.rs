@@ -25,8 +25,12 @@
 #![warn(missing_docs)]
 
 mod cm;
-mod io;
+mod core;
+mod outbox;
 mod qp;
+mod rx;
+mod shared;
+mod tx;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU32;
@@ -109,7 +113,7 @@ pub struct SoftDevice {
 #[derive(Debug)]
 struct DeviceInner {
     table: Arc<MrTable>,
-    io: Arc<io::IoCounters>,
+    io: Arc<outbox::IoCounters>,
     cfg: SoftConfig,
     next_qp: AtomicU32,
 }

@@ -1,0 +1,247 @@
+//! The transmit side of a queue pair: [`flush`] drains the engine's FPDUs,
+//! gathers their payload (the posted work request's buffers, or the RDMA
+//! Read source region, written under the table lock) and writes them
+//! without waiting, in one vectored write where they fit; the transmit task
+//! waits for room when the socket is full and ends the stream.
+
+use std::io::IoSlice;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use iwarp::segment::{PayloadRef, Transmit};
+use iwarp::wire::fpdu::{self, Crc};
+use rnic::{Access, CloseReason, QpEvent, Stag, TaggedAccess};
+use tokio::net::tcp::OwnedWriteHalf;
+
+use crate::core::Core;
+use crate::outbox::{would_block, Outbox};
+use crate::shared::{Locked, Shared};
+
+/// Transmits what the engine has queued from the task that changed the
+/// engine (the consumer posting to an idle queue pair): gathers the FPDUs
+/// and writes them straight away, without waking the transmit task.
+/// Returns whether the transmit task must run: the socket is full, or the
+/// stream is closing.
+pub(crate) fn flush(st: &mut Locked, sh: &Shared) -> bool {
+    let Locked { core, out, wr } = st;
+    let mut failed = false;
+    loop {
+        let mut more = false;
+        if !core.local_closed {
+            while !out.full() {
+                let Some(t) = core.conn.poll_transmit() else {
+                    break;
+                };
+                if gather(sh, core, &t, out, wr.as_deref()).is_err() {
+                    failed = true;
+                    break;
+                }
+            }
+            more = out.full();
+            core.pump(&sh.ctx);
+        }
+        if !failed && !out.is_empty() {
+            if let Some(wr) = wr {
+                failed = out.try_flush(wr, &sh.io).is_err();
+            }
+        }
+        // Gather again only when the cap stopped gathering and the socket
+        // took everything.
+        if failed || !more || !out.is_empty() {
+            break;
+        }
+    }
+    if failed {
+        // After a failed write nothing more goes out.
+        *out = Outbox::default();
+        core.finish(&sh.ctx, CloseReason::ConnectionLost, &[QpEvent::LlpError]);
+    }
+    failed || !out.is_empty() || core.local_closed || core.finished || !core.conn.is_open()
+}
+
+/// Queues one FPDU: head, payload (the work request's buffers, or the RDMA
+/// Read source region), then pad and CRC (RFC 5044 §4.4: CRC32c over length
+/// field, ULPDU and pad; zero when CRC is off).
+///
+/// A Read Response goes to the socket straight from its source region when
+/// everything queued before it is written (see [`send_region`]).
+fn gather(
+    sh: &Shared,
+    core: &Core,
+    t: &Transmit,
+    out: &mut Outbox,
+    wr: Option<&OwnedWriteHalf>,
+) -> Result<(), ()> {
+    let mut crc = Crc::new();
+    if sh.ctx.crc {
+        crc.update(&t.head);
+    }
+    let pieces: Vec<Bytes> = match t.payload {
+        None => Vec::new(),
+        Some(PayloadRef::Wr { wr_id, offset, len }) => {
+            let entry = core.sends.get(&wr_id).ok_or(())?;
+            slice_gather(&entry.data, offset, len).ok_or(())?
+        }
+        Some(PayloadRef::Region { stag, to, len }) => {
+            // The Read Response source (RFC 5040 §5.2), checked again now.
+            let a = TaggedAccess {
+                pd: sh.ctx.pd,
+                stag: Stag(stag),
+                to,
+                len: len as u64,
+                need: Access::REMOTE_READ,
+            };
+            if let Some(wr) = wr {
+                out.try_flush(wr, &sh.io).map_err(drop)?;
+                if out.is_empty() {
+                    return send_region(sh, wr, t, a, out);
+                }
+            }
+            let mut copy = BytesMut::with_capacity(len);
+            sh.ctx
+                .table
+                .fetch(a, |src| copy.extend_from_slice(src))
+                .map_err(drop)?;
+            vec![copy.freeze()]
+        }
+    };
+    out.push_small(&t.head);
+    for p in pieces {
+        if sh.ctx.crc {
+            crc.update(&p);
+        }
+        out.push_shared(p);
+    }
+    let pad = [0u8; 3];
+    let pad = pad.get(..fpdu::pad_len(t.ulpdu_len())).ok_or(())?;
+    out.push_small(pad);
+    if sh.ctx.crc {
+        crc.update(pad);
+        out.push_small(&crc.to_wire());
+    } else {
+        out.push_small(&[0u8; fpdu::CRC_LEN]);
+    }
+    Ok(())
+}
+
+/// Writes a Read Response FPDU (RFC 5040 §5.2) with its payload taken from
+/// the source region under the table lock, checked again now: no copy into
+/// a transmit buffer. Only the bytes the socket does not take at once are
+/// copied into `out`, which must be empty.
+fn send_region(
+    sh: &Shared,
+    wr: &OwnedWriteHalf,
+    t: &Transmit,
+    a: TaggedAccess,
+    out: &mut Outbox,
+) -> Result<(), ()> {
+    let pad = fpdu::pad_len(t.ulpdu_len());
+    let tl = pad + fpdu::CRC_LEN;
+    let written = sh.ctx.table.fetch(a, |src| {
+        let mut trailer = [0u8; 3 + fpdu::CRC_LEN];
+        if sh.ctx.crc {
+            let mut crc = Crc::new();
+            crc.update(&t.head);
+            crc.update(src);
+            crc.update(&trailer[..pad]);
+            trailer[pad..tl].copy_from_slice(&crc.to_wire());
+        }
+        let trailer = &trailer[..tl];
+        let pieces = [
+            IoSlice::new(&t.head),
+            IoSlice::new(src),
+            IoSlice::new(trailer),
+        ];
+        sh.io.wrote();
+        let n = match wr.try_write_vectored(&pieces) {
+            Ok(n) => n,
+            Err(e) if would_block(&e) => 0,
+            Err(_) => return Err(()),
+        };
+        let mut skip = n;
+        for piece in [&t.head[..], src, trailer] {
+            if skip >= piece.len() {
+                skip -= piece.len();
+                continue;
+            }
+            out.push_small(&piece[skip..]);
+            skip = 0;
+        }
+        Ok(())
+    });
+    written.map_err(drop)?
+}
+
+/// The bytes `offset..offset + len` of a gather list, as zero-copy slices.
+fn slice_gather(data: &[Bytes], mut offset: usize, mut len: usize) -> Option<Vec<Bytes>> {
+    let mut out = Vec::new();
+    for b in data {
+        if len == 0 {
+            break;
+        }
+        if offset >= b.len() {
+            offset -= b.len();
+            continue;
+        }
+        let n = (b.len() - offset).min(len);
+        out.push(b.slice(offset..offset + n));
+        offset = 0;
+        len -= n;
+    }
+    (len == 0).then_some(out)
+}
+
+/// How long a closing queue pair waits for the socket to take what is
+/// still queued before it resets the stream.
+const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Waits for room in the socket when a direct write left bytes behind, and
+/// ends the stream: FIN after the last FPDU (a Terminate, when one was
+/// queued), when the last handle of the write half drops.
+pub(crate) async fn tx_task(sh: Arc<Shared>, wr: Arc<OwnedWriteHalf>) {
+    loop {
+        let (pending, closing) = {
+            let mut st = sh.lock();
+            flush(&mut st, &sh);
+            let core = &st.core;
+            (
+                !st.out.is_empty(),
+                core.local_closed || core.finished || !core.conn.is_open(),
+            )
+        };
+        if pending {
+            // Closing with bytes the peer does not take: wait a little,
+            // then reset the stream rather than hold it (and what is queued)
+            // for as long as a peer that stopped reading keeps its window
+            // shut.
+            let room = if closing {
+                match tokio::time::timeout(CLOSE_LINGER, wr.writable()).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        let stream: &tokio::net::TcpStream = (*wr).as_ref();
+                        let _ = stream.set_zero_linger();
+                        break;
+                    }
+                }
+            } else {
+                // A close while waiting for room is seen at once.
+                tokio::select! {
+                    r = wr.writable() => r,
+                    () = sh.tx_wake.notified() => Ok(()),
+                }
+            };
+            if room.is_err() {
+                sh.lock()
+                    .core
+                    .finish(&sh.ctx, CloseReason::ConnectionLost, &[QpEvent::LlpError]);
+                break;
+            }
+            continue;
+        }
+        if closing {
+            break;
+        }
+        sh.tx_wake.notified().await;
+    }
+    sh.lock().wr = None;
+}
