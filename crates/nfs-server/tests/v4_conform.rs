@@ -10,7 +10,7 @@ mod v4_common;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use nfs::v4::attr::{FileAttrs, FATTR4_MODE, FATTR4_RDATTR_ERROR, FATTR4_SIZE};
+use nfs::v4::attr::{Bitmap4, FileAttrs, FATTR4_MODE, FATTR4_RDATTR_ERROR, FATTR4_SIZE};
 use nfs::v4::session::*;
 use nfs::v4::*;
 use nfs_server::v4::SessionLimits;
@@ -564,55 +564,98 @@ async fn names_and_tags_must_be_utf8() {
     assert_eq!(r.status, Nfsstat4::NFS4_OK, "a UTF-8 tag is fine");
 }
 
-/// RFC 8881 §18.26.4 (RENAME), §9.1.4: RENAME over a file a client has
-/// open leaves that client's open file usable by its handle: WRITE and
-/// CLOSE succeed. A known gap (docs/conformance.md, "Not done here"):
-/// the handle is STALE once its name is gone.
+/// RFC 8881 §18.26.4 (RENAME), §18.25.4 (REMOVE): when another client's
+/// RENAME replaces a file a client has open, or its REMOVE takes it, that
+/// client's open file stays usable by its handle: WRITE, READ, GETATTR
+/// and CLOSE succeed; after the CLOSE the handle is STALE (the file is
+/// gone), and the name holds the renamed file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known gap: a file without a name cannot be resolved by its handle"]
 async fn rename_over_an_open_file_keeps_its_handle_usable() {
     let srv = serve("rename-open", SessionLimits::default()).await;
     let mut me = C4::connect(&srv).await;
     me.establish("rename-open").await;
-    let r = me
-        .ok(vec![
-            NfsArgop4::Putrootfh(()),
-            open_create(me.clientid, "victim", OPEN4_SHARE_ACCESS_BOTH, 0),
-            NfsArgop4::Getfh(()),
-        ])
-        .await;
-    let sid = open_stateid(&r);
-    let NfsResop4::Getfh(Res4::Ok(fh)) = &r[3] else {
-        panic!("{r:?}")
-    };
+    let mut other = C4::connect(&srv).await;
+    other.establish("rename-other").await;
     std::fs::write(srv.dir.path().join("other"), b"new").unwrap();
-    me.ok(vec![
-        NfsArgop4::Putrootfh(()),
-        NfsArgop4::Savefh(()),
-        NfsArgop4::Rename(Rename4Args {
-            oldname: name("other"),
-            newname: name("victim"),
-        }),
-    ])
-    .await;
-    let r = me
-        .seq(vec![
+    for (file, rename) in [("victim", true), ("gone", false)] {
+        let r = me
+            .ok(vec![
+                NfsArgop4::Putrootfh(()),
+                open_create(me.clientid, file, OPEN4_SHARE_ACCESS_BOTH, 0),
+                NfsArgop4::Getfh(()),
+            ])
+            .await;
+        let sid = open_stateid(&r);
+        let NfsResop4::Getfh(Res4::Ok(fh)) = &r[3] else {
+            panic!("{r:?}")
+        };
+        let put = || {
             NfsArgop4::Putfh(Putfh4Args {
                 object: fh.object.clone(),
-            }),
-            NfsArgop4::Write(Write4Args {
-                stateid: sid,
-                offset: 0,
-                stable: StableHow4::FILE_SYNC4,
-                data: xdr::DdpOpaque(Bytes::from_static(b"still open")),
-            }),
+            })
+        };
+        let change = if rename {
+            vec![
+                NfsArgop4::Putrootfh(()),
+                NfsArgop4::Savefh(()),
+                NfsArgop4::Rename(Rename4Args {
+                    oldname: name("other"),
+                    newname: name("victim"),
+                }),
+            ]
+        } else {
+            vec![
+                NfsArgop4::Putrootfh(()),
+                NfsArgop4::Remove(Remove4Args {
+                    target: name("gone"),
+                }),
+            ]
+        };
+        other.ok(change).await;
+        let r = me
+            .ok(vec![
+                put(),
+                NfsArgop4::Write(Write4Args {
+                    stateid: sid,
+                    offset: 0,
+                    stable: StableHow4::FILE_SYNC4,
+                    data: xdr::DdpOpaque(Bytes::from_static(b"still open")),
+                }),
+                NfsArgop4::Read(Read4Args {
+                    stateid: sid,
+                    offset: 0,
+                    count: 100,
+                }),
+                NfsArgop4::Getattr(Getattr4Args {
+                    attr_request: Bitmap4::from_bits(&[FATTR4_SIZE]),
+                }),
+            ])
+            .await;
+        let NfsResop4::Read(Res4::Ok(read)) = &r[3] else {
+            panic!("{r:?}")
+        };
+        assert_eq!(&read.data.0[..], b"still open", "{file}");
+        let NfsResop4::Getattr(Res4::Ok(g)) = &r[4] else {
+            panic!("{r:?}")
+        };
+        let a = FileAttrs::from_fattr4(&g.obj_attributes).unwrap();
+        assert_eq!(a.size, Some(10));
+        me.ok(vec![
+            put(),
             NfsArgop4::Close(Close4Args {
                 seqid: 0,
                 open_stateid: sid,
             }),
         ])
         .await;
-    assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+        let r = me.seq(vec![put()]).await;
+        assert_eq!(r.status, Nfsstat4::NFS4ERR_STALE, "{file} after CLOSE");
+    }
+    assert_eq!(
+        std::fs::read(srv.dir.path().join("victim")).unwrap(),
+        b"new"
+    );
+    assert!(!srv.dir.path().join("gone").exists());
 }
 
 /// RFC 8881 §15.2, §17, RFC 7862 §13: the operations this server does

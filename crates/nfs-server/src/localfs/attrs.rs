@@ -93,6 +93,11 @@ impl Meta {
         rustix::fs::makedev(self.0.stx_dev_major, self.0.stx_dev_minor)
     }
 
+    /// Hard links to the file (0 once its last name is gone).
+    pub(crate) fn nlink(&self) -> u32 {
+        self.0.stx_nlink
+    }
+
     pub(crate) fn file_type(&self) -> FileType {
         FileType::from_raw_mode(u32::from(self.0.stx_mode))
     }

@@ -103,11 +103,40 @@ impl LocalFs {
     /// handles, STALE if its file is gone or not where it was recorded.
     pub(crate) fn resolve(&self, fh: &NfsFh3) -> StorageResult<Node> {
         let h = Handle::parse(fh, &self.key, self.export_id)?;
-        let mut n = self.resolve_ino(h.ino, h.gen)?;
+        let mut n = match self.resolve_ino(h.ino, h.gen) {
+            Err(Nfsstat3::NFS3ERR_STALE) => return self.resolve_orphan(h.ino, h.gen),
+            r => r?,
+        };
         if n.dir.is_none() {
             n.pinned = self.pins.get(n.ino);
         }
         Ok(n)
+    }
+
+    /// A regular file with no name left (a RENAME or REMOVE took its
+    /// last one) that the server holds open for a client that still has
+    /// it open (`v4/orphans.rs`, RFC 8881 §18.26.4, §18.25.4): resolved
+    /// through its pinned descriptor ([`super::pins`]), which must be the
+    /// handle's inode, device and generation with no links left. READ,
+    /// WRITE, COMMIT and GETATTR work through the descriptor; operations
+    /// that need a name (SETATTR of times or ownership, LINK) fail, as
+    /// the node's name is empty. Anything else stays STALE.
+    fn resolve_orphan(&self, ino: u64, gen: u64) -> StorageResult<Node> {
+        const STALE: Nfsstat3 = Nfsstat3::NFS3ERR_STALE;
+        let pinned = self.pins.get(ino).ok_or(STALE)?;
+        let meta = Meta::of(&*pinned).map_err(|_| STALE)?;
+        let same = meta.ino() == ino && meta.dev() == self.dev && meta.gen() == gen;
+        if !same || meta.nlink() != 0 || !meta.is_file() {
+            return Err(STALE);
+        }
+        Ok(Node {
+            ino,
+            meta,
+            parent: Arc::clone(&self.root),
+            name: Bytes::new(),
+            dir: None,
+            pinned: Some(pinned),
+        })
     }
 
     /// Like [`Self::resolve`], requiring a directory.

@@ -471,6 +471,7 @@ impl<S: Storage> Nfs4Service<S> {
         let r = if child_attr.ftype == Ftype3::NF3DIR {
             self.fs.rmdir(&dir, &n).await
         } else {
+            self.keep_if_open(&child);
             self.fs.remove(&dir, &n).await
         };
         r.map_err(st4)?;
@@ -497,6 +498,8 @@ impl<S: Storage> Nfs4Service<S> {
         }
         if let Ok(f) = self.fs.lookup(&to, &new).await {
             self.deleg_conflict(&f, cx, true)?;
+            // §18.26.4: a client may still use the file it has open.
+            self.keep_if_open(&f);
         }
         self.fs.rename(&from, &old, &to, &new).await.map_err(st4)?;
         let (sa, ta) = (self.attr(&from).await?, self.attr(&to).await?);

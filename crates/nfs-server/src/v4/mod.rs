@@ -66,6 +66,7 @@ mod nlmlink;
 mod offload;
 mod openops;
 mod opstats;
+mod orphans;
 pub mod pnfs;
 mod principal;
 mod pseudofs;
@@ -238,6 +239,8 @@ pub struct Nfs4Service<S: Storage = LocalFs> {
     nlm: Option<crate::nlm::NlmLocks>,
     /// WRITEs in progress per file, awaited by DELEGRETURN.
     writes: Arc<inflight::Writes>,
+    /// Open files whose last name RENAME or REMOVE took.
+    orphans: orphans::Orphans,
     /// The pNFS metadata server role ([`pnfs`]), if this server has it.
     mds: Option<Arc<pnfs::Mds>>,
 }
@@ -342,6 +345,7 @@ impl<S: Storage> Nfs4Service<S> {
             cbs: callback::Callbacks::default(),
             watch: Arc::default(),
             writes: Arc::default(),
+            orphans: orphans::Orphans::default(),
             fs: Arc::new(Namespace::single(fs)),
             nlm: None,
             mds: None,

@@ -316,6 +316,7 @@ impl<S: Storage> Nfs4Service<S> {
         let sid = resolve_sid(cx, &a.open_stateid)?;
         let s = self.state()?.ids.close(&sid, clientid(cx)?, &key(&fh));
         if s.is_ok() {
+            self.release_closed();
             cx.cur_sid = None;
             Ok(Stateid4::INVALID)
         } else {
