@@ -7,9 +7,10 @@
 //! in `fs/nfsd/nfs4state.c`): the same flavour and, for AUTH_SYS, the
 //! same uid, gid and set of supplementary groups. The machine name and
 //! stamp of an AUTH_SYS credential are not part of it (a client may
-//! change its stamp at any call). A flavour this server does not
-//! interpret is kept as its number, so an RPCSEC_GSS principal (the
-//! service principal name) gets a variant of its own when GSS arrives.
+//! change its stamp at any call). An RPCSEC_GSS principal is its name
+//! (`nfs/client@REALM`, `user@REALM`), whatever service (integrity,
+//! privacy) protects the call, as Linux compares `cr_principal`. A
+//! flavour this server does not interpret is kept as its number.
 
 use oncrpc::msg::Credential;
 
@@ -26,6 +27,8 @@ pub(crate) enum Principal {
         /// in the credential does not matter).
         gids: Vec<u32>,
     },
+    /// RPCSEC_GSS: the principal the mechanism authenticated.
+    Gss(std::sync::Arc<str>),
     /// Another flavour, by its number.
     Other(u32),
 }
@@ -45,10 +48,11 @@ impl Principal {
                     gids,
                 }
             }
+            Credential::Gss(g) => Self::Gss(std::sync::Arc::clone(&g.principal)),
             Credential::Other(a) => Self::Other(a.flavor.0),
             // A credential kind oncrpc decodes that this code does not
-            // know yet (RPCSEC_GSS): it must get its own variant here
-            // before clients may use it.
+            // know yet: it must get its own variant here before clients
+            // may tell one principal of it from another.
             _ => Self::Other(u32::MAX),
         }
     }
@@ -87,6 +91,22 @@ mod tests {
         assert_ne!(a, Principal::of(&sys(b"a", 1000, 101, vec![1, 2, 3])));
         assert_ne!(a, Principal::of(&sys(b"a", 1000, 100, vec![1, 2])));
         assert_eq!(a.record_id(), 1000);
+    }
+
+    #[test]
+    fn gss_principals_compare_by_name_whatever_the_service() {
+        use oncrpc::gss::{GssIdentity, GssService};
+        let gss = |name: &str, service| {
+            Principal::of(&Credential::Gss(GssIdentity {
+                principal: name.into(),
+                service,
+            }))
+        };
+        let a = gss("nfs/client@REALM", GssService::NONE);
+        assert_eq!(a, gss("nfs/client@REALM", GssService::PRIVACY));
+        assert_ne!(a, gss("nfs/other@REALM", GssService::NONE));
+        assert_ne!(a, Principal::None);
+        assert_eq!(a.record_id(), crate::perm::NOBODY);
     }
 
     #[test]
