@@ -110,3 +110,108 @@ fn stat_shows_calls_rejections_limit_trips_and_connections() {
     }
     drop(flood);
 }
+
+/// The value of the unlabelled series `name` on the metrics page.
+fn series(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn page(metrics: &str) -> String {
+    let mut s = TcpStream::connect(metrics).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    std::io::Read::read_to_string(&mut s, &mut body).unwrap();
+    body
+}
+
+/// After a file copied in and one read out over RPC-over-RDMA, the
+/// transport totals show the WRITE data pulled from read chunks by RDMA
+/// Read and the READ data pushed into write chunks by RDMA Write; a
+/// connection held open shows its own figures (credits granted, bytes by
+/// write chunk) on the page and in `nfsrdma stat`.
+#[test]
+fn rdma_transport_figures_move_with_chunked_traffic() {
+    const LEN: usize = 1 << 20;
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let srv = ServeChild::start(
+        "metrics-rdma",
+        &["--metrics", &metrics, "--no-root-squash"],
+        |dir| std::fs::write(dir.join("big"), vec![0x5a; LEN]).unwrap(),
+    );
+    let local = srv.export.0.with_extension("src");
+    std::fs::write(&local, vec![0xa5; LEN]).unwrap();
+    nfsrdma(&["cp", local.to_str().unwrap(), &srv.url("nfs+rdma", "copy")]);
+    let _ = std::fs::remove_file(&local);
+    // An NFSv3/RDMA client of our own, kept connected while we look.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dev = softrnic::SoftDevice::new(softrnic::SoftConfig::default(), 7);
+    let target = nfs_client::RdmaTarget {
+        host: "127.0.0.1".into(),
+        rdma_port: Some(srv.rdma),
+        mount_port: Some(srv.mnt),
+        path: format!("{}/big", srv.export.0.display()),
+    };
+    let m = rt.block_on(async {
+        let m = nfs_client::connect_rdma(&dev, &target, &nfs_client::RdmaOptions::default())
+            .await
+            .unwrap();
+        let f = m.mount.resolve(&m.rest).await.unwrap();
+        assert_eq!(m.mount.read_file(&f.fh).await.unwrap().len(), LEN);
+        m
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (page, out) = loop {
+        let o = nfsrdma(&["stat", &metrics]);
+        let p = page(&metrics);
+        let ours = o
+            .lines()
+            .any(|l| l.starts_with("  conn ") && l.contains("+ write 1048576 B"))
+            && series(&p, "rpcrdma_write_chunk_bytes") >= LEN as f64;
+        if ours || Instant::now() > deadline {
+            break (p, o);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        series(&page, "rpcrdma_read_chunk_bytes") >= LEN as f64,
+        "{page}"
+    );
+    assert!(series(&page, "rpcrdma_rdma_reads") >= 1.0, "{page}");
+    assert!(
+        series(&page, "rpcrdma_write_chunk_bytes") >= LEN as f64,
+        "{page}"
+    );
+    assert!(series(&page, "rpcrdma_rdma_writes") >= 1.0, "{page}");
+    assert!(series(&page, "rpcrdma_messages_received") >= 2.0, "{page}");
+    assert!(series(&page, "rpcrdma_sends") >= 2.0, "{page}");
+    assert!(series(&page, "rpcrdma_credits_granted") >= 1.0, "{page}");
+    assert_eq!(series(&page, "rpcrdma_errors_sent"), 0.0, "{page}");
+    assert!(out.contains("rpc-over-rdma: received"), "{out}");
+    // Per connection: the cp's pulled the file from read chunks, ours
+    // had it pushed into write chunks.
+    let figure = |line: &str, what: &str| -> f64 {
+        line.split(what)
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let conns: Vec<&str> = out.lines().filter(|l| l.starts_with("  conn ")).collect();
+    assert!(
+        conns.iter().any(|l| figure(l, "+ read ") >= LEN as f64),
+        "{out}"
+    );
+    assert!(
+        conns
+            .iter()
+            .any(|l| figure(l, "+ write ") >= LEN as f64 && !l.ends_with("credits 0/0")),
+        "{out}"
+    );
+    drop(m);
+}

@@ -1,7 +1,8 @@
 //! `nfsrdma stat ADDR`: a summary of a running server's metrics (what
 //! `serve --metrics ADDR` exports), in the manner of nfsstat: calls per
 //! procedure with errors and mean latency, rejected calls, limits tripped,
-//! connections.
+//! connections, and the RPC-over-RDMA transport's figures in total and per
+//! connection (as mountstats' `xprt:` lines).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -153,6 +154,7 @@ pub(crate) fn summarize(samples: &[Sample]) -> String {
         ));
     }
     out.push_str(&nfs4_ops(samples));
+    out.push_str(&rdma(samples));
     for (title, name, key) in [
         ("rejected calls", "rpc_rejected_total", "reason"),
         ("limits tripped", "limit_trips_total", "limit"),
@@ -208,6 +210,75 @@ fn nfs4_ops(samples: &[Sample]) -> String {
         out.push_str(&format!(
             "{:<10} {:>4} {:<20} {:>10} {:>8} {:>10}\n",
             "nfs4", minor, op, l.calls, l.errors, mean
+        ));
+    }
+    out
+}
+
+/// The RPC-over-RDMA lines: totals, then one line per open connection;
+/// empty when the server has no such figures.
+fn rdma(samples: &[Sample]) -> String {
+    let total = |n: &str| {
+        let name = format!("rpcrdma_{n}");
+        samples
+            .iter()
+            .find(|s| s.name == name)
+            .map_or(0.0, |s| s.value)
+    };
+    if !samples.iter().any(|s| s.name.starts_with("rpcrdma_")) {
+        return String::new();
+    }
+    let mut out = format!(
+        "rpc-over-rdma: received {} messages, {} B inline, {} B by read chunk ({} RDMA Reads)\n",
+        total("messages_received"),
+        total("inline_bytes_received"),
+        total("read_chunk_bytes"),
+        total("rdma_reads"),
+    );
+    out.push_str(&format!(
+        "  sent {} (with invalidate {}), {} B inline, {} B by write chunk, {} B by reply chunk \
+         ({} RDMA Writes)\n",
+        total("sends"),
+        total("sends_with_invalidate"),
+        total("inline_bytes_sent"),
+        total("write_chunk_bytes"),
+        total("reply_chunk_bytes"),
+        total("rdma_writes"),
+    ));
+    out.push_str(&format!(
+        "  credits granted {}, in use {}; errors sent {}, connections failed {}\n",
+        total("credits_granted"),
+        total("credits_in_use"),
+        total("errors_sent"),
+        total("connection_errors"),
+    ));
+    let mut conns: BTreeMap<(u64, String), BTreeMap<&str, f64>> = BTreeMap::new();
+    for s in samples {
+        let Some(field) = s.name.strip_prefix("rpcrdma_conn_") else {
+            continue;
+        };
+        let id = s
+            .labels
+            .get("conn")
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let peer = s.labels.get("peer").cloned().unwrap_or_default();
+        conns.entry((id, peer)).or_default().insert(field, s.value);
+    }
+    for ((id, peer), f) in &conns {
+        let g = |k: &str| f.get(k).copied().unwrap_or(0.0);
+        out.push_str(&format!(
+            "  conn {id} {peer}: in {} msgs {} B + read {} B, out {} sends {} B + write {} B \
+             + reply {} B, credits {}/{}\n",
+            g("messages_received"),
+            g("inline_bytes_received"),
+            g("read_chunk_bytes"),
+            g("sends"),
+            g("inline_bytes_sent"),
+            g("write_chunk_bytes"),
+            g("reply_chunk_bytes"),
+            g("credits_in_use"),
+            g("credits_granted"),
         ));
     }
     out
@@ -291,6 +362,23 @@ nfs4_op_seconds_count{minor=\"1\",op=\"READ\"} 10\n";
         let cols: Vec<_> = line.split_whitespace().collect();
         assert_eq!(cols, ["nfs4", "1", "READ", "10", "1", "2.000"]);
         assert!(!summarize(&parse(TEXT)).contains("nfsv4 op"));
+    }
+
+    #[test]
+    fn summary_shows_rdma_totals_and_connections() {
+        let text = "rpcrdma_write_chunk_bytes 1048576\n\
+rpcrdma_rdma_writes 16\n\
+rpcrdma_credits_granted 32\n\
+rpcrdma_conn_write_chunk_bytes{conn=\"7\",peer=\"127.0.0.1:5\"} 1048576\n\
+rpcrdma_conn_credits_granted{conn=\"7\",peer=\"127.0.0.1:5\"} 32\n";
+        let out = summarize(&parse(text));
+        assert!(out.contains("1048576 B by write chunk"), "{out}");
+        assert!(out.contains("(16 RDMA Writes)"), "{out}");
+        assert!(out.contains("credits granted 32"), "{out}");
+        assert!(out.contains("conn 7 127.0.0.1:5:"), "{out}");
+        assert!(out.contains("write 1048576 B"), "{out}");
+        assert!(out.contains("credits 0/32"), "{out}");
+        assert!(!summarize(&parse(TEXT)).contains("rpc-over-rdma"));
     }
 
     #[test]

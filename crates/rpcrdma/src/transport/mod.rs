@@ -48,6 +48,7 @@ mod order;
 mod pull;
 mod reply;
 mod server;
+pub mod stats;
 mod v2;
 mod v2_reverse;
 

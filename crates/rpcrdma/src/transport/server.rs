@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 use super::bounds::{self, ReadBudget, ReplySlots};
 use super::order::{Ticket, Turns};
 use super::pull::{self, ReadWaiters};
+use super::stats::ConnCounters;
 use crate::credits::RequesterCredits;
 use crate::endpoint::message::Rpc;
 use crate::endpoint::responder::{Answer, Call, Received, Responder, Settings};
@@ -266,6 +267,10 @@ async fn accept<R: ConnectRequest>(
     let peer_send_inv = peer.flags.send_with_invalidate_ok();
     let endpoint = Responder::new(settings, thresholds.send, peer_send_inv, posted);
     let conn_id = oncrpc::server::next_conn_id();
+    let stats = ConnCounters::register(
+        conn_id,
+        peer_addr.map_or_else(|| "?".to_owned(), |a| a.to_string()),
+    );
     let reverse = (config.backchannel_credits > 0).then(|| Reverse {
         state: Mutex::new(ReverseState {
             core: ClientCore::new(
@@ -300,6 +305,7 @@ async fn accept<R: ConnectRequest>(
             transport: TransportKind::Rdma,
             security: oncrpc::TransportSecurity::None,
         },
+        stats,
     });
     if conn.reverse.is_some() {
         registry.lock().insert(
@@ -540,6 +546,8 @@ struct Conn<Q> {
     next_wr: AtomicU64,
     reverse: Option<Reverse>,
     peer: PeerInfo,
+    /// What moved on the connection, inline and by chunk ([`super::stats`]).
+    stats: ConnCounters,
 }
 
 /// The completion loop of one connection.
@@ -548,18 +556,22 @@ async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
         let wc = conn.qp.recv_cq().next().await.map_err(|_| Closed)?;
         match (wc.opcode, wc.status) {
             (WcOpcode::Recv, WcStatus::Success) => {
+                conn.stats.received(u64::from(wc.byte_len));
                 let invalidated = wc.invalidated;
                 let msg = conn.on_receive(wc)?;
                 // The one decode of the message and what it asks for.
                 let received = conn.lock_endpoint().on_receive(&msg);
                 let work = match received {
-                    Received::Call(call) => Work::Call(
-                        call,
-                        Order {
-                            pull: conn.pull_order.issue(),
-                            dispatch: conn.dispatch_order.issue(),
-                        },
-                    ),
+                    Received::Call(call) => {
+                        conn.stats.call_started();
+                        Work::Call(
+                            call,
+                            Order {
+                                pull: conn.pull_order.issue(),
+                                dispatch: conn.dispatch_order.issue(),
+                            },
+                        )
+                    }
                     Received::Answer(header) => Work::Answer(header),
                     Received::TooLarge { answer, total, max } => {
                         bounds::CALL_TOO_LARGE.trip(format_args!(
@@ -590,14 +602,21 @@ async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
                             peer_name(&conn.peer),
                             conn.config.credits
                         ));
+                        conn.stats.failed();
                         return Err(Closed);
                     }
                 };
                 serve(conn, work).await;
             }
             (WcOpcode::RdmaRead, status) => {
+                if status == WcStatus::Success {
+                    conn.stats.read_done();
+                }
                 conn.reads.complete(wc.wr_id, status);
                 if status != WcStatus::Success {
+                    if status != WcStatus::FlushError {
+                        conn.stats.failed();
+                    }
                     return Err(Closed);
                 }
             }
@@ -605,7 +624,13 @@ async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
                 conn.replies.sent();
             }
             (_, WcStatus::Success) => {}
-            _ => return Err(Closed),
+            (_, status) => {
+                // Flushed requests are how a disconnect shows.
+                if status != WcStatus::FlushError {
+                    conn.stats.failed();
+                }
+                return Err(Closed);
+            }
         }
     }
 }
@@ -624,6 +649,7 @@ enum Work {
 /// with no task hop; the rest runs on its own task.
 async fn serve<Q: QueuePair>(conn: &Arc<Conn<Q>>, work: Work) {
     let c = Arc::clone(conn);
+    let is_call = matches!(work, Work::Call(..));
     let mut task = Box::pin(async move {
         let answer = match work {
             Work::Call(call, order) => c.on_call(call, order).await,
@@ -638,6 +664,9 @@ async fn serve<Q: QueuePair>(conn: &Arc<Conn<Q>>, work: Work) {
             _ => None,
         };
         c.lock_endpoint().on_answered();
+        if is_call {
+            c.stats.call_ended();
+        }
         if let Some(a) = ready {
             if c.post_answer(a).is_err() {
                 c.replies.sent();
@@ -706,6 +735,8 @@ impl<Q: QueuePair> Conn<Q> {
     }
 
     fn send(&self, header: Bytes, inline: Bytes, invalidate: Option<Stag>) -> Result<(), Closed> {
+        self.stats
+            .sent(&header, inline.len() as u64, invalidate.is_some());
         let wr = SendWr {
             wr_id: self.wr_id(),
             data: vec![header, inline],
@@ -731,6 +762,8 @@ impl<Q: QueuePair> Conn<Q> {
                 })
             })
             .collect();
+        self.stats
+            .sent(&a.header, a.inline.len() as u64, a.invalidate.is_some());
         chain.push(ChainWr::Send(SendWr {
             wr_id: self.wr_id() | bounds::REPLY_TAG,
             data: vec![a.header, a.inline],
@@ -757,7 +790,20 @@ impl<Q: QueuePair> Conn<Q> {
         let Some(reply) = reply else {
             return Ok(None);
         };
-        Ok(Some(self.lock_endpoint().answer(&call, &reply)))
+        if call.reads.is_some() {
+            self.stats.pulled(u64::from(call.read_bytes));
+        }
+        let answer = self.lock_endpoint().answer(&call, &reply);
+        let reply_chunk = call
+            .lists
+            .reply
+            .as_ref()
+            .map_or(&[][..], |c| &c.segments[..]);
+        for w in &answer.writes {
+            let into_reply = reply_chunk.iter().any(|s| s.handle == w.target.handle);
+            self.stats.wrote(w.data.len() as u64, into_reply);
+        }
+        Ok(Some(answer))
     }
 
     /// Runs the RPC server on `record`; the turn passes to the next call
@@ -825,6 +871,7 @@ impl<Q: QueuePair> Conn<Q> {
                     peer_name(&self.peer),
                     self.config.read_timeout
                 ));
+                self.stats.failed();
                 self.qp.disconnect();
                 Err(Closed)
             }
