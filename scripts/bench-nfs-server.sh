@@ -16,6 +16,9 @@
 #           and by `nfsrdma ls -l`; seconds (every entry must be listed)
 #   meta    `nfsrdma bench --url --pattern meta` in that directory: LOOKUP
 #           of a random name + GETATTR, 32 in flight for RAND_SECS s; calls/s
+# cp and bench also give the server's context switches per GiB, random its
+# CPU microseconds and context switches per READ (summed over the server's
+# threads from /proc/PID/task/*/status).
 # Server CPU is utime+stime of the server process, all threads, from
 # /proc/PID/stat around each client run. Prints every run with the 1-minute
 # load average after it, then a table of medians and the ratios ours/Ganesha.
@@ -36,7 +39,9 @@
 # directory, default /var/tmp/nfs-bench; files kept for later runs), NFSCP,
 # NFSLS (default /usr/bin/nfs-cp, nfs-ls), CARGO_TARGET_DIR (where the
 # release binary is built), BIN (an nfsrdma binary to use instead of
-# building one), PHASES, RAND_SECS.
+# building one), PHASES, RAND_SECS, PERF (set: `perf record -g` of each
+# server during the first run of each phase, in $OUT/perf-PHASE-SERVER.data;
+# read with `perf report -i FILE --no-children`).
 # Wall time on the 2-core dev VM: about 1 minute for 256 MiB x 3 runs.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -132,6 +137,12 @@ our_url() {
 }
 
 ticks() { local f; f=$(sed 's/^.*) //' "/proc/$1/stat"); set -- $f; echo $((${12} + ${13})); }
+# Context switches (voluntary + involuntary) of every live thread of PID.
+# A thread that ends between two readings takes its count with it, so a
+# difference undercounts by what threads that ended had made (tokio's
+# blocking threads live 10 s after their last task; Ganesha's threads
+# live as long as the server).
+cswitches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^(non)?voluntary_ctxt_switches:/{n+=$2} END{print n+0}'; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
 # csv_col FILE NAME: that column of the CSV's first data row
 csv_col() { awk -F, -v n="$2" 'NR==1{for(i=1;i<=NF;i++) if($i==n) c=i} NR==2{print $c}' "$1"; }
@@ -139,36 +150,43 @@ fail() { echo "$1 failed:" >&2; cat "$2" >&2; exit 1; }
 
 # Each phase: SERVER RUN -> "figure server_cpu_figure" on stdout.
 phase_cp() {
-    local dst=/dev/shm/nfs-bench-$1-$2.out log=$OUT/cp-$1-$2.log pid=PID_$1 t0 t1 c0 c1
+    local dst=/dev/shm/nfs-bench-$1-$2.out log=$OUT/cp-$1-$2.log pid=PID_$1 t0 t1 c0 c1 s0 s1
     pid=${!pid}; rm -f "$dst"; sync
-    c0=$(ticks "$pid"); t0=$(date +%s.%N)
+    s0=$(cswitches "$pid"); c0=$(ticks "$pid"); t0=$(date +%s.%N)
     "$NFSCP" "$(libnfs_url "$1" "$FILE")" "$dst" > "$log" 2>&1 || fail "nfs-cp from $1" "$log"
-    t1=$(date +%s.%N); c1=$(ticks "$pid")
+    t1=$(date +%s.%N); c1=$(ticks "$pid"); s1=$(cswitches "$pid")
     if [ "$2" = 1 ]; then cmp "$SRC" "$dst" > /dev/null || { echo "$1: copy differs from the source" >&2; exit 1; }; fi
     rm -f "$dst"
-    awk -v a="$t0" -v b="$t1" -v c="$c0" -v d="$c1" -v h="$TICK" -v n="$BYTES" \
-        'BEGIN{printf "%.1f %.3f\n", n/(b-a)/1e6, (d-c)/h/(n/1073741824)}'
+    awk -v a="$t0" -v b="$t1" -v c="$c0" -v d="$c1" -v h="$TICK" -v n="$BYTES" -v s="$((s1 - s0))" \
+        'BEGIN{g=n/1073741824; printf "%.1f %.3f %.0f\n", n/(b-a)/1e6, (d-c)/h/g, s/g}'
 }
 # nfsrdma bench against SERVER: RUN ARGS... -> csv in $OUT; prints CPU ticks used
+# nfsrdma bench against SERVER: RUN ARGS... -> csv in $OUT; prints the
+# server's CPU ticks and context switches used
 bench_run() {
-    local srv=$1 i=$2 name=$3 dir=$4 pid=PID_$1 c0 c1; shift 4
+    local srv=$1 i=$2 name=$3 dir=$4 pid=PID_$1 c0 c1 s0 s1; shift 4
     pid=${!pid}
-    c0=$(ticks "$pid")
+    s0=$(cswitches "$pid"); c0=$(ticks "$pid")
     "$BIN" bench --url "$(our_url "$srv" "$dir")" --transports tcp --repeat 1 \
         --csv "$OUT/$name-$srv-$i.csv" "$@" > "$OUT/$name-$srv-$i.log" 2>&1 ||
         fail "nfsrdma bench ($name) against $srv" "$OUT/$name-$srv-$i.log"
-    c1=$(ticks "$pid")
-    echo $((c1 - c0))
+    c1=$(ticks "$pid"); s1=$(cswitches "$pid")
+    echo $((c1 - c0)) $((s1 - s0))
 }
 phase_bench() {
     local t; t=$(bench_run "$1" "$2" bench client/ --ops read --read-sizes 1m --in-flight 4 --size "${SIZE_MIB}m")
-    awk -v m="$(csv_col "$OUT/bench-$1-$2.csv" mib_s)" -v t="$t" -v h="$TICK" -v n="$BYTES" \
-        'BEGIN{printf "%.1f %.3f\n", m, t/h/(n/1073741824)}'
+    set -- "$1" "$2" $t
+    awk -v m="$(csv_col "$OUT/bench-$1-$2.csv" mib_s)" -v t="$3" -v s="$4" -v h="$TICK" -v n="$BYTES" \
+        'BEGIN{g=n/1073741824; printf "%.1f %.3f %.0f\n", m, t/h/g, s/g}'
 }
 phase_random() {
-    bench_run "$1" "$2" random client/ --pattern random --read-sizes 4k --in-flight 32 \
-        --seconds "$RAND_SECS" --size "${SIZE_MIB}m" > /dev/null
-    echo "$(csv_col "$OUT/random-$1-$2.csv" iops) $(csv_col "$OUT/random-$1-$2.csv" p99_us)"
+    local t f=$OUT/random-$1-$2.csv; t=$(bench_run "$1" "$2" random client/ --pattern random --read-sizes 4k \
+        --in-flight 32 --seconds "$RAND_SECS" --size "${SIZE_MIB}m")
+    set -- $t
+    # IOPS, p99 us, and the server's CPU microseconds and context switches per READ
+    awk -v i="$(csv_col "$f" iops)" -v p="$(csv_col "$f" p99_us)" -v r="$(csv_col "$f" reads)" \
+        -v t="$1" -v s="$2" -v h="$TICK" \
+        'BEGIN{printf "%s %s %.1f %.2f\n", i, p, (r > 0 ? t/h*1e6/r : 0), (r > 0 ? s/r : 0)}'
 }
 phase_meta() {
     bench_run "$1" "$2" meta "list-$LIST_N/" --pattern meta --in-flight 32 --seconds "$RAND_SECS" > /dev/null
@@ -192,17 +210,23 @@ phase_list() {
 
 printf '# nfsrdma serve (pid %s) vs NFS-Ganesha (pid %s), NFSv3/TCP on 127.0.0.1, %d MiB file, %d runs, servers alternating\n' \
     "$OPID" "$GPID" "$SIZE_MIB" "$RUNS"
-printf '%-7s %-8s %-3s %12s %12s %6s\n' phase server run figure1 figure2 load1
+printf '%-7s %-8s %-3s %12s %12s %10s %8s %6s\n' phase server run figure1 figure2 figure3 figure4 load1
 declare -A R
 for phase in $PHASES; do
     for i in $(seq "$RUNS"); do
         # ours first on odd runs, Ganesha first on even ones
         order="ours ganesha"; [ $((i % 2)) = 0 ] && order="ganesha ours"
         for name in $order; do
+            pid=PID_$name; perf_pid=
+            if [ -n "${PERF:-}" ] && [ "$i" = 1 ]; then
+                perf record -q -g -p "${!pid}" -o "$OUT/perf-$phase-$name.data" > /dev/null 2>&1 &
+                perf_pid=$!; sleep 0.5
+            fi
             r=$("phase_$phase" "$name" "$i")
+            [ -n "$perf_pid" ] && { kill -INT "$perf_pid"; wait "$perf_pid" 2> /dev/null || true; }
             R[$phase/$name]+="$r"$'\n'
             set -- $r
-            printf '%-7s %-8s %-3s %12s %12s %6s\n' "$phase" "$name" "$i" "$1" "$2" "$(load1)"
+            printf '%-7s %-8s %-3s %12s %12s %10s %8s %6s\n' "$phase" "$name" "$i" "$1" "$2" "${3:--}" "${4:--}" "$(load1)"
         done
     done
 done
@@ -219,9 +243,13 @@ echo "| medians of $RUNS runs | nfsrdma serve | NFS-Ganesha | ours/Ganesha |"
 echo "|---|---|---|---|"
 for phase in $PHASES; do
     case $phase in
-    cp) row "nfs-cp read MB/s" cp 1; row "nfs-cp server CPU s/GiB" cp 2 ;;
-    bench) row "nfsrdma bench read 1m x 4 MiB/s" bench 1; row "nfsrdma bench server CPU s/GiB" bench 2 ;;
-    random) row "4k random read x 32 IOPS" random 1; row "4k random read p99 us" random 2 ;;
+    cp) row "nfs-cp read MB/s" cp 1; row "nfs-cp server CPU s/GiB" cp 2
+        row "nfs-cp server context switches/GiB" cp 3 ;;
+    bench) row "nfsrdma bench read 1m x 4 MiB/s" bench 1; row "nfsrdma bench server CPU s/GiB" bench 2
+        row "nfsrdma bench server context switches/GiB" bench 3 ;;
+    random) row "4k random read x 32 IOPS" random 1; row "4k random read p99 us" random 2
+        row "4k random read server CPU us/READ" random 3
+        row "4k random read server context switches/READ" random 4 ;;
     list) row "$LIST_N-entry listing, nfs-ls s" list 1; row "$LIST_N-entry listing, nfsrdma ls -l s" list 2 ;;
     meta) row "LOOKUP+GETATTR x 32 calls/s" meta 1; row "LOOKUP+GETATTR p99 us" meta 2 ;;
     esac

@@ -68,8 +68,8 @@ use tokio::task::JoinHandle;
 pub use localfs::LocalFs;
 pub use statedir::StateDir;
 pub use storage::{
-    DirEntry, DirPage, DirRequest, DirSink, FsStat, Segment, Storage, StorageResult, XattrError,
-    XattrSet,
+    DirEntry, DirPage, DirRequest, DirSink, FsStat, May, ReadDone, Segment, Storage, StorageResult,
+    WriteDone, XattrError, XattrSet,
 };
 
 use crate::access::{loopback_clients, ExportTable};

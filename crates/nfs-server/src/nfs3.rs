@@ -351,33 +351,25 @@ impl<S: Storage> Nfs3Fs<S> {
             Args3::Read(a) => {
                 // Reading needs read or execute permission (nfsd's
                 // NFSD_MAY_READ_IF_EXEC), or ownership.
-                let may = match fs.getattr(&a.file).await {
-                    Ok(attrs) => {
-                        if permits(&attrs, c, ACCESS3_READ, true)
-                            || permits(&attrs, c, ACCESS3_EXECUTE, false)
-                        {
-                            Ok(())
-                        } else {
-                            Err(Nfsstat3::NFS3ERR_ACCES)
-                        }
+                let may = |attrs: &Fattr3| {
+                    if permits(attrs, c, ACCESS3_READ, true)
+                        || permits(attrs, c, ACCESS3_EXECUTE, false)
+                    {
+                        Ok(())
+                    } else {
+                        Err(Nfsstat3::NFS3ERR_ACCES)
                     }
-                    Err(e) => Err(e),
                 };
-                let got = match may {
-                    Ok(()) => {
-                        self.read_data(&a.file, a.offset, a.count.min(MAX_READ))
-                            .await
-                    }
-                    Err(e) => Err(e),
-                };
-                let r: Read3Res = match got {
+                let count = a.count.min(MAX_READ);
+                let done = self.read_checked(&a.file, a.offset, count, &may).await;
+                let r: Read3Res = match done.data {
                     Ok((data, eof)) => Res3::Ok(Read3ResOk {
-                        file_attributes: self.post(&a.file).await,
+                        file_attributes: done.attrs,
                         count: u32::try_from(data.len()).unwrap_or(0),
                         eof,
                         data: xdr::DdpOpaque(data),
                     }),
-                    Err(s) => Res3::Fail(s, self.post(&a.file).await),
+                    Err(s) => Res3::Fail(s, done.attrs),
                 };
                 r.encode(&mut out);
             }
@@ -395,21 +387,26 @@ impl<S: Storage> Nfs3Fs<S> {
                     )));
                 }
                 let data = a.data.0.slice(..a.data.0.len().min(MAX_WRITE as usize));
-                let before = self.pre(&a.file).await;
-                let r = match self.allow(&a.file, c, ACCESS3_MODIFY, true).await {
-                    Ok(()) => {
-                        self.write_data(&a.file, a.offset, data.clone(), a.stable)
-                            .await
+                let may = |attrs: &Fattr3| {
+                    if permits(attrs, c, ACCESS3_MODIFY, true) {
+                        Ok(())
+                    } else {
+                        Err(Nfsstat3::NFS3ERR_ACCES)
                     }
-                    Err(e) => Err(e),
                 };
-                let file_wcc = self.wcc(before, &a.file).await;
-                let r: Write3Res = match r {
-                    Ok(w) => Res3::Ok(Write3ResOk {
+                let (done, verf) = self
+                    .write_checked(&a.file, a.offset, data.clone(), a.stable, &may)
+                    .await;
+                let file_wcc = WccData {
+                    before: done.before.as_ref().map(wcc_attr),
+                    after: done.after,
+                };
+                let r: Write3Res = match done.written {
+                    Ok(committed) => Res3::Ok(Write3ResOk {
                         file_wcc,
                         count: u32::try_from(data.len()).unwrap_or(0),
-                        committed: w.how,
-                        verf: FixedOpaque(w.verf),
+                        committed,
+                        verf: FixedOpaque(verf),
                     }),
                     Err(s) => Res3::Fail(s, file_wcc),
                 };

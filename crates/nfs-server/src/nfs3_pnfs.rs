@@ -11,42 +11,69 @@ use bytes::Bytes;
 use nfs::v3::{Fattr3, Filename3, NfsFh3, Sattr3, StableHow};
 
 use crate::nfs3::Nfs3Fs;
-use crate::storage::{Storage, StorageResult};
-use crate::v4::pnfs::{Mds, Written};
+use crate::storage::{May, ReadDone, Storage, StorageResult, WriteDone};
+use crate::v4::pnfs::Mds;
 
 impl<S: Storage> Nfs3Fs<S> {
     fn mds(&self) -> Option<&Mds> {
         self.mds.as_deref()
     }
 
-    /// READ of `fh`.
-    pub(crate) async fn read_data(
+    /// READ of `fh` once `may` allowed it on its attributes, with the
+    /// attributes for the reply: in one pass of the storage
+    /// ([`Storage::read_checked`]), or from the data server.
+    pub(crate) async fn read_checked(
         &self,
         fh: &NfsFh3,
         offset: u64,
         count: u32,
-    ) -> StorageResult<(Bytes, bool)> {
-        match self.mds() {
-            Some(m) => m.read(&*self.fs, fh, offset, count).await,
-            None => self.fs.read(fh, offset, count).await,
+        may: May<'_>,
+    ) -> ReadDone {
+        let Some(m) = self.mds() else {
+            return self.fs.read_checked(fh, offset, count, may).await;
+        };
+        let data = match self.fs.getattr(fh).await.and_then(|a| may(&a)) {
+            Ok(()) => m.read(&*self.fs, fh, offset, count).await,
+            Err(e) => Err(e),
+        };
+        ReadDone {
+            data,
+            attrs: self.fs.getattr(fh).await.ok(),
         }
     }
 
-    /// WRITE to `fh`: how stable and the verifier to reply with.
-    pub(crate) async fn write_data(
+    /// WRITE to `fh` once `may` allowed it: what was done (in one pass
+    /// of the storage, [`Storage::write_checked`], or through the data
+    /// server) and the verifier to reply with.
+    pub(crate) async fn write_checked(
         &self,
         fh: &NfsFh3,
         offset: u64,
         data: Bytes,
         stable: StableHow,
-    ) -> StorageResult<Written> {
-        match self.mds() {
-            Some(m) => m.write(&*self.fs, fh, offset, data, stable).await,
-            None => Ok(Written {
-                how: self.fs.write(fh, offset, &data, stable).await?,
-                verf: self.fs.write_verifier(),
-            }),
-        }
+        may: May<'_>,
+    ) -> (WriteDone, [u8; 8]) {
+        let Some(m) = self.mds() else {
+            let done = self.fs.write_checked(fh, offset, &data, stable, may).await;
+            return (done, self.fs.write_verifier());
+        };
+        let before = self.fs.getattr(fh).await;
+        let written = match &before {
+            Ok(a) => match may(a) {
+                Ok(()) => m.write(&*self.fs, fh, offset, data, stable).await,
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(*e),
+        };
+        let verf = written
+            .as_ref()
+            .map_or_else(|_| self.fs.write_verifier(), |w| w.verf);
+        let done = WriteDone {
+            before: before.ok(),
+            written: written.map(|w| w.how),
+            after: self.fs.getattr(fh).await.ok(),
+        };
+        (done, verf)
     }
 
     /// COMMIT of `fh`: the verifier to reply with.

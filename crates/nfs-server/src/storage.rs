@@ -159,6 +159,32 @@ pub enum Segment {
     },
 }
 
+/// A permission check on a file's attributes, made by the storage before
+/// it touches the data ([`Storage::read_checked`],
+/// [`Storage::write_checked`]).
+pub type May<'a> = &'a (dyn Fn(&Fattr3) -> StorageResult<()> + Sync);
+
+/// What [`Storage::read_checked`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadDone {
+    /// The bytes read and whether they reach the end of the file, or why
+    /// nothing was read.
+    pub data: StorageResult<(Bytes, bool)>,
+    /// The file's attributes after the read, when they could be had.
+    pub attrs: Option<Fattr3>,
+}
+
+/// What [`Storage::write_checked`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteDone {
+    /// The attributes before the write, when they could be had.
+    pub before: Option<Fattr3>,
+    /// How stable the data now is, or why it was not written.
+    pub written: StorageResult<StableHow>,
+    /// The attributes after it.
+    pub after: Option<Fattr3>,
+}
+
 /// A file tree served over NFSv3 and NFSv4.
 ///
 /// Names given to the methods are single components already checked by
@@ -218,6 +244,63 @@ pub trait Storage: Send + Sync + 'static {
         data: &[u8],
         stable: StableHow,
     ) -> impl Future<Output = StorageResult<StableHow>> + Send;
+
+    /// NFSv3 READ in one pass (RFC 1813 §3.3.6): the file's attributes
+    /// go to `may`, which decides whether the caller may read before any
+    /// byte is read; then up to `count` bytes at `offset`, and the
+    /// attributes after the read for the reply's `post_op_attr`. The
+    /// default asks [`Self::getattr`], [`Self::read`] and
+    /// [`Self::getattr`]; a back end that resolves the handle once
+    /// overrides it.
+    fn read_checked(
+        &self,
+        fh: &NfsFh3,
+        offset: u64,
+        count: u32,
+        may: May<'_>,
+    ) -> impl Future<Output = ReadDone> + Send {
+        async move {
+            let data = match self.getattr(fh).await.and_then(|a| may(&a)) {
+                Ok(()) => self.read(fh, offset, count).await,
+                Err(e) => Err(e),
+            };
+            ReadDone {
+                data,
+                attrs: self.getattr(fh).await.ok(),
+            }
+        }
+    }
+
+    /// NFSv3 WRITE in one pass (RFC 1813 §3.3.7): the attributes before
+    /// (the reply's `pre_op_attr`) go to `may`, which decides whether the
+    /// caller may write; then `data` is written at `offset` as stable as
+    /// `stable` asks (on stable storage before this returns unless
+    /// UNSTABLE), and the attributes after it are taken. The default asks
+    /// [`Self::getattr`], [`Self::write`] and [`Self::getattr`].
+    fn write_checked(
+        &self,
+        fh: &NfsFh3,
+        offset: u64,
+        data: &[u8],
+        stable: StableHow,
+        may: May<'_>,
+    ) -> impl Future<Output = WriteDone> + Send {
+        async move {
+            let before = self.getattr(fh).await;
+            let written = match &before {
+                Ok(a) => match may(a) {
+                    Ok(()) => self.write(fh, offset, data, stable).await,
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(*e),
+            };
+            WriteDone {
+                before: before.ok(),
+                written,
+                after: self.getattr(fh).await.ok(),
+            }
+        }
+    }
 
     /// Creates a regular file (RFC 1813 §3.3.8 semantics per mode).
     fn create(

@@ -35,6 +35,7 @@ mod known;
 mod ops;
 mod pins;
 mod resolve;
+mod rw;
 mod sparse;
 mod xattr;
 
@@ -43,6 +44,7 @@ use std::num::NonZeroUsize;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -56,7 +58,8 @@ pub(crate) use copy::MAX_COPY;
 use crate::fh::{fnv1a, HandleKey};
 use crate::statedir::{random_key, StateDir};
 use crate::storage::{
-    DirPage, DirRequest, DirSink, FsStat, Segment, Storage, StorageResult, XattrError, XattrSet,
+    DirPage, DirRequest, DirSink, FsStat, ReadDone, Segment, Storage, StorageResult, WriteDone,
+    XattrError, XattrSet,
 };
 use attrs::Meta;
 use cursors::Cursors;
@@ -85,6 +88,9 @@ pub struct LocalFs {
     cursors: Cursors,
     /// Descriptors of leased files the server's own opens reuse.
     pins: pins::Pins,
+    /// Whether UNSTABLE writes try `RWF_NOWAIT` first (cleared when the
+    /// file system answers `EOPNOTSUPP`; see [`rw`]).
+    nowait_writes: AtomicBool,
 }
 
 impl core::fmt::Debug for LocalFs {
@@ -163,6 +169,7 @@ impl LocalFs {
             dirs: Mutex::new(LruCache::new(cap)),
             cursors: Cursors::new(cursors::MAX_CURSORS),
             pins: pins::Pins::default(),
+            nowait_writes: AtomicBool::new(true),
         })
     }
 
@@ -257,6 +264,31 @@ impl Storage for LocalFs {
         stable: StableHow,
     ) -> StorageResult<StableHow> {
         blocking(|| self.do_write(fh, offset, data, stable))
+    }
+
+    /// One resolution; the data on this thread when the page cache
+    /// serves it at once ([`rw`]).
+    async fn read_checked(
+        &self,
+        fh: &NfsFh3,
+        offset: u64,
+        count: u32,
+        may: crate::storage::May<'_>,
+    ) -> ReadDone {
+        self.read_checked_now(fh, offset, count, may)
+    }
+
+    /// One resolution; an UNSTABLE write on this thread when the kernel
+    /// takes it at once ([`rw`]).
+    async fn write_checked(
+        &self,
+        fh: &NfsFh3,
+        offset: u64,
+        data: &[u8],
+        stable: StableHow,
+        may: crate::storage::May<'_>,
+    ) -> WriteDone {
+        self.write_checked_now(fh, offset, data, stable, may)
     }
 
     async fn create(

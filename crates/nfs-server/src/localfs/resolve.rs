@@ -75,8 +75,15 @@ impl Node {
     /// Never waits for a kernel lease to be released (`O_NONBLOCK`):
     /// a leased file answers NFS3ERR_JUKEBOX while the break runs.
     pub(crate) fn open(&self, flags: OFlags) -> StorageResult<OwnedFd> {
+        Ok(self.open_checked(flags)?.0)
+    }
+
+    /// [`Self::open`], with the opened file's attributes (from the
+    /// `statx` that checks it is the resolved inode).
+    pub(crate) fn open_checked(&self, flags: OFlags) -> StorageResult<(OwnedFd, Meta)> {
         if let Some(fd) = self.pinned.as_deref().and_then(|p| pins::reuse(p, flags)) {
-            return Ok(fd);
+            let m = sx(Meta::of(&fd))?;
+            return Ok((fd, m));
         }
         let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
         let fd = sx(rustix::fs::openat(
@@ -89,7 +96,7 @@ impl Node {
         if m.ino() != self.meta.ino() || m.dev() != self.meta.dev() {
             return Err(Nfsstat3::NFS3ERR_STALE);
         }
-        Ok(fd)
+        Ok((fd, m))
     }
 
     /// The directory fd of a directory node (NOTDIR otherwise).
