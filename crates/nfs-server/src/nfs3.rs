@@ -20,13 +20,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use nfs::v3::*;
 use oncrpc::{CallContext, RpcService, ServiceError};
-use xdr::{Decoder, Encode, FixedOpaque, XdrBuf};
+use xdr::{Decoder, Encode, XdrBuf};
 
 use crate::access::{ExportTable, Grant};
-use crate::localfs::{MAX_READ, MAX_WRITE};
 use crate::nfs3_dir::DirCall;
-use crate::perm::{access_bits, check_setattr, permits, Caller, DIR_ADD, DIR_REMOVE};
+use crate::perm::{permits, Caller};
 use crate::storage::Storage;
+
+mod procs;
 
 /// Serves NFS program 100003 version 3 from the exports of a table.
 #[derive(Debug)]
@@ -277,313 +278,42 @@ impl<S: Storage> Nfs3Fs<S> {
     }
 
     /// Executes one decoded call for an admitted caller and encodes its
-    /// result.
+    /// result: one method per procedure ([`procs`]).
     async fn execute(&self, args: Args3, grant: &Grant) -> Result<XdrBuf, ServiceError> {
-        let fs = &*self.fs;
-        let c = &grant.caller;
         if let Some(jukebox) = self.break_delegations(&args).await {
             return Ok(jukebox);
         }
+        let g = grant;
         let mut out = XdrBuf::new();
         match args {
             Args3::Null => {}
-            Args3::Getattr(a) => {
-                let r: Getattr3Res = match fs.getattr(&a.object).await {
-                    Ok(obj_attributes) => Res3::Ok(Getattr3ResOk { obj_attributes }),
-                    Err(s) => Res3::Fail(s, ()),
-                };
-                r.encode(&mut out);
-            }
-            Args3::Setattr(a) => {
-                let before = self.pre(&a.object).await;
-                let r = match fs.getattr(&a.object).await {
-                    Ok(attrs) => match check_setattr(&attrs, c, &a.new_attributes) {
-                        Ok(()) => match fs.setattr(&a.object, &a.new_attributes, a.guard).await {
-                            Ok(()) => self.attrs_set(&a.object, &attrs, &a.new_attributes).await,
-                            Err(e) => Err(e),
-                        },
-                        Err(e) => Err(e),
-                    },
-                    Err(e) => Err(e),
-                };
-                let w = self.wcc(before, &a.object).await;
-                let r: Setattr3Res = match r {
-                    Ok(()) => Res3::Ok(w),
-                    Err(s) => Res3::Fail(s, w),
-                };
-                r.encode(&mut out);
-            }
-            Args3::Lookup(a) => {
-                let found = match self.allow(&a.what.dir, c, ACCESS3_LOOKUP, false).await {
-                    Ok(()) => fs.lookup(&a.what.dir, &a.what.name).await,
-                    Err(e) => Err(e),
-                };
-                let r: Lookup3Res = match found {
-                    Ok(object) => Res3::Ok(Lookup3ResOk {
-                        obj_attributes: self.post(&object).await,
-                        dir_attributes: self.post(&a.what.dir).await,
-                        object,
-                    }),
-                    Err(s) => Res3::Fail(s, self.post(&a.what.dir).await),
-                };
-                r.encode(&mut out);
-            }
-            Args3::Access(a) => {
-                let r: Access3Res = match fs.getattr(&a.object).await {
-                    Ok(attrs) => Res3::Ok(Access3ResOk {
-                        access: access_bits(&attrs, c, a.access, grant.read_only),
-                        obj_attributes: Some(attrs),
-                    }),
-                    Err(s) => Res3::Fail(s, None),
-                };
-                r.encode(&mut out);
-            }
-            Args3::Readlink(a) => {
-                let r: Readlink3Res = match fs.readlink(&a.symlink).await {
-                    Ok(data) => Res3::Ok(Readlink3ResOk {
-                        symlink_attributes: self.post(&a.symlink).await,
-                        data: Nfspath3(data),
-                    }),
-                    Err(s) => Res3::Fail(s, self.post(&a.symlink).await),
-                };
-                r.encode(&mut out);
-            }
-            Args3::Read(a) => {
-                // Reading needs read or execute permission (nfsd's
-                // NFSD_MAY_READ_IF_EXEC), or ownership.
-                let may = |attrs: &Fattr3| {
-                    if permits(attrs, c, ACCESS3_READ, true)
-                        || permits(attrs, c, ACCESS3_EXECUTE, false)
-                    {
-                        Ok(())
-                    } else {
-                        Err(Nfsstat3::NFS3ERR_ACCES)
-                    }
-                };
-                let count = a.count.min(MAX_READ);
-                let done = self.read_checked(&a.file, a.offset, count, &may).await;
-                let r: Read3Res = match done.data {
-                    Ok((data, eof)) => Res3::Ok(Read3ResOk {
-                        file_attributes: done.attrs,
-                        count: u32::try_from(data.len()).unwrap_or(0),
-                        eof,
-                        data: xdr::DdpOpaque(data),
-                    }),
-                    Err(s) => Res3::Fail(s, done.attrs),
-                };
-                r.encode(&mut out);
-            }
-            Args3::Write(a) => {
-                // Linux's nfsd: a count that disagrees with the data
-                // length is GARBAGE_ARGS (nfs3svc_decode_writeargs).
-                if a.count as usize != a.data.0.len() {
-                    return Err(ServiceError::GarbageArgs(xdr::Error::new(
-                        xdr::ErrorKind::LengthExceeded {
-                            len: a.count.into(),
-                            max: a.data.0.len() as u64,
-                        },
-                        0,
-                        "WRITE3args count",
-                    )));
-                }
-                let data = a.data.0.slice(..a.data.0.len().min(MAX_WRITE as usize));
-                let may = |attrs: &Fattr3| {
-                    if permits(attrs, c, ACCESS3_MODIFY, true) {
-                        Ok(())
-                    } else {
-                        Err(Nfsstat3::NFS3ERR_ACCES)
-                    }
-                };
-                let (done, verf) = self
-                    .write_checked(&a.file, a.offset, data.clone(), a.stable, &may)
-                    .await;
-                let file_wcc = WccData {
-                    before: done.before.as_ref().map(wcc_attr),
-                    after: done.after,
-                };
-                let r: Write3Res = match done.written {
-                    Ok(committed) => Res3::Ok(Write3ResOk {
-                        file_wcc,
-                        count: u32::try_from(data.len()).unwrap_or(0),
-                        committed,
-                        verf: FixedOpaque(verf),
-                    }),
-                    Err(s) => Res3::Fail(s, file_wcc),
-                };
-                r.encode(&mut out);
-            }
-            Args3::Create(a) => {
-                let before = self.pre(&a.dir.dir).await;
-                let r = match self.allow(&a.dir.dir, c, DIR_ADD, false).await {
-                    Ok(()) => fs.create(&a.dir.dir, &a.dir.name, &a.how).await,
-                    Err(e) => Err(e),
-                };
-                self.created(before, &a.dir.dir, r, c)
+            Args3::Getattr(a) => self.getattr3(a).await.encode(&mut out),
+            Args3::Setattr(a) => self.setattr3(a, g).await.encode(&mut out),
+            Args3::Lookup(a) => self.lookup3(a, g).await.encode(&mut out),
+            Args3::Access(a) => self.access3(a, g).await.encode(&mut out),
+            Args3::Readlink(a) => self.readlink3(a).await.encode(&mut out),
+            Args3::Read(a) => self.read3(a, g).await.encode(&mut out),
+            Args3::Write(a) => self.write3(a, g).await?.encode(&mut out),
+            Args3::Create(a) => self.create3(a, g).await.encode(&mut out),
+            Args3::Mkdir(a) => self.mkdir3(a, g).await.encode(&mut out),
+            Args3::Symlink(a) => self.symlink3(a, g).await.encode(&mut out),
+            Args3::Mknod(a) => self.mknod3(a, g).await.encode(&mut out),
+            Args3::Remove(a) => self.remove3(a, g).await.encode(&mut out),
+            Args3::Rmdir(a) => self.rmdir3(a, g).await.encode(&mut out),
+            Args3::Rename(a) => self.rename3(a, g).await.encode(&mut out),
+            Args3::Link(a) => self.link3(a, g).await.encode(&mut out),
+            Args3::Readdir(a) => {
+                self.read_dir(DirCall::readdir(&a), &g.caller, &mut out)
                     .await
-                    .encode(&mut out);
             }
-            Args3::Mkdir(a) => {
-                let before = self.pre(&a.dir.dir).await;
-                let r = match self.allow(&a.dir.dir, c, DIR_ADD, false).await {
-                    Ok(()) => fs.mkdir(&a.dir.dir, &a.dir.name, &a.attributes).await,
-                    Err(e) => Err(e),
-                };
-                self.created(before, &a.dir.dir, r, c)
+            Args3::Readdirplus(a) => {
+                self.read_dir(DirCall::readdirplus(&a), &g.caller, &mut out)
                     .await
-                    .encode(&mut out);
             }
-            Args3::Symlink(a) => {
-                let before = self.pre(&a.dir.dir).await;
-                let r = match self.allow(&a.dir.dir, c, DIR_ADD, false).await {
-                    Ok(()) => {
-                        let d = &a.dir;
-                        fs.symlink(&d.dir, &d.name, &a.symlink_data.0, &a.symlink_attributes)
-                            .await
-                    }
-                    Err(e) => Err(e),
-                };
-                self.created(before, &a.dir.dir, r, c)
-                    .await
-                    .encode(&mut out);
-            }
-            Args3::Mknod(a) => {
-                let before = self.pre(&a.dir.dir).await;
-                let r = match self.allow(&a.dir.dir, c, DIR_ADD, false).await {
-                    Ok(()) => fs.mknod(&a.dir.dir, &a.dir.name, &a.what).await,
-                    Err(e) => Err(e),
-                };
-                self.created(before, &a.dir.dir, r, c)
-                    .await
-                    .encode(&mut out);
-            }
-            Args3::Remove(a) => {
-                let before = self.pre(&a.object.dir).await;
-                let r = match self.allow(&a.object.dir, c, DIR_REMOVE, false).await {
-                    Ok(()) => self.remove_file(&a.object.dir, &a.object.name).await,
-                    Err(e) => Err(e),
-                };
-                self.removed(before, &a.object.dir, r)
-                    .await
-                    .encode(&mut out);
-            }
-            Args3::Rmdir(a) => {
-                let before = self.pre(&a.object.dir).await;
-                let r = match self.allow(&a.object.dir, c, DIR_REMOVE, false).await {
-                    Ok(()) => fs.rmdir(&a.object.dir, &a.object.name).await,
-                    Err(e) => Err(e),
-                };
-                self.removed(before, &a.object.dir, r)
-                    .await
-                    .encode(&mut out);
-            }
-            Args3::Rename(a) => {
-                let fb = self.pre(&a.from.dir).await;
-                let tb = self.pre(&a.to.dir).await;
-                let may = match self.allow(&a.from.dir, c, DIR_REMOVE, false).await {
-                    Ok(()) => self.allow(&a.to.dir, c, DIR_ADD, false).await,
-                    Err(e) => Err(e),
-                };
-                let r = match may {
-                    Ok(()) => {
-                        fs.rename(&a.from.dir, &a.from.name, &a.to.dir, &a.to.name)
-                            .await
-                    }
-                    Err(e) => Err(e),
-                };
-                let w = Rename3Wcc {
-                    fromdir_wcc: self.wcc(fb, &a.from.dir).await,
-                    todir_wcc: self.wcc(tb, &a.to.dir).await,
-                };
-                let r: Rename3Res = match r {
-                    Ok(()) => Res3::Ok(w),
-                    Err(s) => Res3::Fail(s, w),
-                };
-                r.encode(&mut out);
-            }
-            Args3::Link(a) => {
-                let before = self.pre(&a.link.dir).await;
-                let r = match self.allow(&a.link.dir, c, DIR_ADD, false).await {
-                    Ok(()) => fs.link(&a.file, &a.link.dir, &a.link.name).await,
-                    Err(e) => Err(e),
-                };
-                let w = Link3Wcc {
-                    file_attributes: self.post(&a.file).await,
-                    linkdir_wcc: self.wcc(before, &a.link.dir).await,
-                };
-                let r: Link3Res = match r {
-                    Ok(()) => Res3::Ok(w),
-                    Err(s) => Res3::Fail(s, w),
-                };
-                r.encode(&mut out);
-            }
-            Args3::Readdir(a) => self.read_dir(DirCall::readdir(&a), c, &mut out).await,
-            Args3::Readdirplus(a) => self.read_dir(DirCall::readdirplus(&a), c, &mut out).await,
-            Args3::Fsstat(a) => {
-                let r: Fsstat3Res = match fs.fsstat(&a.object).await {
-                    Ok(s) => Res3::Ok(Fsstat3ResOk {
-                        obj_attributes: self.post(&a.object).await,
-                        tbytes: s.tbytes,
-                        fbytes: s.fbytes,
-                        abytes: s.abytes,
-                        tfiles: s.tfiles,
-                        ffiles: s.ffiles,
-                        afiles: s.afiles,
-                        invarsec: 0,
-                    }),
-                    Err(e) => Res3::Fail(e, self.post(&a.object).await),
-                };
-                r.encode(&mut out);
-            }
-            Args3::Fsinfo(a) => {
-                let r: Fsinfo3Res = match fs.getattr(&a.object).await {
-                    Ok(attrs) => Res3::Ok(Fsinfo3ResOk {
-                        obj_attributes: Some(attrs),
-                        rtmax: MAX_READ,
-                        rtpref: MAX_READ,
-                        rtmult: 4096,
-                        wtmax: MAX_WRITE,
-                        wtpref: MAX_WRITE,
-                        wtmult: 4096,
-                        dtpref: 64 * 1024,
-                        maxfilesize: i64::MAX as u64,
-                        time_delta: Nfstime3 {
-                            seconds: 0,
-                            nseconds: 1,
-                        },
-                        properties: FSF3_LINK | FSF3_SYMLINK | FSF3_HOMOGENEOUS | FSF3_CANSETTIME,
-                    }),
-                    Err(s) => Res3::Fail(s, None),
-                };
-                r.encode(&mut out);
-            }
-            Args3::Pathconf(a) => {
-                let r: Pathconf3Res = match fs.getattr(&a.object).await {
-                    Ok(attrs) => Res3::Ok(Pathconf3ResOk {
-                        obj_attributes: Some(attrs),
-                        linkmax: 255,
-                        name_max: NFS3_MAXNAMLEN as u32,
-                        no_trunc: true,
-                        chown_restricted: true,
-                        case_insensitive: false,
-                        case_preserving: true,
-                    }),
-                    Err(s) => Res3::Fail(s, None),
-                };
-                r.encode(&mut out);
-            }
-            Args3::Commit(a) => {
-                let before = self.pre(&a.file).await;
-                let r = self.commit_data(&a.file).await;
-                let file_wcc = self.wcc(before, &a.file).await;
-                let r: Commit3Res = match r {
-                    Ok(v) => Res3::Ok(Commit3ResOk {
-                        file_wcc,
-                        verf: FixedOpaque(v),
-                    }),
-                    Err(s) => Res3::Fail(s, file_wcc),
-                };
-                r.encode(&mut out);
-            }
+            Args3::Fsstat(a) => self.fsstat3(a).await.encode(&mut out),
+            Args3::Fsinfo(a) => self.fsinfo3(a).await.encode(&mut out),
+            Args3::Pathconf(a) => self.pathconf3(a).await.encode(&mut out),
+            Args3::Commit(a) => self.commit3(a).await.encode(&mut out),
         }
         Ok(out)
     }
