@@ -10,7 +10,7 @@
 
 use std::os::unix::fs::{chown, PermissionsExt};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod support;
@@ -22,32 +22,6 @@ use support::Server;
 const ALICE: u32 = 41001;
 const BOB: u32 = 41002;
 const SHARED: u32 = 42001;
-
-fn is_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-/// Runs `sh -c script` as `uid` (gid the same) with supplementary
-/// `groups` (none when empty).
-fn as_user(uid: u32, groups: &[u32], script: &str) -> Output {
-    let mut c = Command::new("setpriv");
-    c.arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={uid}"));
-    if groups.is_empty() {
-        c.arg("--clear-groups");
-    } else {
-        let g: Vec<String> = groups.iter().map(u32::to_string).collect();
-        c.arg(format!("--groups={}", g.join(",")));
-    }
-    c.args(["sh", "-c", script])
-        .output()
-        .expect("running setpriv")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// Fills the export: a 0600 file of A, a 0640 file of group SHARED, and
 /// a directory anyone may write in.

@@ -12,7 +12,6 @@
 
 use std::os::unix::fs::{chown, MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 mod support;
@@ -23,31 +22,6 @@ use support::{Server, TempDir};
 const ALICE: u32 = 41011;
 const BOB: u32 = 41012;
 const SHARED: u32 = 42011;
-
-fn is_root() -> bool {
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-/// Runs `sh -c script` as `uid` (gid the same) with supplementary
-/// `groups`.
-fn as_user(uid: u32, groups: &[u32], script: &str) -> Output {
-    let mut c = Command::new("setpriv");
-    c.arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={uid}"));
-    if groups.is_empty() {
-        c.arg("--clear-groups");
-    } else {
-        let g: Vec<String> = groups.iter().map(u32::to_string).collect();
-        c.arg(format!("--groups={}", g.join(",")));
-    }
-    c.args(["sh", "-c", script])
-        .output()
-        .expect("running setpriv")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// The mount URL of `srv` over TCP or RDMA.
 fn url(srv: &Server, rdma: bool) -> String {

@@ -225,3 +225,32 @@ pub(crate) fn pattern(len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// Whether the tests run as root (needed to switch users and for
+/// `allow_other`).
+pub(crate) fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// Runs `sh -c script` as `uid` (gid the same) with supplementary
+/// `groups` (none when empty), through util-linux `setpriv`.
+pub(crate) fn as_user(uid: u32, groups: &[u32], script: &str) -> Output {
+    let mut c = Command::new("setpriv");
+    c.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"));
+    if groups.is_empty() {
+        c.arg("--clear-groups");
+    } else {
+        let g: Vec<String> = groups.iter().map(u32::to_string).collect();
+        c.arg(format!("--groups={}", g.join(",")));
+    }
+    c.args(["sh", "-c", script])
+        .output()
+        .expect("running setpriv")
+}
+
+/// Bytes as text, for messages.
+pub(crate) fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
