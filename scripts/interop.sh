@@ -19,6 +19,9 @@
 #         (NLM found through the server's rpcbind, statd in the guest) with
 #         fcntl locks contending with a v4.2 mount's (conformance_phase;
 #         not in the default list).
+#   pnfs  issue 18: the kernel's flex-files client mounts an nfsrdma pNFS
+#         metadata server (v4.1, v4.2) over two nfsrdma data servers
+#         (scripts/interop-pnfs.sh; not in the default list).
 #   verbs issue 13: nfsrdma on the guest kernel's verbs (the verbs crate) over
 #         siw and over rxe: the kernel client mounts our server, our client
 #         copies to and from knfsd, perftest figures (verbs_phase; not in the
@@ -153,9 +156,12 @@ cleanup() {
     coherence_cleanup
     verbs_cleanup
     conformance_cleanup
+    pnfs_cleanup
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+# phase pnfs (issue 18) lives beside this script
+. "$ROOT/scripts/interop-pnfs.sh"
 
 # pcap_iwarp_check NAME PCAP RDMA_PORT MOUNT_PORT TXT [server|client]: scripts/tshark-iwarp-check.sh
 # (MPA/DDP/RDMAP decode, malformed frames, MPA CRC and length errors) over
@@ -928,6 +934,9 @@ if has_phase coherence; then
 fi
 if has_phase conformance; then
     conformance_phase
+fi
+if has_phase pnfs; then
+    pnfs_phase
 fi
 echo "wall time: $(( $(date +%s) - T0 )) s; results in $OUT"
 [ "$FAILS" -eq 0 ]

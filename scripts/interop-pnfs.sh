@@ -1,0 +1,133 @@
+# scripts/interop-pnfs.sh — phase "pnfs" of scripts/interop.sh (sourced by
+# it; issue 18, docs/pnfs.md): the kernel's flex-files layout driver
+# against an nfsrdma pNFS metadata server (MDS) over two nfsrdma NFSv3 data
+# servers (DSes), all on the host.
+#
+# The MDS serves TCP :$PNFS_MDS_PORT, RDMA :$PNFS_MDS_RDMA_PORT and MOUNT
+# :$PNFS_MDS_MOUNT_PORT (guest 10.0.2.100:2049, :20049, :20048); DS i
+# (1, 2) serves TCP :$PNFS_DS_PORT+10(i-1), MOUNT +1, RDMA +2 and metrics
+# +3, forwarded 1:1 so that the addresses GETDEVICEINFO gives
+# (`advertise=10.0.2.100`, the DS's own ports) reach it from the guest.
+# The guest runs interop/guest/pnfs.sh (PNFS_PROTOS, default "tcp";
+# PNFS_VERS "4.1 4.2"; PNFS_FILES 8 of PNFS_FILE_MIB 4 MiB). Afterwards
+# the host reports: the bytes each DS holds (data files' sizes) and its
+# NFSv3 READ/WRITE calls (`serve --metrics`), the MDS's own READ/WRITE
+# calls, and the CB_LAYOUTRECALLs the truncations caused (MDS log).
+#
+# Ports: PNFS_MDS_PORT / PNFS_MDS_RDMA_PORT / PNFS_MDS_MOUNT_PORT /
+# PNFS_MDS_METRICS_PORT (23000 / 23001 / 23002 / 23003), PNFS_DS_PORT
+# (23010: DS 1 uses 23010-23013, DS 2 23020-23023).
+PNFS_MDS_PORT=${PNFS_MDS_PORT:-23000}
+PNFS_MDS_RDMA_PORT=${PNFS_MDS_RDMA_PORT:-23001}
+PNFS_MDS_MOUNT_PORT=${PNFS_MDS_MOUNT_PORT:-23002}
+PNFS_MDS_METRICS_PORT=${PNFS_MDS_METRICS_PORT:-23003}
+PNFS_DS_PORT=${PNFS_DS_PORT:-23010}
+PNFS_PROTOS=${PNFS_PROTOS:-tcp}
+PNFS_VERS=${PNFS_VERS:-4.1 4.2}
+PNFS_FILES=${PNFS_FILES:-8}
+PNFS_FILE_MIB=${PNFS_FILE_MIB:-4}
+P_PIDS=; P_DIRS=
+pnfs_cleanup() {
+    local p
+    for p in $P_PIDS; do kill -INT "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+    for p in $P_DIRS; do rm -rf "$p"; done
+    P_PIDS=; P_DIRS=
+}
+# pnfs_calls PORT PROC: NFSv3 calls of procedure number PROC (6 READ, 7
+# WRITE) a server counted
+pnfs_calls() {
+    curl -s "http://127.0.0.1:$1/metrics" |
+        awk -v p="$2" '/^rpc_calls_total\{/ && /program="nfs"/ && /version="3"/ && $0 ~ "procedure=\"" p "\"" {n += $NF} END {print n + 0}'
+}
+# pnfs_v4ops PORT OP: NFSv4 operations OP a server counted
+pnfs_v4ops() {
+    curl -s "http://127.0.0.1:$1/metrics" |
+        awk -v o="$2" '/^nfs4_ops_total\{/ && $0 ~ "op=\"" o "\"" {n += $NF} END {print n + 0}'
+}
+pnfs_phase() {
+    local G=$OUT/guest-pnfs rc t0 i p base ports log=$OUT/server-pnfs-mds.log n_pass n_fail
+    ports="$PNFS_MDS_PORT $PNFS_MDS_RDMA_PORT $PNFS_MDS_MOUNT_PORT $PNFS_MDS_METRICS_PORT"
+    for i in 1 2; do
+        base=$((PNFS_DS_PORT + 10 * (i - 1)))
+        ports+=" $base $((base + 1)) $((base + 2)) $((base + 3))"
+    done
+    for p in $ports; do
+        if [ -n "$(ss -Hltn "sport = :$p")" ]; then fail "pnfs: host port $p is in use; set PNFS_*_PORT"; return; fi
+    done
+    mkdir -p "$G"
+    local mds_dir ds_args="" fwd
+    mds_dir=$(mktemp -d /tmp/pnfs-mds.XXXXXX); chmod 0777 "$mds_dir"; P_DIRS="$mds_dir"
+    fwd="2049:$PNFS_MDS_PORT 20049:$PNFS_MDS_RDMA_PORT 20048:$PNFS_MDS_MOUNT_PORT"
+    local ds_dir=()
+    for i in 1 2; do
+        base=$((PNFS_DS_PORT + 10 * (i - 1)))
+        ds_dir[$i]=$(mktemp -d /tmp/pnfs-ds$i.XXXXXX); P_DIRS+=" ${ds_dir[$i]}"
+        echo "== DS $i: nfsrdma serve ${ds_dir[$i]}: TCP :$base, MOUNT :$((base + 1)), RDMA :$((base + 2))"
+        RUST_LOG=warn "$BIN" serve "${ds_dir[$i]}" --transports tcp,rdma --addr 127.0.0.1 \
+            --port "$base" --mount-port $((base + 1)) --rdma-port $((base + 2)) \
+            --metrics "127.0.0.1:$((base + 3))" --no-root-squash --state-dir "$OUT/state-pnfs-ds$i" \
+            > "$OUT/server-pnfs-ds$i.log" 2>&1 &
+        P_PIDS+=" $!"
+        ds_args+=" --data-server nfs://127.0.0.1:$base${ds_dir[$i]}?mountport=$((base + 1))&rdmaport=$((base + 2))&advertise=10.0.2.100"
+        fwd+=" $base:$base $((base + 2)):$((base + 2))"
+    done
+    for p in $ports; do
+        [ "$p" = "$PNFS_MDS_PORT" ] && break
+        for _ in $(seq 50); do [ -n "$(ss -Hltn "sport = :$p")" ] && break; sleep 0.1; done
+    done
+    echo "== MDS: nfsrdma serve $mds_dir: TCP :$PNFS_MDS_PORT, RDMA :$PNFS_MDS_RDMA_PORT, MOUNT :$PNFS_MDS_MOUNT_PORT$ds_args"
+    # shellcheck disable=SC2086
+    RUST_LOG=${PNFS_RUST_LOG:-info} "$BIN" serve "$mds_dir" --transports tcp,rdma --addr 127.0.0.1 \
+        --port "$PNFS_MDS_PORT" --rdma-port "$PNFS_MDS_RDMA_PORT" --mount-port "$PNFS_MDS_MOUNT_PORT" \
+        --metrics "127.0.0.1:$PNFS_MDS_METRICS_PORT" --alias /export --no-root-squash \
+        --state-dir "$OUT/state-pnfs-mds" $ds_args \
+        > "$log" 2>&1 &
+    P_PIDS+=" $!"
+    for p in $ports; do
+        for _ in $(seq 50); do [ -n "$(ss -Hltn "sport = :$p")" ] && break; sleep 0.1; done
+        [ -n "$(ss -Hltn "sport = :$p")" ] || { fail "pnfs: no server on :$p (logs: $OUT/server-pnfs-*.log)"; pnfs_cleanup; return; }
+    done
+    echo "== kpeer: the kernel's flex-files client over $PNFS_PROTOS, NFS $PNFS_VERS"
+    t0=$(date +%s)
+    # shellcheck disable=SC2086
+    KPEER_HOSTFWD=none KPEER_GUESTFWD="$fwd" \
+        bash "$KPEER/run.sh" "$ROOT/interop/guest/pnfs.sh" "$G" -- "$PNFS_PROTOS" "$PNFS_VERS" \
+        "$PNFS_FILES" "$PNFS_FILE_MIB" > "$OUT/run-pnfs.log" 2>&1
+    rc=$?
+    grep -E '^(PASS|FAIL|INFO|STATS)' "$G/guest.log" 2>/dev/null | sed 's/^/  guest: /'
+    n_pass=$(grep -c '^PASS' "$G/guest.log" 2>/dev/null)
+    n_fail=$(grep -c '^FAIL' "$G/guest.log" 2>/dev/null)
+    if [ "$rc" = 0 ]; then
+        pass "kernel-pnfs: $n_pass guest checks passed (VM $(( $(date +%s) - t0 )) s)"
+    else
+        fail "kernel-pnfs: guest rc $rc, $n_fail of $((n_pass + n_fail)) guest checks failed (log: $G/guest.log)"
+    fi
+    # Where the bytes went: each DS's data files, its READ/WRITE calls;
+    # the MDS's own READ/WRITE calls.
+    local b1 b2 mr mw
+    b1=$(find "${ds_dir[1]}" -type f -printf '%s\n' | awk '{n += $1} END {print n + 0}')
+    b2=$(find "${ds_dir[2]}" -type f -printf '%s\n' | awk '{n += $1} END {print n + 0}')
+    for i in 1 2; do
+        base=$((PNFS_DS_PORT + 10 * (i - 1)))
+        echo "  DS $i: $(find "${ds_dir[$i]}" -type f | wc -l) data files, $( [ "$i" = 1 ] && echo "$b1" || echo "$b2") bytes; NFSv3 READ $(pnfs_calls $((base + 3)) 6) WRITE $(pnfs_calls $((base + 3)) 7) calls"
+    done
+    mr=$(( $(pnfs_calls "$PNFS_MDS_METRICS_PORT" 6) + $(pnfs_v4ops "$PNFS_MDS_METRICS_PORT" READ) ))
+    mw=$(( $(pnfs_calls "$PNFS_MDS_METRICS_PORT" 7) + $(pnfs_v4ops "$PNFS_MDS_METRICS_PORT" WRITE) ))
+    echo "  MDS: LAYOUTGET $(pnfs_v4ops "$PNFS_MDS_METRICS_PORT" LAYOUTGET), GETDEVICEINFO $(pnfs_v4ops "$PNFS_MDS_METRICS_PORT" GETDEVICEINFO), LAYOUTRETURN $(pnfs_v4ops "$PNFS_MDS_METRICS_PORT" LAYOUTRETURN); READ $mr, WRITE $mw (v3 + v4)"
+    if [ "$(pnfs_v4ops "$PNFS_MDS_METRICS_PORT" LAYOUTGET)" -gt 0 ] && [ "$mr" -le 4 ] && [ "$mw" -le 4 ]; then
+        pass "pnfs-data-not-through-the-MDS: layouts granted, MDS READ $mr WRITE $mw"
+    else
+        fail "pnfs-data-not-through-the-MDS: MDS READ $mr WRITE $mw"
+    fi
+    if [ "$b1" -gt 0 ] && [ "$b2" -gt 0 ]; then
+        pass "pnfs-bytes-on-both-DSes: DS1 $b1, DS2 $b2 bytes"
+    else
+        fail "pnfs-bytes-on-both-DSes: DS1 $b1, DS2 $b2 bytes"
+    fi
+    local recalls
+    recalls=$(grep -c 'CB_LAYOUTRECALL' "$log")
+    if [ "$recalls" -gt 0 ]; then pass "pnfs-layout-recalls: $recalls recall events in the MDS log"; else fail "pnfs-layout-recalls: none in the MDS log"; fi
+    echo "  MDS log: $(grep -c LAYOUTGET "$log") LAYOUTGET lines; $(grep -cE 'fenced' "$log") fencings"
+    grep -E 'panicked| ERROR | WARN ' "$log" | head -5 | sed 's/^/  mds: /'
+    pnfs_cleanup
+}
