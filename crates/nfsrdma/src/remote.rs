@@ -64,8 +64,8 @@ pub(crate) struct Attr {
     pub(crate) size: u64,
     /// Seconds since the epoch.
     pub(crate) mtime: u32,
-    /// Links, owner and group: NFSv3 only (this NFSv4 client does not ask
-    /// for them).
+    /// Links, owner and group (over NFSv4 when the server gives
+    /// `numlinks` and numeric `owner` and `owner_group`).
     pub(crate) ids: Option<(u32, u32, u32)>,
 }
 
@@ -88,7 +88,10 @@ impl Attr {
             mtime: a
                 .mtime
                 .map_or(0, |t| u32::try_from(t.seconds.max(0)).unwrap_or(u32::MAX)),
-            ids: None,
+            ids: match (a.nlink, a.uid, a.gid) {
+                (Some(n), Some(u), Some(g)) => Some((n, u, g)),
+                _ => None,
+            },
         }
     }
 

@@ -293,6 +293,8 @@ fn nfs4_commands_work(srv: &Server, url: impl Fn(&str) -> String) {
         "{line}"
     );
     assert!(line.trim_end().ends_with("small.txt"), "{line}");
+    // numlinks, owner and owner_group come with the attributes.
+    assert!(!line.contains('?'), "{line}");
 
     let local = TempDir::new("v4-local");
     let up = local.0.join("up.bin");
