@@ -151,6 +151,16 @@ impl SecContext for Krb5Context {
         Ok(name.to_string())
     }
 
+    /// `gss_localname`: Kerberos' `auth_to_local` rules (by default a
+    /// one-component principal of the default realm is its own name).
+    fn local_name(&self) -> Option<String> {
+        let Self::Acceptor(c) = self else {
+            return None;
+        };
+        let buf = c.source_name().ok()?.local_name(Some(GSS_MECH_KRB5)).ok()?;
+        String::from_utf8(buf.to_vec()).ok()
+    }
+
     fn get_mic(&mut self, msg: &[u8]) -> Result<Vec<u8>, GssError> {
         self.ctx().get_mic(msg).map(|b| b.to_vec()).map_err(err)
     }

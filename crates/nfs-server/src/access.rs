@@ -130,6 +130,9 @@ fn flavor_of(cred: &Credential) -> u32 {
         Credential::None => 0,
         Credential::Sys(_) => 1,
         Credential::Other(o) => o.flavor.0,
+        // RFC 2623 §2.2: the pseudo-flavor of Kerberos V5 with the call's
+        // service (krb5 390003, krb5i 390004, krb5p 390005).
+        Credential::Gss(id) => crate::exports::KRB5_PSEUDO_FLAVOR + id.service.0.saturating_sub(1),
         _ => u32::MAX,
     }
 }

@@ -26,8 +26,11 @@
 //! - Options (exports(5)): `ro` (the default) / `rw`; `root_squash` (the
 //!   default) / `no_root_squash` / `all_squash` / `no_all_squash`;
 //!   `anonuid=N` / `anongid=N` (default 65534); `sec=sys`, `sec=none` or
-//!   both (`sec=sys:none`, default `sys`). `sec=krb5*` and any other
-//!   flavor is a parse error naming the line: no RPCSEC_GSS yet.
+//!   both (`sec=sys:none`, default `sys`); `sec=krb5`, `krb5i`, `krb5p`
+//!   (RPCSEC_GSS with Kerberos, RFC 2203 / RFC 2623; the server needs a
+//!   keytab, docs/security.md), any list of them in order of preference
+//!   (`sec=krb5p:krb5i:sys`). Any other flavor is a parse error naming
+//!   the line.
 //!   `xprtsec=` lists the transport security a client's connection may
 //!   have, as Linux's exports(5): `none` (no TLS), `tls` (RFC 9289 TLS
 //!   without a client certificate), `mtls` (TLS with a verified client
@@ -94,15 +97,46 @@ pub enum SecFlavor {
     Sys,
     /// AUTH_NONE (`sec=none`): callers are the anonymous identity.
     None,
+    /// RPCSEC_GSS with Kerberos V5, authentication only (`sec=krb5`).
+    Krb5,
+    /// RPCSEC_GSS with Kerberos V5 and integrity (`sec=krb5i`).
+    Krb5i,
+    /// RPCSEC_GSS with Kerberos V5 and privacy (`sec=krb5p`).
+    Krb5p,
 }
 
+/// The pseudo-flavor of Kerberos V5 with RPCSEC_GSS service NONE
+/// (RFC 2623 §2.2: 390003 krb5, 390004 krb5i, 390005 krb5p); MOUNT lists
+/// these numbers (RFC 2623 §2.7).
+pub const KRB5_PSEUDO_FLAVOR: u32 = 390_003;
+
 impl SecFlavor {
-    /// The flavor number (RFC 5531 §8.2).
+    /// The flavor number (RFC 5531 §8.2), or the Kerberos pseudo-flavor
+    /// (RFC 2623 §2.2).
     pub fn number(self) -> u32 {
         match self {
             SecFlavor::None => 0,
             SecFlavor::Sys => 1,
+            SecFlavor::Krb5 => KRB5_PSEUDO_FLAVOR,
+            SecFlavor::Krb5i => KRB5_PSEUDO_FLAVOR + 1,
+            SecFlavor::Krb5p => KRB5_PSEUDO_FLAVOR + 2,
         }
+    }
+
+    /// The name in an exports file.
+    pub fn name(self) -> &'static str {
+        match self {
+            SecFlavor::None => "none",
+            SecFlavor::Sys => "sys",
+            SecFlavor::Krb5 => "krb5",
+            SecFlavor::Krb5i => "krb5i",
+            SecFlavor::Krb5p => "krb5p",
+        }
+    }
+
+    /// Whether the flavor is RPCSEC_GSS (the server needs a keytab).
+    pub fn is_gss(self) -> bool {
+        matches!(self, SecFlavor::Krb5 | SecFlavor::Krb5i | SecFlavor::Krb5p)
     }
 }
 
@@ -247,8 +281,8 @@ pub enum ExportsErrorKind {
     /// An option with a bad value.
     #[error("bad value in option {0:?}")]
     BadValue(String),
-    /// A security flavor other than `sys` and `none`.
-    #[error("unsupported security flavor {0:?} (only sec=sys and sec=none)")]
+    /// A security flavor other than `sys`, `none`, `krb5`, `krb5i`, `krb5p`.
+    #[error("unsupported security flavor {0:?} (sec= takes sys, none, krb5, krb5i, krb5p)")]
     UnsupportedSec(String),
     /// The same path exported twice.
     #[error("{0:?} is exported twice")]
@@ -463,6 +497,9 @@ fn parse_sec(opt: &str, v: &str) -> Result<Vec<SecFlavor>, ExportsErrorKind> {
         let flavor = match f {
             "sys" => SecFlavor::Sys,
             "none" => SecFlavor::None,
+            "krb5" => SecFlavor::Krb5,
+            "krb5i" => SecFlavor::Krb5i,
+            "krb5p" => SecFlavor::Krb5p,
             "" => return Err(ExportsErrorKind::BadValue(opt.to_owned())),
             other => return Err(ExportsErrorKind::UnsupportedSec(other.to_owned())),
         };
@@ -591,14 +628,7 @@ impl fmt::Display for ExportOptions {
             Squash::Root => "root_squash",
             Squash::All => "all_squash",
         };
-        let sec: Vec<&str> = self
-            .sec
-            .iter()
-            .map(|s| match s {
-                SecFlavor::Sys => "sys",
-                SecFlavor::None => "none",
-            })
-            .collect();
+        let sec: Vec<&str> = self.sec.iter().map(|s| s.name()).collect();
         write!(
             f,
             "{},{squash},anonuid={},anongid={},sec={}",
@@ -722,6 +752,27 @@ mod tests {
     }
 
     #[test]
+    fn kerberos_flavors_parse_in_order_and_round_trip() {
+        let e = one("/srv/k *(rw,sec=krb5p:krb5i:sys:krb5p)");
+        let o = &e.clients[0].options;
+        assert_eq!(
+            o.sec,
+            vec![SecFlavor::Krb5p, SecFlavor::Krb5i, SecFlavor::Sys]
+        );
+        assert_eq!(
+            o.sec.iter().map(|f| f.number()).collect::<Vec<_>>(),
+            vec![390_005, 390_004, 1]
+        );
+        assert!(o.accepts_flavor(390_004) && !o.accepts_flavor(390_003));
+        assert!(o.sec[0].is_gss() && !o.sec[2].is_gss());
+        let text = o.to_string();
+        assert!(text.contains("sec=krb5p:krb5i:sys"), "{text}");
+        assert_eq!(one(&format!("/srv/k *({text})")).clients[0].options, *o);
+        let e = one("/srv/k *(sec=krb5)");
+        assert_eq!(e.clients[0].options.sec, vec![SecFlavor::Krb5]);
+    }
+
+    #[test]
     fn errors_name_the_line() {
         let cases: &[(&str, usize, ExportsErrorKind)] = &[
             ("\n\nsrv *", 3, ExportsErrorKind::RelativePath("srv".into())),
@@ -732,9 +783,9 @@ mod tests {
             ),
             ("/a\n", 1, ExportsErrorKind::NoClients("/a".into())),
             (
-                "# c\n/a *(sec=krb5p)",
+                "# c\n/a *(sec=krb5:lkey)",
                 2,
-                ExportsErrorKind::UnsupportedSec("krb5p".into()),
+                ExportsErrorKind::UnsupportedSec("lkey".into()),
             ),
             (
                 "/a *(anonuid=x)",

@@ -33,6 +33,7 @@ pub mod access;
 pub mod dircursor;
 pub mod exports;
 mod fh;
+mod idmap;
 pub mod localfs;
 pub mod mount;
 pub mod nfs3;
@@ -150,6 +151,12 @@ pub struct ServerConfig {
     /// probe is answered AUTH_ERROR. Exports choose who must use it
     /// (`xprtsec=`).
     pub tls: Option<oncrpc::tcp::ServerTls>,
+    /// RPCSEC_GSS (RFC 2203) for every program on every listener, with
+    /// its mechanism (Kerberos from the keytab: the `gss` crate) and
+    /// context table; exports choose who must use it (`sec=krb5*`).
+    /// `None` (the default): RPCSEC_GSS calls are refused AUTH_BADCRED,
+    /// and [`start`] refuses an exports table that asks for `sec=krb5*`.
+    pub gss: Option<Arc<oncrpc::gss::GssServer>>,
     /// Serve NFSv4.1/4.2 as a pNFS flexible-files metadata server over
     /// these NFSv3 data servers ([`v4::pnfs`]); `None` (the default)
     /// serves data itself.
@@ -179,6 +186,7 @@ impl ServerConfig {
             state_dir: None,
             grace_time: std::time::Duration::from_secs(90),
             tls: None,
+            gss: None,
             mds: None,
             sm_notify_port: 111,
         }
@@ -517,7 +525,7 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
         }
         None => None,
     };
-    let server = Arc::new(assemble(
+    let mut server = assemble(
         Arc::clone(&table),
         Arc::clone(&registry),
         config.nfs_addr.ip(),
@@ -525,7 +533,23 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
         config.nlm_limits,
         v4,
         nlm_rec.as_ref().map(|(r, s)| (Arc::clone(r), s)),
-    ));
+    );
+    match &config.gss {
+        Some(gss) => server = server.with_gss(Arc::clone(gss)),
+        None if config.export_entries().iter().any(|e| {
+            e.clients
+                .iter()
+                .any(|c| c.options.sec.iter().any(|f| f.is_gss()))
+        }) =>
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an export asks for sec=krb5*, but RPCSEC_GSS is not configured (a keytab)",
+            ));
+        }
+        None => {}
+    }
+    let server = Arc::new(server);
     if let Some((_, restart)) = nlm_rec {
         tokio::spawn(restart.notify(nlm::restart::host_name(), config.sm_notify_port));
     }

@@ -28,13 +28,22 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
-    /// AUTH_SYS identities as given; anything else is `nobody`.
+    /// AUTH_SYS identities as given, RPCSEC_GSS principals as their local
+    /// user (`crate::idmap`); anything else is `nobody`.
     pub(crate) fn of(cred: &Credential) -> Self {
         match cred {
             Credential::Sys(s) => Self {
                 uid: s.uid,
                 gid: s.gid,
                 gids: s.gids.clone(),
+            },
+            Credential::Gss(id) => match Self::of_principal(id) {
+                Some(c) => c,
+                None => Self {
+                    uid: NOBODY,
+                    gid: NOBODY,
+                    gids: Vec::new(),
+                },
             },
             _ => Self {
                 uid: NOBODY,
@@ -49,27 +58,49 @@ impl Caller {
     /// AUTH_NONE and `all_squash` callers are the anonymous uid/gid;
     /// under `root_squash` uid 0 becomes the anonymous uid, and gid 0
     /// (primary or supplementary) the anonymous gid.
+    ///
+    /// An RPCSEC_GSS caller acts as the local user its principal maps to
+    /// (`crate::idmap`), squashed the same way; a principal with no local
+    /// user is the anonymous identity, as nfsd maps it.
     pub(crate) fn mapped(cred: &Credential, opts: &ExportOptions) -> Self {
         let anon = Self {
             uid: opts.anonuid,
             gid: opts.anongid,
             gids: Vec::new(),
         };
-        let Credential::Sys(s) = cred else {
-            return anon;
+        let me = match cred {
+            Credential::Sys(s) => Self {
+                uid: s.uid,
+                gid: s.gid,
+                gids: s.gids.clone(),
+            },
+            Credential::Gss(id) => match Self::of_principal(id) {
+                Some(c) => c,
+                None => return anon,
+            },
+            _ => return anon,
         };
         match opts.squash {
             Squash::All => anon,
-            Squash::None => Self::of(cred),
+            Squash::None => me,
             Squash::Root => {
                 let g = |g: u32| if g == 0 { opts.anongid } else { g };
                 Self {
-                    uid: if s.uid == 0 { opts.anonuid } else { s.uid },
-                    gid: g(s.gid),
-                    gids: s.gids.iter().map(|&x| g(x)).collect(),
+                    uid: if me.uid == 0 { opts.anonuid } else { me.uid },
+                    gid: g(me.gid),
+                    gids: me.gids.iter().map(|&x| g(x)).collect(),
                 }
             }
         }
+    }
+
+    fn of_principal(id: &oncrpc::gss::GssIdentity) -> Option<Self> {
+        let u = crate::idmap::local_user(id.local_name.as_deref()?)?;
+        Some(Self {
+            uid: u.uid,
+            gid: u.gid,
+            gids: u.gids,
+        })
     }
 
     fn in_group(&self, gid: u32) -> bool {

@@ -646,6 +646,50 @@ impl<S: Storage> Nfs4Service<S> {
         }
         cx.cur = None;
         cx.cur_sid = None;
-        Ok(Bounded(flavors.into_iter().map(Secinfo4::Flavor).collect()))
+        Ok(Bounded(flavors.into_iter().map(secinfo_of).collect()))
+    }
+}
+
+/// The Kerberos V5 mechanism's OID 1.2.840.113554.1.2.2 (RFC 1964 §1),
+/// its DER contents without tag and length, as Linux's nfsd sends it.
+const KRB5_OID: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x12, 0x01, 0x02, 0x02];
+
+/// A flavor number as SECINFO reports it (RFC 8881 §18.29.2): the
+/// Kerberos pseudo-flavors (RFC 2623 §2.2) as RPCSEC_GSS with the krb5
+/// OID, QOP 0 and their service; any other as itself.
+fn secinfo_of(flavor: u32) -> Secinfo4 {
+    let base = crate::exports::KRB5_PSEUDO_FLAVOR;
+    if (base..base + 3).contains(&flavor) {
+        Secinfo4::Gss(
+            xdr::Bounded(bytes::Bytes::from_static(KRB5_OID)),
+            0,
+            flavor - base + 1,
+        )
+    } else {
+        Secinfo4::Flavor(flavor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RFC 8881 §18.29.2 with RFC 2623 §2.2's pseudo-flavors: RPCSEC_GSS,
+    /// the krb5 OID, QOP 0, the service.
+    #[test]
+    fn secinfo_reports_kerberos_as_rpcsec_gss_with_its_service() {
+        assert!(matches!(secinfo_of(1), Secinfo4::Flavor(1)));
+        assert!(matches!(secinfo_of(0), Secinfo4::Flavor(0)));
+        for (flavor, service) in [(390_003, 1), (390_004, 2), (390_005, 3)] {
+            let Secinfo4::Gss(oid, qop, svc) = secinfo_of(flavor) else {
+                panic!("{flavor}");
+            };
+            assert_eq!(&oid.0[..], KRB5_OID);
+            assert_eq!((qop, svc), (0, service));
+        }
+        let wire = xdr::to_bytes(&secinfo_of(390_005));
+        assert_eq!(&wire[..8], &[0, 0, 0, 6, 0, 0, 0, 9]);
+        assert_eq!(&wire[8..17], KRB5_OID);
+        assert_eq!(&wire[20..], &[0, 0, 0, 0, 0, 0, 0, 3]);
     }
 }

@@ -204,6 +204,19 @@ pub(crate) struct ServeArgs {
     /// (limit `tls.handshake_timeout`).
     #[arg(long, default_value_t = oncrpc::tcp::DEFAULT_HANDSHAKE_TIMEOUT.as_millis() as u64)]
     tls_handshake_timeout_ms: u64,
+    /// The Kerberos keytab holding the server's keys (`nfs/HOST@REALM`),
+    /// read when an export asks for `sec=krb5`, `krb5i` or `krb5p`
+    /// (RPCSEC_GSS, docs/security.md). The realm comes from krb5.conf
+    /// (`KRB5_CONFIG`).
+    #[arg(long, value_name = "FILE", default_value = "/etc/krb5.keytab")]
+    keytab: PathBuf,
+    /// RPCSEC_GSS contexts held at once (limit `gss.contexts`).
+    #[arg(long, default_value_t = oncrpc::gss::GssConfig::default().max_contexts)]
+    gss_max_contexts: usize,
+    /// RPCSEC_GSS contexts one client address holds at once (limit
+    /// `gss.contexts_per_client`).
+    #[arg(long, default_value_t = oncrpc::gss::GssConfig::default().max_contexts_per_client)]
+    gss_max_contexts_per_client: usize,
     /// Serve NFSv4.1/4.2 as a pNFS flexible-files metadata server
     /// (RFC 8435) over this NFSv3 data server (repeatable; files are
     /// placed by fileid modulo the number of data servers):
@@ -231,6 +244,40 @@ fn server_tls(args: &ServeArgs) -> anyhow::Result<Option<oncrpc::tcp::ServerTls>
         .context("loading the TLS certificate and key")?
         .with_handshake_timeout(Duration::from_millis(args.tls_handshake_timeout_ms));
     Ok(Some(tls))
+}
+
+/// RPCSEC_GSS with Kerberos from `--keytab`, when an export asks for
+/// `sec=krb5*`; `None` otherwise.
+fn server_gss(
+    args: &ServeArgs,
+    config: &nfs_server::ServerConfig,
+) -> anyhow::Result<Option<std::sync::Arc<oncrpc::gss::GssServer>>> {
+    let wanted = config
+        .export_entries()
+        .iter()
+        .flat_map(|e| &e.clients)
+        .any(|c| c.options.sec.iter().any(|f| f.is_gss()));
+    if !wanted {
+        return Ok(None);
+    }
+    // MIT Kerberos finds the acceptor's keytab in the environment; set
+    // before any Kerberos call.
+    gss::set_process_keytab(&args.keytab);
+    let acceptor = gss::Krb5Acceptor::new().map_err(|e| {
+        anyhow::anyhow!(
+            "sec=krb5* needs the server's keys: keytab {}: {e}",
+            args.keytab.display()
+        )
+    })?;
+    let gss_config = oncrpc::gss::GssConfig {
+        max_contexts: args.gss_max_contexts,
+        max_contexts_per_client: args.gss_max_contexts_per_client,
+        ..oncrpc::gss::GssConfig::default()
+    };
+    Ok(Some(std::sync::Arc::new(oncrpc::gss::GssServer::new(
+        std::sync::Arc::new(acceptor),
+        gss_config,
+    ))))
 }
 
 /// `args` with the options of its `--config` file merged in, the command
@@ -265,6 +312,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_per_client: args.max_connections_per_client,
     };
     config.tls = server_tls(&args)?;
+    config.gss = server_gss(&args, &config)?;
     config.tcp.max_queued_reply_bytes = args.max_queued_reply_bytes;
     config.tcp.max_server_reply_bytes = args.max_server_reply_bytes;
     config.tcp.idle_timeout =

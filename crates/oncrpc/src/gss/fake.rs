@@ -161,6 +161,12 @@ impl SecContext for FakeCtx {
         }
     }
 
+    /// The principal's name before `@`.
+    fn local_name(&self) -> Option<String> {
+        let p = self.peer_name().ok()?;
+        p.split('@').next().map(str::to_owned)
+    }
+
     fn get_mic(&mut self, msg: &[u8]) -> Result<Vec<u8>, GssError> {
         Ok(keyed_hash(self.key, msg).to_vec())
     }

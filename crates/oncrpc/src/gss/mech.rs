@@ -59,6 +59,13 @@ pub trait SecContext: Send {
     /// side: the client's name).
     fn peer_name(&self) -> Result<String, GssError>;
 
+    /// The local user the peer's principal maps to by the mechanism's
+    /// rules (`GSS_Localname`; for Kerberos `krb5_aname_to_localname`:
+    /// `user@DEFAULT.REALM` is `user`, as Linux's gssproxy maps), if any.
+    fn local_name(&self) -> Option<String> {
+        None
+    }
+
     /// `GSS_GetMIC` (RFC 2743 §2.3.1).
     fn get_mic(&mut self, msg: &[u8]) -> Result<Vec<u8>, GssError>;
 

@@ -58,6 +58,9 @@ impl Default for GssConfig {
 pub struct GssIdentity {
     /// The client's principal (`user@REALM`), as the mechanism names it.
     pub principal: Arc<str>,
+    /// The local user name the mechanism maps the principal to, if any
+    /// ([`SecContext::local_name`]).
+    pub local_name: Option<Arc<str>>,
     /// How the call's arguments and results are protected.
     pub service: GssService,
 }
@@ -65,6 +68,7 @@ pub struct GssIdentity {
 struct EntryState {
     ctx: Box<dyn SecContext>,
     principal: Option<Arc<str>>,
+    local_name: Option<Arc<str>>,
     window: SeqWindow,
     last_used: Instant,
 }
@@ -442,6 +446,7 @@ impl GssServer {
                 }
             };
             st.principal = Some(name.into());
+            st.local_name = st.ctx.local_name().map(Arc::from);
             // RFC 2203 §5.2.3.1: the verifier of the final reply is the
             // MIC of the window, in network byte order.
             match st.ctx.get_mic(&window.to_be_bytes()) {
@@ -506,6 +511,7 @@ impl GssServer {
             state: Mutex::new(EntryState {
                 ctx,
                 principal: None,
+                local_name: None,
                 window: SeqWindow::new(self.config.window),
                 last_used: now,
             }),
@@ -551,6 +557,7 @@ impl GssServer {
         let Some(principal) = st.principal.clone() else {
             return deny(xid, AuthStat::RPCSEC_GSS_CREDPROBLEM);
         };
+        let local_name = st.local_name.clone();
         let header = &record[..header_len_through_cred(&hdr.cred).min(record.len())];
         if hdr.verf.flavor != AuthFlavor::RPCSEC_GSS
             || st.ctx.verify_mic(header, &hdr.verf.body).is_err()
@@ -609,6 +616,7 @@ impl GssServer {
             args,
             identity: GssIdentity {
                 principal,
+                local_name,
                 service: cred.service,
             },
             protect,
