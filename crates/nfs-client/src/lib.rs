@@ -66,7 +66,8 @@ pub use rdma::{
 };
 #[cfg(feature = "tokio")]
 pub use tcp::{
-    connect_tcp, find_export, Mounted, TcpMount, TcpOptions, TcpTarget, DEFAULT_NFS_PORT,
+    connect_tcp, connect_tcp_gss, find_export, Mounted, TcpMount, TcpOptions, TcpTarget,
+    DEFAULT_NFS_PORT,
 };
 
 pub use nfs;

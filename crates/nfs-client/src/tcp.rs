@@ -335,3 +335,35 @@ pub async fn connect_tcp(target: &TcpTarget, opts: &TcpOptions) -> Result<TcpMou
     let rpc = connect_nfs_tcp(&target.host, nfs_port, opts).await?;
     exported.attach(rpc, opts.io).await
 }
+
+/// [`connect_tcp`] with RPCSEC_GSS (RFC 2203) on the NFS connection: a
+/// context for `target_name` (`nfs@host`) from `initiator` (Kerberos:
+/// `gss::Krb5Initiator`, the caller's credential cache), every NFS call
+/// protected with `service`. MOUNT is asked with AUTH_SYS, as Linux's
+/// `mount.nfs` asks `rpc.mountd`; the export's `sec=` then decides.
+pub async fn connect_tcp_gss(
+    target: &TcpTarget,
+    opts: &TcpOptions,
+    initiator: &dyn oncrpc::gss::Initiator,
+    target_name: &str,
+    service: oncrpc::gss::GssService,
+) -> Result<Mounted<oncrpc::gss::GssClient<TcpClient>>> {
+    let nfs_port = target.nfs_port.unwrap_or(DEFAULT_NFS_PORT);
+    let ports = MountPorts {
+        explicit: target.mount_port,
+        first: target.nfs_port,
+        fallback: vec![nfs_port],
+    };
+    let exported = mount_export(&target.host, &target.path, &ports, opts).await?;
+    let rpc = connect_nfs_tcp(&target.host, nfs_port, opts).await?;
+    let gss = oncrpc::gss::GssClient::establish(
+        rpc,
+        initiator,
+        target_name,
+        nfs::v3::NFS_PROGRAM,
+        nfs::v3::NFS_V3,
+        service,
+    )
+    .await?;
+    exported.attach(gss, opts.io).await
+}

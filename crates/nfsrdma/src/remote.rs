@@ -518,6 +518,8 @@ async fn start_of<T: ClientTransport>(
 /// A server on either transport, for commands written once over [`Fs`].
 pub(crate) enum AnyFs {
     Tcp(Fs<oncrpc::tcp::TcpClient>),
+    /// `sec=krb5*`: RPCSEC_GSS on the TCP connection.
+    Gss(Fs<oncrpc::gss::GssClient<oncrpc::tcp::TcpClient>>),
     Rdma(Fs<rpcrdma::transport::RdmaClient<softrnic::SoftDevice>>),
     Verbs(Fs<rpcrdma::transport::RdmaClient<verbs::VerbsDevice>>),
 }
@@ -528,6 +530,7 @@ macro_rules! with_fs {
     ($any:expr, |$fs:ident| $body:expr) => {
         match $any {
             $crate::remote::AnyFs::Tcp($fs) => $body,
+            $crate::remote::AnyFs::Gss($fs) => $body,
             $crate::remote::AnyFs::Rdma($fs) => $body,
             $crate::remote::AnyFs::Verbs($fs) => $body,
         }
@@ -539,6 +542,9 @@ pub(crate) use with_fs;
 /// NFSv3 ([`crate::url::open`]), or an NFSv4 session straight to the NFS
 /// port (2049, or 20049 over RDMA, unless given).
 pub(crate) async fn open_fs(url: &NfsUrl, io: IoOptions) -> anyhow::Result<AnyFs> {
+    if let Some(service) = url.sec {
+        return open_gss(url, io, service).await.map(AnyFs::Gss);
+    }
     let Some(minor) = url.nfs4_minor else {
         return Ok(match crate::url::open(url, io).await? {
             crate::url::Remote::Tcp(m) => AnyFs::Tcp(Fs::V3(m)),
@@ -599,6 +605,64 @@ pub(crate) async fn open_fs(url: &NfsUrl, io: IoOptions) -> anyhow::Result<AnyFs
             }
         }
     }
+}
+
+/// `sec=krb5*` over TCP: RPCSEC_GSS with Kerberos tickets from the
+/// caller's credential cache (`KRB5CCNAME`) for `nfs@HOST`; NFSv3 (MOUNT
+/// with AUTH_SYS, then NFS under the context) or an NFSv4 session.
+async fn open_gss(
+    url: &NfsUrl,
+    io: IoOptions,
+    service: oncrpc::gss::GssService,
+) -> anyhow::Result<Fs<oncrpc::gss::GssClient<oncrpc::tcp::TcpClient>>> {
+    let initiator = gss::Krb5Initiator::from_ccache()
+        .map_err(|e| anyhow::anyhow!("sec=krb5*: no Kerberos credentials (kinit?): {e}"))?;
+    let target_name = format!("nfs@{}", url.host);
+    let Some(minor) = url.nfs4_minor else {
+        let target = nfs_client::TcpTarget {
+            host: url.host.clone(),
+            nfs_port: url.nfs_port,
+            mount_port: url.mount_port,
+            path: url.path.clone(),
+        };
+        let opts = nfs_client::TcpOptions {
+            io,
+            tls: url.client_tls()?,
+            ..nfs_client::TcpOptions::default()
+        };
+        let m = nfs_client::connect_tcp_gss(&target, &opts, &initiator, &target_name, service)
+            .await
+            .with_context(|| format!("mounting {}:{} with RPCSEC_GSS", url.host, url.path))?;
+        return Ok(Fs::V3(m));
+    };
+    let port = url.nfs_port.unwrap_or(nfs_client::DEFAULT_NFS_PORT);
+    let addr = lookup(&url.host, port).await?;
+    anyhow::ensure!(
+        url.client_tls()?.is_none(),
+        "sec=krb5* with xprtsec= is not supported for NFSv4 yet"
+    );
+    let rpc = oncrpc::tcp::TcpClient::connect(
+        addr,
+        rand_seed(),
+        oncrpc::client::ClientConfig::default(),
+        oncrpc::tcp::TcpConfig::default(),
+    )
+    .await
+    .with_context(|| format!("connecting to {addr}"))?;
+    let gss = oncrpc::gss::GssClient::establish(
+        rpc,
+        &initiator,
+        &target_name,
+        nfs_client::nfs::v4::NFS4_PROGRAM,
+        4,
+        service,
+    )
+    .await
+    .with_context(|| format!("RPCSEC_GSS context with {target_name}"))?;
+    let v = V4::new(gss, minor, SessionOptions::default(), url, io)
+        .await
+        .with_context(|| format!("NFSv4.{minor} to {}", url.host))?;
+    Ok(Fs::V4(v))
 }
 
 /// An NFSv4 session over RPC-over-RDMA on `dev`.

@@ -75,6 +75,9 @@ pub(crate) struct NfsUrl {
     pub(crate) tls_cert: Option<PathBuf>,
     /// `tls-key=FILE`: its private key.
     pub(crate) tls_key: Option<PathBuf>,
+    /// `sec=krb5|krb5i|krb5p`: RPCSEC_GSS with Kerberos, the service;
+    /// `None` (`sec=sys`, the default) is AUTH_SYS.
+    pub(crate) sec: Option<oncrpc::gss::GssService>,
 }
 
 /// The highest NFSv4 minor version the client speaks (`version=4`).
@@ -175,6 +178,7 @@ impl NfsUrl {
             tls_ca: None,
             tls_cert: None,
             tls_key: None,
+            sec: None,
         };
         for kv in query.unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
             let (k, v) = kv
@@ -218,11 +222,24 @@ impl NfsUrl {
                         _ => bail!("{s:?}: xprtsec={v:?}: expected none, tls or mtls"),
                     }
                 }
+                "sec" if scheme == Scheme::Rdma && v != "sys" => {
+                    bail!("{s:?}: sec={v} is not available over nfs+rdma:// yet (nfs:// only)")
+                }
+                "sec" => {
+                    use oncrpc::gss::GssService;
+                    url.sec = match v {
+                        "sys" => None,
+                        "krb5" => Some(GssService::NONE),
+                        "krb5i" => Some(GssService::INTEGRITY),
+                        "krb5p" => Some(GssService::PRIVACY),
+                        _ => bail!("{s:?}: sec={v:?}: expected sys, krb5, krb5i or krb5p"),
+                    }
+                }
                 "tls-ca" => url.tls_ca = Some(PathBuf::from(percent_decode(v)?)),
                 "tls-cert" => url.tls_cert = Some(PathBuf::from(percent_decode(v)?)),
                 "tls-key" => url.tls_key = Some(PathBuf::from(percent_decode(v)?)),
                 _ => bail!(
-                    "{s:?}: unknown option {k:?} (known: mountport, nfsport, version, crc, device, xprtsec, tls-ca, tls-cert, tls-key)"
+                    "{s:?}: unknown option {k:?} (known: mountport, nfsport, version, crc, device, xprtsec, tls-ca, tls-cert, tls-key, sec)"
                 ),
             }
         }
@@ -312,6 +329,9 @@ pub(crate) fn soft_device(crc: bool) -> softrnic::SoftDevice {
 pub(crate) async fn open(url: &NfsUrl, io: nfs_client::IoOptions) -> anyhow::Result<Remote> {
     if let Some(minor) = url.nfs4_minor {
         bail!("this command speaks NFSv3 only (version=4.{minor} works with ls, cat and cp)");
+    }
+    if url.sec.is_some() {
+        bail!("this command speaks AUTH_SYS only (sec=krb5* works with ls, cat and cp)");
     }
     match url.scheme {
         Scheme::Tcp => connect(url, io).await.map(Remote::Tcp),
@@ -479,6 +499,28 @@ mod tests {
         assert_eq!(u.path, "/export/a b/c");
         assert_eq!(u.file_name(), Some("c"));
         assert!(!u.trailing_slash);
+    }
+
+    #[test]
+    fn sec_asks_for_kerberos_on_tcp_only() {
+        use oncrpc::gss::GssService;
+        let sec = |u: &str| NfsUrl::parse(u).unwrap().sec;
+        assert_eq!(sec("nfs://h/e"), None);
+        assert_eq!(sec("nfs://h/e?sec=sys"), None);
+        assert_eq!(sec("nfs://h/e?sec=krb5"), Some(GssService::NONE));
+        assert_eq!(sec("nfs://h/e?sec=krb5i"), Some(GssService::INTEGRITY));
+        assert_eq!(
+            sec("nfs://h/e?sec=krb5p&version=4.1"),
+            Some(GssService::PRIVACY)
+        );
+        assert_eq!(sec("nfs+rdma://h/e?sec=sys"), None);
+        for bad in [
+            "nfs://h/e?sec=krb4",
+            "nfs://h/e?sec=",
+            "nfs+rdma://h/e?sec=krb5p",
+        ] {
+            assert!(NfsUrl::parse(bad).is_err(), "{bad} parsed");
+        }
     }
 
     #[test]

@@ -133,6 +133,7 @@ impl ServerChild {
             tls_ca: None,
             tls_cert: None,
             tls_key: None,
+            sec: None,
         }
     }
 }
