@@ -72,6 +72,31 @@ fn admin(dir: &Path, query: &[&str]) {
     run(command(dir, "/usr/sbin/kadmin.local").args(["-r", REALM, "-q", &query.join(" ")]));
 }
 
+/// `krb5.conf` (clients) and `kdc.conf` (the KDC) for a KDC on `port`.
+fn write_config(dir: &Path, port: u16) {
+    let d = dir.display();
+    std::fs::write(
+        dir.join("krb5.conf"),
+        format!(
+            "[libdefaults]\n default_realm = {REALM}\n dns_lookup_kdc = false\n \
+             dns_lookup_realm = false\n rdns = false\n dns_canonicalize_hostname = false\n \
+             udp_preference_limit = 1\n\n[realms]\n {REALM} = {{\n  kdc = 127.0.0.1:{port}\n }}\n\n\
+             [domain_realm]\n localhost = {REALM}\n"
+        ),
+    )
+    .expect("write the realm configuration");
+    std::fs::write(
+        dir.join("kdc.conf"),
+        format!(
+            "[kdcdefaults]\n kdc_ports = {port}\n kdc_tcp_ports = {port}\n\n[realms]\n {REALM} = {{\n  \
+             database_name = {d}/principal\n  key_stash_file = {d}/stash\n  \
+             acl_file = {d}/kadm5.acl\n  kdc_ports = {port}\n  kdc_tcp_ports = {port}\n }}\n\n\
+             [logging]\n kdc = FILE:{d}/kdc.log\n"
+        ),
+    )
+    .expect("write the realm configuration");
+}
+
 impl TestKdc {
     /// Creates the realm (`kdb5_util create -s`), the service principal
     /// `nfs/localhost` with its keys in [`Self::keytab`], and starts the
@@ -84,29 +109,8 @@ impl TestKdc {
             );
             return None;
         }
-        let dir = TempDir::new(tag);
-        let port = free_port();
-        let d = dir.path().display();
-        std::fs::write(
-            dir.path().join("krb5.conf"),
-            format!(
-                "[libdefaults]\n default_realm = {REALM}\n dns_lookup_kdc = false\n \
-                 dns_lookup_realm = false\n rdns = false\n dns_canonicalize_hostname = false\n \
-                 udp_preference_limit = 1\n\n[realms]\n {REALM} = {{\n  kdc = 127.0.0.1:{port}\n }}\n\n\
-                 [domain_realm]\n localhost = {REALM}\n"
-            ),
-        )
-        .expect("write the realm configuration");
-        std::fs::write(
-            dir.path().join("kdc.conf"),
-            format!(
-                "[kdcdefaults]\n kdc_ports = {port}\n kdc_tcp_ports = {port}\n\n[realms]\n {REALM} = {{\n  \
-                 database_name = {d}/principal\n  key_stash_file = {d}/stash\n  \
-                 acl_file = {d}/kadm5.acl\n  kdc_ports = {port}\n  kdc_tcp_ports = {port}\n }}\n\n\
-                 [logging]\n kdc = FILE:{d}/kdc.log\n"
-            ),
-        )
-        .expect("write the realm configuration");
+        let mut dir = TempDir::new(tag);
+        write_config(dir.path(), free_port());
         let keytab = dir.path().join("nfs.keytab");
         run(command(dir.path(), "/usr/sbin/kdb5_util").args([
             "create",
@@ -121,24 +125,63 @@ impl TestKdc {
             dir.path(),
             &["ktadd", "-k", &keytab.to_string_lossy(), "nfs/localhost"],
         );
-        let child = command(dir.path(), "/usr/sbin/krb5kdc")
-            .args(["-n", "-r", REALM])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start krb5kdc");
-        let kdc = Self {
-            dir,
-            kdc: child,
-            port,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", kdc.port)).is_err() {
-            assert!(Instant::now() < deadline, "krb5kdc did not listen");
-            std::thread::sleep(Duration::from_millis(20));
+        // A port picked free may be taken before the KDC binds it (tests
+        // in parallel open many): a KDC that does not answer a ticket
+        // request is started again on another port.
+        for attempt in 0..4 {
+            let port = free_port();
+            write_config(dir.path(), port);
+            let child = command(dir.path(), "/usr/sbin/krb5kdc")
+                .args(["-n", "-r", REALM])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start krb5kdc");
+            let mut kdc = Self {
+                dir,
+                kdc: child,
+                port,
+            };
+            if kdc.answers() {
+                return Some(kdc);
+            }
+            assert!(attempt < 3, "krb5kdc never answered");
+            let _ = kdc.kdc.kill();
+            let _ = kdc.kdc.wait();
+            dir = std::mem::replace(&mut kdc.dir, TempDir::new("unused"));
         }
-        Some(kdc)
+        unreachable!("the last attempt returns or panics")
+    }
+
+    /// Whether the KDC issues tickets: a `kinit` of the service's own key
+    /// into a scratch cache succeeds, within 10 s.
+    fn answers(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let cc = format!("FILE:{}/cc_probe", self.dir.path().display());
+        while Instant::now() < deadline {
+            if matches!(self.kdc.try_wait(), Ok(Some(_))) {
+                return false;
+            }
+            let ok = self
+                .command("/usr/bin/kinit")
+                .env("KRB5CCNAME", &cc)
+                .args([
+                    "-k",
+                    "-t",
+                    &self.keytab().to_string_lossy(),
+                    "nfs/localhost",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
     }
 
     /// A command with this realm's configuration in its environment.
@@ -149,6 +192,11 @@ impl TestKdc {
     /// Runs one `kadmin.local` query.
     pub fn admin(&self, query: &[&str]) {
         admin(self.dir.path(), query);
+    }
+
+    /// The KDC's port on 127.0.0.1 (TCP and UDP).
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The `krb5.conf` clients and servers use (`KRB5_CONFIG`).
