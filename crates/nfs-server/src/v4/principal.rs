@@ -99,6 +99,7 @@ mod tests {
         let gss = |name: &str, service| {
             Principal::of(&Credential::Gss(GssIdentity {
                 principal: name.into(),
+                local_name: None,
                 service,
             }))
         };
