@@ -211,7 +211,9 @@ impl<S: Storage> Nfs3Fs<S> {
                 out.put_u32(0);
                 page.attrs.encode(out);
                 out.put_raw(&p.verf);
-                out.put_raw(&page.body);
+                // The entries (whole XDR units) join the reply as they
+                // are: a 512 KiB page is not copied a second time.
+                out.append(XdrBuf::from_bytes(std::mem::take(&mut page.body).into()));
                 out.put_bool(false);
                 out.put_bool(p.eof);
             }

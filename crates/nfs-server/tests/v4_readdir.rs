@@ -199,3 +199,40 @@ async fn a_cookie_of_a_rewritten_directory_is_refused() {
     assert_eq!(all.entries.len(), 60);
     assert!(all.entries.iter().all(|e| e.name.0.starts_with(b"new-")));
 }
+
+/// READDIR's checks, now made on the attributes the listing itself reads
+/// (one storage call, no GETATTR first): a caller without read permission
+/// gets NFS4ERR_ACCESS and no entry, a file NFS4ERR_NOTDIR and a symbolic
+/// link NFS4ERR_SYMLINK (RFC 8881 §18.23.4), a reserved cookie
+/// NFS4ERR_BAD_COOKIE (§18.23.3); a readable directory lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_directories_files_and_links_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let srv = serve("v4rdcheck", SessionLimits::default()).await;
+    let root = srv.dir.path();
+    for (n, mode) in [("shut", 0o711), ("open", 0o755)] {
+        let d = root.join(n);
+        std::fs::create_dir(&d).unwrap();
+        files(&d, "f", 3);
+        std::fs::set_permissions(&d, PermissionsExt::from_mode(mode)).unwrap();
+    }
+    std::fs::write(root.join("file"), b"").unwrap();
+    std::os::unix::fs::symlink("open", root.join("link")).unwrap();
+    let mut me = C4::connect(&srv).await;
+    me.establish("v4rdcheck").await;
+    // Someone other than the owner.
+    me.cred = sys_cred(srv.uid.wrapping_add(4242));
+    let list = |sub, cookie| readdir_in(&me, Some(sub), cookie, [0; 8], 4096, ATTRS);
+    assert_eq!(list("shut", 0).await.unwrap_err(), Nfsstat4::NFS4ERR_ACCESS);
+    assert_eq!(list("file", 0).await.unwrap_err(), Nfsstat4::NFS4ERR_NOTDIR);
+    assert_eq!(
+        list("link", 0).await.unwrap_err(),
+        Nfsstat4::NFS4ERR_SYMLINK
+    );
+    assert_eq!(
+        list("open", 1).await.unwrap_err(),
+        Nfsstat4::NFS4ERR_BAD_COOKIE
+    );
+    let r = list("open", 0).await.unwrap();
+    assert_eq!((r.entries.len(), r.eof), (3, true));
+}

@@ -17,7 +17,7 @@ use super::attrs::{change_of, file_attrs, st4, to_sattr, wants_fsstat};
 use super::{Cx, Nfs4Service};
 use crate::localfs::MAX_READ;
 use crate::perm::{access_bits, check_setattr, permits, DIR_ADD, DIR_REMOVE};
-use crate::storage::{DirEntry, DirRequest, Storage, PLUS_TO_DIRENT};
+use crate::storage::{DirEntry, DirRequest, DirSink, Storage, StorageResult, PLUS_TO_DIRENT};
 
 type R<T> = Result<T, Nfsstat4>;
 
@@ -53,6 +53,44 @@ fn status(r: R<()>) -> Nfsstat4 {
     match r {
         Ok(()) => Nfsstat4::NFS4_OK,
         Err(e) => e,
+    }
+}
+
+/// The sink of an NFSv4 READDIR page: the access check (read permission
+/// on the directory, as NFSv3's READDIR, RFC 1813 §3.3.16) and the
+/// cookies no directory hands out (1 and 2, §18.23.3) on the directory's
+/// attributes as the storage opens it, in the page's own blocking
+/// section, then each entry to `entries`.
+struct Checked<'c, F> {
+    caller: &'c crate::perm::Caller,
+    cookie: u64,
+    /// Whether the storage handed the directory's attributes.
+    checked: bool,
+    entries: F,
+}
+
+impl<F> Checked<'_, F> {
+    /// NFS3ERR_BAD_COOKIE (the same number as NFS4ERR_BAD_COOKIE) for
+    /// the cookies reserved for "." and "..".
+    fn cookie_ok(cookie: u64) -> StorageResult<()> {
+        match cookie {
+            1 | 2 => Err(nfs::v3::Nfsstat3::NFS3ERR_BAD_COOKIE),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl<F: FnMut(DirEntry<'_>) -> bool + Send> DirSink for Checked<'_, F> {
+    fn dir(&mut self, attrs: &Fattr3) -> StorageResult<()> {
+        self.checked = true;
+        if !permits(attrs, self.caller, ACCESS3_READ, false) {
+            return Err(nfs::v3::Nfsstat3::NFS3ERR_ACCES);
+        }
+        Self::cookie_ok(self.cookie)
+    }
+
+    fn entry(&mut self, e: DirEntry<'_>) -> bool {
+        (self.entries)(e)
     }
 }
 
@@ -537,14 +575,11 @@ impl<S: Storage> Nfs4Service<S> {
     /// an entry whose attributes fail otherwise carries `rdattr_error`
     /// when asked for, else fails the operation. Attributes come with
     /// the entries from the storage (one `fstatat` each), and the storage
-    /// reads only the entries that fit.
+    /// reads only the entries that fit. One storage call: the access
+    /// check is made on the directory's attributes as the storage opens
+    /// it ([`Checked`]), as NFSv3 READDIR does, not by a GETATTR first.
     async fn readdir(&self, a: &Readdir4Args, cx: &Cx) -> R<Readdir4ResOk> {
         let dir = cur(cx)?;
-        let d = self.dir(&dir).await?;
-        self.allow(&d, cx, ACCESS3_READ, false)?;
-        if a.cookie == 1 || a.cookie == 2 {
-            return Err(Nfsstat4::NFS4ERR_BAD_COOKIE);
-        }
         let fsstat = if wants_fsstat(&a.attr_request) {
             Some(self.fs.fsstat(&dir).await.map_err(st4)?)
         } else {
@@ -565,7 +600,7 @@ impl<S: Storage> Nfs4Service<S> {
         let mut entries = Vec::new();
         let mut size = 8 + 4 + 4;
         let mut failed = None;
-        let mut sink = |e: DirEntry| {
+        let entries_of = |e: DirEntry| {
             if e.name == b"." || e.name == b".." {
                 return true;
             }
@@ -602,8 +637,29 @@ impl<S: Storage> Nfs4Service<S> {
             entries.push(entry);
             true
         };
-        let page = self.fs.readdir_for(&dir, &cx.peer, req, &mut sink);
-        let page = page.await.map_err(st4)?;
+        let mut sink = Checked {
+            caller: &cx.caller,
+            cookie: a.cookie,
+            checked: false,
+            entries: entries_of,
+        };
+        let page = self.fs.readdir_for(&dir, &cx.peer, req, &mut sink).await;
+        let checked = sink.checked;
+        let page = match page {
+            // NFS4ERR_SYMLINK for a symbolic link (RFC 8881 §18.23.4),
+            // told apart by its attributes.
+            Err(nfs::v3::Nfsstat3::NFS3ERR_NOTDIR) => {
+                self.dir(&dir).await?;
+                return Err(Nfsstat4::NFS4ERR_NOTDIR);
+            }
+            r => r.map_err(st4)?,
+        };
+        if !checked {
+            // A storage that did not hand the directory's attributes.
+            let d = self.dir(&dir).await?;
+            self.allow(&d, cx, ACCESS3_READ, false)?;
+            Checked::<()>::cookie_ok(a.cookie).map_err(st4)?;
+        }
         if let Some(s) = failed {
             return Err(s);
         }
