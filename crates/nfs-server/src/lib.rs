@@ -162,8 +162,13 @@ pub struct ServerConfig {
     /// serves data itself.
     pub mds: Option<v4::pnfs::MdsConfig>,
     /// The rpcbind port of clients, asked for their status monitor when
-    /// SM_NOTIFY tells them of a restart (111; tests use their own).
+    /// SM_NOTIFY tells them of a restart, and for their lock manager when
+    /// a blocked NLM LOCK is granted (111; tests use their own).
     pub sm_notify_port: u16,
+    /// The `mon_name` SM_NOTIFY names this server by (sm-notify's `-v`);
+    /// `None`: the host name. A client's status monitor matches it
+    /// against the name or address it mounted the server by.
+    pub nsm_name: Option<String>,
 }
 
 impl ServerConfig {
@@ -189,6 +194,7 @@ impl ServerConfig {
             gss: None,
             mds: None,
             sm_notify_port: 111,
+            nsm_name: None,
         }
     }
 }
@@ -275,15 +281,21 @@ pub fn rpc_server_for(
     nlm_limits: NlmLimits,
 ) -> oncrpc::Server {
     let v4 = v4_service(&table, backchannels, limits);
-    assemble(
-        table,
-        registry,
-        advertise,
-        mount_list_max,
-        nlm_limits,
-        v4,
-        None,
-    )
+    let nlm = NlmSetup {
+        limits: nlm_limits,
+        recovery: None,
+        client_rpcbind_port: 111,
+    };
+    assemble(table, registry, advertise, mount_list_max, nlm, v4)
+}
+
+/// How the NLM and NSM services are set up: their bounds, the reboot
+/// recovery of a server with a state directory, and the rpcbind port of
+/// client hosts (GRANTED calls).
+struct NlmSetup<'a> {
+    limits: NlmLimits,
+    recovery: Option<(Arc<nlm::NlmRecovery>, &'a nlm::Restart)>,
+    client_rpcbind_port: u16,
 }
 
 /// The NFSv4 service for the exports of `table`.
@@ -310,10 +322,10 @@ fn assemble(
     registry: Registry,
     advertise: IpAddr,
     mount_list_max: usize,
-    nlm_limits: NlmLimits,
+    nlm_setup: NlmSetup<'_>,
     v4: v4::Nfs4Service,
-    nlm_rec: Option<(Arc<nlm::NlmRecovery>, &nlm::Restart)>,
 ) -> oncrpc::Server {
+    let nlm_limits = nlm_setup.limits;
     let mut server = oncrpc::Server::new().with_drc(DrcConfig::default());
     server.register(MountService::new(Arc::clone(&table)).with_max_entries(mount_list_max));
     server.register(RpcbindService::new(registry, advertise));
@@ -323,9 +335,10 @@ fn assemble(
     let delegs = v4.delegations();
     let mut nlm = NlmService::new(Arc::clone(&table), locks.clone())
         .with_v4_locks(v4.byte_range_locks())
-        .with_delegations(delegs.clone());
+        .with_delegations(delegs.clone())
+        .with_client_rpcbind_port(nlm_setup.client_rpcbind_port);
     let mut nsm = NsmService::new(locks, nlm_limits.max_hosts);
-    if let Some((rec, restart)) = nlm_rec {
+    if let Some((rec, restart)) = nlm_setup.recovery {
         nlm = nlm.with_recovery(Arc::clone(&rec));
         nsm = nsm.with_recovery(rec, restart);
     }
@@ -530,9 +543,12 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
         Arc::clone(&registry),
         config.nfs_addr.ip(),
         config.mount_list_max,
-        config.nlm_limits,
+        NlmSetup {
+            limits: config.nlm_limits,
+            recovery: nlm_rec.as_ref().map(|(r, s)| (Arc::clone(r), s)),
+            client_rpcbind_port: config.sm_notify_port,
+        },
         v4,
-        nlm_rec.as_ref().map(|(r, s)| (Arc::clone(r), s)),
     );
     match &config.gss {
         Some(gss) => server = server.with_gss(Arc::clone(gss)),
@@ -551,7 +567,11 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
     }
     let server = Arc::new(server);
     if let Some((_, restart)) = nlm_rec {
-        tokio::spawn(restart.notify(nlm::restart::host_name(), config.sm_notify_port));
+        let name = match &config.nsm_name {
+            Some(n) => bytes::Bytes::from(n.clone()),
+            None => nlm::restart::host_name(),
+        };
+        tokio::spawn(restart.notify(name, config.sm_notify_port));
     }
     let conns = ConnLimiter::new(config.connections);
     let replies = ServerReplyBudget::new(config.tcp.max_server_reply_bytes);

@@ -165,6 +165,7 @@ impl RpcService for NsmService {
             SmProc::SM_NOTIFY => {
                 let c: StatChge = dec.decode()?;
                 let freed = self.locks.table().free_host(&c.mon_name.0, peer, !local);
+                self.locks.released();
                 if let Some(r) = &self.rec {
                     r.forget(&c.mon_name.0);
                 }

@@ -421,6 +421,7 @@ async fn hostile_client_cannot_hold_unbounded_locks_or_hosts() {
     let limits = NlmLimits {
         max_hosts: 3,
         max_locks_per_host: 8,
+        ..NlmLimits::default()
     };
     let (_d, _srv, c, fh) = with_file("nlm-bounds", limits).await;
     for i in 0..8 {
@@ -581,9 +582,52 @@ async fn after_a_restart_hosts_are_notified_and_reclaim_in_grace() {
         Nlm4TestReply::Other(Nlm4Stats::NLM4_DENIED_GRACE_PERIOD)
     ));
     assert_eq!(nlm_lock(&c, reclaim("host-a", true)).await, GRANTED);
+    // One grace period for both protocols (as Linux's `locks_in_grace`):
+    // an NFSv4 client (with no grace of its own to wait for) may open,
+    // but not lock, while NLM hosts reclaim (RFC 8881 §8.4.2.1).
+    let root = c.root(dir.path()).await;
+    let v4 = v4_client(&srv, "v4-in-nlm-grace").await;
+    let put_root = NfsArgop4::Putfh(Putfh4Args {
+        object: NfsFh4(Bytes::copy_from_slice(root.as_bytes())),
+    });
+    let r = v4
+        .ok(vec![put_root, open_create(v4.clientid, "f", 3, 0)])
+        .await;
+    let open = Stateid4 {
+        seqid: 0,
+        ..open_stateid(&r)
+    };
+    let v4_lock_f = || {
+        vec![
+            NfsArgop4::Putfh(Putfh4Args {
+                object: NfsFh4(Bytes::copy_from_slice(fh.as_bytes())),
+            }),
+            v4_lock(open, v4.clientid, 50, 1, true),
+        ]
+    };
+    let r = v4.seq(v4_lock_f()).await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_GRACE, "{r:?}");
     tokio::time::sleep(Duration::from_millis(3100)).await;
+    v4.ok(v4_lock_f()).await;
     assert_eq!(nlm_lock(&c, reclaim("host-a", true)).await, grace);
     assert_eq!(nlm_lock(&c, reclaim("host-b", false)).await, DENIED);
+    // host-a reclaimed, so it is on record again: a second restart
+    // notifies it too.
+    let old = std::sync::Arc::downgrade(srv.storage());
+    srv.stop();
+    drop((c, v4));
+    for _ in 0..200 {
+        if old.upgrade().is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let srv = nfs_server::start(cfg()).await.unwrap();
+    let note = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("a second SM_NOTIFY within 10 s")
+        .unwrap();
+    assert!(note.state > state2);
     srv.stop();
 }
 
@@ -598,4 +642,281 @@ async fn nsm_stat(c: &Client) -> i32 {
 async fn nlm_lock(c: &Client, a: Nlm4LockArgs) -> Nlm4Stats {
     let r: Nlm4Res = c.call(NLM_PROGRAM, NLM_V4, 2, &a).await.unwrap();
     r.stat
+}
+
+/// A client host's rpcbind and lock manager: GETPORT names itself, GRANTED
+/// calls are passed on and answered with `answer`.
+struct FakeLockd {
+    port: Arc<AtomicU32>,
+    prog: u32,
+    answer: Arc<AtomicU32>,
+    granted: tokio::sync::mpsc::UnboundedSender<Nlm4TestArgs>,
+}
+
+impl oncrpc::RpcService for FakeLockd {
+    fn program(&self) -> u32 {
+        self.prog
+    }
+
+    fn versions(&self) -> std::ops::RangeInclusive<u32> {
+        if self.prog == NLM_PROGRAM {
+            4..=4
+        } else {
+            2..=2
+        }
+    }
+
+    async fn call(
+        &self,
+        ctx: oncrpc::CallContext,
+        args: Bytes,
+    ) -> Result<xdr::XdrBuf, oncrpc::ServiceError> {
+        match (self.prog, ctx.proc_) {
+            (100_000, 3) => {
+                let port = self.port.load(std::sync::atomic::Ordering::SeqCst);
+                Ok(xdr::XdrBuf::from_bytes(Bytes::copy_from_slice(
+                    &port.to_be_bytes(),
+                )))
+            }
+            (NLM_PROGRAM, 5) => {
+                let a: Nlm4TestArgs = xdr::from_slice(&args)?;
+                let cookie = a.cookie.clone();
+                let _ = self.granted.send(a);
+                let stat = Nlm4Stats(self.answer.load(std::sync::atomic::Ordering::SeqCst));
+                Ok(xdr::to_xdr_buf(&Nlm4Res { cookie, stat }))
+            }
+            _ => Err(oncrpc::ServiceError::ProcUnavail),
+        }
+    }
+}
+
+type Granted = tokio::sync::mpsc::UnboundedReceiver<Nlm4TestArgs>;
+
+/// A server whose GRANTED calls reach a fake client lock manager, with
+/// one file "f": the client, the file's handle, the GRANTED calls and the
+/// lock manager's answer (an `Nlm4Stats` value).
+async fn with_lockd(
+    tag: &str,
+    limits: NlmLimits,
+) -> (
+    TempDir,
+    nfs_server::RunningServer,
+    Client,
+    NfsFh3,
+    Granted,
+    Arc<AtomicU32>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let port = Arc::new(AtomicU32::new(0));
+    let answer = Arc::new(AtomicU32::new(0));
+    let mut fake = oncrpc::Server::new();
+    for prog in [100_000, NLM_PROGRAM] {
+        fake.register(FakeLockd {
+            port: Arc::clone(&port),
+            prog,
+            answer: Arc::clone(&answer),
+            granted: tx.clone(),
+        });
+    }
+    let lockd = oncrpc::tcp::TcpServer::bind(
+        "127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap(),
+        Arc::new(fake),
+        TcpConfig::default(),
+    )
+    .await
+    .unwrap();
+    let lockd_port = lockd.local_addr().unwrap().port();
+    port.store(u32::from(lockd_port), std::sync::atomic::Ordering::SeqCst);
+    let lockd = lockd.spawn();
+    let dir = TempDir::new(tag);
+    let mut cfg = nfs_server::ServerConfig::new(dir.path());
+    cfg.set_squash(nfs_server::exports::Squash::None);
+    cfg.nfs_addr = "127.0.0.1:0".parse().unwrap();
+    cfg.mount_addr = None;
+    cfg.nlm_limits = limits;
+    cfg.sm_notify_port = lockd_port;
+    let srv = nfs_server::start(cfg).await.unwrap();
+    let c = Client::connect(srv.nfs_addr()).await;
+    let root = c.root(dir.path()).await;
+    let fh = fh_of(c.create(&root, "f").await);
+    (dir, srv, c, fh, rx, answer, lockd)
+}
+
+fn lock_args(l: Nlm4Lock, block: bool, ck: &'static [u8]) -> Nlm4LockArgs {
+    Nlm4LockArgs {
+        cookie: Bounded(Bytes::from_static(ck)),
+        block,
+        exclusive: true,
+        alock: l,
+        reclaim: false,
+        state: 1,
+    }
+}
+
+async fn cancel(c: &Client, l: Nlm4Lock) -> Nlm4Stats {
+    let a = Nlm4CancArgs {
+        cookie: cookie(),
+        block: true,
+        exclusive: true,
+        alock: l,
+    };
+    let r: Nlm4Res = c.call(NLM_PROGRAM, NLM_V4, 3, &a).await.unwrap();
+    r.stat
+}
+
+async fn next_granted(rx: &mut Granted) -> Nlm4TestArgs {
+    tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("GRANTED within 5 s")
+        .unwrap()
+}
+
+/// Whether the range is free for another owner within `ms` milliseconds.
+async fn free_within(c: &Client, fh: &NfsFh3, off: u64, len: u64, ms: u64) -> bool {
+    for _ in 0..ms / 50 {
+        let r = test(c, alock("probe", 99, fh, off, len), true).await;
+        if matches!(r, Nlm4TestReply::Other(GRANTED)) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// XNFS NLM "NLM_LOCK" with `block` and "NLM_GRANTED", "NLM_CANCEL"
+/// (RFC 1813 Appendix II): a blocking LOCK that conflicts answers
+/// NLM4_BLOCKED; when the holder unlocks, the lock is taken for the
+/// waiter and its host's lock manager (found through its rpcbind) gets
+/// GRANTED with the LOCK's cookie and lock; a cancelled waiter gets
+/// nothing; a GRANTED the client refuses releases the lock again.
+#[tokio::test]
+async fn blocking_lock_waits_and_is_granted_by_callback() {
+    let (_d, _srv, c, fh, mut rx, answer, _lockd) =
+        with_lockd("nlm-block", NlmLimits::default()).await;
+    let blocked = Nlm4Stats::NLM4_BLOCKED;
+    assert_eq!(lock(&c, alock("a", 1, &fh, 0, 100), true).await, GRANTED);
+    let b = lock_args(alock("b", 7, &fh, 0, 10), true, b"wait-b");
+    assert_eq!(nlm_lock(&c, b.clone()).await, blocked);
+    // Sent again while it waits (the Linux client polls): still one waiter.
+    assert_eq!(nlm_lock(&c, b.clone()).await, blocked);
+    let cc = lock_args(alock("c", 8, &fh, 50, 10), true, b"wait-c");
+    assert_eq!(nlm_lock(&c, cc).await, blocked);
+    assert_eq!(cancel(&c, alock("c", 8, &fh, 50, 10)).await, GRANTED);
+    // Without `block` a conflict is still NLM4_DENIED.
+    let d = lock_args(alock("d", 9, &fh, 20, 1), false, b"no-wait");
+    assert_eq!(nlm_lock(&c, d).await, DENIED);
+    assert!(rx.try_recv().is_err(), "no GRANTED while the holder holds");
+    assert_eq!(unlock(&c, alock("a", 1, &fh, 0, 100)).await, GRANTED);
+    let g = next_granted(&mut rx).await;
+    assert_eq!(g.cookie, b.cookie, "GRANTED echoes the LOCK's cookie");
+    assert_eq!((g.alock.svid, g.exclusive), (7, true));
+    assert_eq!(g.alock.caller_name.0, Bytes::from_static(b"b"));
+    // b holds 0-10 now; c's cancelled range 50-60 was not taken.
+    match test(&c, alock("e", 1, &fh, 0, 1), true).await {
+        Nlm4TestReply::Denied(h) => assert_eq!(h.svid, 7),
+        other => panic!("b should hold the lock: {other:?}"),
+    }
+    assert!(free_within(&c, &fh, 50, 10, 100).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(rx.try_recv().is_err(), "no GRANTED for the cancelled LOCK");
+    // A waiter whose client no longer wants the lock (GRANTED answered
+    // NLM4_DENIED): the lock goes again.
+    answer.store(
+        Nlm4Stats::NLM4_DENIED.0,
+        std::sync::atomic::Ordering::SeqCst,
+    );
+    let f = lock_args(alock("f", 3, &fh, 5, 1), true, b"wait-f");
+    assert_eq!(nlm_lock(&c, f).await, blocked);
+    assert_eq!(unlock(&c, alock("b", 7, &fh, 0, 10)).await, GRANTED);
+    assert_eq!(next_granted(&mut rx).await.alock.svid, 3);
+    assert!(
+        free_within(&c, &fh, 0, 100, 2000).await,
+        "refused grant released"
+    );
+}
+
+/// RFC 8881 §9.5 with XNFS NLM "NLM_GRANTED": an NLM LOCK blocked by an
+/// NFSv4 lock is granted (and its host called back) once the NFSv4 client
+/// unlocks with LOCKU.
+#[tokio::test]
+async fn nlm_waiter_is_granted_when_the_nfsv4_lock_goes() {
+    let (dir, srv, c, fh, mut rx, _answer, _lockd) =
+        with_lockd("nlm-block-v4", NlmLimits::default()).await;
+    let root = c.root(dir.path()).await;
+    let v4 = v4_client(&srv, "v4-holder").await;
+    let put_root = NfsArgop4::Putfh(Putfh4Args {
+        object: NfsFh4(Bytes::copy_from_slice(root.as_bytes())),
+    });
+    let r = v4
+        .ok(vec![put_root, open_create(v4.clientid, "f", 3, 0)])
+        .await;
+    let open = Stateid4 {
+        seqid: 0,
+        ..open_stateid(&r)
+    };
+    let put_file = NfsArgop4::Putfh(Putfh4Args {
+        object: NfsFh4(Bytes::copy_from_slice(fh.as_bytes())),
+    });
+    let r = v4
+        .ok(vec![
+            put_file.clone(),
+            v4_lock(open, v4.clientid, 0, 10, true),
+        ])
+        .await;
+    let NfsResop4::Lock(LockRes4::Ok(lsid)) = r[2].clone() else {
+        panic!("LOCK: {r:?}")
+    };
+    let b = lock_args(alock("b", 4, &fh, 0, 10), true, b"wait-v4");
+    assert_eq!(nlm_lock(&c, b).await, Nlm4Stats::NLM4_BLOCKED);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(rx.try_recv().is_err(), "no GRANTED while NFSv4 holds it");
+    v4.ok(vec![
+        put_file,
+        NfsArgop4::Locku(Locku4Args {
+            locktype: NfsLockType4::WRITE_LT,
+            seqid: 0,
+            lock_stateid: lsid,
+            offset: 0,
+            length: NFS4_UINT64_MAX,
+        }),
+    ])
+    .await;
+    let g = next_granted(&mut rx).await;
+    assert_eq!(g.alock.svid, 4);
+    match test(&c, alock("e", 1, &fh, 0, 1), true).await {
+        Nlm4TestReply::Denied(h) => assert_eq!(h.svid, 4),
+        other => panic!("the waiter should hold the lock: {other:?}"),
+    }
+}
+
+/// Bounds on waiting LOCKs (docs/hardening.md): per host and in total;
+/// past either NLM4_DENIED_NOLOCKS and a limit trip; a repeated LOCK
+/// does not take a second place, and a CANCEL frees its place.
+#[tokio::test]
+async fn hostile_client_cannot_queue_unbounded_blocked_locks() {
+    let limits = NlmLimits {
+        blocked: nfs_server::nlm::BlockedLimits {
+            max_total: 3,
+            max_per_host: 2,
+        },
+        ..NlmLimits::default()
+    };
+    let (_d, _srv, c, fh, _rx, _answer, _lockd) = with_lockd("nlm-block-bounds", limits).await;
+    let blocked = Nlm4Stats::NLM4_BLOCKED;
+    let nolocks = Nlm4Stats::NLM4_DENIED_NOLOCKS;
+    assert_eq!(lock(&c, alock("a", 1, &fh, 0, 0), true).await, GRANTED);
+    let w = |host: &'static str, svid| lock_args(alock(host, svid, &fh, 0, 1), true, b"w");
+    assert_eq!(nlm_lock(&c, w("h", 1)).await, blocked);
+    assert_eq!(nlm_lock(&c, w("h", 1)).await, blocked);
+    assert_eq!(nlm_lock(&c, w("h", 2)).await, blocked);
+    let before = trips("nlm.blocked_per_host");
+    assert_eq!(nlm_lock(&c, w("h", 3)).await, nolocks);
+    assert!(trips("nlm.blocked_per_host") > before);
+    assert_eq!(nlm_lock(&c, w("g", 1)).await, blocked);
+    let before = trips("nlm.blocked");
+    assert_eq!(nlm_lock(&c, w("k", 1)).await, nolocks);
+    assert!(trips("nlm.blocked") > before);
+    assert_eq!(cancel(&c, alock("g", 1, &fh, 0, 1)).await, GRANTED);
+    assert_eq!(nlm_lock(&c, w("k", 1)).await, blocked);
 }

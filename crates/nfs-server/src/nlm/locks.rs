@@ -12,9 +12,12 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use bytes::Bytes;
 use oncrpc::limits::Limit;
+
+use super::blocked::{Blocked, BlockedLimits, Full, Waiter};
 
 static HOSTS: Limit = Limit::new("nlm.hosts");
 static LOCKS_PER_HOST: Limit = Limit::new("nlm.locks_per_host");
@@ -29,6 +32,9 @@ pub struct NlmLimits {
     pub max_hosts: usize,
     /// Separate ranges one host holds over all its files and processes.
     pub max_locks_per_host: usize,
+    /// Blocking LOCKs waiting for a conflicting lock to go, in total and
+    /// per host ([`super::blocked`]).
+    pub blocked: BlockedLimits,
 }
 
 impl Default for NlmLimits {
@@ -36,6 +42,7 @@ impl Default for NlmLimits {
         Self {
             max_hosts: 4096,
             max_locks_per_host: 65_536,
+            blocked: BlockedLimits::default(),
         }
     }
 }
@@ -117,6 +124,10 @@ pub(crate) struct LockTable {
     files: HashMap<Bytes, Vec<Held>>,
     hosts: HashMap<Bytes, Host>,
     limits: NlmLimits,
+    /// End of the NLM grace period after a restart (none: no grace).
+    grace_until: Option<Instant>,
+    /// Blocking LOCKs waiting for a conflicting lock to go.
+    blocked: Blocked,
 }
 
 fn subtract(held: &mut Vec<Held>, owner: &Owner, start: u128, end: u128) {
@@ -152,8 +163,57 @@ impl LockTable {
     fn new(limits: NlmLimits) -> Self {
         Self {
             limits,
+            blocked: Blocked::new(limits.blocked),
             ..Self::default()
         }
+    }
+
+    /// Queues a blocking LOCK that conflicts (NLM4_BLOCKED); `Full` past
+    /// the bounds (NLM4_DENIED_NOLOCKS).
+    pub(crate) fn block(&mut self, w: Waiter) -> Result<(), Full> {
+        self.blocked.push(w)
+    }
+
+    /// CANCEL of a blocked LOCK: whether one waited.
+    pub(crate) fn cancel_blocked(&mut self, fh: &Bytes, owner: &Owner, span: &Span) -> bool {
+        self.blocked.cancel(fh, owner, span)
+    }
+
+    /// Whether NLM holds or waits for a lock on `fh` (no NFSv4 delegation
+    /// is granted on such a file).
+    pub(crate) fn busy(&self, fh: &Bytes) -> bool {
+        self.files.contains_key(fh) || self.blocked.on_file(fh)
+    }
+
+    /// Blocking LOCKs waiting.
+    pub(crate) fn blocked_len(&self) -> usize {
+        self.blocked.len()
+    }
+
+    /// Grants every waiting LOCK that no longer conflicts, oldest first,
+    /// and returns them (their hosts are to be told with GRANTED); one
+    /// that `other` (an NFSv4 lock or delegation) still conflicts with
+    /// keeps waiting. A waiter past the lock bounds is dropped: its
+    /// client's next LOCK gets NLM4_DENIED_NOLOCKS.
+    pub(crate) fn grant_blocked(&mut self, other: impl Fn(&Bytes, &Span) -> bool) -> Vec<Waiter> {
+        if self.blocked.len() == 0 {
+            return Vec::new();
+        }
+        let mut keep = std::collections::VecDeque::new();
+        let mut granted = Vec::new();
+        for w in self.blocked.take() {
+            if other(&w.key, &w.span) {
+                keep.push_back(w);
+                continue;
+            }
+            match self.lock(&w.key, &w.owner, w.span, Some(w.addr)) {
+                Ok(()) => granted.push(w),
+                Err(Refused::Denied) => keep.push_back(w),
+                Err(Refused::NoLocks) => {}
+            }
+        }
+        self.blocked.put_back(keep);
+        granted
     }
 
     /// The first lock of another owner on `fh` that `span` conflicts with
@@ -256,6 +316,10 @@ impl LockTable {
         for n in &gone {
             freed += self.hosts.remove(n).map_or(0, |h| h.ranges);
         }
+        self.blocked.retain(|w| {
+            let named = w.owner.host[..] == *name;
+            !((w.addr == from && (named || any_name)) || (named && from.is_loopback()))
+        });
         self.files.retain(|_, held| {
             held.retain(|h| !gone.contains(&h.owner.host));
             !held.is_empty()
@@ -276,12 +340,15 @@ impl LockTable {
 /// to clone. When an NFSv4 state lock is also needed, take it first
 /// ([`crate::v4::V4Locks`]), then this one.
 #[derive(Debug, Clone)]
-pub struct NlmLocks(Arc<Mutex<LockTable>>);
+pub struct NlmLocks(Arc<Mutex<LockTable>>, Arc<tokio::sync::Notify>);
 
 impl NlmLocks {
     /// An empty table within `limits`.
     pub fn new(limits: NlmLimits) -> Self {
-        Self(Arc::new(Mutex::new(LockTable::new(limits))))
+        Self(
+            Arc::new(Mutex::new(LockTable::new(limits))),
+            Arc::new(tokio::sync::Notify::new()),
+        )
     }
 
     pub(crate) fn table(&self) -> MutexGuard<'_, LockTable> {
@@ -290,9 +357,31 @@ impl NlmLocks {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// A lock (NLM or NFSv4) went: blocked LOCKs are looked at again.
+    pub(crate) fn released(&self) {
+        self.1.notify_one();
+    }
+
+    /// Woken by [`NlmLocks::released`].
+    pub(crate) fn release_signal(&self) -> Arc<tokio::sync::Notify> {
+        Arc::clone(&self.1)
+    }
+
     /// (hosts holding locks, byte ranges held).
     pub fn counts(&self) -> (usize, usize) {
         self.table().counts()
+    }
+
+    /// Sets the end of the NLM grace period ([`super::NlmRecovery`]).
+    pub(crate) fn set_grace_until(&self, until: Option<Instant>) {
+        self.table().grace_until = until;
+    }
+
+    /// Whether the NLM grace period runs: hosts are reclaiming their locks
+    /// after a restart, so NFSv4 must not take new locks either (as
+    /// Linux's lockd and nfsd share one grace list, `locks_in_grace`).
+    pub(crate) fn in_grace(&self) -> bool {
+        self.table().grace_until.is_some_and(|t| Instant::now() < t)
     }
 }
 
@@ -312,6 +401,7 @@ mod tests {
         LockTable::new(NlmLimits {
             max_hosts: hosts,
             max_locks_per_host: per_host,
+            ..NlmLimits::default()
         })
     }
 

@@ -6,19 +6,19 @@
 //!   (`caller_name`, `svid`, `oh`); the table is [`locks::LockTable`].
 //! - Locks exclude NFSv4 byte-range locks on the same file and are
 //!   excluded by them ([`crate::v4::V4Locks`]).
-//! - No GRANTED callbacks yet: a blocking LOCK (`block` set) that
-//!   conflicts answers NLM4_DENIED rather than NLM4_BLOCKED, so a client
-//!   waiting in `F_SETLKW` sees EAGAIN-style refusal and retries;
-//!   CANCEL has nothing to cancel and answers NLM4_GRANTED (as Linux's
-//!   lockd does for an unknown block).
+//! - A blocking LOCK (`block` set) that conflicts answers NLM4_BLOCKED
+//!   and waits ([`blocked`]); once the conflicting lock (NLM or NFSv4)
+//!   goes the lock is taken for it and its host gets a GRANTED call
+//!   ([`granted`]); CANCEL removes a waiting LOCK.
 //! - Reboot recovery ([`restart`]): with a state directory, hosts that
 //!   lock are recorded; after a restart they get SM_NOTIFY and a grace
 //!   period in which only `reclaim` LOCKs are granted (others, and TEST,
 //!   NLM4_DENIED_GRACE_PERIOD); outside it a `reclaim` LOCK answers
 //!   NLM4_DENIED_GRACE_PERIOD (as Linux's lockd).
-//! - The asynchronous `_MSG`/`_RES` procedures, GRANTED (a client-side
-//!   procedure) and the DOS share reservations SHARE/UNSHARE are not
-//!   served: PROC_UNAVAIL.
+//! - The asynchronous `_MSG`/`_RES` procedures (GRANTED_MSG included:
+//!   the server calls GRANTED, synchronous, as Linux's lockd does over
+//!   TCP), GRANTED (a client-side procedure) and the DOS share
+//!   reservations SHARE/UNSHARE are not served: PROC_UNAVAIL.
 //! - NFSv4 delegations: a client holding a delegation caches its locks
 //!   without telling the server (RFC 8881 §10.4; Linux's client does), so
 //!   TEST and LOCK first recall the delegations they conflict with (any
@@ -33,11 +33,13 @@
 //!   and name a regular file; an exclusive LOCK on a read-only grant is
 //!   NLM4_ROFS.
 
+pub mod blocked;
+mod granted;
 pub mod locks;
 pub mod restart;
 
 use std::ops::RangeInclusive;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use nfs::nlm::*;
@@ -45,12 +47,16 @@ use nfs::v3::{Ftype3, NfsFh3, Nfsstat3};
 use oncrpc::{CallContext, RpcService, ServiceError};
 use xdr::{Bounded, Decoder, XdrBuf};
 
+pub use blocked::BlockedLimits;
+pub use granted::RETRY as BLOCKED_RETRY;
 pub use locks::{NlmLimits, NlmLocks};
 pub use restart::{NlmRecovery, Restart};
 
 use crate::access::{peer_ip, ExportTable};
 use crate::storage::Storage;
 use crate::v4::{Delegations, V4Locks};
+use blocked::Waiter;
+use granted::Granter;
 use locks::{Owner, Refused, Span};
 
 /// Serves NLM program 100021 version 4.
@@ -61,6 +67,10 @@ pub struct NlmService<S> {
     v4: Option<V4Locks>,
     delegs: Option<Delegations>,
     rec: Arc<NlmRecovery>,
+    /// The rpcbind port of client hosts, for GRANTED (111).
+    client_rpcbind_port: u16,
+    /// Grants blocked LOCKs; started with the first one.
+    granter: OnceLock<Arc<Granter>>,
 }
 
 /// A checked file: its handle, the lock table key and whether the grant
@@ -103,7 +113,46 @@ impl<S: Storage> NlmService<S> {
             v4: None,
             rec: Arc::new(NlmRecovery::none()),
             delegs: None,
+            client_rpcbind_port: 111,
+            granter: OnceLock::new(),
         }
+    }
+
+    /// The rpcbind port of client hosts, asked for their lock manager when
+    /// a blocked LOCK is granted (111; tests use their own).
+    pub fn with_client_rpcbind_port(mut self, port: u16) -> Self {
+        self.client_rpcbind_port = port;
+        self
+    }
+
+    /// Queues a blocking LOCK that conflicts (XNFS NLM: NLM4_BLOCKED, a
+    /// GRANTED call follows once the lock is taken for it), past the
+    /// bounds NLM4_DENIED_NOLOCKS.
+    fn block(&self, a: &Nlm4LockArgs, key: &Bytes, span: Span, ctx: &CallContext) -> Nlm4Stats {
+        let w = Waiter {
+            key: key.clone(),
+            owner: owner(&a.alock),
+            span,
+            cookie: a.cookie.0.clone(),
+            alock: a.alock.clone(),
+            addr: peer_ip(&ctx.peer),
+        };
+        if self.locks.table().block(w).is_err() {
+            return Nlm4Stats::NLM4_DENIED_NOLOCKS;
+        }
+        self.granter.get_or_init(|| {
+            let g = Arc::new(Granter {
+                locks: self.locks.clone(),
+                v4: self.v4.clone(),
+                rec: Arc::clone(&self.rec),
+                rpcbind_port: self.client_rpcbind_port,
+            });
+            Granter::spawn(&g);
+            g
+        });
+        // The conflicting lock may have gone since the check.
+        self.locks.released();
+        Nlm4Stats::NLM4_BLOCKED
     }
 
     /// Makes TEST and LOCK recall the NFSv4 delegations of `delegs` they
@@ -124,10 +173,19 @@ impl<S: Storage> NlmService<S> {
         }
     }
 
-    /// Records locking hosts and keeps the grace period of `rec`.
+    /// Records locking hosts and keeps the grace period of `rec` (which
+    /// NFSv4 LOCK and LOCKT sharing the lock table respect too).
     pub fn with_recovery(mut self, rec: Arc<NlmRecovery>) -> Self {
+        self.locks.set_grace_until(rec.grace_until());
         self.rec = rec;
         self
+    }
+
+    /// Whether NFSv4 is in its grace period: its clients are reclaiming
+    /// locks, so no new NLM lock nor TEST answer (one grace for both
+    /// protocols, as Linux's `locks_in_grace`; XNFS NLM crash recovery).
+    fn v4_in_grace(&self) -> bool {
+        self.v4.as_ref().is_some_and(|v| v.guard().in_grace())
     }
 
     /// Makes NLM locks respect the NFSv4 locks of `v4` (and, with
@@ -187,7 +245,7 @@ impl<S: Storage> NlmService<S> {
         let stat = match self.file(&a.alock.fh, ctx).await {
             Err(s) => Nlm4TestReply::Other(s),
             // XNFS NLM: no test answers until locks are reclaimed.
-            Ok(_) if self.rec.in_grace() => {
+            Ok(_) if self.rec.in_grace() || self.v4_in_grace() => {
                 Nlm4TestReply::Other(Nlm4Stats::NLM4_DENIED_GRACE_PERIOD)
             }
             Ok(f) if !self.break_delegations(&f, a.exclusive).await => {
@@ -210,8 +268,12 @@ impl<S: Storage> NlmService<S> {
     /// NLMPROC4_LOCK and NLMPROC4_NM_LOCK (RFC 1813 Appendix II).
     async fn lock(&self, a: &Nlm4LockArgs, ctx: &CallContext) -> Nlm4Stats {
         // XNFS NLM crash recovery: reclaims only in the grace period after
-        // a restart, new locks only after it.
-        if a.reclaim != self.rec.in_grace() {
+        // a restart, new locks only after it (and after NFSv4's).
+        let refused = match a.reclaim {
+            true => !self.rec.in_grace(),
+            false => self.rec.in_grace() || self.v4_in_grace(),
+        };
+        if refused {
             return Nlm4Stats::NLM4_DENIED_GRACE_PERIOD;
         }
         let f = match self.file(&a.alock.fh, ctx).await {
@@ -233,23 +295,21 @@ impl<S: Storage> NlmService<S> {
         {
             return Nlm4Stats::NLM4_DENIED_GRACE_PERIOD;
         }
-        if v4
-            .as_ref()
-            .and_then(|g| g.conflict(&f.key, &span))
-            .is_some()
-        {
-            return Nlm4Stats::NLM4_DENIED;
-        }
-        let addr = Some(peer_ip(&ctx.peer));
-        let r = self
-            .locks
-            .table()
-            .lock(&f.key, &owner(&a.alock), span, addr);
+        let r = match v4.as_ref().and_then(|g| g.conflict(&f.key, &span)) {
+            Some(_) => Err(Refused::Denied),
+            None => {
+                let addr = Some(peer_ip(&ctx.peer));
+                let mut t = self.locks.table();
+                t.lock(&f.key, &owner(&a.alock), span, addr)
+            }
+        };
+        drop(v4);
         match r {
             Ok(()) => {
                 self.rec.record(&a.alock.caller_name.0, peer_ip(&ctx.peer));
                 Nlm4Stats::NLM4_GRANTED
             }
+            Err(Refused::Denied) if a.block => self.block(a, &f.key, span, ctx),
             Err(Refused::Denied) => Nlm4Stats::NLM4_DENIED,
             Err(Refused::NoLocks) => Nlm4Stats::NLM4_DENIED_NOLOCKS,
         }
@@ -261,17 +321,28 @@ impl<S: Storage> NlmService<S> {
             Ok(f) => {
                 let span = Span::of(a.alock.l_offset, a.alock.l_len, false);
                 self.locks.table().unlock(&f.key, &owner(&a.alock), &span);
+                self.locks.released();
                 Nlm4Stats::NLM4_GRANTED
             }
             Err(s) => s,
         }
     }
 
-    /// NLMPROC4_CANCEL (RFC 1813 Appendix II): no LOCK ever waits here,
-    /// so there is nothing to cancel.
+    /// NLMPROC4_CANCEL (RFC 1813 Appendix II; XNFS NLM "NLM_CANCEL"):
+    /// the owner's blocked LOCK of that range no longer waits. NLM4_GRANTED
+    /// whether one waited or not (as Linux's lockd answers: the client
+    /// may cancel a LOCK that was granted meanwhile, and unlocks then).
     async fn cancel(&self, a: &Nlm4CancArgs, ctx: &CallContext) -> Nlm4Stats {
         match self.file(&a.alock.fh, ctx).await {
-            Ok(_) => Nlm4Stats::NLM4_GRANTED,
+            Ok(f) => {
+                let span = Span::of(a.alock.l_offset, a.alock.l_len, a.exclusive);
+                let gone = self
+                    .locks
+                    .table()
+                    .cancel_blocked(&f.key, &owner(&a.alock), &span);
+                tracing::debug!(gone, "NLM CANCEL");
+                Nlm4Stats::NLM4_GRANTED
+            }
             Err(s) => s,
         }
     }
@@ -284,6 +355,7 @@ impl<S: Storage> NlmService<S> {
             .locks
             .table()
             .free_host(&a.name.0, peer_ip(&ctx.peer), false);
+        self.locks.released();
         self.rec.forget(&a.name.0);
         // Debug, not info: any client may send FREE_ALL as often as it
         // likes, and an unbounded stream of log lines is a peer-driven cost.

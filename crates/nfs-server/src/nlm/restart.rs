@@ -9,7 +9,8 @@
 //!   its `caller_name`) holding the name and the address its first lock
 //!   came from, written (`fsync`, rename, directory `fsync`) before that
 //!   LOCK's reply; removed when the host says it restarted (FREE_ALL,
-//!   SM_NOTIFY) or once it was notified of ours. At most `max` hosts
+//!   SM_NOTIFY) or when it is notified of ours (its reclaims record it
+//!   again, so a second restart notifies it too). At most `max` hosts
 //!   (the NLM host bound; limit `nlm.host_records`).
 //! - After a start that found recorded hosts: a grace period (the server's
 //!   grace time) in which only `reclaim` LOCKs are granted and other LOCKs
@@ -101,14 +102,21 @@ impl NlmRecovery {
                 "NLM grace period; notifying hosts"
             );
         }
-        let recorded = hosts.iter().map(|(n, _)| n.clone()).collect();
+        // The last instance's hosts are not "recorded" by this one: their
+        // records go when they are notified, and come back with their
+        // reclaims (so that they are notified again after another restart).
         let rec = Self {
             dir: Some(dir.clone()),
-            recorded: Mutex::new(recorded),
+            recorded: Mutex::new(HashSet::new()),
             grace_until,
             max,
         };
         Ok((rec, Restart { state, hosts, dir }))
+    }
+
+    /// When the grace period ends (none: there is none).
+    pub fn grace_until(&self) -> Option<Instant> {
+        self.grace_until
     }
 
     /// Whether the grace period runs.
@@ -163,11 +171,15 @@ impl Restart {
     /// record for the next start.
     pub async fn notify(self, name: Bytes, rpcbind_port: u16) {
         for (host, ip) in self.hosts {
+            // Removed before the host can reclaim (its reclaim records it
+            // again), put back if it cannot be told.
+            let _ = remove_host(&self.dir, &host);
+            let mut told = false;
             for _ in 0..3 {
                 match notify_one(ip, rpcbind_port, &name, self.state).await {
                     Ok(()) => {
                         tracing::info!(host = %String::from_utf8_lossy(&host), %ip, "SM_NOTIFY sent");
-                        let _ = remove_host(&self.dir, &host);
+                        told = true;
                         break;
                     }
                     Err(e) => {
@@ -175,6 +187,9 @@ impl Restart {
                         tokio::time::sleep(Duration::from_secs(2)).await;
                     }
                 }
+            }
+            if !told {
+                let _ = put_host(&self.dir, &host, ip);
             }
         }
     }
@@ -189,7 +204,9 @@ pub fn host_name() -> Bytes {
     }
 }
 
-async fn call(
+/// One call over a new TCP connection to `addr`, 5 s to connect and 5 s
+/// for the reply (AUTH_NONE).
+pub(super) async fn call(
     addr: SocketAddr,
     prog: u32,
     vers: u32,
@@ -218,10 +235,16 @@ async fn call(
         .map_err(|e| io::Error::other(format!("{e}")))
 }
 
-async fn notify_one(ip: IpAddr, rpcbind_port: u16, name: &Bytes, state: i32) -> io::Result<()> {
-    // PMAPPROC_GETPORT (RFC 1833 §3.2) for NSM v1 over TCP (protocol 6).
+/// PMAPPROC_GETPORT (RFC 1833 §3.2) of `prog` version `vers` over TCP
+/// (protocol 6) from the rpcbind at `ip`:`rpcbind_port`.
+pub(super) async fn getport(
+    ip: IpAddr,
+    rpcbind_port: u16,
+    prog: u32,
+    vers: u32,
+) -> io::Result<u16> {
     let mut a = Vec::with_capacity(16);
-    for v in [SM_PROGRAM, SM_V1, 6, 0] {
+    for v in [prog, vers, 6, 0] {
         a.extend_from_slice(&v.to_be_bytes());
     }
     let r = call(
@@ -232,17 +255,21 @@ async fn notify_one(ip: IpAddr, rpcbind_port: u16, name: &Bytes, state: i32) -> 
         Bytes::from(a),
     )
     .await?;
-    let port = r
-        .get(..4)
+    r.get(..4)
         .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
         .filter(|p| (1..=65535).contains(p))
-        .ok_or_else(|| io::Error::other("no status monitor registered"))?;
+        .map(|p| p as u16)
+        .ok_or_else(|| io::Error::other(format!("program {prog} not registered")))
+}
+
+async fn notify_one(ip: IpAddr, rpcbind_port: u16, name: &Bytes, state: i32) -> io::Result<()> {
+    let port = getport(ip, rpcbind_port, SM_PROGRAM, SM_V1).await?;
     let args = StatChge {
         mon_name: Bounded(name.clone()),
         state,
     };
     call(
-        SocketAddr::new(ip, port as u16),
+        SocketAddr::new(ip, port),
         SM_PROGRAM,
         SM_V1,
         SmProc::SM_NOTIFY.0,

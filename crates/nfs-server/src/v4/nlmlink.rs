@@ -28,6 +28,20 @@ use crate::storage::Storage;
 #[derive(Clone)]
 pub struct V4Locks {
     state: Arc<Mutex<StateTable>>,
+    clock: Arc<dyn super::Clock>,
+}
+
+impl<S: Storage> Nfs4Service<S> {
+    /// NFS4ERR_GRACE for a non-reclaim LOCK or LOCKT while NLM hosts
+    /// reclaim their locks after a restart (RFC 8881 §8.4.2.1: a lock not
+    /// yet reclaimed must not be granted to another; Linux's nfsd asks
+    /// the grace list lockd is on too).
+    pub(super) fn nlm_grace(&self) -> Result<(), nfs::v4::Nfsstat4> {
+        match self.nlm.as_ref().is_some_and(NlmLocks::in_grace) {
+            true => Err(nfs::v4::Nfsstat4::NFS4ERR_GRACE),
+            false => Ok(()),
+        }
+    }
 }
 
 impl core::fmt::Debug for V4Locks {
@@ -36,8 +50,9 @@ impl core::fmt::Debug for V4Locks {
     }
 }
 
-/// The NFSv4 state held while an NLM lock is checked and granted.
-pub(crate) struct V4Guard<'a>(MutexGuard<'a, StateTable>);
+/// The NFSv4 state held while an NLM lock is checked and granted, and
+/// the lease clock.
+pub(crate) struct V4Guard<'a>(MutexGuard<'a, StateTable>, &'a dyn super::Clock);
 
 /// An NFSv4 lock an NLM lock conflicts with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,11 +68,17 @@ impl V4Locks {
             self.state
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
+            &*self.clock,
         )
     }
 }
 
 impl V4Guard<'_> {
+    /// Whether the NFSv4 grace period runs (moved on to now first).
+    pub(crate) fn in_grace(&mut self) -> bool {
+        self.0.grace_now(self.1.now())
+    }
+
     /// Whether a delegation on `fh` conflicts with an NLM lock
     /// (`exclusive` or not): a write delegation always, a read one with
     /// an exclusive lock.
@@ -120,19 +141,26 @@ impl<S: Storage> Nfs4Service<S> {
     pub fn byte_range_locks(&self) -> V4Locks {
         V4Locks {
             state: Arc::clone(&self.state),
+            clock: Arc::clone(&self.clock),
         }
     }
 
-    /// Whether an NLM client holds a lock on `fh`: no delegation is
+    /// An NFSv4 lock may have gone (LOCKU, CLOSE, RELEASE_LOCKOWNER,
+    /// FREE_STATEID): blocked NLM LOCKs are looked at again.
+    pub(super) fn nlm_released(&self) {
+        if let Some(l) = &self.nlm {
+            if l.table().blocked_len() > 0 {
+                l.released();
+            }
+        }
+    }
+
+    /// Whether an NLM client holds or waits for a lock on `fh`: no delegation is
     /// granted on such a file (the holder would cache its own locks and
     /// not see the NLM ones; Linux's nfsd cannot get a lease on a file
     /// its lockd holds open). Call with the NFSv4 state lock held.
     pub(super) fn nlm_locked(&self, fh: &Bytes) -> bool {
-        self.nlm.as_ref().is_some_and(|l| {
-            l.table()
-                .conflict(fh, None, &Span::of(0, 0, true))
-                .is_some()
-        })
+        self.nlm.as_ref().is_some_and(|l| l.table().busy(fh))
     }
 
     /// The NLM lock a LOCK or LOCKT of `fh` conflicts with, as its

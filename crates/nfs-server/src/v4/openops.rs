@@ -289,6 +289,7 @@ impl<S: Storage> Nfs4Service<S> {
             let sid = resolve_sid(cx, sid)?;
             Ok(self.state()?.free_stateid(&sid, c))
         })();
+        self.nlm_released();
         match r {
             Ok(s) | Err(s) => s,
         }
@@ -315,6 +316,7 @@ impl<S: Storage> Nfs4Service<S> {
         let fh = cur(cx)?;
         let sid = resolve_sid(cx, &a.open_stateid)?;
         let s = self.state()?.ids.close(&sid, clientid(cx)?, &key(&fh));
+        self.nlm_released();
         if s.is_ok() {
             self.release_closed();
             cx.cur_sid = None;
@@ -345,6 +347,7 @@ impl<S: Storage> Nfs4Service<S> {
                 st.may_reclaim(c)?;
             } else {
                 st.may_take_state(c, false)?;
+                self.nlm_grace()?;
             }
         }
         let mut a = a.clone();
@@ -372,6 +375,7 @@ impl<S: Storage> Nfs4Service<S> {
         let k = key(&fh);
         let st = self.state()?;
         st.may_take_state(clientid(cx)?, false)?;
+        self.nlm_grace()?;
         if let Some(d) = self.nlm_denied(&k, a.offset, a.length, a.locktype.is_write()) {
             return Ok(LockRes4::Denied(d));
         }
@@ -392,6 +396,7 @@ impl<S: Storage> Nfs4Service<S> {
             .state()?
             .ids
             .locku(&sid, clientid(cx)?, &key(&fh), a.offset, a.length)?;
+        self.nlm_released();
         cx.cur_sid = Some(new);
         Ok(new)
     }

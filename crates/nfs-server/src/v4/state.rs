@@ -74,6 +74,15 @@ impl StateTable {
         self.store = Some(store);
     }
 
+    /// Whether the grace period runs at `now` (ending it, and removing
+    /// the records of clients that did not come back, when its time is
+    /// up).
+    pub(crate) fn grace_now(&mut self, now: Duration) -> bool {
+        let ops = self.grace.tick(now);
+        self.persist(ops);
+        self.grace.in_grace()
+    }
+
     /// Whether the grace period runs, and the records kept.
     pub(crate) fn grace_stats(&self) -> (bool, usize) {
         (self.grace.in_grace(), self.grace.records())

@@ -96,6 +96,23 @@ pub(crate) struct ServeArgs {
     /// processes); past it LOCK answers NLM4_DENIED_NOLOCKS.
     #[arg(long, default_value_t = nfs_server::nlm::NlmLimits::default().max_locks_per_host)]
     nlm_max_locks_per_host: usize,
+    /// Blocking NLM LOCKs that may wait for a conflicting lock to go, over
+    /// all hosts; one more answers NLM4_DENIED_NOLOCKS.
+    #[arg(long, default_value_t = nfs_server::nlm::BlockedLimits::default().max_total)]
+    nlm_max_blocked: usize,
+    /// Blocking NLM LOCKs one client host may have waiting.
+    #[arg(long, default_value_t = nfs_server::nlm::BlockedLimits::default().max_per_host)]
+    nlm_max_blocked_per_host: usize,
+    /// The rpcbind port of NFSv3 client hosts, asked for their status
+    /// monitor when the server tells them of its restart (SM_NOTIFY) and
+    /// for their lock manager when a blocked lock is granted (GRANTED).
+    #[arg(long, default_value_t = 111)]
+    sm_notify_port: u16,
+    /// The name the server gives itself in SM_NOTIFY (`mon_name`, as
+    /// sm-notify's `-v`): clients' status monitors match it against the
+    /// name or address they mounted the server by. Default: the host name.
+    #[arg(long, value_name = "NAME")]
+    nsm_name: Option<String>,
     /// Credits granted per RDMA connection (receive buffers posted).
     #[arg(long, default_value_t = 64)]
     rdma_credits: u32,
@@ -336,6 +353,10 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     config.nlm_limits = nfs_server::nlm::NlmLimits {
         max_hosts: args.nlm_max_hosts,
         max_locks_per_host: args.nlm_max_locks_per_host,
+        blocked: nfs_server::nlm::BlockedLimits {
+            max_total: args.nlm_max_blocked,
+            max_per_host: args.nlm_max_blocked_per_host,
+        },
     };
     config.state_dir = Some(
         args.state_dir
@@ -343,6 +364,8 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .unwrap_or_else(nfs_server::StateDir::default_path),
     );
     config.grace_time = std::time::Duration::from_secs(args.grace_time);
+    config.sm_notify_port = args.sm_notify_port;
+    config.nsm_name = args.nsm_name.clone();
     if !args.data_servers.is_empty() {
         let ds = args
             .data_servers
