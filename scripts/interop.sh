@@ -86,7 +86,11 @@
 # VERBS_BENCH_MIB (128), VERBS_BENCH_OPS (1000), VERBS_BENCH_TIMEOUT (2400 s).
 # Phase conformance: CONF_TCP_PORT / CONF_RDMA_PORT / CONF_MOUNT_PORT /
 # CONF_RPCBIND_PORT / CONF_METRICS_PORT (12080 / 12081 / 12082 / 12083 /
-# 12084), CONF_PROTOS ("tcp rdma"), CONF_RUST_LOG (info).
+# 12084), CONF_SMNOTIFY_PORT (12085, host -> guest rpcbind for SM_NOTIFY),
+# CONF_STATD_PORT (12086, the guest statd's port, forwarded 1:1),
+# CONF_LOCKD_PORT (12087, the guest lockd's port for GRANTED, forwarded 1:1),
+# CONF_GRACE (15 s, the server's --grace-time), CONF_PROTOS ("tcp rdma"),
+# CONF_RUST_LOG (info).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # Where cargo puts binaries: CARGO_TARGET_DIR when set, else target/ in the checkout.
@@ -123,6 +127,10 @@ CONF_RDMA_PORT=${CONF_RDMA_PORT:-12081}
 CONF_MOUNT_PORT=${CONF_MOUNT_PORT:-12082}
 CONF_RPCBIND_PORT=${CONF_RPCBIND_PORT:-12083}
 CONF_METRICS_PORT=${CONF_METRICS_PORT:-12084}
+CONF_SMNOTIFY_PORT=${CONF_SMNOTIFY_PORT:-12085}
+CONF_STATD_PORT=${CONF_STATD_PORT:-12086}
+CONF_LOCKD_PORT=${CONF_LOCKD_PORT:-12087}
+CONF_GRACE=${CONF_GRACE:-15}
 CONF_PROTOS=${CONF_PROTOS:-tcp rdma}
 VERBS_BULK_MIB=${VERBS_BULK_MIB:-100}
 VERBS_XDEV_MIB=${VERBS_XDEV_MIB:-16}
@@ -553,16 +561,24 @@ coherence_phase() {
 # (NLM for the v3 mount without nolock) name the host ports. Afterwards the
 # server's own COPY counter (`serve --metrics`, nfs4_ops_total) must
 # have counted a successful COPY per transport.
-F_PID=; F_EXPORT=; F_TCPDUMP_PID=
+F_PID=; F_EXPORT=; F_TCPDUMP_PID=; F_VM_PID=
 conformance_cleanup() {
+    [ -n "$F_VM_PID" ] && kill "$F_VM_PID" 2>/dev/null && wait "$F_VM_PID" 2>/dev/null
     [ -n "$F_TCPDUMP_PID" ] && kill -INT "$F_TCPDUMP_PID" 2>/dev/null
-    [ -n "$F_PID" ] && kill -INT "$F_PID" 2>/dev/null && wait "$F_PID" 2>/dev/null
+    if [ -n "$F_PID" ] && kill -INT "$F_PID" 2>/dev/null; then
+        for _ in $(seq 100); do kill -0 "$F_PID" 2>/dev/null || break; sleep 0.1; done
+    fi
     [ -n "$F_EXPORT" ] && rm -rf "$F_EXPORT"
+}
+# conf_copies: successful COPYs the running conformance server counted
+conf_copies() {
+    curl -s "http://127.0.0.1:$CONF_METRICS_PORT/metrics" |
+        awk '/^nfs4_ops_total\{/ && /op="COPY"/ && /status="NFS4_OK"/ {n += $NF} END {print n + 0}'
 }
 conformance_phase() {
     local G=$OUT/guest-conformance p rc t0 log=$OUT/server-conformance.log n_pass n_fail
     local ports="$CONF_TCP_PORT $CONF_RDMA_PORT $CONF_MOUNT_PORT $CONF_RPCBIND_PORT $CONF_METRICS_PORT"
-    for p in $ports; do
+    for p in $ports $CONF_SMNOTIFY_PORT $CONF_STATD_PORT $CONF_LOCKD_PORT; do
         if [ -n "$(ss -Hltn "sport = :$p")" ]; then
             fail "conformance: host port $p is in use; set CONF_*_PORT"; return
         fi
@@ -572,15 +588,27 @@ conformance_phase() {
     F_EXPORT=$(mktemp -d "$OUT/conformance-export.XXXXXX")
     chmod 0777 "$F_EXPORT"; touch "$F_EXPORT/marker"
     echo "== nfsrdma serve $F_EXPORT: TCP :$CONF_TCP_PORT, RDMA :$CONF_RDMA_PORT, MOUNT :$CONF_MOUNT_PORT, rpcbind :$CONF_RPCBIND_PORT"
-    RUST_LOG=${CONF_RUST_LOG:-info} "$BIN" serve "$F_EXPORT" --transports tcp,rdma --addr 127.0.0.1 \
-        --port "$CONF_TCP_PORT" --rdma-port "$CONF_RDMA_PORT" --mount-port "$CONF_MOUNT_PORT" \
-        --rpcbind-port "$CONF_RPCBIND_PORT" --metrics "127.0.0.1:$CONF_METRICS_PORT" --no-root-squash \
-        --state-dir "$OUT/state-conformance" > "$log" 2>&1 &
-    F_PID=$!
-    for p in $ports; do
-        for _ in $(seq 50); do [ -n "$(ss -Hltn "sport = :$p")" ] && break; sleep 0.1; done
-        [ -n "$(ss -Hltn "sport = :$p")" ] || { fail "conformance: no server on :$p (log: $log)"; conformance_cleanup; F_PID=; F_EXPORT=; return; }
-    done
+    # SM_NOTIFY after a restart goes to the guest's rpcbind (host
+    # :$CONF_SMNOTIFY_PORT -> guest :111) naming the server as the guest
+    # mounted it (10.0.2.100), and from there to the guest's statd on
+    # :$CONF_STATD_PORT (forwarded 1:1).
+    conf_start() {
+        RUST_LOG=${CONF_RUST_LOG:-info} "$BIN" serve "$F_EXPORT" --transports tcp,rdma --addr 127.0.0.1 \
+            --port "$CONF_TCP_PORT" --rdma-port "$CONF_RDMA_PORT" --mount-port "$CONF_MOUNT_PORT" \
+            --rpcbind-port "$CONF_RPCBIND_PORT" --metrics "127.0.0.1:$CONF_METRICS_PORT" --no-root-squash \
+            --grace-time "$CONF_GRACE" --sm-notify-port "$CONF_SMNOTIFY_PORT" --nsm-name 10.0.2.100 \
+            --state-dir "$OUT/state-conformance" >> "$log" 2>&1 &
+        F_PID=$!
+    }
+    conf_listening() {
+        for p in $ports; do
+            for _ in $(seq 50); do [ -n "$(ss -Hltn "sport = :$p")" ] && break; sleep 0.1; done
+            [ -n "$(ss -Hltn "sport = :$p")" ] || return 1
+        done
+    }
+    : > "$log"; : > "$OUT/conformance-copies"
+    conf_start
+    conf_listening || { fail "conformance: no server on :$p (log: $log)"; conformance_cleanup; F_PID=; F_EXPORT=; return; }
     if [ "$CAPTURE" = 1 ]; then # NFS, NLM and rpcbind over TCP (RDMA traffic is not decoded here)
         tcpdump -i lo -s 0 -B 262144 -U -w "$OUT/conformance-tcp.pcap" \
             "tcp port $CONF_TCP_PORT or tcp port $CONF_RPCBIND_PORT" > /dev/null 2> "$OUT/tcpdump-conformance.log" &
@@ -590,13 +618,31 @@ conformance_phase() {
     echo "== kpeer: kernel client conformance over $CONF_PROTOS (v4.0, v4.2, v3 with NLM)"
     t0=$(date +%s)
     # shellcheck disable=SC2086
-    KPEER_HOSTFWD=none \
+    KPEER_HOSTFWD="$CONF_SMNOTIFY_PORT:111 $CONF_STATD_PORT:$CONF_STATD_PORT $CONF_LOCKD_PORT:$CONF_LOCKD_PORT" \
     KPEER_GUESTFWD="2049:$CONF_TCP_PORT 20049:$CONF_RDMA_PORT 20048:$CONF_MOUNT_PORT 111:$CONF_RPCBIND_PORT $CONF_TCP_PORT:$CONF_TCP_PORT $CONF_MOUNT_PORT:$CONF_MOUNT_PORT" \
-        bash "$KPEER/run.sh" "$ROOT/interop/guest/conformance.sh" "$G" -- "$F_EXPORT" $CONF_PROTOS \
-        > "$OUT/run-conformance.log" 2>&1
-    rc=$?
+        bash "$KPEER/run.sh" "$ROOT/interop/guest/conformance.sh" "$G" -- "$F_EXPORT" "$CONF_STATD_PORT" "$CONF_LOCKD_PORT" $CONF_PROTOS \
+        > "$OUT/run-conformance.log" 2>&1 &
+    F_VM_PID=$!
+    local n=1
+    # The guest asks for a server restart under held locks (restart-server-N
+    # in its output dir): same export and state directory, new process.
+    while kill -0 "$F_VM_PID" 2>/dev/null; do
+        if [ -e "$G/restart-server-$n" ]; then
+            conf_copies >> "$OUT/conformance-copies" # the counters restart with it
+            kill -INT "$F_PID"
+            for _ in $(seq 100); do kill -0 "$F_PID" 2>/dev/null || break; sleep 0.1; done
+            wait "$F_PID" 2>/dev/null
+            echo "--- restart $n at $(date +%T.%N)" >> "$log"
+            conf_start
+            conf_listening && touch "$G/server-restarted-$n"
+            n=$((n + 1))
+        fi
+        sleep 0.2
+    done
+    wait "$F_VM_PID"; rc=$?; F_VM_PID=
     [ -n "$F_TCPDUMP_PID" ] && { sleep 0.5; kill -INT "$F_TCPDUMP_PID"; wait "$F_TCPDUMP_PID" 2>/dev/null; F_TCPDUMP_PID=; }
     grep -E '^(PASS|FAIL|INFO)' "$G/guest.log" 2>/dev/null | sed 's/^/  guest: /'
+    grep -E 'restart [0-9]|SM_NOTIFY|grace period' "$log" | sed 's/^/  server: /'
     n_pass=$(grep -c '^PASS' "$G/guest.log" 2>/dev/null)
     n_fail=$(grep -c '^FAIL' "$G/guest.log" 2>/dev/null)
     if [ "$rc" = 0 ]; then
@@ -606,8 +652,7 @@ conformance_phase() {
     fi
     local copies want
     want=$(echo $CONF_PROTOS | wc -w)
-    copies=$(curl -s "http://127.0.0.1:$CONF_METRICS_PORT/metrics" |
-        awk '/^nfs4_ops_total\{/ && /op="COPY"/ && /status="NFS4_OK"/ {n += $NF} END {print n + 0}')
+    copies=$( (cat "$OUT/conformance-copies"; conf_copies) | awk '{n += $1} END {print n + 0}')
     if [ "$copies" -ge "$want" ]; then
         pass "conformance-server-counted-COPY: $copies successful COPY operations (nfs4_ops_total)"
     else

@@ -1,5 +1,5 @@
 #!/bin/bash
-# interop/guest/conformance.sh EXPORT [PROTOS...]
+# interop/guest/conformance.sh EXPORT STATD_PORT LOCKD_PORT [PROTOS...]
 # Runs INSIDE the kpeer guest (via interop/kpeer/run.sh, started by
 # scripts/interop.sh, phase "conformance"; issue 14 item 8). The Linux
 # kernel client against `nfsrdma serve` on the host, for each transport of
@@ -24,12 +24,22 @@
 #       (NLM lock vs NFSv4 LOCK, NFS4ERR_DENIED); after the v3 holder
 #       releases, the v4 process gets it; while the v4 process holds it the
 #       v3 process is refused (NLM4_DENIED), and gets it after the release.
+#       A blocking fcntl lock (F_SETLKW) on the v3 mount waits while a v3
+#       and then a v4.2 process holds the range, and is granted by the
+#       server's GRANTED call (to lockd on LOCKD_PORT) once it is released.
+#       Then the host restarts the server (restart-server-N in the output
+#       dir; it answers with server-restarted-N) while each mount holds a
+#       lock: the v3 one is reclaimed after the server's SM_NOTIFY (reaching
+#       this statd on STATD_PORT through a host forward), the v4.2 one in
+#       the NFSv4 grace period; each mount is refused the other's lock
+#       after the restart and gets it after the release.
 # Prints one "PASS <proto>/<vers>/<check>" or "FAIL ...: why" line per check,
 # "INFO" lines with mountstats, and exits 1 if any check failed.
 . "$KPEER_IN/guest/lib.sh"
 cd "$KPEER_OUT" || exit 1
-EXPORT=${1:?export path}; shift
+EXPORT=${1:?export path}; STATD_PORT=${2:?statd port}; LOCKD_PORT=${3:?lockd port}; shift 3
 PROTOS=${*:-tcp rdma}
+RS=0
 SRV=$HOST_IP
 FAILS=0
 TAG=
@@ -45,12 +55,12 @@ expect() { # name want command... : PASS if the command prints want
     if [ "$got" = "$want" ]; then pass "$name ($got)"; else fail "$name: want '$want', got '$got'"; fi
 }
 
-# lk try|hold PATH [RELEASE_FILE]: an exclusive fcntl (POSIX) lock on bytes
-# 0-99 of PATH. try: prints "got" (and unlocks) or "busy". hold: takes it,
+# lk try|wait|hold PATH [RELEASE_FILE]: an exclusive fcntl (POSIX) lock on
+# bytes 0-99 of PATH. try: prints "got" (and unlocks) or "busy". wait: the
+# same, blocking (F_SETLKW) until it gets it. hold: takes it,
 # creates RELEASE_FILE.held, waits for RELEASE_FILE, unlocks, prints
 # "released".
-lk() {
-    python3 - "$@" <<'EOF'
+cat > /tmp/lk.py <<'EOF'
 import errno, fcntl, os, sys, time
 mode, path = sys.argv[1], sys.argv[2]
 fd = os.open(path, os.O_RDWR)
@@ -62,6 +72,12 @@ if mode == "try":
         sys.exit(0)
     fcntl.lockf(fd, fcntl.LOCK_UN, 100, 0)
     print("got")
+elif mode == "wait":
+    t = time.time()
+    fcntl.lockf(fd, fcntl.LOCK_EX, 100, 0)
+    print("waited %.1f s" % (time.time() - t), file=sys.stderr)
+    fcntl.lockf(fd, fcntl.LOCK_UN, 100, 0)
+    print("got")
 else:
     rel = sys.argv[3]
     try:
@@ -70,14 +86,14 @@ else:
         open(rel + ".failed", "w").write(str(e))
         sys.exit(1)
     open(rel + ".held", "w").close()
-    for _ in range(1200):
+    for _ in range(3000):
         if os.path.exists(rel):
             break
         time.sleep(0.1)
     fcntl.lockf(fd, fcntl.LOCK_UN, 100, 0)
     print("released")
 EOF
-}
+lk() { python3 /tmp/lk.py "$@"; }
 # hold_lock PATH NAME: starts a holder in the background; 0 once it holds
 hold_lock() {
     rm -f "/tmp/$2" "/tmp/$2.held" "/tmp/$2.failed"
@@ -150,8 +166,28 @@ fi
 # rpcbind, and rpc.statd monitors the server (mount.nfs refuses a v3 mount
 # without nolock when statd is not running).
 mkdir -p /run/rpcbind /var/lib/nfs/sm /var/lib/nfs/sm.bak
+# The kernel's lockd on a fixed TCP port, forwarded from the host, so that
+# the server's GRANTED calls for blocked locks reach it. The client's lockd
+# takes GRANTED only from the address it sent the LOCK to ($SRV), while the
+# host's connections arrive from slirp's 10.0.2.2: a stateless NAT on eth0
+# (tc act_nat) makes those to the lockd port come from $SRV, and their
+# replies go back to 10.0.2.2.
+modprobe lockd 2>/dev/null
+echo "$LOCKD_PORT" > /proc/sys/fs/nfs/nlm_tcpport
+if modprobe -a sch_ingress cls_flower act_nat 2>/dev/null &&
+    tc qdisc add dev eth0 clsact &&
+    tc filter add dev eth0 ingress protocol ip flower ip_proto tcp src_ip "$SLIRP_HOST_IP" dst_port "$LOCKD_PORT" \
+        action nat egress "$SLIRP_HOST_IP/32" "$SRV" &&
+    tc filter add dev eth0 egress protocol ip flower ip_proto tcp dst_ip "$SRV" src_port "$LOCKD_PORT" \
+        action nat ingress "$SRV/32" "$SLIRP_HOST_IP"; then
+    echo "INFO lockd on :$LOCKD_PORT, host connections to it NATed to come from $SRV"
+else
+    echo "INFO tc NAT for lockd not set up: GRANTED calls will be refused (the client polls every 30 s)"
+fi
 pidof rpcbind > /dev/null || rpcbind -w
-pidof rpc.statd > /dev/null || rpc.statd --no-notify
+# statd on a fixed port, forwarded from the host, so that the server's
+# SM_NOTIFY after its restart reaches it (host -> guest :111 -> this port).
+pidof rpc.statd > /dev/null || rpc.statd --no-notify --port "$STATD_PORT"
 sleep 0.5
 if pidof rpc.statd > /dev/null; then echo "PASS statd-running ($(rpcinfo -p 127.0.0.1 | grep -c status) registrations)"; else echo "FAIL statd-running"; FAILS=$((FAILS + 1)); fi
 
@@ -229,6 +265,59 @@ for P in $PROTOS; do
     check "v4-lock-released" release_lock v4hold
     expect "v3-gets-it-after-release" got lk try "$M/$F"
     wait
+
+    # Blocking locks (F_SETLKW) on the v3 mount: the server answers
+    # NLM4_BLOCKED, and when the holder (another process on the v3 mount,
+    # then one on the v4.2 mount) releases, it takes the lock for the
+    # waiter and calls the guest's lockd with GRANTED (XNFS NLM). The wait
+    # ends within a few seconds of the release; without the GRANTED call
+    # the kernel would find out only at its next poll (30 s).
+    for H in "$M" "$M2"; do
+        HT=$([ "$H" = "$M" ] && echo v3 || echo v4)
+        check "$HT-holder-for-blocking-waiter" hold_lock "$H/$F" bhold
+        rm -f /tmp/bwait.out /tmp/bwait.err
+        timeout 120 python3 /tmp/lk.py wait "$M/$F" > /tmp/bwait.out 2> /tmp/bwait.err &
+        wpid=$!
+        sleep 3
+        check "v3-F_SETLKW-waits-while-$HT-holds" sh -c "kill -0 $wpid && ! grep -q got /tmp/bwait.out"
+        t0=$SECONDS
+        check "$HT-holder-released" release_lock bhold
+        wait $wpid
+        expect "v3-F_SETLKW-granted-after-$HT-release" got cat /tmp/bwait.out
+        echo "INFO $TAG blocking lock after a $HT holder: $(tail -1 /tmp/bwait.err) (release to grant: $((SECONDS - t0)) s)"
+        check "v3-granted-by-callback-not-poll-after-$HT-release" sh -c "grep -q got /tmp/bwait.out && test $((SECONDS - t0)) -lt 20"
+    done
+
+    # A server restart under held locks (issue 14 item 8): the v3 mount's
+    # lock comes back through NSM (the restarted server's SM_NOTIFY to this
+    # statd, XNFS SM; the kernel's lockd reclaims with `reclaim` set in the
+    # NLM grace period), the v4.2 mount's through the NFSv4 grace period
+    # (RFC 8881 §8.4.2.1: LOCK with `reclaim`). Each mount then sees the
+    # other's lock still held, and gets it once the holder releases.
+    RS=$((RS + 1))
+    check "create-restart-files" sh -c "echo a > $M/rs3-$P && echo b > $M/rs4-$P"
+    check "restart-v3-lock-held" hold_lock "$M/rs3-$P" rs3hold
+    check "restart-v4-lock-held" hold_lock "$M2/rs4-$P" rs4hold
+    t0=$SECONDS
+    touch "restart-server-$RS"
+    for _ in $(seq 600); do [ -e "server-restarted-$RS" ] && break; sleep 0.1; done
+    check "server-restarted" test -e "server-restarted-$RS"
+    t1=$SECONDS
+    # The v4.2 mount learns of the restart at its next call (BADSESSION,
+    # then STALE_CLIENTID: a new client id, then its reclaims).
+    check "v4-call-after-restart" timeout 120 sh -c "echo c > $M2/rs-poke-$P"
+    t2=$SECONDS
+    expect "v4-refused-v3-lock-reclaimed-via-SM_NOTIFY" busy timeout 120 python3 /tmp/lk.py try "$M2/rs3-$P"
+    expect "v3-refused-v4-lock-reclaimed-in-grace" busy timeout 120 python3 /tmp/lk.py try "$M/rs4-$P"
+    t3=$SECONDS
+    echo "INFO $TAG restart: server back after $((t1 - t0)) s, first v4 call done after $((t2 - t1)) s, both reclaimed locks seen held $((t3 - t1)) s after the restart"
+    echo "INFO $TAG statd: $(grep -c . /var/lib/nfs/sm/* 2>/dev/null | tr '\n' ' ')"
+    check "restart-v3-lock-released" release_lock rs3hold
+    check "restart-v4-lock-released" release_lock rs4hold
+    expect "v4-gets-v3-lock-after-release" got timeout 60 python3 /tmp/lk.py try "$M2/rs3-$P"
+    expect "v3-gets-v4-lock-after-release" got timeout 60 python3 /tmp/lk.py try "$M/rs4-$P"
+    wait
+    rm -f "$M/rs3-$P" "$M/rs4-$P" "$M/rs-poke-$P"
     echo "INFO $TAG lockd/statd: $(rpcinfo -p 127.0.0.1 2>/dev/null | awk '$5 ~ /nlockmgr|status/ {print $5"/"$2"/"$3}' | sort -u | tr '\n' ' ')"
     check "rm-lock-file" rm -f "$M/$F"
     check "umount-v4.2-second" umount $M2
