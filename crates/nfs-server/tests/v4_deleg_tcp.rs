@@ -49,6 +49,9 @@ struct CbState {
     stall: AtomicBool,
     /// CB_RECALL answers only after this long.
     recall_delay_ms: AtomicU32,
+    /// CB_RECALL answers only once this many CB_COMPOUNDs run at once
+    /// (or after 5 s): proves concurrency without racing a fixed delay.
+    recall_gate: AtomicUsize,
     /// CB_COMPOUNDs running now, and the most at once.
     running: AtomicUsize,
     most: AtomicUsize,
@@ -93,6 +96,17 @@ impl CbService {
         }
     }
 
+    /// Waits until `recall_gate` CB_COMPOUNDs have run at once, at most
+    /// 5 s (the most at once, not the count now: the first to be let go
+    /// lowers that).
+    async fn wait_for_gate(&self) {
+        let gate = self.st.recall_gate.load(Ordering::SeqCst);
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        while self.st.most.load(Ordering::SeqCst) < gate && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     async fn compound(&self, ctx: CallContext, args: Bytes) -> Result<XdrBuf, ServiceError> {
         if self.st.stall.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
@@ -108,6 +122,7 @@ impl CbService {
             if matches!(op, NfsCbArgop4::Recall(_)) {
                 let ms = self.st.recall_delay_ms.load(Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(u64::from(ms))).await;
+                self.wait_for_gate().await;
             }
             if !matches!(op, NfsCbArgop4::Sequence(_)) {
                 let _ = self.seen.send(Seen {
@@ -791,7 +806,16 @@ async fn several_recalls_run_at_once_on_distinct_slots_within_the_grant() {
             let (deleg, fh) = opened(&a.open(f, OPEN4_SHARE_ACCESS_BOTH).await);
             held.push((fh, write_deleg(&deleg)));
         }
-        a.st.recall_delay_ms.store(150, Ordering::SeqCst);
+        // Three slots: each recall is held until all three run at once
+        // (a server that ran them one by one would hold each 5 s and
+        // fail below). One slot: a delay, so a second recall sent while
+        // the first is unanswered would show as two at once.
+        if granted == 3 {
+            a.st.recall_gate.store(3, Ordering::SeqCst);
+        } else {
+            a.st.recall_gate.store(0, Ordering::SeqCst);
+            a.st.recall_delay_ms.store(150, Ordering::SeqCst);
+        }
         for f in files {
             let r = b.open(f, OPEN4_SHARE_ACCESS_READ).await;
             assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
