@@ -111,7 +111,9 @@ mod tests {
         for i in 0..MAX_ORPHANS {
             assert!(o.keep(Bytes::from(i.to_be_bytes().to_vec()), fd()));
         }
+        let trips = ORPHANS.count();
         assert!(!o.keep(Bytes::from_static(b"one more"), fd()));
+        assert!(ORPHANS.count() > trips, "the refusal is counted");
         assert!(
             o.keep(Bytes::from(0usize.to_be_bytes().to_vec()), fd()),
             "a kept one again"
