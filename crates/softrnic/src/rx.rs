@@ -13,7 +13,7 @@
 //! [`MrTable::place_direct`]: rnic::MrTable::place_direct
 
 use std::io::{self, IoSliceMut};
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 
 use iwarp::conn::{PlaceTarget, Placement};
 use iwarp::deframe::{self, FpduShape};
@@ -241,12 +241,7 @@ fn feed_small(sh: &Shared, bytes: &[u8]) -> Result<(), RxEnd> {
             }
         }
     }
-    core.pump(&sh.ctx);
-    let wake = needs_tx(&st);
-    drop(st);
-    if wake {
-        sh.tx_wake.notify_one();
-    }
+    pump_and_wake(sh, st);
     result
 }
 
@@ -273,15 +268,21 @@ fn feed(sh: &Shared, bytes: &[u8]) -> Result<(), RxEnd> {
             }
         }
     }
-    core.pump(&sh.ctx);
+    pump_and_wake(sh, st);
+    result
+}
+
+/// Lets the engine post what the bytes just fed produced, releases the
+/// lock, and wakes the transmit task if it has work. Responses (Read
+/// Responses, a Terminate) go out from that task, which batches those of
+/// several inbound FPDUs into one write.
+fn pump_and_wake(sh: &Shared, mut st: MutexGuard<'_, Locked>) {
+    st.core.pump(&sh.ctx);
     let wake = needs_tx(&st);
     drop(st);
-    // Responses (Read Responses, a Terminate) go out from the transmit task,
-    // which batches those of several inbound FPDUs into one write.
     if wake {
         sh.tx_wake.notify_one();
     }
-    result
 }
 
 /// Whether the transmit task has work: FPDUs to send, or a stream to end.
