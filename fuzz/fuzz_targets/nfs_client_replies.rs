@@ -66,6 +66,7 @@ fuzz_target!(|data: &[u8]| {
         block_size: Some(4096),
         dir_bytes: Some(1024),
         commit_window: 16 << 10,
+        ..IoOptions::default()
     };
     let nfs = Nfs3Client::new(Scripted(Mutex::new(replies)), OpaqueAuth::NONE);
     let Ok(m) = run(Mount::new(nfs, fh.clone(), io)) else {

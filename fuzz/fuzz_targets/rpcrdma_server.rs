@@ -14,17 +14,16 @@
 //! (paused tokio clock): the run ends when nothing more can happen.
 #![no_main]
 
-use std::sync::Arc;
-use std::time::Duration;
+mod rdma_peer;
 
-use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
+
 use libfuzzer_sys::fuzz_target;
 use oncrpc::echo::EchoService;
 use oncrpc::Server;
 use rnic::loopback::LoopbackNetwork;
-use rnic::{Access, CompletionQueue, Device, QpConfig, QueuePair, RecvWr, SendWr, WcOpcode};
+use rnic::Device;
 use rpcrdma::transport::{RdmaListener, RdmaServerConfig};
-use rpcrdma::wire::Limits;
 
 /// Receive buffers the peer keeps posted.
 const RECVS: u64 = 16;
@@ -47,69 +46,12 @@ async fn run(data: &[u8]) {
     let addr = listener.local_addr();
     listener.spawn();
     let pd = cdev.alloc_pd();
-    let pattern: BytesMut = (0..4096u32).map(|i| (i % 251) as u8).collect();
-    let _mr = pd
-        .register(pattern, Access::REMOTE_READ | Access::REMOTE_WRITE)
-        .expect("one region");
-    let mut qcfg = QpConfig::new(CompletionQueue::new(256));
-    qcfg.initial_recvs = (0..RECVS)
-        .map(|i| RecvWr {
-            wr_id: i,
-            buf: BytesMut::with_capacity(8192),
-        })
-        .collect();
-    let Ok(conn) = cdev.connect(&pd, &addr, qcfg).await else {
+    let _mr = rdma_peer::pattern_region(&pd);
+    let Ok(conn) = cdev.connect(&pd, &addr, rdma_peer::qp_config(RECVS)).await else {
         panic!("loopback connect failed");
     };
-    let qp = conn.qp;
-    let mut rest = data;
-    let mut id = 1000;
-    while !rest.is_empty() {
-        let (msg, next) = match rest {
-            [a, b, more @ ..] => {
-                let n = usize::from(u16::from_be_bytes([*a, *b])).min(more.len());
-                more.split_at(n)
-            }
-            _ => (rest, &[][..]),
-        };
-        rest = next;
-        id += 1;
-        let wr = SendWr {
-            wr_id: id,
-            data: vec![Bytes::copy_from_slice(msg)],
-            solicited: false,
-            invalidate: None,
-        };
-        if qp.post_send(wr).is_err() {
-            break;
-        }
-    }
-    let limits = Limits::default();
-    loop {
-        let wc = match tokio::time::timeout(Duration::from_secs(5), qp.recv_cq().next()).await {
-            Ok(Ok(wc)) => wc,
-            _ => break,
-        };
-        if wc.opcode != WcOpcode::Recv || wc.status != rnic::WcStatus::Success {
-            continue;
-        }
-        let mut b = wc.buf.unwrap_or_default();
-        b.truncate(wc.byte_len as usize);
-        let v1 = rpcrdma::wire::v1::Header::parse(&b, &limits).is_ok();
-        let v2 = rpcrdma::wire::v2::Header::parse(&b, &limits).is_ok();
-        assert!(v1 || v2, "server sent an undecodable header: {b:02x?}");
-        let _ = qp.post_recv(RecvWr {
-            wr_id: wc.wr_id,
-            buf: BytesMut::with_capacity(8192),
-        });
-    }
+    rdma_peer::post_records(&conn.qp, data);
+    rdma_peer::drain_checked(&conn.qp, "server").await;
 }
 
-fuzz_target!(|data: &[u8]| {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .expect("runtime");
-    rt.block_on(run(data));
-});
+fuzz_target!(|data: &[u8]| rdma_peer::block_on_paused(run(data)));

@@ -14,6 +14,8 @@
 //! (paused tokio clock).
 #![no_main]
 
+mod rdma_peer;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,10 +24,9 @@ use libfuzzer_sys::fuzz_target;
 use oncrpc::echo::{EchoClient, EchoService};
 use oncrpc::Server;
 use rnic::loopback::LoopbackNetwork;
-use rnic::{Access, CompletionQueue, Device, QpConfig, QueuePair, RecvWr, SendWr, WcOpcode};
+use rnic::{Device, QueuePair, RecvWr};
 use rpcrdma::transport::{RdmaListener, RdmaServerConfig};
 use rpcrdma::wire::v2::{Flags, Header, Properties, RvReqSup};
-use rpcrdma::wire::Limits;
 
 async fn run(data: &[u8]) {
     let net = LoopbackNetwork::new(0);
@@ -47,18 +48,8 @@ async fn run(data: &[u8]) {
     let backchannels = listener.backchannels();
     listener.spawn();
     let pd = cdev.alloc_pd();
-    let pattern: BytesMut = (0..4096u32).map(|i| (i % 251) as u8).collect();
-    let _mr = pd
-        .register(pattern, Access::REMOTE_READ | Access::REMOTE_WRITE)
-        .expect("one region");
-    let mut qcfg = QpConfig::new(CompletionQueue::new(256));
-    qcfg.initial_recvs = (0..16)
-        .map(|i| RecvWr {
-            wr_id: i,
-            buf: BytesMut::with_capacity(8192),
-        })
-        .collect();
-    let Ok(conn) = cdev.connect(&pd, &addr, qcfg).await else {
+    let _mr = rdma_peer::pattern_region(&pd);
+    let Ok(conn) = cdev.connect(&pd, &addr, rdma_peer::qp_config(16)).await else {
         panic!("loopback connect failed");
     };
     let qp = conn.qp;
@@ -72,15 +63,7 @@ async fn run(data: &[u8]) {
         flags: Flags::default(),
         body: rpcrdma::wire::v2::Body::ConnProp(props.to_propset()),
     });
-    let post = |id: u64, b: Bytes| {
-        qp.post_send(SendWr {
-            wr_id: id,
-            data: vec![b],
-            solicited: false,
-            invalidate: None,
-        })
-    };
-    if post(999, connprop).is_err() {
+    if rdma_peer::post(&qp, 999, connprop).is_err() {
         return;
     }
     // The server's answer to the CONNPROP.
@@ -98,52 +81,12 @@ async fn run(data: &[u8]) {
             );
         }))
     });
-    let mut rest = data;
-    let mut id = 1000;
-    while !rest.is_empty() {
-        let (msg, next) = match rest {
-            [a, b, more @ ..] => {
-                let n = usize::from(u16::from_be_bytes([*a, *b])).min(more.len());
-                more.split_at(n)
-            }
-            _ => (rest, &[][..]),
-        };
-        rest = next;
-        id += 1;
-        if post(id, Bytes::copy_from_slice(msg)).is_err() {
-            break;
-        }
-    }
-    let limits = Limits::default();
-    loop {
-        let wc = match tokio::time::timeout(Duration::from_secs(5), qp.recv_cq().next()).await {
-            Ok(Ok(wc)) => wc,
-            _ => break,
-        };
-        if wc.opcode != WcOpcode::Recv || wc.status != rnic::WcStatus::Success {
-            continue;
-        }
-        let mut b = wc.buf.unwrap_or_default();
-        b.truncate(wc.byte_len as usize);
-        let v1 = rpcrdma::wire::v1::Header::parse(&b, &limits).is_ok();
-        let v2 = rpcrdma::wire::v2::Header::parse(&b, &limits).is_ok();
-        assert!(v1 || v2, "server sent an undecodable header: {b:02x?}");
-        let _ = qp.post_recv(RecvWr {
-            wr_id: wc.wr_id,
-            buf: BytesMut::with_capacity(8192),
-        });
-    }
+    rdma_peer::post_records(&qp, data);
+    rdma_peer::drain_checked(&qp, "server").await;
     qp.disconnect();
     if let Some(c) = calls {
         c.abort();
     }
 }
 
-fuzz_target!(|data: &[u8]| {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .expect("runtime");
-    rt.block_on(run(data));
-});
+fuzz_target!(|data: &[u8]| rdma_peer::block_on_paused(run(data)));

@@ -17,21 +17,18 @@
 //! Time is virtual (paused tokio clock).
 #![no_main]
 
-use std::sync::Arc;
-use std::time::Duration;
+mod rdma_peer;
 
-use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
+
+use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use oncrpc::echo::{EchoClient, EchoService};
 use oncrpc::Server;
 use rnic::loopback::LoopbackNetwork;
-use rnic::{
-    Access, CompletionQueue, ConnectRequest, Device, Listener, QpConfig, QueuePair, RecvWr, SendWr,
-    WcOpcode,
-};
+use rnic::{ConnectRequest, Device, Listener};
 use rpcrdma::plan::Version;
 use rpcrdma::transport::{RdmaClient, RdmaClientConfig};
-use rpcrdma::wire::Limits;
 
 async fn run(data: &[u8]) {
     let net = LoopbackNetwork::new(0);
@@ -42,19 +39,10 @@ async fn run(data: &[u8]) {
     };
     let addr = listener.local_addr();
     let pd = sdev.alloc_pd();
-    let pattern: BytesMut = (0..4096u32).map(|i| (i % 251) as u8).collect();
-    let _mr = pd
-        .register(pattern, Access::REMOTE_READ | Access::REMOTE_WRITE)
-        .expect("one region");
+    let _mr = rdma_peer::pattern_region(&pd);
     let accept = async {
         let req = listener.accept_request().await.expect("request");
-        let mut cfg = QpConfig::new(CompletionQueue::new(256));
-        cfg.initial_recvs = (0..16)
-            .map(|i| RecvWr {
-                wr_id: i,
-                buf: BytesMut::with_capacity(8192),
-            })
-            .collect();
+        let mut cfg = rdma_peer::qp_config(16);
         cfg.private_data = vec![0xf6, 0xab, 0x0e, 0x18, 1, 0, 3, 3];
         req.accept(&pd, cfg).await.expect("accept")
     };
@@ -74,56 +62,10 @@ async fn run(data: &[u8]) {
     let calls = tokio::spawn(async move {
         let _ = tokio::join!(echo.null(), echo.echo(Bytes::from(vec![5u8; 6000])));
     });
-    let mut rest = data;
-    let mut id = 1000;
-    while !rest.is_empty() {
-        let (msg, next) = match rest {
-            [a, b, more @ ..] => {
-                let n = usize::from(u16::from_be_bytes([*a, *b])).min(more.len());
-                more.split_at(n)
-            }
-            _ => (rest, &[][..]),
-        };
-        rest = next;
-        id += 1;
-        let wr = SendWr {
-            wr_id: id,
-            data: vec![Bytes::copy_from_slice(msg)],
-            solicited: false,
-            invalidate: None,
-        };
-        if qp.post_send(wr).is_err() {
-            break;
-        }
-    }
-    let limits = Limits::default();
-    loop {
-        let wc = match tokio::time::timeout(Duration::from_secs(5), qp.recv_cq().next()).await {
-            Ok(Ok(wc)) => wc,
-            _ => break,
-        };
-        if wc.opcode != WcOpcode::Recv || wc.status != rnic::WcStatus::Success {
-            continue;
-        }
-        let mut b = wc.buf.unwrap_or_default();
-        b.truncate(wc.byte_len as usize);
-        let v1 = rpcrdma::wire::v1::Header::parse(&b, &limits).is_ok();
-        let v2 = rpcrdma::wire::v2::Header::parse(&b, &limits).is_ok();
-        assert!(v1 || v2, "client sent an undecodable header: {b:02x?}");
-        let _ = qp.post_recv(RecvWr {
-            wr_id: wc.wr_id,
-            buf: BytesMut::with_capacity(8192),
-        });
-    }
+    rdma_peer::post_records(&qp, data);
+    rdma_peer::drain_checked(&qp, "client").await;
     client.close();
     calls.abort();
 }
 
-fuzz_target!(|data: &[u8]| {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .expect("runtime");
-    rt.block_on(run(data));
-});
+fuzz_target!(|data: &[u8]| rdma_peer::block_on_paused(run(data)));

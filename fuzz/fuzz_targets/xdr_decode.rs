@@ -25,7 +25,10 @@ fuzz_target!(|data: &[u8]| {
             7 => dec.opaque_fixed(usize::from(selector % 13)).map(drop),
             8 => Vec::<u64>::decode(&mut dec).map(drop),
             9 => Bounded::<Vec<Option<Bytes>>, 16>::decode(&mut dec).map(drop),
-            10 => dec.sub(usize::from(selector)).and_then(|mut s| s.array::<u32>(8)).map(drop),
+            10 => dec
+                .sub(usize::from(selector))
+                .and_then(|mut s| s.array::<u32>(8))
+                .map(drop),
             11 => <[u32; 3]>::decode(&mut dec).map(drop),
             12 => FixedOpaque::<5>::decode(&mut dec).map(drop),
             13 => Option::<String>::decode(&mut dec).map(drop),
