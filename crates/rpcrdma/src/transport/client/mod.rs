@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use oncrpc::client::{ClientConfig, ClientCore, RetransmitPolicy};
+use oncrpc::client::{CallSigner, ClientConfig, ClientCore, RetransmitPolicy};
 use oncrpc::server::{PeerInfo, Server, TransportKind};
 use oncrpc::tcp::ReconnectPolicy;
 use oncrpc::{ClientTransport, RpcCall, RpcError};
@@ -425,7 +425,12 @@ impl<D: Device> RdmaClient<D> {
         self.inner.credit_wait.notify_waiters();
     }
 
-    async fn call_inner(&self, call: RpcCall, dst: Option<BytesMut>) -> Result<Bytes, RpcError> {
+    async fn call_inner(
+        &self,
+        call: RpcCall,
+        dst: Option<BytesMut>,
+        signer: Option<Arc<dyn CallSigner>>,
+    ) -> Result<Bytes, RpcError> {
         let inner = &self.inner;
         // RFC 8166 §3.3.1: never more calls outstanding than granted; calls
         // waiting to be sent again after a reconnect go first.
@@ -441,7 +446,7 @@ impl<D: Device> RdmaClient<D> {
                 }
                 if let Some(qp) = st.qp.clone() {
                     if st.backlog.is_empty() && st.credits.try_send().is_ok() {
-                        match start_call(inner, &mut st, &qp, &call, dst.take()) {
+                        match start_call(inner, &mut st, &qp, &call, dst.take(), signer.clone()) {
                             Ok(rx) => break rx,
                             Err(e) => {
                                 st.credits.on_abandon();
@@ -461,18 +466,21 @@ impl<D: Device> RdmaClient<D> {
 
 type ReplyRx = oneshot::Receiver<Result<Bytes, RpcError>>;
 
-/// Starts a call (XID, table entry) and sends it on `qp`.
+/// Starts a call (XID, table entry) and sends it on `qp`; with a
+/// `signer` (RPCSEC_GSS) its verifier is computed over the header once
+/// the XID is known and the reply's verifier checked.
 fn start_call<D: Device>(
     inner: &Inner<D>,
     st: &mut State<D::Qp>,
     qp: &D::Qp,
     call: &RpcCall,
     dst: Option<BytesMut>,
+    signer: Option<Arc<dyn CallSigner>>,
 ) -> Result<ReplyRx, RpcError> {
     let (tx, rx) = oneshot::channel();
     let (xid, msg) = st
         .core
-        .start_call(call, tx, Instant::now())
+        .start_call_signed(call, signer, tx, Instant::now())
         .map_err(|(_, e)| e)?;
     match convey(inner, st, qp, xid, &msg, call.reply_hint, dst) {
         Ok(()) => Ok(rx),
@@ -684,7 +692,23 @@ impl<D: Device> ClientTransport for RdmaClient<D> {
         &self,
         call: RpcCall,
     ) -> impl std::future::Future<Output = Result<Bytes, RpcError>> + Send {
-        self.call_inner(call, None)
+        self.call_inner(call, None, None)
+    }
+
+    /// RPCSEC_GSS calls: what makes them safe on RPC-over-RDMA is in the
+    /// call itself. With integrity or privacy the GSS client flattens the
+    /// arguments into the protected body and asks for no DDP in the reply
+    /// (RFC 8166 §9.2.2: those services cover the whole body, so no data
+    /// item is moved by direct placement), so a large call goes as a
+    /// Position-Zero Read chunk and a large reply in the Reply chunk, sized
+    /// with the GSS overhead; with authentication only (krb5) the body is
+    /// not protected and DDP is used as for AUTH_SYS.
+    fn call_signed(
+        &self,
+        call: RpcCall,
+        signer: Arc<dyn CallSigner>,
+    ) -> impl std::future::Future<Output = Result<Bytes, RpcError>> + Send {
+        self.call_inner(call, None, Some(signer))
     }
 
     /// The call's Write chunk is registered inside `dst`, so the DDP item
@@ -698,7 +722,7 @@ impl<D: Device> ClientTransport for RdmaClient<D> {
         call: RpcCall,
         dst: BytesMut,
     ) -> impl std::future::Future<Output = Result<Bytes, RpcError>> + Send {
-        self.call_inner(call, Some(dst))
+        self.call_inner(call, Some(dst), None)
     }
 }
 
