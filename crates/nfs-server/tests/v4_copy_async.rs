@@ -3,6 +3,8 @@
 //! and answer CB_OFFLOAD, holding the answer back when a test wants the
 //! copy to stay in flight.
 
+mod v4_common;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,9 +20,9 @@ use oncrpc::msg::{AuthSys, OpaqueAuth};
 use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
 use oncrpc::{CallContext, ClientTransport, RpcService, ServiceError};
 use tokio::sync::{mpsc, watch};
+use v4_common::{open_session, slot0_sequence, SessionAsk, CB_PROGRAM};
 use xdr::{Bounded, FixedOpaque, XdrBuf};
 
-const CB_PROGRAM: u32 = 0x4000_0000;
 const MIB: u64 = 1 << 20;
 /// How long a test waits for a CB_OFFLOAD.
 const WAIT: Duration = Duration::from_secs(10);
@@ -195,59 +197,18 @@ impl Client {
     }
 
     async fn establish(&mut self, name: &str, back: bool) {
-        let r = self
-            .ops(vec![NfsArgop4::ExchangeId(ExchangeId4Args {
-                clientowner: ClientOwner4 {
-                    verifier: FixedOpaque([1; 8]),
-                    ownerid: Bounded(Bytes::from(name.to_string())),
-                },
-                flags: 0,
-                state_protect: StateProtect4A::None,
-                client_impl_id: Bounded(vec![]),
-            })])
-            .await;
-        let Some(NfsResop4::ExchangeId(Res4::Ok(x))) = r.resarray.first() else {
-            panic!("EXCHANGE_ID: {r:?}")
+        let ask = SessionAsk {
+            back_chan: back,
+            fore_slots: 8,
+            back_slots: 8,
+            ..SessionAsk::default()
         };
-        let attrs = ChannelAttrs4 {
-            headerpadsize: 0,
-            maxrequestsize: 65536,
-            maxresponsesize: 65536,
-            maxresponsesize_cached: 7584,
-            maxoperations: 16,
-            maxrequests: 8,
-            rdma_ird: Bounded(vec![]),
-        };
-        let flags = if back {
-            CREATE_SESSION4_FLAG_CONN_BACK_CHAN
-        } else {
-            0
-        };
-        let r = self
-            .ops(vec![NfsArgop4::CreateSession(CreateSession4Args {
-                clientid: x.clientid,
-                sequence: x.sequenceid,
-                flags,
-                fore_chan_attrs: attrs.clone(),
-                back_chan_attrs: attrs,
-                cb_program: CB_PROGRAM,
-                sec_parms: Bounded(vec![CallbackSecParms4::None]),
-            })])
-            .await;
-        let Some(NfsResop4::CreateSession(Res4::Ok(s))) = r.resarray.first() else {
-            panic!("CREATE_SESSION: {r:?}")
-        };
-        self.session = s.sessionid.0;
+        let (_, session) = open_session(|o| self.ops(o), name, &ask).await.unwrap();
+        self.session = session;
     }
 
     async fn seq(&self, ops: Vec<NfsArgop4>) -> Compound4Res {
-        let mut all = vec![NfsArgop4::Sequence(Sequence4Args {
-            sessionid: FixedOpaque(self.session),
-            sequenceid: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
-            slotid: 0,
-            highest_slotid: 0,
-            cachethis: false,
-        })];
+        let mut all = vec![slot0_sequence(self.session, &self.seq)];
         all.extend(ops);
         self.ops(all).await
     }

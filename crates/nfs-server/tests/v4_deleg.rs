@@ -4,6 +4,8 @@
 //! the rnic loopback device, each answering CB_NULL and CB_COMPOUND with
 //! its own callback service.
 
+mod v4_common;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,9 +27,11 @@ use oncrpc::{CallContext, ClientTransport, RpcService, ServiceError};
 use rnic::loopback::{LoopbackDevice, LoopbackNetwork};
 use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerConfig};
 use tokio::sync::mpsc;
+use v4_common::{
+    open_session, reclaim_complete_op, slot0_sequence, SessionAsk, TempDir, CB_PROGRAM,
+};
 use xdr::{Bounded, Encode, FixedOpaque, XdrBuf};
 
-const CB_PROGRAM: u32 = 0x4000_0000;
 const LEASE: Duration = Duration::from_secs(90);
 const OP_DELEGRETURN: u32 = 8;
 
@@ -100,14 +104,6 @@ impl RpcService for CbService {
             }
             _ => Err(ServiceError::ProcUnavail),
         }
-    }
-}
-
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -267,58 +263,20 @@ impl Client {
     }
 
     async fn establish(&mut self, name: &str) {
-        let r = self
-            .ops(vec![NfsArgop4::ExchangeId(ExchangeId4Args {
-                clientowner: ClientOwner4 {
-                    verifier: FixedOpaque([1; 8]),
-                    ownerid: Bounded(Bytes::from(name.to_string())),
-                },
-                flags: EXCHGID4_FLAG_SUPP_MOVED_REFER,
-                state_protect: StateProtect4A::None,
-                client_impl_id: Bounded(vec![]),
-            })])
-            .await;
-        let Some(NfsResop4::ExchangeId(Res4::Ok(x))) = r.resarray.first() else {
-            panic!("EXCHANGE_ID: {r:?}")
+        let ask = SessionAsk {
+            exchange_flags: EXCHGID4_FLAG_SUPP_MOVED_REFER,
+            ..SessionAsk::default()
         };
-        self.clientid = x.clientid;
-        let attrs = |n| ChannelAttrs4 {
-            headerpadsize: 0,
-            maxrequestsize: 65536,
-            maxresponsesize: 65536,
-            maxresponsesize_cached: 7584,
-            maxoperations: 16,
-            maxrequests: n,
-            rdma_ird: Bounded(vec![]),
-        };
-        let r = self
-            .ops(vec![NfsArgop4::CreateSession(CreateSession4Args {
-                clientid: x.clientid,
-                sequence: x.sequenceid,
-                flags: CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
-                fore_chan_attrs: attrs(16),
-                back_chan_attrs: attrs(1),
-                cb_program: CB_PROGRAM,
-                sec_parms: Bounded(vec![CallbackSecParms4::None]),
-            })])
-            .await;
-        let Some(NfsResop4::CreateSession(Res4::Ok(s))) = r.resarray.first() else {
-            panic!("CREATE_SESSION: {r:?}")
-        };
-        self.session = s.sessionid.0;
-        // RFC 8881 §18.51.3: before its first OPEN.
-        let rc = NfsArgop4::ReclaimComplete(ReclaimComplete4Args { one_fs: false });
-        assert_eq!(self.seq(vec![rc]).await.status, Nfsstat4::NFS4_OK);
+        let (clientid, session) = open_session(|o| self.ops(o), name, &ask).await.unwrap();
+        (self.clientid, self.session) = (clientid, session);
+        assert_eq!(
+            self.seq(vec![reclaim_complete_op()]).await.status,
+            Nfsstat4::NFS4_OK
+        );
     }
 
     fn sequence(&self) -> NfsArgop4 {
-        NfsArgop4::Sequence(Sequence4Args {
-            sessionid: FixedOpaque(self.session),
-            sequenceid: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
-            slotid: 0,
-            highest_slotid: 0,
-            cachethis: false,
-        })
+        slot0_sequence(self.session, &self.seq)
     }
 
     async fn seq(&self, ops: Vec<NfsArgop4>) -> Compound4Res {

@@ -4,6 +4,8 @@
 //! answer the server's CB_NULL and CB_COMPOUND (CB_SEQUENCE, CB_RECALL,
 //! CB_GETATTR) with their own callback service.
 
+mod v4_common;
+
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,9 +25,11 @@ use oncrpc::msg::{AuthSys, Credential, OpaqueAuth};
 use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
 use oncrpc::{CallContext, ClientTransport, RpcService, ServiceError};
 use tokio::sync::mpsc;
+use v4_common::{
+    open_session, reclaim_complete_op, slot0_sequence, SessionAsk, TempDir, CB_PROGRAM,
+};
 use xdr::{Bounded, Encode, FixedOpaque, XdrBuf};
 
-const CB_PROGRAM: u32 = 0x4000_0000;
 const LEASE: Duration = Duration::from_secs(90);
 const OP_DELEGRETURN: u32 = 8;
 /// The server's bound on one callback in these tests.
@@ -159,14 +163,6 @@ impl RpcService for CbService {
             CB_COMPOUND => self.compound(ctx, args).await,
             _ => Err(ServiceError::ProcUnavail),
         }
-    }
-}
-
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -357,68 +353,25 @@ impl Client {
 
     /// EXCHANGE_ID and CREATE_SESSION; the CREATE_SESSION status.
     async fn establish(&mut self, name: &str, setup: &Setup) -> Nfsstat4 {
-        let r = self
-            .ops(vec![NfsArgop4::ExchangeId(ExchangeId4Args {
-                clientowner: ClientOwner4 {
-                    verifier: FixedOpaque([1; 8]),
-                    ownerid: Bounded(Bytes::from(name.to_string())),
-                },
-                flags: 0,
-                state_protect: StateProtect4A::None,
-                client_impl_id: Bounded(vec![]),
-            })])
-            .await;
-        let Some(NfsResop4::ExchangeId(Res4::Ok(x))) = r.resarray.first() else {
-            panic!("EXCHANGE_ID: {r:?}")
+        let ask = SessionAsk {
+            back_chan: setup.back_chan,
+            back_slots: setup.back_slots,
+            sec: setup.sec.clone(),
+            ..SessionAsk::default()
         };
-        self.clientid = x.clientid;
-        let attrs = |n| ChannelAttrs4 {
-            headerpadsize: 0,
-            maxrequestsize: 65536,
-            maxresponsesize: 65536,
-            maxresponsesize_cached: 7584,
-            maxoperations: 16,
-            maxrequests: n,
-            rdma_ird: Bounded(vec![]),
-        };
-        let flags = if setup.back_chan {
-            CREATE_SESSION4_FLAG_CONN_BACK_CHAN
-        } else {
-            0
-        };
-        let r = self
-            .ops(vec![NfsArgop4::CreateSession(CreateSession4Args {
-                clientid: x.clientid,
-                sequence: x.sequenceid,
-                flags,
-                fore_chan_attrs: attrs(16),
-                back_chan_attrs: attrs(setup.back_slots),
-                cb_program: CB_PROGRAM,
-                sec_parms: Bounded(setup.sec.clone()),
-            })])
-            .await;
-        match r.resarray.first() {
-            Some(NfsResop4::CreateSession(Res4::Ok(s))) => {
-                assert_eq!(s.flags, flags, "back channel granted as asked");
-                self.session = s.sessionid.0;
-                // RFC 8881 §18.51.3: before its first OPEN.
-                let rc = NfsArgop4::ReclaimComplete(ReclaimComplete4Args { one_fs: false });
+        match open_session(|o| self.ops(o), name, &ask).await {
+            Ok((clientid, session)) => {
+                (self.clientid, self.session) = (clientid, session);
+                let rc = reclaim_complete_op();
                 assert_eq!(self.seq(vec![rc]).await.status, Nfsstat4::NFS4_OK);
                 Nfsstat4::NFS4_OK
             }
-            Some(NfsResop4::CreateSession(Res4::Err(e))) => *e,
-            _ => panic!("CREATE_SESSION: {r:?}"),
+            Err(e) => e,
         }
     }
 
     fn sequence(&self) -> NfsArgop4 {
-        NfsArgop4::Sequence(Sequence4Args {
-            sessionid: FixedOpaque(self.session),
-            sequenceid: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
-            slotid: 0,
-            highest_slotid: 0,
-            cachethis: false,
-        })
+        slot0_sequence(self.session, &self.seq)
     }
 
     async fn seq(&self, ops: Vec<NfsArgop4>) -> Compound4Res {

@@ -18,6 +18,9 @@ use oncrpc::msg::{AuthSys, OpaqueAuth};
 use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
 use xdr::{Bounded, FixedOpaque};
 
+/// The program number scripted clients give for their callbacks.
+pub const CB_PROGRAM: u32 = 0x4000_0000;
+
 /// A fresh temporary directory removed on drop.
 pub struct TempDir(pub PathBuf);
 
@@ -192,7 +195,7 @@ impl C4 {
             flags: CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
             fore_chan_attrs: attrs(1_049_620, 1_049_480),
             back_chan_attrs: attrs(4096, 4096),
-            cb_program: 0x4000_0000,
+            cb_program: CB_PROGRAM,
             sec_parms: Bounded(vec![CallbackSecParms4::None]),
         }
     }
@@ -307,4 +310,100 @@ pub fn open_stateid(r: &[NfsResop4]) -> Stateid4 {
 
 pub fn last_status(r: &Compound4Res) -> Nfsstat4 {
     r.resarray.last().map(NfsResop4::status).unwrap()
+}
+
+/// What a scripted client asks for when it sets up its session.
+pub struct SessionAsk {
+    /// EXCHANGE_ID's flags.
+    pub exchange_flags: u32,
+    /// CREATE_SESSION4_FLAG_CONN_BACK_CHAN.
+    pub back_chan: bool,
+    /// Fore and back channel `ca_maxrequests`.
+    pub fore_slots: u32,
+    pub back_slots: u32,
+    /// The back channel's security (`csa_sec_parms`).
+    pub sec: Vec<CallbackSecParms4>,
+}
+
+impl Default for SessionAsk {
+    fn default() -> Self {
+        Self {
+            exchange_flags: 0,
+            back_chan: true,
+            fore_slots: 16,
+            back_slots: 1,
+            sec: vec![CallbackSecParms4::None],
+        }
+    }
+}
+
+/// EXCHANGE_ID (verifier 1) and CREATE_SESSION with `ask`, each sent
+/// through `ops` (a COMPOUND without SEQUENCE); the client id and session
+/// id, or CREATE_SESSION's error. Asserts the server granted the back
+/// channel exactly as asked (RFC 8881 §18.36.4).
+pub async fn open_session<F, Fut>(
+    ops: F,
+    name: &str,
+    ask: &SessionAsk,
+) -> Result<(u64, [u8; 16]), Nfsstat4>
+where
+    F: Fn(Vec<NfsArgop4>) -> Fut,
+    Fut: std::future::Future<Output = Compound4Res>,
+{
+    let mut eid = C4::exchange_id_args(name, 1);
+    eid.flags = ask.exchange_flags;
+    let r = ops(vec![NfsArgop4::ExchangeId(eid)]).await;
+    let Some(NfsResop4::ExchangeId(Res4::Ok(x))) = r.resarray.first() else {
+        panic!("EXCHANGE_ID: {r:?}")
+    };
+    let attrs = |n| ChannelAttrs4 {
+        headerpadsize: 0,
+        maxrequestsize: 65536,
+        maxresponsesize: 65536,
+        maxresponsesize_cached: 7584,
+        maxoperations: 16,
+        maxrequests: n,
+        rdma_ird: Bounded(vec![]),
+    };
+    let flags = if ask.back_chan {
+        CREATE_SESSION4_FLAG_CONN_BACK_CHAN
+    } else {
+        0
+    };
+    let r = ops(vec![NfsArgop4::CreateSession(CreateSession4Args {
+        clientid: x.clientid,
+        sequence: x.sequenceid,
+        flags,
+        fore_chan_attrs: attrs(ask.fore_slots),
+        back_chan_attrs: attrs(ask.back_slots),
+        cb_program: CB_PROGRAM,
+        sec_parms: Bounded(ask.sec.clone()),
+    })])
+    .await;
+    match r.resarray.first() {
+        Some(NfsResop4::CreateSession(Res4::Ok(s))) => {
+            assert_eq!(s.flags, flags, "back channel granted as asked");
+            Ok((x.clientid, s.sessionid.0))
+        }
+        Some(NfsResop4::CreateSession(Res4::Err(e))) => Err(*e),
+        _ => panic!("CREATE_SESSION: {r:?}"),
+    }
+}
+
+/// SEQUENCE on slot 0 of `session` with the next sequence id from `seq`,
+/// not cached.
+pub fn slot0_sequence(session: [u8; 16], seq: &AtomicU32) -> NfsArgop4 {
+    NfsArgop4::Sequence(Sequence4Args {
+        sessionid: FixedOpaque(session),
+        sequenceid: seq.fetch_add(1, Ordering::SeqCst) + 1,
+        slotid: 0,
+        highest_slotid: 0,
+        cachethis: false,
+    })
+}
+
+/// RECLAIM_COMPLETE for all file systems (RFC 8881 §18.51.3: before a
+/// client's first OPEN), to follow a SEQUENCE.
+pub fn reclaim_complete_op() -> NfsArgop4 {
+    NfsArgop4::ReclaimComplete(ReclaimComplete4Args { one_fs: false })
 }
