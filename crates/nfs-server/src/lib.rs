@@ -525,7 +525,10 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
     };
     // A pNFS metadata server over the configured data servers.
     let v4 = match config.mds.clone() {
-        Some(cfg) => v4.with_mds(Arc::new(v4::pnfs::Mds::new(cfg))),
+        Some(cfg) => v4.with_mds(Arc::new(match &state {
+            Some(s) => v4::pnfs::Mds::open(cfg, s.path())?,
+            None => v4::pnfs::Mds::new(cfg),
+        })),
         None => v4,
     };
     // NLM hosts are recorded there too; after a restart they are sent

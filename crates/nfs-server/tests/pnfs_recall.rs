@@ -598,3 +598,72 @@ async fn an_unanswered_recall_is_fenced_after_the_lease() {
     assert_eq!(recalled_file(&r).stateid.other, new.stateid.other);
     assert_eq!(cl.mds.layouts_held(), 0);
 }
+
+#[tokio::test]
+async fn an_expired_clients_layouts_are_dropped_and_its_data_files_fenced() {
+    let cl = cluster("expiry").await;
+    let gone = Client::connect(&cl, "vanishes").await;
+    let stays = Client::connect(&cl, "stays").await;
+    let (fh, open) = gone.open("f").await;
+    let l = got(&gone, gone.layoutget(&fh, open).await).await;
+    let (rfh, ropen) = gone.open("r").await;
+    let _read = gone.layoutget(&rfh, ropen).await;
+    let old = nfs3(l.ds, l.user).await;
+    old.write(
+        &l.ds_fh,
+        0,
+        Bytes::from_static(b"before"),
+        StableHow::FILE_SYNC,
+    )
+    .await
+    .unwrap();
+    let (sfh, sopen) = stays.open("s").await;
+    let kept = got(&stays, stays.layoutget(&sfh, sopen).await).await;
+    assert_eq!(cl.mds.layouts_held(), 3);
+    let count = || {
+        oncrpc::limits::snapshot()
+            .into_iter()
+            .find(|(n, _)| *n == "pnfs.expired_layouts")
+            .map_or(0, |(_, c)| c)
+    };
+    let before = count();
+
+    // "vanishes" stops renewing; once its lease has run out (seen at the
+    // other client's next SEQUENCE) its two layouts go, counted, and the
+    // file it could write is fenced: its old credentials are refused.
+    pass_lease(&cl, &stays).await;
+    assert_eq!(cl.mds.layouts_held(), 1);
+    assert!(count() > before, "the expiry was not counted");
+    // (The fencing runs in the background: until it has, the same
+    // bytes are written again.)
+    let mut fenced = false;
+    for _ in 0..50 {
+        if let Err(nfs_client::Error::Nfs {
+            status: Nfsstat3::NFS3ERR_ACCES,
+            ..
+        }) = old
+            .write(
+                &l.ds_fh,
+                0,
+                Bytes::from_static(b"before"),
+                StableHow::FILE_SYNC,
+            )
+            .await
+        {
+            fenced = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(fenced, "the expired client's WRITE was not refused");
+
+    // The other client's layout is untouched and still works.
+    assert_eq!(
+        stays.layoutreturn(&sfh, kept.stateid).await,
+        Nfsstat4::NFS4_OK
+    );
+    assert_eq!(cl.mds.layouts_held(), 0);
+    let v3 = nfs3(cl.addr, cl.uid).await;
+    let f3 = v3.lookup(&cl.root, "f").await.unwrap().object;
+    assert_eq!(&v3.read(&f3, 0, 100).await.unwrap().data.0[..], b"before");
+}

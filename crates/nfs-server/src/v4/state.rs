@@ -40,6 +40,8 @@ pub(crate) struct StateTable {
     grace: Grace,
     /// Where client records are kept, with a state directory.
     store: Option<RecordStore>,
+    /// The pNFS metadata server whose layouts go with their client.
+    pub(crate) mds: Option<std::sync::Weak<super::pnfs::Mds>>,
 }
 
 impl StateTable {
@@ -54,6 +56,7 @@ impl StateTable {
             offloads: Offloads::default(),
             grace: Grace::none(),
             store: None,
+            mds: None,
         }
     }
 
@@ -164,6 +167,13 @@ impl StateTable {
         self.clients.reply_cache_bytes()
     }
 
+    /// The client `id` went: its pNFS layouts go too (RFC 8881 §12.7.3).
+    fn layouts_gone(&self, id: u64) {
+        if let Some(m) = self.mds.as_ref().and_then(std::sync::Weak::upgrade) {
+            m.client_gone(id);
+        }
+    }
+
     /// Drops the stateids and delegations of clients that went away.
     fn sweep(&mut self) {
         for id in self.clients.take_dropped() {
@@ -171,6 +181,7 @@ impl StateTable {
             self.delegs.purge(id);
             self.seqs.purge_client(id);
             self.offloads.purge_client(id);
+            self.layouts_gone(id);
         }
         for k in self.clients.take_forgotten() {
             let ops = self.grace.forget(&k);
@@ -187,6 +198,7 @@ impl StateTable {
             self.delegs.purge(id);
             self.seqs.purge_client(id);
             self.offloads.purge_client(id);
+            self.layouts_gone(id);
         }
         self.sweep();
         let ops = self.grace.tick(now);

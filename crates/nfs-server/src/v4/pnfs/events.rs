@@ -55,7 +55,9 @@ impl Mds {
         if attr.ftype != Ftype3::NF3REG {
             return Ok(());
         }
-        let i = self.place(attr.fileid);
+        let Some(i) = self.placed(attr) else {
+            return Ok(());
+        };
         let name = data_file_name(attr.fsid, attr.fileid);
         match self.ds[i].set_size(&name, size).await {
             Ok(()) | Err(ControlError::Nfs(Nfsstat3::NFS3ERR_NOENT)) => Ok(()),
@@ -78,10 +80,13 @@ impl Mds {
         if let Ok(mut t) = self.layouts.lock() {
             t.forget_file(&key(fh));
         }
-        let i = self.place(attr.fileid);
+        let Some(i) = self.placed(attr) else {
+            return;
+        };
         let name = data_file_name(attr.fsid, attr.fileid);
         if let Err(e) = self.ds[i].remove(&name).await {
             tracing::warn!(ds = i, file = %name, error = ?e, "pNFS data file not removed");
         }
+        self.unplace(attr);
     }
 }

@@ -14,7 +14,7 @@
 //! the recall, and a recall not ended within the lease is
 //! [`LayoutTable::due`] for fencing.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -64,10 +64,11 @@ pub(crate) struct Recalled {
     pub(crate) data: DataFile,
 }
 
-/// Every layout handed out, keyed by (client, file).
+/// Every layout handed out, keyed by (client, file): ordered, so one
+/// client's layouts are found without looking at the others'.
 #[derive(Debug)]
 pub(crate) struct LayoutTable {
-    by_file: HashMap<(u64, Bytes), Layout>,
+    by_file: BTreeMap<(u64, Bytes), Layout>,
     next: u64,
     max: usize,
 }
@@ -76,7 +77,7 @@ impl LayoutTable {
     /// An empty table holding at most `max` layout stateids.
     pub(crate) fn new(max: usize) -> Self {
         Self {
-            by_file: HashMap::new(),
+            by_file: BTreeMap::new(),
             next: 1,
             max,
         }
@@ -197,9 +198,18 @@ impl LayoutTable {
     }
 
     /// LAYOUTRETURN4_FSID / LAYOUTRETURN4_ALL, and a client's expiry:
-    /// drops every layout `client` holds.
-    pub(crate) fn return_all(&mut self, client: u64) {
-        self.by_file.retain(|(c, _), _| *c != client);
+    /// drops every layout `client` holds and returns them with their
+    /// files (work in proportion to that client's layouts).
+    pub(crate) fn return_all(&mut self, client: u64) -> Vec<(Bytes, Layout)> {
+        let keys: Vec<(u64, Bytes)> = self
+            .by_file
+            .range((client, Bytes::new())..)
+            .take_while(|((c, _), _)| *c == client)
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| self.by_file.remove(&k).map(|l| (k.1, l)))
+            .collect()
     }
 
     /// Drops every layout on `file` (it was removed), returning the
@@ -361,7 +371,7 @@ mod tests {
             Err(Nfsstat4::NFS4ERR_LAYOUTTRYLATER)
         );
         assert!(LAYOUTS.count() > before);
-        t.return_all(1);
+        assert_eq!(t.return_all(1).len(), 2);
         assert_eq!(t.len(), 0);
         t.grant(1, &Bytes::from_static(b"x"), RD, &open_sid(), &at(0))
             .unwrap();
@@ -406,5 +416,30 @@ mod tests {
         let lost = t.recall(None, Some(1), now);
         assert_eq!(lost.len(), 1);
         assert_eq!((&lost[0].file, lost[0].data.ds), (&g, 1));
+    }
+
+    #[test]
+    fn return_all_drops_one_clients_layouts_only() {
+        let mut t = LayoutTable::new(16);
+        for c in [1u64, 2, 3] {
+            for n in 0..3u8 {
+                let iomode = if n == 0 { RW } else { RD };
+                t.grant(c, &Bytes::from(vec![n]), iomode, &open_sid(), &at(n.into()))
+                    .unwrap();
+            }
+        }
+        let gone = t.return_all(2);
+        assert_eq!(gone.len(), 3);
+        assert_eq!(gone.iter().filter(|(_, l)| l.rw).count(), 1);
+        assert_eq!(t.len(), 6);
+        assert!(t.return_all(2).is_empty());
+        assert!(t
+            .check(
+                1,
+                &Bytes::from(vec![0]),
+                &t.by_file[&(1, Bytes::from(vec![0]))].stateid
+            )
+            .is_ok());
+        assert_eq!(t.return_all(u64::MAX).len(), 0);
     }
 }

@@ -4,8 +4,9 @@
 //! - EXCHANGE_ID answers EXCHGID4_FLAG_USE_PNFS_MDS (RFC 8881 §13.1) and
 //!   every file system reports `fs_layout_types` = LAYOUT4_FLEX_FILES.
 //! - LAYOUTGET (§18.43) grants whole-file layouts, one mirror of one data
-//!   server per file. Placement: the file's `fileid` modulo the number of
-//!   data servers. The data file is `<fsid>.<fileid>` (hexadecimal) in the
+//!   server per file. Placement ([`placement`]): on first need, the data
+//!   server with the fewest files, recorded (in the state directory) so
+//!   it survives restarts. The data file is `<fsid>.<fileid>` (hexadecimal) in the
 //!   data server's export root, created through the control path
 //!   ([`control`]) with the synthetic owner and group (RFC 8435 §2.2) and
 //!   mode 0660; clients write to it with AUTH_SYS as that uid and the
@@ -31,6 +32,7 @@ mod control;
 mod events;
 mod layouts;
 mod ops;
+mod placement;
 mod proxy;
 mod recall;
 
@@ -45,6 +47,7 @@ use xdr::FixedOpaque;
 
 use control::DsControl;
 use layouts::LayoutTable;
+use placement::Placement;
 
 /// The synthetic uid and gid data files get by default (RFC 8435 §2.2).
 pub const DEFAULT_SYNTHETIC_ID: u32 = 40001;
@@ -107,6 +110,8 @@ pub struct Mds {
     cfg: MdsConfig,
     ds: Vec<DsControl>,
     layouts: Mutex<LayoutTable>,
+    /// Which data server holds each file.
+    placement: Mutex<Placement>,
     /// Held while a WRITE through the metadata server grows its file.
     grow: tokio::sync::Mutex<()>,
     /// How layouts are recalled, once the NFSv4.1 service is bound.
@@ -114,8 +119,21 @@ pub struct Mds {
 }
 
 impl Mds {
-    /// A metadata server over `cfg.data_servers` (at least one).
+    /// A metadata server over `cfg.data_servers` (at least one) whose
+    /// placements are kept in memory only (tests; a restart loses them).
     pub fn new(cfg: MdsConfig) -> Self {
+        let p = Placement::memory(cfg.data_servers.len());
+        Self::with_placement(cfg, p)
+    }
+
+    /// A metadata server whose placements are recorded in `state_dir`
+    /// ([`placement`]), so files stay where they were across restarts.
+    pub fn open(cfg: MdsConfig, state_dir: &std::path::Path) -> std::io::Result<Self> {
+        let p = Placement::open(state_dir, cfg.data_servers.len())?;
+        Ok(Self::with_placement(cfg, p))
+    }
+
+    fn with_placement(cfg: MdsConfig, placement: Placement) -> Self {
         let ds = cfg
             .data_servers
             .iter()
@@ -127,6 +145,7 @@ impl Mds {
             cfg,
             ds,
             layouts,
+            placement: Mutex::new(placement),
             grow: tokio::sync::Mutex::new(()),
             recaller: std::sync::RwLock::new(None),
         }
@@ -137,9 +156,47 @@ impl Mds {
         self.layouts.lock().map(|l| l.len()).unwrap_or(0)
     }
 
-    /// The data server a file is placed on: `fileid` modulo their number.
-    fn place(&self, fileid: u64) -> usize {
-        (fileid % self.ds.len().max(1) as u64) as usize
+    /// Files placed on each data server.
+    pub fn placed_counts(&self) -> Vec<u64> {
+        self.placement
+            .lock()
+            .map(|p| p.counts().to_vec())
+            .unwrap_or_default()
+    }
+
+    /// The data server holding the file `attr`, if it was placed (a file
+    /// never placed has no data file).
+    fn placed(&self, attr: &nfs::v3::Fattr3) -> Option<usize> {
+        self.placement.lock().ok()?.get(attr.fsid, attr.fileid)
+    }
+
+    /// The data server holding the file `attr`, placing it first
+    /// ([`placement`]); `None` when the placement cannot be recorded.
+    fn place(&self, attr: &nfs::v3::Fattr3) -> Option<usize> {
+        let mut p = self.placement.lock().ok()?;
+        blocking(|| p.place(attr.fsid, attr.fileid))
+            .map_err(|e| tracing::error!(error = %e, "pNFS placement not recorded"))
+            .ok()
+    }
+
+    /// The file `attr` was removed: its placement goes.
+    fn unplace(&self, attr: &nfs::v3::Fattr3) {
+        if let Ok(mut p) = self.placement.lock() {
+            if let Err(e) = blocking(|| p.remove(attr.fsid, attr.fileid)) {
+                tracing::error!(error = %e, "pNFS placement removal not recorded");
+            }
+        }
+    }
+}
+
+/// Runs a blocking file write (the placement log): on a multi-threaded
+/// tokio runtime the worker hands its other tasks on first.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
     }
 }
 
@@ -183,20 +240,7 @@ mod tests {
     }
 
     #[test]
-    fn placement_spreads_consecutive_files_over_every_data_server() {
-        let ds = |p| DataServer {
-            tcp: SocketAddr::from(([127, 0, 0, 1], p)),
-            rdma: None,
-            mount_port: None,
-            export: "/".into(),
-            advertise: None,
-        };
-        let m = Mds::new(MdsConfig::new(vec![ds(1), ds(2), ds(3)]));
-        let mut n = [0; 3];
-        for fileid in 100..400 {
-            n[m.place(fileid)] += 1;
-        }
-        assert_eq!(n, [100, 100, 100]);
+    fn data_file_names_are_fsid_and_fileid_in_hex() {
         assert_eq!(data_file_name(0x10, 0xab), "10.ab");
     }
 }

@@ -52,7 +52,10 @@ impl<S: Storage> Nfs4Service<S> {
                 Err(Nfsstat4::NFS4ERR_LAYOUTTRYLATER) => Layoutget4Res::TryLater(false),
                 Err(e) => Layoutget4Res::Err(e),
             }),
-            A::Getdeviceinfo(a) => Z::Getdeviceinfo(getdeviceinfo(&mds, a)),
+            A::Getdeviceinfo(a) => {
+                let rdma = cx.peer.transport == oncrpc::TransportKind::Rdma;
+                Z::Getdeviceinfo(getdeviceinfo(&mds, a, rdma))
+            }
             A::Layoutcommit(a) => Z::Layoutcommit(self.layoutcommit(&mds, a, cx).await.into()),
             A::Layoutreturn(a) => Z::Layoutreturn(self.layoutreturn(&mds, a, cx).into()),
             A::Layouterror(a) => Z::Layouterror(status(layouterror(&mds, a, cx))),
@@ -90,7 +93,9 @@ impl<S: Storage> Nfs4Service<S> {
         if !LayoutTable::is_layout_stateid(&sid) {
             self.state()?.io_check(&sid, c, &file, rw)?;
         }
-        let i = mds.place(attr.fileid);
+        // Placing a file records it in the state directory: a failure
+        // there is the server's, for now.
+        let i = mds.place(&attr).ok_or(Nfsstat4::NFS4ERR_LAYOUTTRYLATER)?;
         let name = data_file_name(attr.fsid, attr.fileid);
         let d = mds.ds[i]
             .ensure(&name, mds.cfg.uid, mds.cfg.gid, DATA_FILE_MODE)
@@ -258,7 +263,7 @@ impl<S: Storage> Nfs4Service<S> {
         if attr.ftype != Ftype3::NF3REG || !mds.layouts.lock().ok()?.writers(&key(fh)) {
             return None;
         }
-        let i = mds.place(attr.fileid);
+        let i = mds.placed(attr)?;
         let name = data_file_name(attr.fsid, attr.fileid);
         let ds = mds.ds[i]
             .size(&name)
@@ -308,6 +313,9 @@ impl<S: Storage> Nfs4Service<S> {
     /// back channels (again after they change).
     pub(in crate::v4) fn bind_mds(&self) {
         if let Some(mds) = &self.mds {
+            if let Ok(mut st) = self.state.lock() {
+                st.mds = Some(Arc::downgrade(mds));
+            }
             mds.bind(super::recall::Recaller {
                 state: Arc::clone(&self.state),
                 cbs: self.cbs.clone(),
@@ -325,9 +333,13 @@ impl<S: Storage> Nfs4Service<S> {
 
 /// GETDEVICEINFO (RFC 8881 §18.40.3; RFC 8435 §5.1): the data server's
 /// `tcp` address and, if it serves RPC-over-RDMA, its `rdma` one, NFSv3.
-/// A `maxcount` of zero sets no limit; a body above a non-zero one is
-/// NFS4ERR_TOOSMALL with the size needed.
-fn getdeviceinfo(mds: &Mds, a: &Getdeviceinfo4Args) -> Getdeviceinfo4Res {
+/// The order is the preference (§5.1: `ffda_netaddrs` in the order the
+/// client should try them; Linux takes the first that connects): `rdma`
+/// first to a client that reached the metadata server over RPC-over-RDMA
+/// (`over_rdma`), `tcp` first to the others. A `maxcount` of zero sets no
+/// limit; a body above a non-zero one is NFS4ERR_TOOSMALL with the size
+/// needed.
+fn getdeviceinfo(mds: &Mds, a: &Getdeviceinfo4Args, over_rdma: bool) -> Getdeviceinfo4Res {
     if let Err(e) = flex(a.layout_type) {
         return Getdeviceinfo4Res::Err(e);
     }
@@ -343,7 +355,10 @@ fn getdeviceinfo(mds: &Mds, a: &Getdeviceinfo4Args) -> Getdeviceinfo4Res {
         None => sa,
     };
     let mut netaddrs = vec![netid("tcp", seen(ds.tcp))];
-    netaddrs.extend(ds.rdma.map(|r| netid("rdma", seen(r))));
+    if let Some(r) = ds.rdma {
+        let at = if over_rdma { 0 } else { 1 };
+        netaddrs.insert(at, netid("rdma", seen(r)));
+    }
     let addr = FfDeviceAddr4 {
         netaddrs: Bounded(netaddrs),
         versions: Bounded(vec![FfDeviceVersions4 {
@@ -446,5 +461,42 @@ fn log_return_body(c: u64, body: &[u8]) {
             write_bytes = s.write.bytes,
             "pNFS layout return statistics"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{DataServer, MdsConfig};
+    use super::*;
+    use std::net::SocketAddr;
+
+    fn netids(mds: &Mds, over_rdma: bool) -> Vec<String> {
+        let a = Getdeviceinfo4Args {
+            device_id: device_id(0),
+            layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+            maxcount: 0,
+            notify_types: nfs::v4::attr::Bitmap4::new(),
+        };
+        let Getdeviceinfo4Res::Ok(ok) = getdeviceinfo(mds, &a, over_rdma) else {
+            panic!("GETDEVICEINFO failed");
+        };
+        let addr: FfDeviceAddr4 = decode_body(&ok.device_addr.addr_body.0).unwrap();
+        addr.netaddrs.0.iter().map(|n| n.netid.0.clone()).collect()
+    }
+
+    #[test]
+    fn getdeviceinfo_lists_rdma_first_to_a_client_that_came_over_rdma() {
+        let ds = |rdma: Option<u16>| DataServer {
+            tcp: SocketAddr::from(([192, 0, 2, 1], 2049)),
+            rdma: rdma.map(|p| SocketAddr::from(([192, 0, 2, 1], p))),
+            mount_port: None,
+            export: "/ds".into(),
+            advertise: None,
+        };
+        let both = Mds::new(MdsConfig::new(vec![ds(Some(20049))]));
+        assert_eq!(netids(&both, true), ["rdma", "tcp"]);
+        assert_eq!(netids(&both, false), ["tcp", "rdma"]);
+        let tcp_only = Mds::new(MdsConfig::new(vec![ds(None)]));
+        assert_eq!(netids(&tcp_only, true), ["tcp"]);
     }
 }

@@ -63,7 +63,9 @@ impl Mds {
         if attr.ftype != Ftype3::NF3REG {
             return fs.read(fh, offset, count).await;
         }
-        let i = self.place(attr.fileid);
+        let Some(i) = self.placed(&attr) else {
+            return Ok(zeros(attr.size, offset, count));
+        };
         let name = data_file_name(attr.fsid, attr.fileid);
         match self.ds[i].read(&name, offset, count).await {
             Ok(Some(r)) => Ok(r),
@@ -98,7 +100,7 @@ impl Mds {
         let end = offset
             .checked_add(data.len() as u64)
             .ok_or(Nfsstat3::NFS3ERR_FBIG)?;
-        let i = self.place(attr.fileid);
+        let i = self.place(&attr).ok_or(Nfsstat3::NFS3ERR_IO)?;
         let name = data_file_name(attr.fsid, attr.fileid);
         let ds = &self.ds[i];
         let done = async {
@@ -131,7 +133,9 @@ impl Mds {
         if attr.ftype != Ftype3::NF3REG {
             return Ok(fs.write_verifier());
         }
-        let i = self.place(attr.fileid);
+        let Some(i) = self.placed(&attr) else {
+            return Ok(fs.write_verifier());
+        };
         let name = data_file_name(attr.fsid, attr.fileid);
         match self.ds[i].commit(&name).await {
             Ok(Some(v)) => Ok(xor(fs.write_verifier(), v)),

@@ -32,6 +32,7 @@ use nfs::v4::cb::{
     CbLayoutrecall4Args, Layoutrecall4, LayoutrecallFile4, NfsCbArgop4, NfsCbResop4,
 };
 use nfs::v4::{Layoutiomode4, Layouttype4, NfsFh4, Nfsstat4};
+use oncrpc::limits::Limit;
 
 use super::layouts::{DataFile, Recalled};
 use super::Mds;
@@ -39,6 +40,10 @@ use crate::v4::callback::Callbacks;
 use crate::v4::coherence::key;
 use crate::v4::state::StateTable;
 use crate::v4::Clock;
+
+/// Layouts dropped because their client went (a count, not a bound:
+/// each trip is one client's layouts, logged at most once a second).
+static EXPIRED_LAYOUTS: Limit = Limit::new("pnfs.expired_layouts");
 
 /// How many synthetic ids fencing rotates through.
 pub const FENCE_IDS: u32 = 1024;
@@ -144,6 +149,48 @@ impl Mds {
         }
         tracing::info!(layouts = rs.len(), ?ds, changed, "CB_LAYOUTRECALL");
         rt.spawn(async move { run(me, r, rs, changed).await });
+    }
+
+    /// The client `client` went (its lease expired, it was replaced or
+    /// destroyed): its layouts are dropped at once (RFC 8881 §12.7.3) and
+    /// counted (`pnfs.expired_layouts`), and the data files it could
+    /// write are fenced as for an unanswered recall (RFC 8435 §2.2), so
+    /// it can no longer write to them with the credentials it was given.
+    /// Other holders of those files find their ids refused too and get
+    /// the new ones with their next LAYOUTGET. Work: that client's
+    /// layouts only; one fencing task per expired client that could
+    /// write, which ends after one SETATTR per file.
+    pub(crate) fn client_gone(&self, client: u64) {
+        let gone = match self.layouts.lock() {
+            Ok(mut t) => t.return_all(client),
+            Err(_) => return,
+        };
+        if gone.is_empty() {
+            return;
+        }
+        EXPIRED_LAYOUTS.trip(format_args!(
+            "client {client:#x} went with {} layouts; dropped",
+            gone.len()
+        ));
+        let writable: Vec<Recalled> = gone
+            .into_iter()
+            .filter(|(_, l)| l.rw)
+            .map(|(file, l)| Recalled {
+                client,
+                file,
+                stateid: l.stateid,
+                data: l.data,
+            })
+            .collect();
+        let Some(me) = self.recaller().and_then(|r| r.mds.upgrade()) else {
+            return;
+        };
+        if writable.is_empty() {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { me.fence(&writable).await });
+        }
     }
 
     /// Fences the data files of `due` (revoked layouts): each gets the
