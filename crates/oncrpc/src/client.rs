@@ -95,6 +95,16 @@ pub trait CallSigner: Send + Sync {
 
     /// Checks an accepted reply's verifier.
     fn check_reply(&self, verf: &OpaqueAuth) -> Result<(), RpcError>;
+
+    /// The credential and arguments a retransmission of the call carries
+    /// instead of the last ones, or `None` (the default) to send the same
+    /// message again. RPCSEC_GSS gives every retransmission a new sequence
+    /// number (RFC 2203 §5.3.3.1), since the server drops a number it has
+    /// seen; the XID stays, so a duplicate-request cache still knows the
+    /// call. [`CallSigner::verifier`] is then asked for the new header.
+    fn retransmission(&self) -> Result<Option<(OpaqueAuth, XdrBuf)>, RpcError> {
+        Ok(None)
+    }
 }
 
 impl From<xdr::Error> for RpcError {
@@ -242,6 +252,9 @@ impl Default for ClientConfig {
 
 struct InFlight<T> {
     token: T,
+    /// Program, version and procedure, to build a re-signed
+    /// retransmission.
+    proc_: (u32, u32, u32),
     message: XdrBuf,
     deadline: Option<Instant>,
     retransmits: u32,
@@ -322,6 +335,61 @@ fn accepted_result(stat: Accepted, dec: &mut Decoder<'_>) -> Result<Bytes, RpcEr
     }
 }
 
+/// Encodes a call message: the header (RFC 5531 §9) with the verifier
+/// `signer` computes over it from the XID through the credential, or
+/// AUTH_NONE, then the arguments (DDP marks kept, positions in the whole
+/// message).
+fn encode_call(
+    xid: u32,
+    (prog, vers, proc_): (u32, u32, u32),
+    cred: &OpaqueAuth,
+    args: &XdrBuf,
+    signer: Option<&dyn CallSigner>,
+) -> Result<XdrBuf, RpcError> {
+    let mut hdr = CallHeader {
+        xid,
+        prog,
+        vers,
+        proc_,
+        cred: cred.clone(),
+        verf: OpaqueAuth::NONE,
+    };
+    if let Some(s) = signer {
+        let mut head = Vec::with_capacity(hdr.encoded_len());
+        hdr.encode(&mut head);
+        head.truncate(head.len() - OpaqueAuth::NONE.encoded_len());
+        hdr.verf = s.verifier(&head)?;
+    }
+    let mut msg = XdrBuf::with_capacity(hdr.encoded_len());
+    hdr.encode(&mut msg);
+    msg.append(args.clone());
+    Ok(msg)
+}
+
+impl<T> InFlight<T> {
+    /// The message to send again: re-signed when the signer asks for it
+    /// (RPCSEC_GSS, RFC 2203 §5.3.3.1), else the same. If re-signing
+    /// fails the old message goes again (the server may drop it as a
+    /// replay; the retransmission policy then ends the call).
+    fn resend(&mut self, xid: u32) -> XdrBuf {
+        let Some(signer) = &self.signer else {
+            return self.message.clone();
+        };
+        let fresh = signer.retransmission().and_then(|r| match r {
+            Some((cred, args)) => {
+                encode_call(xid, self.proc_, &cred, &args, Some(&**signer)).map(Some)
+            }
+            None => Ok(None),
+        });
+        match fresh {
+            Ok(Some(m)) => self.message = m,
+            Ok(None) => {}
+            Err(e) => tracing::debug!(xid, error = %e, "retransmission not re-signed"),
+        }
+        self.message.clone()
+    }
+}
+
 /// The sans-IO client core. `T` is whatever the shell needs to complete a
 /// call (e.g. a oneshot sender). Time is passed in, never read.
 #[derive(Debug)]
@@ -376,10 +444,9 @@ impl<T> ClientCore<T> {
 
     /// [`Self::start_call`] with a verifier computed by `signer` over the
     /// header through the credential, the reply's verifier checked by it
-    /// (RPCSEC_GSS, RFC 2203 §5.3.1). A retransmission resends the same
-    /// message, so the server may drop it as a replay (RFC 2203 §5.3.3.1
-    /// asks for a new sequence number): fine over TCP, where calls are
-    /// resent only after a reconnection.
+    /// (RPCSEC_GSS, RFC 2203 §5.3.1). Each retransmission asks the signer
+    /// for a new credential and arguments ([`CallSigner::retransmission`]:
+    /// a new sequence number, RFC 2203 §5.3.3.1) and keeps the XID.
     pub fn start_call_signed(
         &mut self,
         call: &RpcCall,
@@ -391,30 +458,16 @@ impl<T> ClientCore<T> {
             return Err((token, RpcError::TooManyInFlight));
         }
         let xid = self.alloc_xid();
-        let mut hdr = CallHeader {
-            xid,
-            prog: call.prog,
-            vers: call.vers,
-            proc_: call.proc_,
-            cred: call.cred.clone(),
-            verf: OpaqueAuth::NONE,
+        let proc_ = (call.prog, call.vers, call.proc_);
+        let msg = match encode_call(xid, proc_, &call.cred, &call.args, signer.as_deref()) {
+            Ok(m) => m,
+            Err(e) => return Err((token, e)),
         };
-        if let Some(s) = &signer {
-            let mut head = Vec::with_capacity(hdr.encoded_len());
-            hdr.encode(&mut head);
-            head.truncate(head.len() - OpaqueAuth::NONE.encoded_len());
-            match s.verifier(&head) {
-                Ok(v) => hdr.verf = v,
-                Err(e) => return Err((token, e)),
-            }
-        }
-        let mut msg = XdrBuf::with_capacity(hdr.encoded_len());
-        hdr.encode(&mut msg);
-        msg.append(call.args.clone());
         self.calls.insert(
             xid,
             InFlight {
                 token,
+                proc_,
                 message: msg.clone(),
                 deadline: self.config.retransmit.timeout.map(|t| now + t),
                 retransmits: 0,
@@ -472,7 +525,7 @@ impl<T> ClientCore<T> {
             } else {
                 c.retransmits += 1;
                 c.deadline = policy.timeout.map(|t| now + t);
-                out.retransmit.push((xid, c.message.clone()));
+                out.retransmit.push((xid, c.resend(xid)));
             }
         }
         out
@@ -488,7 +541,7 @@ impl<T> ClientCore<T> {
         if c.retransmits < policy.max_retransmits {
             c.retransmits += 1;
             c.deadline = policy.timeout.map(|t| now + t);
-            return CallTimeout::Retransmit(c.message.clone());
+            return CallTimeout::Retransmit(c.resend(xid));
         }
         match self.calls.remove(&xid) {
             Some(c) => CallTimeout::Failed(c.token),
@@ -504,7 +557,7 @@ impl<T> ClientCore<T> {
             .iter_mut()
             .map(|(x, c)| {
                 c.deadline = timeout.map(|t| now + t);
-                (*x, c.message.clone())
+                (*x, c.resend(*x))
             })
             .collect()
     }
@@ -702,5 +755,77 @@ mod tests {
             core.call_timed_out(xid, t0),
             CallTimeout::NotInFlight
         ));
+    }
+
+    /// Signs with a counter as "verifier" and gives each retransmission a
+    /// new credential (as RPCSEC_GSS gives a new sequence number).
+    struct Counting(std::sync::atomic::AtomicU32);
+
+    impl CallSigner for Counting {
+        fn verifier(&self, header: &[u8]) -> Result<OpaqueAuth, RpcError> {
+            Ok(OpaqueAuth {
+                flavor: crate::msg::AuthFlavor(99),
+                body: Bytes::copy_from_slice(&header[header.len() - 4..]),
+            })
+        }
+        fn check_reply(&self, _verf: &OpaqueAuth) -> Result<(), RpcError> {
+            Ok(())
+        }
+        fn retransmission(&self) -> Result<Option<(OpaqueAuth, XdrBuf)>, RpcError> {
+            let n = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            let cred = OpaqueAuth {
+                flavor: crate::msg::AuthFlavor(99),
+                body: Bytes::copy_from_slice(&n.to_be_bytes()),
+            };
+            let mut args = XdrBuf::new();
+            args.put_u32(n);
+            Ok(Some((cred, args)))
+        }
+    }
+
+    #[test]
+    fn signed_retransmissions_are_rebuilt_with_the_same_xid() {
+        let t0 = Instant::now();
+        let cfg = ClientConfig {
+            max_in_flight: 4,
+            retransmit: RetransmitPolicy {
+                timeout: Some(Duration::from_secs(1)),
+                max_retransmits: 5,
+            },
+        };
+        let mut core = ClientCore::new(10, cfg);
+        let signer = Arc::new(Counting(0.into()));
+        let (xid, first) = core
+            .start_call_signed(&call(), Some(signer), (), t0)
+            .unwrap();
+        let decode = |m: &XdrBuf| {
+            let b = m.to_bytes();
+            let mut dec = Decoder::from_bytes(&b);
+            let hdr = CallHeader::decode(&mut dec).unwrap();
+            (hdr, dec.rest_bytes())
+        };
+        let (h0, _) = decode(&first);
+        let mut seen = vec![h0.cred.body.clone()];
+        let again = [
+            match core.call_timed_out(xid, t0) {
+                CallTimeout::Retransmit(m) => m,
+                other => panic!("{other:?}"),
+            },
+            core.handle_timeout(t0 + Duration::from_secs(1)).retransmit[0]
+                .1
+                .clone(),
+            core.retransmit_all(t0).remove(0).1,
+        ];
+        for (i, m) in again.iter().enumerate() {
+            let (h, args) = decode(m);
+            let n = i as u32 + 1;
+            assert_eq!((h.xid, h.prog, h.vers, h.proc_), (xid, 7, 1, 1));
+            assert_eq!(&h.cred.body[..], &n.to_be_bytes());
+            // The verifier is computed over the new header.
+            assert_eq!(&h.verf.body[..], &n.to_be_bytes());
+            assert_eq!(&args[..], &n.to_be_bytes());
+            assert!(!seen.contains(&h.cred.body));
+            seen.push(h.cred.body);
+        }
     }
 }

@@ -524,3 +524,93 @@ async fn failed_reconnection_fails_the_calls_in_flight() {
     );
     assert_eq!(cdev.mr_table().valid_regions(), 0);
 }
+
+/// RPCSEC_GSS across a reconnection (stand-in mechanism): each
+/// retransmission carries a new sequence number and arguments protected
+/// for it (RFC 2203 §5.3.3.1), so the server does not drop it as a
+/// replay; a call whose reply was lost is answered from the
+/// duplicate-request cache (same XID, same arguments once unprotected)
+/// with the reply protected for the first transmission's number, which the
+/// client still accepts; a call lost before it ran runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gss_retransmissions_take_a_new_sequence_number() {
+    use oncrpc::gss::fake::{FakeAcceptor, FakeInitiator};
+    use oncrpc::gss::{GssClient, GssConfig, GssServer, GssService};
+    let net = LoopbackNetwork::new(44);
+    let trip = Arc::new(AtomicU8::new(TRIP_NONE));
+    let sdev = Flaky {
+        dev: net.device(),
+        trip: Arc::clone(&trip),
+    };
+    let count = Arc::new(AtomicU32::new(0));
+    let acceptor = FakeAcceptor { key: 7, rounds: 1 };
+    let mut services = Server::new()
+        .with_drc(DrcConfig {
+            capacity: 64,
+            max_reply_len: 1 << 20,
+        })
+        .with_gss(Arc::new(GssServer::new(
+            Arc::new(acceptor),
+            GssConfig::default(),
+        )));
+    services.register(Counter(Arc::clone(&count)));
+    let services = Arc::new(services);
+    let listener = RdmaListener::bind(
+        &sdev,
+        &String::new(),
+        Arc::clone(&services),
+        RdmaServerConfig::default(),
+    )
+    .await
+    .unwrap();
+    let addr = listener.local_addr();
+    listener.spawn();
+    let policy = ReconnectPolicy {
+        max_attempts: 5,
+        delay: Duration::from_millis(5),
+    };
+    let c = RdmaClient::connect_with_reconnect(
+        &net.device(),
+        &addr,
+        RdmaClientConfig::default(),
+        policy,
+    )
+    .await
+    .unwrap();
+    let initiator = FakeInitiator {
+        principal: "alice@FAKE".into(),
+        key: 7,
+    };
+    let mut expected = 0;
+    let mut hits = 0;
+    for service in [GssService::NONE, GssService::INTEGRITY, GssService::PRIVACY] {
+        let gss = GssClient::establish(c.clone(), &initiator, "nfs@x", COUNTER_PROGRAM, 1, service)
+            .await
+            .unwrap();
+        expected += 1;
+        assert_eq!(bump(&gss, pattern(10, 0)).await.unwrap().0, expected);
+        for (op, data) in [
+            (TRIP_SEND, pattern(90_000, 1)),
+            (TRIP_READ, pattern(150_001, 2)),
+        ] {
+            let before = c.stats();
+            trip.store(op, Ordering::SeqCst);
+            let (n, got) = bump(&gss, data.clone()).await.unwrap();
+            assert_eq!(trip.load(Ordering::SeqCst), TRIP_NONE, "fault never fired");
+            expected += 1;
+            assert_eq!((n, got), (expected, data), "{service:?} trip {op}");
+            assert_eq!(count.load(Ordering::SeqCst), expected, "executed once");
+            let s = c.stats();
+            assert_eq!(s.retransmissions, before.retransmissions + 1, "{s:?}");
+            if op == TRIP_SEND {
+                hits += 1;
+            }
+            assert_eq!(
+                services.drc().unwrap().hits(),
+                hits,
+                "{service:?} trip {op}"
+            );
+        }
+    }
+    c.close();
+}

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use xdr::Decoder;
+use xdr::{Decoder, XdrBuf};
 
 use super::mech::{GssError, Initiator, SecContext};
 use super::server::{protect_body, unprotect_body, BodyError, REPLY_OVERHEAD};
@@ -47,12 +47,82 @@ impl Context {
     }
 }
 
+impl Context {
+    fn next_seq(&self) -> Result<u32, RpcError> {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        if seq >= MAXSEQ {
+            // RFC 2203 §5.3.3.1: the context is used up.
+            return Err(RpcError::Gss {
+                major: super::mech::GSS_S_FAILURE,
+                minor: 0,
+            });
+        }
+        Ok(seq)
+    }
+
+    fn credential(&self, proc_: GssProc, service: GssService, seq: u32) -> OpaqueAuth {
+        OpaqueAuth {
+            flavor: AuthFlavor::RPCSEC_GSS,
+            body: xdr::to_bytes(&GssCred {
+                proc_,
+                seq_num: seq,
+                service,
+                handle: self.handle.clone(),
+            }),
+        }
+    }
+}
+
+/// Sequence numbers a call's transmissions carried that a reply may
+/// answer (Linux keeps 3); older ones are forgotten.
+const SEQS_KEPT: usize = 4;
+
+#[derive(Default)]
+struct Seqs {
+    /// Oldest first.
+    sent: Vec<u32>,
+    /// The one the reply's verifier proved.
+    answered: Option<u32>,
+}
+
 /// Signs one DATA or DESTROY call: the header's MIC as verifier
 /// (RFC 2203 §5.3.1), and the reply's verifier must be the MIC of the
-/// call's sequence number (§5.3.3.2).
+/// call's sequence number (§5.3.3.2). Every retransmission takes a new
+/// sequence number and protects the arguments again for it (§5.3.3.1);
+/// the reply may answer any transmission, so its verifier is checked
+/// against each number sent (the RFC's suggestion) and the body unwrapped
+/// with the one that matched.
 struct DataSigner {
     context: Arc<Context>,
-    seq: u32,
+    proc_: GssProc,
+    service: GssService,
+    /// The arguments before protection, to protect again.
+    args: XdrBuf,
+    seqs: Mutex<Seqs>,
+}
+
+impl DataSigner {
+    fn new(context: &Arc<Context>, proc_: GssProc, service: GssService, seq: u32) -> Self {
+        Self {
+            context: Arc::clone(context),
+            proc_,
+            service,
+            args: XdrBuf::new(),
+            seqs: Mutex::new(Seqs {
+                sent: vec![seq],
+                answered: None,
+            }),
+        }
+    }
+
+    fn seqs(&self) -> MutexGuard<'_, Seqs> {
+        self.seqs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The sequence number the reply answered.
+    fn answered(&self) -> Option<u32> {
+        self.seqs().answered
+    }
 }
 
 impl CallSigner for DataSigner {
@@ -72,10 +142,33 @@ impl CallSigner for DataSigner {
         if verf.flavor != AuthFlavor::RPCSEC_GSS {
             return Err(RpcError::BadReplyVerifier);
         }
-        self.context
-            .lock()
-            .verify_mic(&self.seq.to_be_bytes(), &verf.body)
-            .map_err(|_| RpcError::BadReplyVerifier)
+        let mut seqs = self.seqs();
+        let mut ctx = self.context.lock();
+        let hit = seqs
+            .sent
+            .iter()
+            .rev()
+            .copied()
+            .find(|seq| ctx.verify_mic(&seq.to_be_bytes(), &verf.body).is_ok());
+        seqs.answered = hit;
+        hit.map(|_| ()).ok_or(RpcError::BadReplyVerifier)
+    }
+
+    fn retransmission(&self) -> Result<Option<(OpaqueAuth, XdrBuf)>, RpcError> {
+        let seq = self.context.next_seq()?;
+        let args = if self.service == GssService::NONE || self.proc_ != GssProc::RPCSEC_GSS_DATA {
+            self.args.clone()
+        } else {
+            protect_body(&mut **self.context.lock(), self.service, seq, &self.args)
+                .map_err(|e| gss_err(&e))?
+        };
+        let mut seqs = self.seqs();
+        if seqs.sent.len() == SEQS_KEPT {
+            seqs.sent.remove(0);
+        }
+        seqs.sent.push(seq);
+        let cred = self.context.credential(self.proc_, self.service, seq);
+        Ok(Some((cred, args)))
     }
 }
 
@@ -237,37 +330,18 @@ impl<T: ClientTransport> GssClient<T> {
         self.context.window
     }
 
-    fn next_seq(&self) -> Result<u32, RpcError> {
-        let seq = self.context.next_seq.fetch_add(1, Ordering::Relaxed);
-        if seq >= MAXSEQ {
-            // RFC 2203 §5.3.3.1: the context is used up.
-            return Err(RpcError::Gss {
-                major: super::mech::GSS_S_FAILURE,
-                minor: 0,
-            });
-        }
-        Ok(seq)
-    }
-
-    fn credential(&self, proc_: GssProc, seq: u32) -> OpaqueAuth {
-        OpaqueAuth {
-            flavor: AuthFlavor::RPCSEC_GSS,
-            body: xdr::to_bytes(&GssCred {
-                proc_,
-                seq_num: seq,
-                service: self.service,
-                handle: self.context.handle.clone(),
-            }),
-        }
-    }
-
     async fn protected_call(&self, call: RpcCall) -> Result<Bytes, RpcError> {
-        let seq = self.next_seq()?;
+        let seq = self.context.next_seq()?;
         let protected = self.service != GssService::NONE;
+        let mut signer =
+            DataSigner::new(&self.context, GssProc::RPCSEC_GSS_DATA, self.service, seq);
         let args = if protected {
-            protect_body(&mut **self.context.lock(), self.service, seq, &call.args)
-                .map_err(|e| gss_err(&e))?
+            let args = protect_body(&mut **self.context.lock(), self.service, seq, &call.args)
+                .map_err(|e| gss_err(&e))?;
+            signer.args = call.args;
+            args
         } else {
+            signer.args = call.args.clone();
             call.args
         };
         // RFC 8166 §9.2.2: with integrity or privacy nothing in the reply
@@ -278,41 +352,47 @@ impl<T: ClientTransport> GssClient<T> {
             ddp: if protected { None } else { call.reply_hint.ddp },
         };
         let call = RpcCall {
-            cred: self.credential(GssProc::RPCSEC_GSS_DATA, seq),
+            cred: self
+                .context
+                .credential(GssProc::RPCSEC_GSS_DATA, self.service, seq),
             args,
             reply_hint,
             ..call
         };
-        let signer = Arc::new(DataSigner {
-            context: Arc::clone(&self.context),
-            seq,
-        });
-        let results = self.inner.call_signed(call, signer).await?;
+        let signer = Arc::new(signer);
+        let results = self.inner.call_signed(call, signer.clone()).await?;
         if !protected {
             return Ok(results);
         }
+        // The body is protected with the sequence number of the
+        // transmission the reply answers (RFC 2203 §5.3.3.1).
+        let seq = signer.answered().unwrap_or(seq);
         unprotect_body(&mut **self.context.lock(), self.service, seq, &results)
             .map_err(|e| body_err(&e))
     }
 
     /// Destroys the context on the server (RFC 2203 §5.4).
     pub async fn destroy(&self) -> Result<(), RpcError> {
-        let seq = self.next_seq()?;
+        let seq = self.context.next_seq()?;
         let call = RpcCall {
             prog: self.prog,
             vers: self.vers,
             proc_: 0,
-            cred: self.credential(GssProc::RPCSEC_GSS_DESTROY, seq),
+            cred: self
+                .context
+                .credential(GssProc::RPCSEC_GSS_DESTROY, self.service, seq),
             args: xdr::XdrBuf::new(),
             reply_hint: ReplyHint {
                 max_reply_len: REPLY_OVERHEAD,
                 ddp: None,
             },
         };
-        let signer = Arc::new(DataSigner {
-            context: Arc::clone(&self.context),
+        let signer = Arc::new(DataSigner::new(
+            &self.context,
+            GssProc::RPCSEC_GSS_DESTROY,
+            self.service,
             seq,
-        });
+        ));
         self.inner.call_signed(call, signer).await.map(|_| ())
     }
 }
