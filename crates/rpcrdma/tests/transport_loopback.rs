@@ -158,6 +158,68 @@ async fn long_reply_uses_reply_chunk() {
     assert_eq!(s.write_chunk_replies, 0, "{s:?}");
 }
 
+/// A reply of `n` bytes of results, none of it DDP-eligible (so it goes
+/// inline or in a reply chunk).
+async fn echo_no_ddp(client: &RdmaClient<LoopbackDevice>, n: usize) -> Bytes {
+    let mut args = XdrBuf::new();
+    args.put_bulk(pattern(n, 9), true);
+    client
+        .call(RpcCall {
+            prog: ECHO_PROGRAM,
+            vers: ECHO_VERSION,
+            proc_: PROC_ECHO,
+            cred: OpaqueAuth::NONE,
+            args,
+            reply_hint: ReplyHint {
+                max_reply_len: 64 + xdr::padded_len(n),
+                ddp: None,
+            },
+        })
+        .await
+        .unwrap()
+}
+
+/// The server's inline size is what its private data advertises (RFC 8797
+/// §5), and what it sends inline to a peer that receives as much: a 6000
+/// byte call and its reply travel inline between two 8 KiB ends; when
+/// either end keeps 4 KiB (the Linux client's default) the call's data goes
+/// in a read chunk and the reply in a reply chunk.
+#[tokio::test]
+async fn larger_inline_size_is_advertised_and_used_only_when_both_ends_have_it() {
+    let big = RdmaClientConfig {
+        inline_size: 8192,
+        ..RdmaClientConfig::default()
+    };
+    let server_8k = RdmaServerConfig {
+        inline_size: 8192,
+        ..RdmaServerConfig::default()
+    };
+    let cases = [
+        (server_8k, big, 8192, 1, 0),
+        (server_8k, RdmaClientConfig::default(), 4096, 0, 1),
+        (RdmaServerConfig::default(), big, 4096, 0, 1),
+    ];
+    for (i, (server_cfg, client_cfg, send, inline, chunked)) in cases.into_iter().enumerate() {
+        let client = setup_with(40 + i as u64, server_cfg, client_cfg).await;
+        assert_eq!(client.thresholds().send, send, "case {i}");
+        let got = echo_no_ddp(&client, 6000).await;
+        let mut dec = Decoder::from_bytes(&got);
+        assert_eq!(
+            dec.opaque_bytes(6000).unwrap(),
+            pattern(6000, 9),
+            "case {i}"
+        );
+        let s = client.stats();
+        assert_eq!(s.reply_chunk_replies, chunked, "case {i}: {s:?}");
+        assert_eq!(s.inline_calls, inline, "case {i}: {s:?}");
+        assert_eq!(
+            s.read_chunk_calls + s.position_zero_calls,
+            chunked,
+            "case {i}: {s:?}"
+        );
+    }
+}
+
 /// Many concurrent calls against a small grant: the client never sends
 /// more than the server's posted receives, or the loopback device would
 /// terminate the connection (RFC 8166 §3.3.1, RFC 5040).

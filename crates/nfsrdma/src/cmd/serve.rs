@@ -116,6 +116,17 @@ pub(crate) struct ServeArgs {
     /// Credits granted per RDMA connection (receive buffers posted).
     #[arg(long, default_value_t = 64)]
     rdma_credits: u32,
+    /// Inline size of RDMA connections: the size of each posted receive
+    /// buffer and the send and receive sizes advertised in the connection
+    /// private data (RFC 8797 §3.1, §4.2; 1 KiB units, 1024-65536). Messages are
+    /// sent inline up to the smaller of this and the client's receive
+    /// size, so a larger value changes nothing for a client that keeps
+    /// the default 4096 (Linux `sunrpc.rdma_max_inline_read`); one that
+    /// raises it gets replies up to this size (a 4 KiB READ) inline,
+    /// without registering memory for a write chunk.
+    #[arg(long, default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(1024..=65536))]
+    rdma_inline_size: u32,
     /// Bytes the calls of one RDMA connection may be pulling by RDMA Read
     /// at once (their buffers); a call beyond it waits for earlier ones.
     #[arg(long, default_value_t = 64 << 20)]
@@ -469,6 +480,7 @@ async fn rdma_listen<D: rnic::Device<Addr = SocketAddr>>(
 )> {
     let rdma_config = rpcrdma::transport::RdmaServerConfig {
         credits: args.rdma_credits.max(1),
+        inline_size: args.rdma_inline_size,
         backchannel_credits: args.rdma_backchannel_credits,
         read_bytes_per_conn: args.rdma_read_bytes_per_conn,
         read_timeout: std::time::Duration::from_millis(args.rdma_read_timeout_ms),
