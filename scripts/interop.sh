@@ -77,7 +77,14 @@
 # "before" binary for the latency part; empty for none), COH_RUST_LOG (info),
 # COH_CHECKS (1; 0 runs only the latency part), COH_GUEST_PCAP (0; 1 also
 # captures the guest's eth0 with qemu's filter-dump and splits each call's
-# time into guest work, wire and server with scripts/latency-split.sh);
+# time into guest work, wire and server with scripts/latency-split.sh),
+# COH_KNFSD (0; 1 also measures the guest's own knfsd over siw and TCP from
+# inside the guest: the floor any server has there), COH_INLINE8K (0; 1
+# serves with --rdma-inline-size 8192 and adds RDMA passes with the
+# client's sunrpc.rdma_max_inline_read at 8192, so 4 KiB READs come inline),
+# COH_TRACE (0; 1 counts the guest's context switches per file by thread
+# and the time from each wake-up to running, with ftrace; it slows the
+# guest, so compare its passes only with each other);
 # phase verbs: VERBS_DEVS ("siw0 rxe0"), VERBS_BULK_MIB (100), VERBS_XDEV_MIB
 # (16, 0 skips the cross-device checks), VERBS_SOFT_PORT /
 # VERBS_SOFT_MOUNT_PORT / VERBS_SOFT_TCP_PORT (12090 / 12091 / 12092: the
@@ -120,6 +127,9 @@ COH_LAT_ROUNDS=${COH_LAT_ROUNDS:-3}
 COH_LAT_VERS=${COH_LAT_VERS:-3}
 COH_CHECKS=${COH_CHECKS:-1}
 COH_GUEST_PCAP=${COH_GUEST_PCAP:-0}
+COH_KNFSD=${COH_KNFSD:-0}
+COH_INLINE8K=${COH_INLINE8K:-0}
+COH_TRACE=${COH_TRACE:-0}
 COH_BASE_BIN=${COH_BASE_BIN-/tmp/own/nfsrdma-baseline}
 VERBS_DEVS=${VERBS_DEVS:-siw0 rxe0}
 CONF_TCP_PORT=${CONF_TCP_PORT:-12080}
@@ -427,13 +437,15 @@ coherence_phase() {
             fail "coherence: host port $p is in use; set COH_RDMA_PORT/COH_TCP_PORT/COH_MOUNT_PORT"; return
         fi
     done
-    mkdir -p "$G"; rm -f "$G"/mark* "$G"/host-* "$G/rc" "$G/latency.txt"
+    mkdir -p "$G"; rm -f "$G"/mark* "$G"/host-* "$G/rc" "$G"/latency*.txt
     C_EXPORT=$(mktemp -d /tmp/interop-coh-export.XXXXXX)
     coherence_export "$C_EXPORT"
     echo "== nfsrdma serve $C_EXPORT: RDMA :$COH_RDMA_PORT, TCP :$COH_TCP_PORT, MOUNT :$COH_MOUNT_PORT"
+    local inl=; [ "$COH_INLINE8K" = 1 ] && inl="--rdma-inline-size 8192"
+    # shellcheck disable=SC2086
     RUST_LOG=${COH_RUST_LOG:-info} "$BIN" serve "$C_EXPORT" --transports tcp,rdma --addr 127.0.0.1 \
         --port "$COH_TCP_PORT" --rdma-port "$COH_RDMA_PORT" --mount-port "$COH_MOUNT_PORT" --alias /export \
-        --no-root-squash --state-dir "$OUT/state-coherence" > "$log" 2>&1 &
+        --no-root-squash --state-dir "$OUT/state-coherence" $inl > "$log" 2>&1 &
     C_PID=$!
     local fwd="20049:$COH_RDMA_PORT 2049:$COH_TCP_PORT 20048:$COH_MOUNT_PORT"
     if [ "$base" = 1 ]; then
@@ -480,7 +492,7 @@ coherence_phase() {
     local gpcap=$OUT/coherence-guest.pcap qextra=${KPEER_QEMU_EXTRA:-}
     [ "$COH_GUEST_PCAP" = 1 ] && qextra+=" -object filter-dump,id=cohdump,netdev=n0,file=$gpcap,maxlen=256"
     KPEER_QEMU_EXTRA=$qextra KPEER_HOSTFWD=none KPEER_GUESTFWD="$fwd" bash "$KPEER/run.sh" "$ROOT/interop/guest/coherence.sh" "$G" \
-        -- 20048 "$COH_WAIT" "$COH_LAT_FILES" "$COH_LAT_ROUNDS" "$base" "$COH_LAT_VERS" "$COH_CHECKS" > "$OUT/run-coherence.log" 2>&1
+        -- 20048 "$COH_WAIT" "$COH_LAT_FILES" "$COH_LAT_ROUNDS" "$base" "$COH_LAT_VERS" "$COH_CHECKS" "$COH_KNFSD" "$COH_INLINE8K" "$COH_TRACE" > "$OUT/run-coherence.log" 2>&1
     rc=$?
     [ -n "$C_TCPDUMP_PID" ] && { sleep 0.5; kill -INT "$C_TCPDUMP_PID"; wait "$C_TCPDUMP_PID" 2>/dev/null; C_TCPDUMP_PID=; }
     grep -E '^(PASS|FAIL|INFO)' "$G/guest.log" 2>/dev/null | sed 's/^/  guest: /'
@@ -524,6 +536,32 @@ coherence_phase() {
         awk '{k=$2" "$3" v"$4" "$5; n[k]++; o[k]=o[k]" "$6; r[k]=r[k]" "$7; x[k]=x[k]" "$8}
              function med(s,  a,m,i,j,t){m=split(s,a," ");for(i=1;i<=m;i++)for(j=i+1;j<=m;j++)if(a[j]+0<a[i]+0){t=a[i];a[i]=a[j];a[j]=t};return (m%2)?a[(m+1)/2]:(a[m/2]+a[m/2+1])/2}
              END{for(k in n) printf "    %-24s %5d %7.3f %7.3f\n", k, med(o[k]), med(r[k]), med(x[k])}' "$G/latency-ops.txt" | sort
+    fi
+    if [ -s "$G/latency-sys.txt" ]; then
+        echo "  guest kernel per file, medians over the rounds (context switches, IPIs, interrupts, CPU busy / sys / softirq / idle ms):"
+        awk '{k=$2" "$3" v"$4; for(i=5;i<=11;i++) v[k,i]=v[k,i]" "$i; n[k]++}
+             function med(s,  a,m,i,j,t){m=split(s,a," ");for(i=1;i<=m;i++)for(j=i+1;j<=m;j++)if(a[j]+0<a[i]+0){t=a[i];a[i]=a[j];a[j]=t};return (m%2)?a[(m+1)/2]:(a[m/2]+a[m/2+1])/2}
+             END{for(k in n){printf "    %-16s", k; for(i=5;i<=11;i++) printf " %6.2f", med(v[k,i]); printf "\n"}}' "$G/latency-sys.txt" | sort
+    fi
+    if [ -s "$G/latency-xprt.txt" ]; then
+        # xprtrdma's counters over our RDMA passes (mountstats xprt: line,
+        # net/sunrpc/xprtrdma/transport.c): write chunks registered and
+        # LOCAL_INVs the client had to post itself. Each READ reply's Send
+        # With Invalidate must name the write chunk's rkey (RFC 8797 §3.2),
+        # or the client falls back to LOCAL_INV.
+        local wc li
+        read -r wc li < <(awk '$2 ~ /^ours/ && $6 == "rdma" {w += $18; l += $31} END {print w + 0, l + 0}' "$G/latency-xprt.txt")
+        if [ "$wc" -gt 0 ] && [ "$li" = 0 ]; then
+            pass "coherence-remote-invalidation: $wc write chunks, local_inv_needed 0"
+        else
+            fail "coherence-remote-invalidation: $wc write chunks, local_inv_needed $li (see $G/latency-xprt.txt)"
+        fi
+    fi
+    if [ -s "$G/latency-sw.txt" ]; then
+        echo "  guest context switches per file by the thread switched to (COH_TRACE=1):"
+        sed 's/^LATSW /    /' "$G/latency-sw.txt"
+        echo "  guest wake-up to running per file by thread (ms/file, and wake-ups over 20 ms):"
+        [ -s "$G/latency-wake.txt" ] && sed 's/^LATWAKE /    /' "$G/latency-wake.txt"
     fi
     if [ -s "$pcap" ]; then
         # our side of each READ, seen on the host's lo between slirp's socat

@@ -51,12 +51,28 @@
 # and one "LATOPS server proto vers op ops rtt_ms exe_ms" line for each of
 # LOOKUP, ACCESS, GETATTR and READ.
 # CHECKS=0 (default 1) skips part 1: only the latency passes run.
+# Each pass also prints what the guest kernel did per file ("LATSYS server
+# proto vers ctxt/file ipi/file intr/file busy_ms/file sys_ms/file
+# softirq_ms/file idle_ms/file": context switches, rescheduling and
+# function-call IPIs, interrupts, CPU time from /proc/stat and
+# /proc/interrupts) and the xprt line of mountstats ("LATXPRT ..."; over
+# RDMA it counts local_inv_needed, the LOCAL_INVs a missing or wrong Send
+# With Invalidate costs the client).
+# KNFSD=1 (default 0) adds a third server, "knfsd": the guest's own knfsd
+# (tmpfs /kexport, the same files) mounted over siw and TCP from inside the
+# guest, so the floor any server has in this guest is measured in the same
+# run. INLINE8K=1 (default 0) adds passes "ours-i8k" with the client's
+# sunrpc.rdma_max_inline_read at 8192 (a 4 KiB READ reply then fits inline
+# when the server advertises an 8 KiB send size, RFC 8797 §3.1, §4.2). TRACE=1
+# (default 0) records the guest scheduler's context switches during each
+# cat (ftrace sched_switch) and prints "LATSW server proto vers" with the
+# threads switched to per file (siw_tx, kworker, cat, ...).
 #
 # Prints PASS/FAIL/INFO lines and exits 1 if a check failed.
 . "$KPEER_IN/guest/lib.sh"
 cd "$KPEER_OUT" || exit 1
 MPORT=${1:-20048}; WAIT=${2:-70}; LAT_FILES=${3:-200}; LAT_ROUNDS=${4:-3}; LAT_BASE=${5:-0}
-LAT_VERS=${6:-3}; CHECKS=${7:-1}
+LAT_VERS=${6:-3}; CHECKS=${7:-1}; KNFSD=${8:-0}; INLINE8K=${9:-0}; TRACE=${10:-0}
 SRV=$HOST_IP
 A=/mnt/a
 B=/mnt/b
@@ -201,19 +217,82 @@ fi
 
 # Part 2: small-file READ latency, cold cache, interleaved.
 DIR=latency
+# sys_snap: context switches, interrupts, IPIs (RES + CAL), /proc/stat cpu
+sys_snap() {
+    echo "$(awk '/^ctxt/{c=$2} /^intr/{i=$2} END{print c, i}' /proc/stat)" \
+        "$(awk '$1=="RES:"||$1=="CAL:"{for(k=2;k<=NF&&$k~/^[0-9]+$/;k++)n+=$k} END{print n+0}' /proc/interrupts)" \
+        "$(cpu_snap)"
+}
+# sys_delta SNAP1 SNAP2 FILES -> "ctxt ipi intr busy_ms sys_ms softirq_ms idle_ms", each per file
+sys_delta() {
+    awk -v a="$1" -v b="$2" -v n="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN{split(a,A," ");split(b,B," ");
+        for(i=1;i<=11;i++)D[i]=B[i]-A[i]; t=1000/hz/n;
+        printf "%.1f %.1f %.1f %.2f %.2f %.2f %.2f\n", D[1]/n, D[3]/n, D[2]/n,
+            (D[4]+D[5]+D[6]+D[9]+D[10]+D[11])*t, D[6]*t, D[10]*t, (D[7]+D[8])*t}'
+}
+TR=/sys/kernel/tracing
+trace_start() {
+    [ "$TRACE" = 1 ] || return 0
+    [ -e $TR/trace ] || mount -t tracefs nodev $TR 2>/dev/null || return 0
+    echo 0 > $TR/tracing_on; echo 8192 > $TR/buffer_size_kb; : > $TR/trace
+    echo 1 > $TR/events/sched/sched_switch/enable; echo 1 > $TR/events/sched/sched_wakeup/enable
+    echo 1 > $TR/tracing_on
+}
+trace_stop() { # SERVER PROTO VERS: switches per file by the thread switched to
+    [ "$TRACE" = 1 ] && [ -e $TR/trace ] || return 0
+    echo 0 > $TR/tracing_on; echo 0 > $TR/events/sched/sched_switch/enable
+    echo 0 > $TR/events/sched/sched_wakeup/enable
+    echo "LATSW $1 $2 $3 $(sed -n 's/.*next_comm=\([^ ]*\) next_pid.*/\1/p' $TR/trace |
+        sed 's/[0-9][0-9]*/N/g' | sort | uniq -c | sort -rn | head -8 |
+        awk -v n="$LAT_FILES" '{printf "%s:%.1f ", $2, $1/n}')" | tee -a latency-sw.txt
+    # wake-up to running, per thread kind: ms per file, and wake-ups over 20 ms
+    echo "LATWAKE $1 $2 $3 $(sed -n -e 's/.* \([0-9.]*\): sched_wakeup: comm=\([^ ]*\) pid=\([0-9]*\) .*/W \1 \3 \2/p' \
+            -e 's/.* \([0-9.]*\): sched_switch: .* next_comm=\([^ ]*\) next_pid=\([0-9]*\) .*/S \1 \3 \2/p' $TR/trace |
+        awk -v n="$LAT_FILES" '$1 == "W" && !($3 in w) {w[$3] = $2}
+            $1 == "S" && ($3 in w) {c = $4; gsub(/[0-9]+/, "N", c); d = ($2 - w[$3]) * 1000; delete w[$3]
+                t[c] += d; if (d > 20) l[c]++}
+            END {for (c in t) printf "%s %.3f %d\n", c, t[c] / n, l[c]}' | sort -k2 -rn | head -6 |
+        awk '{printf "%s:%s(%d>20ms) ", $1, $2, $3}')" | tee -a latency-wake.txt
+    : > $TR/trace
+}
+# the kernel client's inline receive size (xprtrdma reads it per connection)
+inline_read() { echo "$1" > /proc/sys/sunrpc/rdma_max_inline_read 2>/dev/null; }
+KSRV_DIR=/kexport
+knfsd_start() { # the guest's own knfsd on tmpfs, the same LAT_FILES files
+    EXPORT_DIR=$KSRV_DIR start_nfsd "rw,no_root_squash,insecure,no_subtree_check,fsid=1" > knfsd-start.txt 2>&1 ||
+        { cat knfsd-start.txt; fail "knfsd start"; return 1; }
+    mkdir -p $KSRV_DIR/lat; touch $KSRV_DIR/.coherence-root
+    for i in $(seq 1 "$LAT_FILES"); do head -c 4096 /dev/urandom > "$KSRV_DIR/lat/f$i"; done
+}
 lat_pass() { # SERVER PROTO VERS
-    local m=/mnt/lat o t0 t1 st
+    local m=/mnt/lat o t0 t1 st s0 s1
     o=$(opts "$2" "$3")
     if [ "$1" = base ]; then o=${o/port=20049/port=20050}; o=${o/port=2049/port=2050}; o=${o/mountport=$MPORT/mountport=20047}; fi
-    if ! mount_at $m "$o" "$3" > /dev/null; then fail "lat-mount $1 $2 v$3: $(tail -1 mount.err)"; return; fi
+    [ "$1" = ours-i8k ] && inline_read 8192
+    if [ "$1" = knfsd ]; then
+        o=${o/mountport=$MPORT/mountport=20048}; mkdir -p $m
+        if ! timeout 120 mount -t nfs -o "$o" "$GUEST_IP:$KSRV_DIR" $m 2> mount.err; then
+            fail "lat-mount $1 $2 v$3: $(tail -1 mount.err)"; return
+        fi
+    elif ! mount_at $m "$o" "$3" > /dev/null; then
+        fail "lat-mount $1 $2 v$3: $(tail -1 mount.err)"; inline_read 4096; return
+    fi
+    inline_read 4096 # read at connect time; later mounts get the default
     drop_caches
     local files; files=$(seq -f "$m/lat/f%g" 1 "$LAT_FILES")
+    trace_start
+    s0=$(sys_snap)
     t0=$(now)
     # one process opens and reads every file in turn (a fork per file costs
     # tens of ms under TCG): LOOKUP, ACCESS and READ per file, cold cache
     # shellcheck disable=SC2086
     cat $files > /dev/null || fail "lat-read $1 $2 v$3"
     t1=$(now)
+    s1=$(sys_snap)
+    trace_stop "$1" "$2" "$3"
+    echo "LATSYS $1 $2 $3 $(sys_delta "$s0" "$s1" "$LAT_FILES")" | tee -a latency-sys.txt
+    echo "LATXPRT $1 $2 $3 $(grep -A300 " mounted on $m " /proc/self/mountstats | grep -m1 -E '^[[:space:]]*xprt:' | sed 's/^[[:space:]]*//')" \
+        | tee -a latency-xprt.txt
     st=$(grep -A300 " mounted on $m " /proc/self/mountstats | grep -m1 -E '^[[:space:]]*READ:')
     # "READ: ops trans timeouts bytes_sent bytes_recv queue rtt execute"
     echo "$st" | awk -v s="$1" -v p="$2" -v v="$3" -v n="$LAT_FILES" -v t="$(awk "BEGIN{print $t1-$t0}")" \
@@ -227,10 +306,16 @@ lat_pass() { # SERVER PROTO VERS
 if [ "$LAT_ROUNDS" -gt 0 ]; then
     echo "INFO latency: server proto vers files seconds ms/file READ-ops READ-rtt-ms READ-exe-ms"
     servers=ours; [ "$LAT_BASE" = 1 ] && servers="ours base"
+    [ "$INLINE8K" = 1 ] && servers+=" ours-i8k"
+    [ "$KNFSD" = 1 ] && knfsd_start && servers+=" knfsd"
+    echo "INFO latency servers: $servers"
     for r in $(seq 1 "$LAT_ROUNDS"); do
         for v in $LAT_VERS; do
             for s in $servers; do
-                for p in rdma tcp; do lat_pass "$s" "$p" "$v"; done
+                for p in rdma tcp; do
+                    [ "$s" = ours-i8k ] && [ "$p" = tcp ] && continue # the setting is RDMA's
+                    lat_pass "$s" "$p" "$v"
+                done
             done
         done
     done
