@@ -179,6 +179,40 @@ pub async fn connect_rdma<D: Device<Addr = SocketAddr>>(
     exported.attach(rpc, opts.io).await
 }
 
+/// [`connect_rdma`] with RPCSEC_GSS: MOUNT over TCP with AUTH_SYS (as
+/// `mount.nfs` asks `rpc.mountd`), then a context for `target_name`
+/// (`nfs@host`) created with `initiator` on the RDMA connection, and every
+/// NFS call under it. With integrity or privacy no data item is placed
+/// directly (RFC 8166 §9.2.2; see `RdmaClient::call_signed`).
+pub async fn connect_rdma_gss<D: Device<Addr = SocketAddr>>(
+    device: &D,
+    target: &RdmaTarget,
+    opts: &RdmaOptions,
+    initiator: &dyn oncrpc::gss::Initiator,
+    target_name: &str,
+    service: oncrpc::gss::GssService,
+) -> Result<Mounted<oncrpc::gss::GssClient<RdmaClient<D>>>> {
+    let exported = mount_export(
+        &target.host,
+        &target.path,
+        &mount_ports(target),
+        &opts.tcp(),
+    )
+    .await?;
+    let port = target.rdma_port.unwrap_or(DEFAULT_RDMA_PORT);
+    let rpc = connect_rdma_transport(device, &target.host, port, opts).await?;
+    let gss = oncrpc::gss::GssClient::establish(
+        rpc,
+        initiator,
+        target_name,
+        nfs::v3::NFS_PROGRAM,
+        nfs::v3::NFS_V3,
+        service,
+    )
+    .await?;
+    exported.attach(gss, opts.io).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

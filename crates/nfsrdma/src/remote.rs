@@ -520,6 +520,9 @@ pub(crate) enum AnyFs {
     Tcp(Fs<oncrpc::tcp::TcpClient>),
     /// `sec=krb5*`: RPCSEC_GSS on the TCP connection.
     Gss(Fs<oncrpc::gss::GssClient<oncrpc::tcp::TcpClient>>),
+    /// `sec=krb5*` on `nfs+rdma://`: RPCSEC_GSS on the RDMA connection.
+    GssRdma(Fs<oncrpc::gss::GssClient<rpcrdma::transport::RdmaClient<softrnic::SoftDevice>>>),
+    GssVerbs(Fs<oncrpc::gss::GssClient<rpcrdma::transport::RdmaClient<verbs::VerbsDevice>>>),
     Rdma(Fs<rpcrdma::transport::RdmaClient<softrnic::SoftDevice>>),
     Verbs(Fs<rpcrdma::transport::RdmaClient<verbs::VerbsDevice>>),
 }
@@ -531,6 +534,8 @@ macro_rules! with_fs {
         match $any {
             $crate::remote::AnyFs::Tcp($fs) => $body,
             $crate::remote::AnyFs::Gss($fs) => $body,
+            $crate::remote::AnyFs::GssRdma($fs) => $body,
+            $crate::remote::AnyFs::GssVerbs($fs) => $body,
             $crate::remote::AnyFs::Rdma($fs) => $body,
             $crate::remote::AnyFs::Verbs($fs) => $body,
         }
@@ -543,7 +548,10 @@ pub(crate) use with_fs;
 /// port (2049, or 20049 over RDMA, unless given).
 pub(crate) async fn open_fs(url: &NfsUrl, io: IoOptions) -> anyhow::Result<AnyFs> {
     if let Some(service) = url.sec {
-        return open_gss(url, io, service).await.map(AnyFs::Gss);
+        return match url.scheme {
+            Scheme::Tcp => open_gss(url, io, service).await.map(AnyFs::Gss),
+            Scheme::Rdma => open_gss_rdma(url, io, service).await,
+        };
     }
     let Some(minor) = url.nfs4_minor else {
         return Ok(match crate::url::open(url, io).await? {
@@ -615,8 +623,7 @@ async fn open_gss(
     io: IoOptions,
     service: oncrpc::gss::GssService,
 ) -> anyhow::Result<Fs<oncrpc::gss::GssClient<oncrpc::tcp::TcpClient>>> {
-    let initiator = gss::Krb5Initiator::from_ccache()
-        .map_err(|e| anyhow::anyhow!("sec=krb5*: no Kerberos credentials (kinit?): {e}"))?;
+    let initiator = krb5_initiator()?;
     let target_name = format!("nfs@{}", url.host);
     let Some(minor) = url.nfs4_minor else {
         let target = nfs_client::TcpTarget {
@@ -662,6 +669,89 @@ async fn open_gss(
     let v = V4::new(gss, minor, SessionOptions::default(), url, io)
         .await
         .with_context(|| format!("NFSv4.{minor} to {}", url.host))?;
+    Ok(Fs::V4(v))
+}
+
+/// Kerberos tickets from the caller's credential cache (`KRB5CCNAME`).
+fn krb5_initiator() -> anyhow::Result<gss::Krb5Initiator> {
+    gss::Krb5Initiator::from_ccache()
+        .map_err(|e| anyhow::anyhow!("sec=krb5*: no Kerberos credentials (kinit?): {e}"))
+}
+
+/// `sec=krb5*` over RPC-over-RDMA: as [`open_gss`], the context on the
+/// RDMA connection (softrnic, or an RDMA NIC as `device=` chooses).
+async fn open_gss_rdma(
+    url: &NfsUrl,
+    io: IoOptions,
+    service: oncrpc::gss::GssService,
+) -> anyhow::Result<AnyFs> {
+    let initiator = krb5_initiator()?;
+    let ropts = crate::url::rdma_options(url, io);
+    let peer = match url.device {
+        crate::device::DeviceChoice::Auto => crate::url::peer_ip(&url.host),
+        _ => None,
+    };
+    let gss = (&initiator, service);
+    Ok(
+        match crate::device::choose_for_peer(&url.device, peer, crate::url::seed())? {
+            crate::device::Chosen::Soft => {
+                let dev = crate::url::soft_device(url.crc);
+                AnyFs::GssRdma(gss_rdma(&dev, &ropts, url, io, gss).await?)
+            }
+            crate::device::Chosen::Verbs(dev) => {
+                let ropts = nfs_client::RdmaOptions {
+                    send_with_invalidate: false,
+                    ..ropts
+                };
+                AnyFs::GssVerbs(gss_rdma(&dev, &ropts, url, io, gss).await?)
+            }
+        },
+    )
+}
+
+/// NFSv3 (MOUNT over TCP with AUTH_SYS) or an NFSv4 session over
+/// RPC-over-RDMA on `dev`, under an RPCSEC_GSS context for `nfs@HOST`.
+async fn gss_rdma<D: rnic::Device<Addr = SocketAddr>>(
+    dev: &D,
+    ropts: &nfs_client::RdmaOptions,
+    url: &NfsUrl,
+    io: IoOptions,
+    (initiator, service): (&gss::Krb5Initiator, oncrpc::gss::GssService),
+) -> anyhow::Result<Fs<oncrpc::gss::GssClient<rpcrdma::transport::RdmaClient<D>>>> {
+    let target_name = format!("nfs@{}", url.host);
+    let Some(minor) = url.nfs4_minor else {
+        let target = nfs_client::RdmaTarget {
+            host: url.host.clone(),
+            rdma_port: url.nfs_port,
+            mount_port: url.mount_port,
+            path: url.path.clone(),
+        };
+        let m = nfs_client::connect_rdma_gss(dev, &target, ropts, initiator, &target_name, service)
+            .await
+            .with_context(|| {
+                format!(
+                    "mounting {}:{} over RDMA with RPCSEC_GSS",
+                    url.host, url.path
+                )
+            })?;
+        return Ok(Fs::V3(m));
+    };
+    let port = url.nfs_port.unwrap_or(nfs_client::DEFAULT_RDMA_PORT);
+    let rpc = nfs_client::connect_rdma_transport(dev, &url.host, port, ropts).await?;
+    let gss = oncrpc::gss::GssClient::establish(
+        rpc,
+        initiator,
+        &target_name,
+        nfs_client::nfs::v4::NFS4_PROGRAM,
+        4,
+        service,
+    )
+    .await
+    .with_context(|| format!("RPCSEC_GSS context with {target_name}"))?;
+    let opts = SessionOptions::for_rdma(&ropts.client_config());
+    let v = V4::new(gss, minor, opts, url, io)
+        .await
+        .with_context(|| format!("NFSv4.{minor} over RDMA to {}", url.host))?;
     Ok(Fs::V4(v))
 }
 

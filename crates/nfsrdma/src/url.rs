@@ -222,9 +222,6 @@ impl NfsUrl {
                         _ => bail!("{s:?}: xprtsec={v:?}: expected none, tls or mtls"),
                     }
                 }
-                "sec" if scheme == Scheme::Rdma && v != "sys" => {
-                    bail!("{s:?}: sec={v} is not available over nfs+rdma:// yet (nfs:// only)")
-                }
                 "sec" => {
                     use oncrpc::gss::GssService;
                     url.sec = match v {
@@ -502,7 +499,7 @@ mod tests {
     }
 
     #[test]
-    fn sec_asks_for_kerberos_on_tcp_only() {
+    fn sec_asks_for_kerberos_on_both_transports() {
         use oncrpc::gss::GssService;
         let sec = |u: &str| NfsUrl::parse(u).unwrap().sec;
         assert_eq!(sec("nfs://h/e"), None);
@@ -514,10 +511,14 @@ mod tests {
             Some(GssService::PRIVACY)
         );
         assert_eq!(sec("nfs+rdma://h/e?sec=sys"), None);
+        assert_eq!(
+            sec("nfs+rdma://h/e?sec=krb5p&version=2"),
+            Some(GssService::PRIVACY)
+        );
         for bad in [
             "nfs://h/e?sec=krb4",
             "nfs://h/e?sec=",
-            "nfs+rdma://h/e?sec=krb5p",
+            "nfs+rdma://h/e?sec=krb6",
         ] {
             assert!(NfsUrl::parse(bad).is_err(), "{bad} parsed");
         }

@@ -65,7 +65,9 @@ pub(crate) struct MountArgs {
     /// allow_other, default_permissions, ro, rw, ac, noac, actimeo=S,
     /// acregmin=S, acregmax=S, acdirmin=S, acdirmax=S (attribute cache
     /// timeouts in seconds; defaults 3, 60, 30, 60), rsize=N, wsize=N,
-    /// vers=3|4.1|4.2, sec=sys, writeback_cache. May be repeated.
+    /// vers=3|4.1|4.2, sec=sys|krb5|krb5i|krb5p (Kerberos: every caller
+    /// acts as the principal of the mounting user's ticket, KRB5CCNAME),
+    /// writeback_cache. May be repeated.
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
     /// Mount read-only: every change fails with EROFS (`-o ro`).
@@ -135,6 +137,16 @@ async fn mount(args: MountArgs) -> anyhow::Result<()> {
     io.wsize = opts.wsize;
     if opts.nfs4_minor.is_some() {
         url.nfs4_minor = opts.nfs4_minor;
+    }
+    if opts.sec.is_some() {
+        url.sec = opts.sec;
+    }
+    if url.sec.is_some() {
+        // RPCSEC_GSS under the mounting user's ticket, for every caller.
+        return with_fs!(open_fs(&url, io).await?, |fs| match fs {
+            Fs::V4(v) => serve4(v, &url, &args, opts, dir).await,
+            Fs::V3(m) => serve(m, &url, &args, opts, dir).await,
+        });
     }
     if url.nfs4_minor.is_some() {
         return with_fs!(open_fs(&url, io).await?, |fs| match fs {

@@ -68,12 +68,16 @@ pub(crate) struct MountOpts {
     /// `vers=4.1`, `4.2` or `4` (4.2): the NFSv4 minor version; `None`
     /// for NFSv3.
     pub(crate) nfs4_minor: Option<u32>,
+    /// `sec=krb5|krb5i|krb5p`: RPCSEC_GSS under the mounting user's
+    /// Kerberos ticket, for every caller; `None` (`sec=sys`) is AUTH_SYS
+    /// with each caller's ids.
+    pub(crate) sec: Option<oncrpc::gss::GssService>,
 }
 
 /// Options accepted, for the error message.
 const KNOWN: &str = "allow_other, default_permissions, ro, rw, ac, noac, actimeo=, acregmin=, \
                      acregmax=, acdirmin=, acdirmax=, rsize=, wsize=, vers=3|4|4.1|4.2, nfsvers=, \
-                     sec=sys, writeback_cache, defaults, nosuid, nodev, hard";
+                     sec=sys|krb5|krb5i|krb5p, writeback_cache, defaults, nosuid, nodev, hard";
 
 fn seconds(k: &str, v: &str) -> Result<Duration, String> {
     match v.parse::<u64>() {
@@ -94,6 +98,15 @@ impl MountOpts {
             .filter(|s| !s.is_empty())
         {
             o.apply(opt)?;
+        }
+        if o.allow_other && o.sec.is_some() {
+            // The context is the mounting user's: other users would act
+            // as that principal (there are no per-caller contexts).
+            return Err(
+                "allow_other with sec=krb5*: every user would act as the mounting \
+                        user's Kerberos principal (per-caller credentials are not supported)"
+                    .into(),
+            );
         }
         for (what, min, max) in [
             ("acregmin/acregmax", o.ac.reg_min, o.ac.reg_max),
@@ -141,10 +154,11 @@ impl MountOpts {
                      (vers=3, vers=4.1, vers=4.2; vers=4 is 4.2)"
                 ))
             }
-            ("sec", Some("sys")) => {}
-            ("sec", Some(v)) => {
-                return Err(format!("sec={v}: only sec=sys (AUTH_SYS) is supported"))
-            }
+            ("sec", Some("sys")) => self.sec = None,
+            ("sec", Some("krb5")) => self.sec = Some(oncrpc::gss::GssService::NONE),
+            ("sec", Some("krb5i")) => self.sec = Some(oncrpc::gss::GssService::INTEGRITY),
+            ("sec", Some("krb5p")) => self.sec = Some(oncrpc::gss::GssService::PRIVACY),
+            ("sec", Some(v)) => return Err(format!("sec={v}: expected sys, krb5, krb5i or krb5p")),
             _ => return Err(format!("unknown mount option {opt:?} (known: {KNOWN})")),
         }
         Ok(())
@@ -193,6 +207,17 @@ mod tests {
     }
 
     #[test]
+    fn sec_chooses_the_rpcsec_gss_service() {
+        use oncrpc::gss::GssService;
+        let sec = |o: &str| MountOpts::parse(&[o]).unwrap().sec;
+        assert_eq!(sec("ro"), None);
+        assert_eq!(sec("sec=krb5"), Some(GssService::NONE));
+        assert_eq!(sec("sec=krb5i"), Some(GssService::INTEGRITY));
+        assert_eq!(sec("sec=krb5,sec=krb5p"), Some(GssService::PRIVACY));
+        assert_eq!(sec("sec=krb5p,sec=sys"), None);
+    }
+
+    #[test]
     fn unknown_and_bad_options_are_refused_by_name() {
         for (bad, says) in [
             ("bogus", "unknown mount option \"bogus\""),
@@ -203,7 +228,8 @@ mod tests {
             ("rsize=0", "rsize"),
             ("vers=4.0", "versions 3, 4.1 and 4.2"),
             ("vers=2", "versions 3, 4.1 and 4.2"),
-            ("sec=krb5", "sec=sys"),
+            ("sec=krb4", "sys, krb5, krb5i or krb5p"),
+            ("allow_other,sec=krb5p", "per-caller credentials"),
         ] {
             let e = MountOpts::parse(&[bad]).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");
