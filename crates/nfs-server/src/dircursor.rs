@@ -237,14 +237,42 @@ impl DirCursor {
         buf_len: usize,
         mut visit: impl FnMut(&Entry<'_>) -> bool,
     ) -> Result<bool, CursorError> {
+        self.walk(cookie, buf_len, &|_: &Entry<'_>| (), false, |e, ()| {
+            visit(e)
+        })
+    }
+
+    /// [`Self::read`], with `prep` run on each entry before `visit` gets
+    /// the entry and its result. `prep` (a `statx` of the entry, say) may
+    /// run on a helper thread ahead of `visit`, for the entries of one
+    /// `getdents64` buffer at a time ([`crate::inorder`]): the results of
+    /// entries read ahead but not taken are dropped, never kept for a
+    /// later page.
+    pub fn read_prepared<P: Send>(
+        &mut self,
+        cookie: u64,
+        buf_len: usize,
+        prep: &(dyn Fn(&Entry<'_>) -> P + Sync),
+        visit: impl FnMut(&Entry<'_>, P) -> bool,
+    ) -> Result<bool, CursorError> {
+        self.walk(cookie, buf_len, prep, true, visit)
+    }
+
+    fn walk<P: Send>(
+        &mut self,
+        cookie: u64,
+        buf_len: usize,
+        prep: &(dyn Fn(&Entry<'_>) -> P + Sync),
+        parallel: bool,
+        mut visit: impl FnMut(&Entry<'_>, P) -> bool,
+    ) -> Result<bool, CursorError> {
         let mut last = cookie;
         if self.resume.take() == Some(cookie) {
-            let (stopped, at) = self.read_ahead(cookie, &mut visit);
-            if stopped {
-                self.resume = Some(at);
+            let held = std::mem::take(&mut self.ahead);
+            if let Some(i) = held.visit(self.fd.as_fd(), prep, parallel, &mut visit, &mut last) {
+                self.hold(held, i, last);
                 return Ok(false);
             }
-            last = at;
         } else {
             self.ahead.clear();
             match rustix::fs::seek(&self.fd, SeekFrom::Start(cookie)) {
@@ -255,82 +283,91 @@ impl DirCursor {
                 Err(e) => return Err(e.into()),
             }
         }
-        self.read_stream(last, buf_len, visit)
-    }
-
-    /// Hands out the entries read ahead by the last page: whether `visit`
-    /// refused one (it and the later ones stay held), and the cookie of
-    /// the last one taken.
-    fn read_ahead(
-        &mut self,
-        mut last: u64,
-        visit: &mut impl FnMut(&Entry<'_>) -> bool,
-    ) -> (bool, u64) {
-        let dir = self.fd.as_fd();
-        let mut stop = None;
-        for (i, a) in self.ahead.entries.iter().enumerate() {
-            let bytes = self.ahead.names.get(a.name.0..a.name.1).unwrap_or_default();
-            let Ok(name) = CStr::from_bytes_with_nul(bytes) else {
-                continue;
-            };
-            let entry = Entry {
-                name,
-                ino: a.ino,
-                file_type: a.file_type,
-                cookie: a.cookie,
-                dir,
-            };
-            if !visit(&entry) {
-                stop = Some(i);
-                break;
-            }
-            last = a.cookie;
-        }
-        match stop {
-            Some(i) => {
-                self.ahead.entries.drain(..i);
-                (true, last)
-            }
-            None => {
-                self.ahead.clear();
-                (false, last)
-            }
-        }
-    }
-
-    /// Reads on from the fd's position; on a refusal keeps the refused
-    /// entry and the rest of the buffer for the next page.
-    fn read_stream(
-        &mut self,
-        mut last: u64,
-        buf_len: usize,
-        mut visit: impl FnMut(&Entry<'_>) -> bool,
-    ) -> Result<bool, CursorError> {
         let mut buf: Vec<u8> = Vec::with_capacity(buf_len.clamp(MIN_BUF, MAX_BUF));
-        let dir = self.fd.as_fd();
-        let mut raw = RawDir::new(dir, buf.spare_capacity_mut());
-        while let Some(e) = raw.next() {
-            let e = e?;
-            let entry = Entry {
-                name: e.file_name(),
-                ino: e.ino(),
-                file_type: e.file_type(),
-                cookie: e.next_entry_cookie(),
-                dir,
-            };
-            if !visit(&entry) {
-                let ahead = &mut self.ahead;
-                ahead.push(entry.name, entry.ino, entry.file_type, entry.cookie);
-                while !raw.is_buffer_empty() {
-                    let Some(Ok(e)) = raw.next() else { break };
-                    ahead.push(e.file_name(), e.ino(), e.file_type(), e.next_entry_cookie());
-                }
-                self.resume = Some(last);
+        let mut raw = RawDir::new(self.fd.as_fd(), buf.spare_capacity_mut());
+        loop {
+            let batch = Ahead::fill(&mut raw)?;
+            if batch.entries.is_empty() {
+                return Ok(true);
+            }
+            if let Some(i) = batch.visit(self.fd.as_fd(), prep, parallel, &mut visit, &mut last) {
+                self.hold(batch, i, last);
                 return Ok(false);
             }
-            last = entry.cookie;
         }
-        Ok(true)
+    }
+
+    /// Keeps the entries of `batch` from the refused `i` on for the next
+    /// page, which resumes at `last`.
+    fn hold(&mut self, mut batch: Ahead, i: usize, last: u64) {
+        batch.entries.drain(..i);
+        self.ahead = batch;
+        self.resume = Some(last);
+    }
+}
+
+impl Ahead {
+    /// The entries of one `getdents64` read (none at the end of the
+    /// directory).
+    fn fill(raw: &mut RawDir<'_, BorrowedFd<'_>>) -> Result<Self, CursorError> {
+        let mut batch = Self::default();
+        let Some(first) = raw.next() else {
+            return Ok(batch);
+        };
+        let e = first?;
+        batch.push(e.file_name(), e.ino(), e.file_type(), e.next_entry_cookie());
+        while !raw.is_buffer_empty() {
+            match raw.next() {
+                Some(Ok(e)) => {
+                    batch.push(e.file_name(), e.ino(), e.file_type(), e.next_entry_cookie())
+                }
+                Some(Err(e)) => return Err(e.into()),
+                None => break,
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Entry `i` of the batch, in directory `dir`.
+    fn entry<'a>(&'a self, i: usize, dir: BorrowedFd<'a>) -> Option<Entry<'a>> {
+        let a = self.entries.get(i)?;
+        let bytes = self.names.get(a.name.0..a.name.1)?;
+        Some(Entry {
+            name: CStr::from_bytes_with_nul(bytes).ok()?,
+            ino: a.ino,
+            file_type: a.file_type,
+            cookie: a.cookie,
+            dir,
+        })
+    }
+
+    /// Hands the entries to `visit` in order, each with its `prep`
+    /// result: the index of the one refused, if any; `last` follows the
+    /// cookie of the last one taken.
+    fn visit<P: Send>(
+        &self,
+        dir: BorrowedFd<'_>,
+        prep: &(dyn Fn(&Entry<'_>) -> P + Sync),
+        parallel: bool,
+        visit: &mut impl FnMut(&Entry<'_>, P) -> bool,
+        last: &mut u64,
+    ) -> Option<usize> {
+        let n = if parallel { self.entries.len() } else { 0 };
+        let prep_at = |i: usize| self.entry(i, dir).map(|e| prep(&e));
+        let mut take = |i: usize, p: Option<P>| match (self.entry(i, dir), p) {
+            (Some(e), Some(p)) => {
+                let taken = visit(&e, p);
+                if taken {
+                    *last = e.cookie;
+                }
+                taken
+            }
+            _ => true, // a name that is not one (never: `push` ends it)
+        };
+        if n == 0 {
+            return (0..self.entries.len()).find(|&i| !take(i, prep_at(i)));
+        }
+        crate::inorder::map_in_order(n, prep_at, take)
     }
 }
 

@@ -34,6 +34,7 @@ pub mod dircursor;
 pub mod exports;
 mod fh;
 mod idmap;
+mod inorder;
 pub mod localfs;
 pub mod mount;
 pub mod nfs3;

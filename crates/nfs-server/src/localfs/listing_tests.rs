@@ -8,7 +8,7 @@ use std::fs;
 use nfs::v3::NfsFh3;
 
 use super::cursors::{self, Cursors};
-use super::tests::{block, list, name, Tmp};
+use super::tests::{block, list, list_sized, name, Tmp};
 use super::LocalFs;
 use crate::storage::Storage;
 
@@ -67,6 +67,44 @@ fn pages_go_on_with_the_kept_cursor_and_return_every_entry_once() {
     );
     // A finished listing keeps nothing open.
     assert_eq!(lfs.cursors.len(), 0);
+}
+
+/// Large READDIRPLUS pages (their `statx` shared with a helper thread,
+/// [`crate::inorder`]): every entry once, each with its own attributes
+/// and a handle that resolves to the same file, also across the pages'
+/// ends where the helper had gone on ahead.
+#[test]
+fn large_pages_give_each_entry_its_own_attributes() {
+    let t = Tmp::new("cur-large");
+    fs::create_dir_all(t.0.join("d")).unwrap();
+    for i in 0..3000u64 {
+        let f = fs::File::create(t.0.join("d").join(format!("f-{i:04}"))).unwrap();
+        f.set_len(i).unwrap();
+    }
+    let lfs = LocalFs::new(&t.0, true).unwrap();
+    let d = block(lfs.lookup(&lfs.root(), &name("d"))).unwrap();
+    let mut seen = BTreeMap::new();
+    let mut cookie = 0;
+    loop {
+        let (es, page) = list_sized(&lfs, &d, cookie, 1100, true, 256 << 10);
+        for e in &es {
+            let n = String::from_utf8(e.name.0.to_vec()).unwrap();
+            let Some(Ok((fh, a))) = &e.plus else {
+                panic!("{n}: {:?}", e.plus)
+            };
+            if let Some(i) = n.strip_prefix("f-") {
+                assert_eq!(a.size, i.parse::<u64>().unwrap(), "{n}");
+                assert_eq!(block(lfs.getattr(fh)).unwrap(), *a, "{n}");
+            }
+            *seen.entry(n).or_insert(0) += 1;
+        }
+        if page.eof {
+            break;
+        }
+        cookie = es.last().unwrap().cookie;
+    }
+    assert_eq!(seen.len(), 3002);
+    assert!(seen.values().all(|&c| c == 1), "an entry came twice");
 }
 
 #[test]

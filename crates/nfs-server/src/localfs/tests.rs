@@ -142,11 +142,23 @@ pub(super) fn list(
     n: usize,
     plus: bool,
 ) -> (Vec<OwnedEntry>, DirPage) {
+    list_sized(lfs, dir, cookie, n, plus, 0)
+}
+
+/// [`list`] with the page's `size_hint` (the `getdents64` buffer).
+pub(super) fn list_sized(
+    lfs: &LocalFs,
+    dir: &NfsFh3,
+    cookie: u64,
+    n: usize,
+    plus: bool,
+    size_hint: usize,
+) -> (Vec<OwnedEntry>, DirPage) {
     let mut out = Vec::new();
     let req = DirRequest {
         cookie,
         plus,
-        size_hint: 0,
+        size_hint,
     };
     let page = block(lfs.readdir(dir, req, &mut |e: DirEntry<'_>| {
         if out.len() == n {

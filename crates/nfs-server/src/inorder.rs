@@ -1,0 +1,328 @@
+//! Work on a list of items shared by the calling thread and one helper
+//! thread, consumed in order: a large READDIRPLUS page's `statx` calls
+//! (two thirds of the server's time in a listing) spread over two cores
+//! while the caller encodes the entries in directory order.
+//!
+//! [`map_in_order`] cuts the items into chunks. The helper claims chunks
+//! from the front and prepares them; the caller consumes chunk after
+//! chunk, preparing a chunk itself when the helper has not claimed it
+//! yet, else waiting for the helper's result. So the two share the work
+//! however fast each runs, and the helper is never more than the chunk it
+//! is preparing ahead of what the caller reaches. Once the caller refuses
+//! an item the helper stops at its current chunk; what it prepared past
+//! the refusal is dropped.
+//!
+//! Helpers are bounded: at most [`helpers`] run at once in the process
+//! (one less than the cores, none on one core, at most 7); a list that
+//! finds none free, or whose thread cannot be started, is prepared by the
+//! caller alone (the `readdir.helpers` limit counts those).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+
+use oncrpc::limits::Limit;
+
+/// Items per chunk: large enough that the hand-over (a lock and maybe a
+/// wake-up) is small beside 32 `statx` calls, small enough that the
+/// helper's work past the caller's refusal stays small.
+pub(crate) const CHUNK: usize = 32;
+
+/// Lists shorter than this are prepared by the caller alone: starting a
+/// thread costs about as much as a few dozen `statx` calls.
+pub(crate) const MIN_PARALLEL: usize = 256;
+
+static HELPERS: Limit = Limit::new("readdir.helpers");
+
+/// Helper threads running now.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// How many helper threads may run at once: one less than the cores the
+/// process may use (at most 7, none on one core).
+pub(crate) fn helpers() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .saturating_sub(1)
+            .min(7)
+    })
+}
+
+/// Prepares items `0..n` with `prep` and hands them to `consume` in order
+/// until it refuses one (returns `false`): the index of the refused item,
+/// or `None` when all were taken. Lists of at least [`MIN_PARALLEL`]
+/// items share the preparing with a helper thread (module docs); every
+/// item up to the refused one is prepared exactly once either way.
+pub(crate) fn map_in_order<P: Send>(
+    n: usize,
+    prep: impl Fn(usize) -> P + Sync,
+    mut consume: impl FnMut(usize, P) -> bool,
+) -> Option<usize> {
+    let serial = |consume: &mut dyn FnMut(usize, P) -> bool| (0..n).find(|&i| !consume(i, prep(i)));
+    if n < MIN_PARALLEL {
+        return serial(&mut consume);
+    }
+    let Some(_slot) = HelperSlot::take() else {
+        HELPERS.trip(format_args!(
+            "all {} listing helper threads busy: a page of {n} entries is prepared on one thread",
+            helpers()
+        ));
+        return serial(&mut consume);
+    };
+    let shared = Shared::new(n.div_ceil(CHUNK));
+    std::thread::scope(|s| {
+        let helper = std::thread::Builder::new()
+            .name("nfs-readdir-helper".into())
+            .spawn_scoped(s, || shared.help(n, &prep));
+        if helper.is_err() {
+            HELPERS.trip(format_args!("could not start a listing helper thread"));
+            shared.gone();
+        }
+        let r = shared.consume(n, &prep, &mut consume);
+        shared.stop.store(true, Ordering::Relaxed);
+        // A helper that panicked left its chunk to the caller, which has
+        // prepared it: the list is complete, the panic is not passed on.
+        if let Ok(h) = helper {
+            let _ = h.join();
+        }
+        r
+    })
+}
+
+/// A running helper, counted in [`RUNNING`] until dropped.
+struct HelperSlot;
+
+impl HelperSlot {
+    fn take() -> Option<Self> {
+        let max = helpers();
+        RUNNING
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                (r < max).then_some(r + 1)
+            })
+            .ok()
+            .map(|_| Self)
+    }
+}
+
+impl Drop for HelperSlot {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What the caller and the helper share for one list.
+struct Shared<P> {
+    /// The next chunk nobody has claimed.
+    claim: AtomicUsize,
+    /// Set once the caller is done: the helper claims no more.
+    stop: AtomicBool,
+    /// Chunks the helper prepared and the caller has not taken, and
+    /// whether the helper has ended.
+    done: Mutex<(Vec<Option<Vec<P>>>, bool)>,
+    ready: Condvar,
+}
+
+impl<P: Send> Shared<P> {
+    fn new(chunks: usize) -> Self {
+        Self {
+            claim: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            done: Mutex::new(((0..chunks).map(|_| None).collect(), false)),
+            ready: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, (Vec<Option<Vec<P>>>, bool)> {
+        self.done.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The helper: claims and prepares chunks until none is left or the
+    /// caller is done; says it has ended even if `prep` panics.
+    fn help(&self, n: usize, prep: &(impl Fn(usize) -> P + Sync)) {
+        struct Gone<'a, P: Send>(&'a Shared<P>);
+        impl<P: Send> Drop for Gone<'_, P> {
+            fn drop(&mut self) {
+                self.0.gone();
+            }
+        }
+        let _gone = Gone(self);
+        let chunks = n.div_ceil(CHUNK);
+        while !self.stop.load(Ordering::Relaxed) {
+            let c = self.claim.fetch_add(1, Ordering::AcqRel);
+            if c >= chunks {
+                break;
+            }
+            let v = chunk(c, n).map(prep).collect();
+            if let Some(slot) = self.lock().0.get_mut(c) {
+                *slot = Some(v);
+            }
+            self.ready.notify_one();
+        }
+    }
+
+    /// Marks the helper ended (or never started) and wakes the caller.
+    fn gone(&self) {
+        self.lock().1 = true;
+        self.ready.notify_one();
+    }
+
+    /// The caller: each chunk in order, prepared here if still unclaimed,
+    /// else taken from the helper once ready.
+    fn consume(
+        &self,
+        n: usize,
+        prep: &(impl Fn(usize) -> P + Sync),
+        consume: &mut impl FnMut(usize, P) -> bool,
+    ) -> Option<usize> {
+        for c in 0..n.div_ceil(CHUNK) {
+            let mine = self
+                .claim
+                .compare_exchange(c, c + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
+            let items: Vec<P> = if mine {
+                chunk(c, n).map(prep).collect()
+            } else {
+                self.wait(c)
+                    .unwrap_or_else(|| chunk(c, n).map(prep).collect())
+            };
+            for (i, p) in chunk(c, n).zip(items) {
+                if !consume(i, p) {
+                    return Some(i);
+                }
+            }
+        }
+        None
+    }
+
+    /// Chunk `c` once the helper has prepared it; `None` if the helper
+    /// ended without it (it panicked), and the caller prepares it.
+    fn wait(&self, c: usize) -> Option<Vec<P>> {
+        let mut g = self.lock();
+        loop {
+            if let Some(v) = g.0.get_mut(c).and_then(Option::take) {
+                return Some(v);
+            }
+            if g.1 {
+                return None;
+            }
+            g = self.ready.wait(g).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// The items of chunk `c` of a list of `n`.
+fn chunk(c: usize, n: usize) -> std::ops::Range<usize> {
+    (c * CHUNK).min(n)..((c + 1) * CHUNK).min(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::atomic::AtomicU32;
+
+    fn counts(n: usize) -> Vec<AtomicU32> {
+        (0..n).map(|_| AtomicU32::new(0)).collect()
+    }
+
+    #[test]
+    fn every_item_is_prepared_once_and_consumed_in_order() {
+        for n in [0, 1, 31, 255, 256, 257, 1000, 4099] {
+            let prepared = counts(n);
+            let mut seen = Vec::new();
+            let r = map_in_order(
+                n,
+                |i| {
+                    prepared[i].fetch_add(1, Ordering::Relaxed);
+                    i * 3
+                },
+                |i, p| {
+                    assert_eq!(p, i * 3);
+                    seen.push(i);
+                    true
+                },
+            );
+            assert_eq!(r, None);
+            assert_eq!(seen, (0..n).collect::<Vec<_>>());
+            assert!(
+                prepared.iter().all(|c| c.load(Ordering::Relaxed) == 1),
+                "n {n}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_refusal_stops_the_list_and_the_helper_stays_near() {
+        let n = 5000;
+        let prepared = counts(n);
+        let mut taken = 0;
+        let r = map_in_order(
+            n,
+            |i| {
+                prepared[i].fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            },
+            |i, ()| {
+                if i == 1234 {
+                    return false;
+                }
+                taken += 1;
+                true
+            },
+        );
+        assert_eq!((r, taken), (Some(1234), 1234));
+        let counts: Vec<u32> = prepared.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        assert!(counts[..=1234].iter().all(|&c| c == 1));
+        // Past the refusal: at most the helper's chunk in hand and the one
+        // it claimed as the caller stopped.
+        let past = counts[1235..].iter().filter(|&&c| c > 0).count();
+        assert!(past <= 2 * CHUNK, "{past} items prepared past the refusal");
+    }
+
+    #[test]
+    fn a_large_list_is_shared_with_a_helper_thread() {
+        if helpers() == 0 {
+            return; // one core: nothing to share with
+        }
+        let n = 4096;
+        let threads = Mutex::new(HashMap::new());
+        map_in_order(
+            n,
+            |_| {
+                std::thread::sleep(std::time::Duration::from_micros(5));
+                *threads
+                    .lock()
+                    .unwrap()
+                    .entry(std::thread::current().id())
+                    .or_insert(0) += 1;
+            },
+            |_, ()| true,
+        );
+        let t = threads.into_inner().unwrap();
+        assert_eq!(t.values().sum::<u32>(), 4096);
+        assert_eq!(t.len(), 2, "prepared on {} threads", t.len());
+        assert!(t.contains_key(&std::thread::current().id()));
+    }
+
+    #[test]
+    fn a_helper_that_panics_leaves_its_chunks_to_the_caller() {
+        let n = 1024;
+        let caller = std::thread::current().id();
+        let mut seen = 0;
+        let r = map_in_order(
+            n,
+            |i| {
+                if std::thread::current().id() != caller {
+                    panic!("helper fails (as this test wants)");
+                }
+                i
+            },
+            |i, p| {
+                assert_eq!(i, p);
+                seen += 1;
+                true
+            },
+        );
+        assert_eq!((r, seen), (None, n));
+    }
+}
