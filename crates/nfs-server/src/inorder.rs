@@ -69,6 +69,15 @@ pub(crate) fn map_in_order<P: Send>(
         ));
         return serial(&mut consume);
     };
+    with_helper(n, prep, consume)
+}
+
+/// [`map_in_order`] with a helper thread (its slot already taken).
+fn with_helper<P: Send>(
+    n: usize,
+    prep: impl Fn(usize) -> P + Sync,
+    mut consume: impl FnMut(usize, P) -> bool,
+) -> Option<usize> {
     let shared = Shared::new(n.div_ceil(CHUNK));
     std::thread::scope(|s| {
         let helper = std::thread::Builder::new()
@@ -281,15 +290,25 @@ mod tests {
 
     #[test]
     fn a_large_list_is_shared_with_a_helper_thread() {
-        if helpers() == 0 {
-            return; // one core: nothing to share with
-        }
         let n = 4096;
+        let caller = std::thread::current().id();
+        let helped = AtomicU32::new(0);
         let threads = Mutex::new(HashMap::new());
-        map_in_order(
+        // The caller's items wait (up to 10 s) until the helper has done
+        // one, so the sharing does not depend on the scheduler.
+        let t0 = std::time::Instant::now();
+        with_helper(
             n,
             |_| {
-                std::thread::sleep(std::time::Duration::from_micros(5));
+                if std::thread::current().id() == caller {
+                    while helped.load(Ordering::Relaxed) == 0
+                        && t0.elapsed() < std::time::Duration::from_secs(10)
+                    {
+                        std::thread::sleep(std::time::Duration::from_micros(100));
+                    }
+                } else {
+                    helped.fetch_add(1, Ordering::Relaxed);
+                }
                 *threads
                     .lock()
                     .unwrap()
@@ -301,7 +320,38 @@ mod tests {
         let t = threads.into_inner().unwrap();
         assert_eq!(t.values().sum::<u32>(), 4096);
         assert_eq!(t.len(), 2, "prepared on {} threads", t.len());
-        assert!(t.contains_key(&std::thread::current().id()));
+        assert!(helped.load(Ordering::Relaxed) > 0);
+    }
+
+    #[test]
+    fn the_helpers_are_bounded_by_the_cores() {
+        let max = helpers();
+        // Take every slot (other tests may hold some for a moment).
+        let mut slots = Vec::new();
+        let t0 = std::time::Instant::now();
+        while slots.len() < max && t0.elapsed() < std::time::Duration::from_secs(10) {
+            match HelperSlot::take() {
+                Some(s) => slots.push(s),
+                None => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        }
+        assert_eq!(slots.len(), max);
+        assert!(HelperSlot::take().is_none(), "more helpers than {max}");
+        let tripped = HELPERS.count();
+        // With every slot taken, a large list runs on the caller alone.
+        let caller = std::thread::current().id();
+        let mut n = 0;
+        map_in_order(
+            1000,
+            |_| assert_eq!(std::thread::current().id(), caller),
+            |_, ()| {
+                n += 1;
+                true
+            },
+        );
+        assert_eq!(n, 1000);
+        assert!(HELPERS.count() > tripped);
+        drop(slots);
     }
 
     #[test]
