@@ -247,7 +247,8 @@ impl DirCursor {
     /// run on a helper thread ahead of `visit`, for the entries of one
     /// `getdents64` buffer at a time ([`crate::inorder`]): the results of
     /// entries read ahead but not taken are dropped, never kept for a
-    /// later page.
+    /// later page, and `prep` may run twice on an entry (the helper's
+    /// result then dropped).
     pub fn read_prepared<P: Send>(
         &mut self,
         cookie: u64,
