@@ -14,9 +14,16 @@
 # NFSv3 READ/WRITE calls (`serve --metrics`), the MDS's own READ/WRITE
 # calls, and the CB_LAYOUTRECALLs the truncations caused (MDS log).
 #
+# With PNFS_KNFSD=1 (default) a third DS is the guest's own knfsd: an
+# NFSv3 export /srv/pnfs-ds on NFS port PNFS_DS_PORT+20 and MOUNT +21
+# (23030, 23031), forwarded 1:1 from the host so the MDS's control path
+# (TCP) reaches it at 127.0.0.1 and clients at 10.0.2.15 (advertise=),
+# the same ports. The guest reports the bytes it holds.
+#
 # Ports: PNFS_MDS_PORT / PNFS_MDS_RDMA_PORT / PNFS_MDS_MOUNT_PORT /
 # PNFS_MDS_METRICS_PORT (23000 / 23001 / 23002 / 23003), PNFS_DS_PORT
-# (23010: DS 1 uses 23010-23013, DS 2 23020-23023).
+# (23010: DS 1 uses 23010-23013, DS 2 23020-23023, the knfsd DS
+# 23030-23031).
 PNFS_MDS_PORT=${PNFS_MDS_PORT:-23000}
 PNFS_MDS_RDMA_PORT=${PNFS_MDS_RDMA_PORT:-23001}
 PNFS_MDS_MOUNT_PORT=${PNFS_MDS_MOUNT_PORT:-23002}
@@ -26,6 +33,7 @@ PNFS_PROTOS=${PNFS_PROTOS:-tcp}
 PNFS_VERS=${PNFS_VERS:-4.1 4.2}
 PNFS_FILES=${PNFS_FILES:-8}
 PNFS_FILE_MIB=${PNFS_FILE_MIB:-4}
+PNFS_KNFSD=${PNFS_KNFSD:-1}
 P_PIDS=; P_DIRS=
 pnfs_cleanup() {
     local p
@@ -38,6 +46,12 @@ pnfs_cleanup() {
 pnfs_calls() {
     curl -s "http://127.0.0.1:$1/metrics" |
         awk -v p="$2" '/^rpc_calls_total\{/ && /program="nfs"/ && /version="3"/ && $0 ~ "procedure=\"" p "\"" {n += $NF} END {print n + 0}'
+}
+# pnfs_metric PORT NAME: the value of the unlabelled series NAME (an
+# rpcrdma_* transport total) a server exports
+pnfs_metric() {
+    curl -s "http://127.0.0.1:$1/metrics" |
+        awk -v m="$2" '$1 == m {n += $NF} END {printf "%d\n", n}'
 }
 # pnfs_v4ops PORT OP: NFSv4 operations OP a server counted
 pnfs_v4ops() {
@@ -71,6 +85,14 @@ pnfs_phase() {
         ds_args+=" --data-server nfs://127.0.0.1:$base${ds_dir[$i]}?mountport=$((base + 1))&rdmaport=$((base + 2))&advertise=10.0.2.100"
         fwd+=" $base:$base $((base + 2)):$((base + 2))"
     done
+    local kp=$((PNFS_DS_PORT + 20)) hostfwd=none
+    if [ "$PNFS_KNFSD" = 1 ]; then
+        for p in $kp $((kp + 1)); do
+            if [ -n "$(ss -Hltn "sport = :$p")" ]; then fail "pnfs: host port $p is in use; set PNFS_DS_PORT"; pnfs_cleanup; return; fi
+        done
+        ds_args+=" --data-server nfs://127.0.0.1:$kp/srv/pnfs-ds?mountport=$((kp + 1))&advertise=10.0.2.15"
+        hostfwd="$kp:$kp $((kp + 1)):$((kp + 1))"
+    fi
     for p in $ports; do
         [ "$p" = "$PNFS_MDS_PORT" ] && break
         for _ in $(seq 50); do [ -n "$(ss -Hltn "sport = :$p")" ] && break; sleep 0.1; done
@@ -90,9 +112,9 @@ pnfs_phase() {
     echo "== kpeer: the kernel's flex-files client over $PNFS_PROTOS, NFS $PNFS_VERS"
     t0=$(date +%s)
     # shellcheck disable=SC2086
-    KPEER_HOSTFWD=none KPEER_GUESTFWD="$fwd" \
+    KPEER_HOSTFWD="$hostfwd" KPEER_GUESTFWD="$fwd" \
         bash "$KPEER/run.sh" "$ROOT/interop/guest/pnfs.sh" "$G" -- "$PNFS_PROTOS" "$PNFS_VERS" \
-        "$PNFS_FILES" "$PNFS_FILE_MIB" > "$OUT/run-pnfs.log" 2>&1
+        "$PNFS_FILES" "$PNFS_FILE_MIB" "$([ "$PNFS_KNFSD" = 1 ] && echo "$kp")" > "$OUT/run-pnfs.log" 2>&1
     rc=$?
     grep -E '^(PASS|FAIL|INFO|STATS)' "$G/guest.log" 2>/dev/null | sed 's/^/  guest: /'
     n_pass=$(grep -c '^PASS' "$G/guest.log" 2>/dev/null)
@@ -107,10 +129,26 @@ pnfs_phase() {
     local b1 b2 mr mw
     b1=$(find "${ds_dir[1]}" -type f -printf '%s\n' | awk '{n += $1} END {print n + 0}')
     b2=$(find "${ds_dir[2]}" -type f -printf '%s\n' | awk '{n += $1} END {print n + 0}')
+    # The DSes' RPC-over-RDMA totals: bytes of calls received (inline
+    # and pulled from read chunks: WRITE data) and of replies pushed into
+    # write chunks (READ data). The control path from the MDS is TCP.
+    local rin=0 rout=0 ri ro
     for i in 1 2; do
         base=$((PNFS_DS_PORT + 10 * (i - 1)))
-        echo "  DS $i: $(find "${ds_dir[$i]}" -type f | wc -l) data files, $( [ "$i" = 1 ] && echo "$b1" || echo "$b2") bytes; NFSv3 READ $(pnfs_calls $((base + 3)) 6) WRITE $(pnfs_calls $((base + 3)) 7) calls"
+        ri=$(( $(pnfs_metric $((base + 3)) rpcrdma_inline_bytes_received) + $(pnfs_metric $((base + 3)) rpcrdma_read_chunk_bytes) ))
+        ro=$(( $(pnfs_metric $((base + 3)) rpcrdma_inline_bytes_sent) + $(pnfs_metric $((base + 3)) rpcrdma_write_chunk_bytes) ))
+        rin=$((rin + ri)); rout=$((rout + ro))
+        echo "  DS $i: $(find "${ds_dir[$i]}" -type f | wc -l) data files, $( [ "$i" = 1 ] && echo "$b1" || echo "$b2") bytes; NFSv3 READ $(pnfs_calls $((base + 3)) 6) WRITE $(pnfs_calls $((base + 3)) 7) calls; RPC-over-RDMA $ri bytes in, $ro out ($(pnfs_metric $((base + 3)) rpcrdma_messages_received) messages)"
     done
+    if [ "$PNFS_PROTOS" = rdma ]; then
+        # Every byte the data files hold came in at least once; over RDMA
+        # the DSes must have received at least that much by RDMA.
+        if [ "$rin" -ge $((b1 + b2)) ] && [ "$rout" -gt 0 ]; then
+            pass "pnfs-DS-data-over-RDMA: DSes received $rin bytes and sent $rout by RPC-over-RDMA (data files $((b1 + b2)) bytes)"
+        else
+            fail "pnfs-DS-data-over-RDMA: DSes received $rin bytes and sent $rout by RPC-over-RDMA (data files $((b1 + b2)) bytes)"
+        fi
+    fi
     mr=$(( $(pnfs_calls "$PNFS_MDS_METRICS_PORT" 6) + $(pnfs_v4ops "$PNFS_MDS_METRICS_PORT" READ) ))
     mw=$(( $(pnfs_calls "$PNFS_MDS_METRICS_PORT" 7) + $(pnfs_v4ops "$PNFS_MDS_METRICS_PORT" WRITE) ))
     echo "  MDS: LAYOUTGET $(pnfs_v4ops "$PNFS_MDS_METRICS_PORT" LAYOUTGET), GETDEVICEINFO $(pnfs_v4ops "$PNFS_MDS_METRICS_PORT" GETDEVICEINFO), LAYOUTRETURN $(pnfs_v4ops "$PNFS_MDS_METRICS_PORT" LAYOUTRETURN); READ $mr, WRITE $mw (v3 + v4)"
@@ -119,10 +157,24 @@ pnfs_phase() {
     else
         fail "pnfs-data-not-through-the-MDS: MDS READ $mr WRITE $mw"
     fi
-    if [ "$b1" -gt 0 ] && [ "$b2" -gt 0 ]; then
-        pass "pnfs-bytes-on-both-DSes: DS1 $b1, DS2 $b2 bytes"
+    local all="$b1 $b2" b3
+    if [ "$PNFS_KNFSD" = 1 ]; then
+        b3=$(awk '$1 == "INFO" && $2 == "knfsd-ds" {print $4}' "$G/guest.log" 2>/dev/null | tail -1)
+        echo "  DS 3 (knfsd in the guest): ${b3:-?} bytes in $(awk '$1 == "INFO" && $2 == "knfsd-ds" {print $6}' "$G/guest.log" 2>/dev/null | tail -1) data files"
+        all+=" ${b3:-0}"
+    fi
+    if ! echo "$all" | grep -qw 0; then
+        pass "pnfs-bytes-on-every-DS: $all bytes"
     else
-        fail "pnfs-bytes-on-both-DSes: DS1 $b1, DS2 $b2 bytes"
+        fail "pnfs-bytes-on-every-DS: $all bytes"
+    fi
+    # Placement (docs/pnfs.md): files go to the DS with the fewest, so
+    # equal files split evenly; within 25% of the mean (the kernel may
+    # ask for layouts in another order than it created the files).
+    if echo "$all" | awk '{for (i = 1; i <= NF; i++) t += $i; m = t / NF; for (i = 1; i <= NF; i++) {d = $i - m; if (d < 0) d = -d; if (d > w) w = d}} END {exit !(m > 0 && w <= 0.25 * m)}'; then
+        pass "pnfs-even-spread: $all bytes"
+    else
+        fail "pnfs-even-spread: $all bytes (more than 25% off the mean)"
     fi
     local recalls
     recalls=$(grep -c 'CB_LAYOUTRECALL' "$log")

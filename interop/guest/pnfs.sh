@@ -1,5 +1,5 @@
 #!/bin/bash
-# interop/guest/pnfs.sh [PROTOS] [VERS] [FILES] [FILE_MIB]
+# interop/guest/pnfs.sh [PROTOS] [VERS] [FILES] [FILE_MIB] [KNFSD_PORT]
 # Runs INSIDE the kpeer guest (via interop/kpeer/run.sh, started by
 # scripts/interop.sh, phase "pnfs"; issue 18, docs/pnfs.md). On the host an
 # `nfsrdma serve --data-server ...` metadata server (MDS) runs over two
@@ -18,11 +18,17 @@
 # the size and bytes after a remount; write into it again. A host-side
 # check (scripts/interop.sh) then compares the bytes each DS holds.
 #
+# With KNFSD_PORT the guest's knfsd is a third DS first: NFSv3 export
+# /srv/pnfs-ds (rw, no_root_squash for the MDS's control path, insecure
+# for slirp's ports) on NFS port KNFSD_PORT and MOUNT KNFSD_PORT+1, which
+# the host forwards 1:1; at the end the guest reports the bytes and files
+# it holds ("INFO knfsd-ds bytes N files M").
+#
 # Prints PASS/FAIL/INFO lines (and "STATS proto vers op count" lines for
 # the host) and exits 1 if a check failed.
 . "$KPEER_IN/guest/lib.sh"
 cd "$KPEER_OUT" || exit 1
-PROTOS=${1:-tcp}; VERSIONS=${2:-4.1 4.2}; FILES=${3:-8}; FILE_MIB=${4:-4}
+PROTOS=${1:-tcp}; VERSIONS=${2:-4.1 4.2}; FILES=${3:-8}; FILE_MIB=${4:-4}; KNFSD_PORT=${5:-}
 SRV=$HOST_IP
 M=/mnt/pnfs
 FAILS=0
@@ -32,6 +38,26 @@ info() { echo "INFO $*"; }
 
 run modprobe nfs_layout_flexfiles || fail "modprobe nfs_layout_flexfiles"
 if [[ " $PROTOS " == *" rdma "* ]]; then setup_siw || fail "setup_siw"; modprobe rpcrdma; fi
+
+# The knfsd DS: a tmpfs export on KNFSD_PORT (NFSv3 only is needed).
+if [ -n "$KNFSD_PORT" ]; then
+    mkdir -p /srv/pnfs-ds
+    mountpoint -q /srv/pnfs-ds || mount -t tmpfs -o size=1g tmpfs /srv/pnfs-ds
+    chmod 0755 /srv/pnfs-ds
+    modprobe nfsd
+    mountpoint -q /proc/fs/nfsd || mount -t nfsd nfsd /proc/fs/nfsd
+    mkdir -p /run/rpc_pipefs /var/lib/nfs/v4recovery
+    mountpoint -q /run/rpc_pipefs || mount -t rpc_pipefs sunrpc /run/rpc_pipefs
+    echo "/srv/pnfs-ds *(rw,no_root_squash,insecure,no_subtree_check,fsid=77)" > /etc/exports
+    pidof rpcbind > /dev/null || run rpcbind -w
+    run exportfs -ra
+    pidof rpc.mountd > /dev/null || run rpc.mountd -p $((KNFSD_PORT + 1))
+    if run rpc.nfsd -p "$KNFSD_PORT" 8 && grep -q "$KNFSD_PORT" /proc/fs/nfsd/portlist; then
+        pass "knfsd-ds: NFSv3 on :$KNFSD_PORT ($(cat /proc/fs/nfsd/versions))"
+    else
+        fail "knfsd-ds: rpc.nfsd on :$KNFSD_PORT"
+    fi
+fi
 
 mkdir -p /tmp/src
 for i in $(seq 1 "$FILES"); do head -c $((FILE_MIB << 20)) /dev/urandom > /tmp/src/f$i; done
@@ -76,6 +102,8 @@ for proto in $PROTOS; do
         info "$T/bytes after writing: $(appbytes)"
         umount "$M" || fail "$T/umount"
         if ! do_mount "$proto" "$vers"; then fail "$T/remount"; continue; fi
+        # A cold cache: the reads below go to the DSes.
+        sync; echo 3 > /proc/sys/vm/drop_caches
         bad=
         for f in /tmp/src/*; do cmp -s "$f" "$d/${f##*/}" || bad="$bad ${f##*/}"; done
         [ -z "$bad" ] && pass "$T/byte-exact after remount" || fail "$T/byte-exact:$bad"
@@ -113,6 +141,10 @@ for proto in $PROTOS; do
         umount "$M"
     done
 done
+if [ -n "$KNFSD_PORT" ]; then
+    echo "INFO knfsd-ds bytes $(find /srv/pnfs-ds -type f -printf '%s\n' | awk '{n += $1} END {print n + 0}') files $(find /srv/pnfs-ds -type f | wc -l)"
+    ls -ln /srv/pnfs-ds | head -5 | sed 's/^/INFO knfsd-ds: /'
+fi
 grep -i -E 'flexfiles|pnfs|layout' /proc/kallsyms > /dev/null 2>&1 && info "flexfiles loaded: $(lsmod | grep -c nfs_layout_flexfiles)"
 dmesg | grep -iE 'nfs|pnfs|flexfile|rpcrdma' | tail -20 | sed 's/^/DMESG /'
 [ "$FAILS" = 0 ]

@@ -14,6 +14,7 @@
 //! data server.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use bytes::Bytes;
 use nfs::v3::{Createhow3, NfsFh3, Nfsstat3, Sattr3, StableHow};
@@ -36,6 +37,11 @@ pub(crate) struct DsControl {
     spec: DataServer,
     mount: Mutex<Option<std::sync::Arc<Mount<TcpClient>>>>,
     handles: std::sync::Mutex<HashMap<String, DataFh>>,
+    /// The largest READ and WRITE the data server takes (FSINFO `rtmax`,
+    /// `wtmax`, RFC 1813 §3.3.19), once the control path has mounted it;
+    /// 0 while unknown.
+    rtmax: AtomicU32,
+    wtmax: AtomicU32,
 }
 
 /// A data file as the control path knows it: its handle and owner.
@@ -70,7 +76,35 @@ impl DsControl {
             spec,
             mount: Mutex::new(None),
             handles: std::sync::Mutex::new(HashMap::new()),
+            rtmax: AtomicU32::new(0),
+            wtmax: AtomicU32::new(0),
         }
+    }
+
+    /// The READ and WRITE sizes to advertise for this data server: `io`
+    /// capped by what it said it takes (a stock knfsd may take less than
+    /// 1 MiB; Linux then refuses the larger calls outright).
+    pub(crate) fn io_sizes(&self, io: u32) -> (u32, u32) {
+        let cap = |m: &AtomicU32| match m.load(Ordering::Relaxed) {
+            0 => io,
+            m => io.min(m),
+        };
+        (cap(&self.rtmax), cap(&self.wtmax))
+    }
+
+    /// Mounts the data server if its FSINFO limits are not known yet
+    /// (a GETDEVICEINFO before any LAYOUTGET, e.g. after a restart of the
+    /// metadata server); one that cannot be reached stays unknown.
+    pub(crate) async fn learn_limits(&self) {
+        if self.wtmax.load(Ordering::Relaxed) == 0 {
+            let _ = self.mount().await;
+        }
+    }
+
+    /// Records the data server's FSINFO limits.
+    pub(crate) fn set_limits(&self, rtmax: u32, wtmax: u32) {
+        self.rtmax.store(rtmax, Ordering::Relaxed);
+        self.wtmax.store(wtmax, Ordering::Relaxed);
     }
 
     fn cached(&self, name: &str) -> Option<DataFh> {
@@ -222,6 +256,8 @@ impl DsControl {
             tracing::warn!(ds = %self.spec.tcp, export = %self.spec.export, error = %e, "pNFS data server unreachable");
             ControlError::Unreachable
         })?;
+        let fi = mounted.mount.fsinfo();
+        self.set_limits(fi.rtmax, fi.wtmax);
         let mount = std::sync::Arc::new(mounted.mount);
         *m = Some(std::sync::Arc::clone(&mount));
         Ok(mount)

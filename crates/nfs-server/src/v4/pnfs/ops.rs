@@ -54,6 +54,9 @@ impl<S: Storage> Nfs4Service<S> {
             }),
             A::Getdeviceinfo(a) => {
                 let rdma = cx.peer.transport == oncrpc::TransportKind::Rdma;
+                if let Some(d) = device_index(&a.device_id).and_then(|i| mds.ds.get(i)) {
+                    d.learn_limits().await;
+                }
                 Z::Getdeviceinfo(getdeviceinfo(&mds, a, rdma))
             }
             A::Layoutcommit(a) => Z::Layoutcommit(self.layoutcommit(&mds, a, cx).await.into()),
@@ -343,9 +346,13 @@ fn getdeviceinfo(mds: &Mds, a: &Getdeviceinfo4Args, over_rdma: bool) -> Getdevic
     if let Err(e) = flex(a.layout_type) {
         return Getdeviceinfo4Res::Err(e);
     }
-    let Some(ds) = device_index(&a.device_id).and_then(|i| mds.cfg.data_servers.get(i)) else {
+    let Some(i) = device_index(&a.device_id).filter(|&i| i < mds.ds.len()) else {
         return Getdeviceinfo4Res::Err(Nfsstat4::NFS4ERR_NOENT);
     };
+    let ds = &mds.cfg.data_servers[i];
+    // RFC 8435 §5.1: ffdv_rsize / ffdv_wsize, within what the data
+    // server's FSINFO allows (learnt by the LAYOUTGET that named it).
+    let (rsize, wsize) = mds.ds[i].io_sizes(mds.cfg.io_size);
     let netid = |base: &str, sa: std::net::SocketAddr| {
         let six = if sa.is_ipv6() { "6" } else { "" };
         Netaddr4::from_socket(&format!("{base}{six}"), sa)
@@ -364,8 +371,8 @@ fn getdeviceinfo(mds: &Mds, a: &Getdeviceinfo4Args, over_rdma: bool) -> Getdevic
         versions: Bounded(vec![FfDeviceVersions4 {
             version: 3,
             minorversion: 0,
-            rsize: mds.cfg.io_size,
-            wsize: mds.cfg.io_size,
+            rsize,
+            wsize,
             tightly_coupled: false,
         }]),
     };
@@ -470,7 +477,7 @@ mod tests {
     use super::*;
     use std::net::SocketAddr;
 
-    fn netids(mds: &Mds, over_rdma: bool) -> Vec<String> {
+    fn device(mds: &Mds, over_rdma: bool) -> FfDeviceAddr4 {
         let a = Getdeviceinfo4Args {
             device_id: device_id(0),
             layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
@@ -480,7 +487,11 @@ mod tests {
         let Getdeviceinfo4Res::Ok(ok) = getdeviceinfo(mds, &a, over_rdma) else {
             panic!("GETDEVICEINFO failed");
         };
-        let addr: FfDeviceAddr4 = decode_body(&ok.device_addr.addr_body.0).unwrap();
+        decode_body(&ok.device_addr.addr_body.0).unwrap()
+    }
+
+    fn netids(mds: &Mds, over_rdma: bool) -> Vec<String> {
+        let addr = device(mds, over_rdma);
         addr.netaddrs.0.iter().map(|n| n.netid.0.clone()).collect()
     }
 
@@ -498,5 +509,17 @@ mod tests {
         assert_eq!(netids(&both, false), ["tcp", "rdma"]);
         let tcp_only = Mds::new(MdsConfig::new(vec![ds(None)]));
         assert_eq!(netids(&tcp_only, true), ["tcp"]);
+
+        // The I/O sizes: 1 MiB until the data server's FSINFO is known,
+        // then no more than its rtmax / wtmax.
+        let v = |m: &Mds| {
+            let d = &device(m, false).versions.0[0];
+            (d.rsize, d.wsize)
+        };
+        assert_eq!(v(&both), (1 << 20, 1 << 20));
+        both.ds[0].set_limits(262_144, 524_288);
+        assert_eq!(v(&both), (262_144, 524_288));
+        both.ds[0].set_limits(8 << 20, 8 << 20);
+        assert_eq!(v(&both), (1 << 20, 1 << 20));
     }
 }
