@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-deb >/dev/null || cargo install cargo-deb --locked
-cargo build --release -p nfsrdma
+[ -n "${NO_BUILD:-}" ] || cargo build --release -p nfsrdma
 out="${CARGO_TARGET_DIR:-target}/release"
 gen="$out/packaging"
 rm -rf "$gen"
