@@ -34,8 +34,7 @@ use nfs::v3::NfsFh3;
 use nfs::v4::cb::*;
 use nfs::v4::Stateid4;
 use nfs::v4::{
-    NfsFh4, NfsResop4, Nfsace4, Nfsstat4, OpenDelegation4, Opnum4, Res4, SpaceLimit4,
-    WND4_NOT_WANTED,
+    NfsFh4, NfsResop4, Nfsace4, Nfsstat4, OpenDelegation4, Res4, SpaceLimit4, WND4_NOT_WANTED,
 };
 use oncrpc::client::{ReplyHint, RpcCall};
 use oncrpc::{ClientTransport, PeerInfo, RpcError};
@@ -43,7 +42,7 @@ use xdr::{Bounded, FixedOpaque, XdrBuf};
 
 use super::cb40::{Dialer, V40Target};
 use super::cbslots::SlotOutcome;
-use super::deleg::{CbPath, PathStatus, Recall, OPEN4_SHARE_ACCESS_WANT_NO_DELEG, OP_DELEGRETURN};
+use super::deleg::{CbPath, PathStatus, Recall, OPEN4_SHARE_ACCESS_WANT_NO_DELEG};
 use super::fileops::{cur, key, resolve_sid};
 use super::state::StateTable;
 use super::{Cx, Nfs4Service};
@@ -472,7 +471,7 @@ impl<S: crate::storage::Storage> Nfs4Service<S> {
                 e => Err(e),
             }
         })();
-        NfsResop4::Other(Opnum4(OP_DELEGRETURN), r.err().unwrap_or(Nfsstat4::NFS4_OK))
+        NfsResop4::Delegreturn(r.err().unwrap_or(Nfsstat4::NFS4_OK))
     }
 
     /// Waits for the WRITEs of file `k` in progress, at most

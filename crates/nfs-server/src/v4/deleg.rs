@@ -40,9 +40,6 @@ static DELEGS: Limit = Limit::new("nfs4.delegations");
 pub(crate) const SEQ4_STATUS_RECALLABLE_STATE_REVOKED: u32 = 0x0000_0040;
 /// OPEN4_SHARE_ACCESS_WANT_NO_DELEG (RFC 8881 §18.16.3).
 pub(crate) const OPEN4_SHARE_ACCESS_WANT_NO_DELEG: u32 = 0x0400;
-/// OP_DELEGRETURN (RFC 8881 §18.6): decoded by the COMPOUND loop, as
-/// [`nfs::v4::NfsArgop4`] does not model it.
-pub(crate) const OP_DELEGRETURN: u32 = 8;
 /// Most delegations held at once; beyond it none are granted.
 pub(crate) const MAX_DELEGS: usize = 1 << 16;
 /// Most delegations one client holds at once.

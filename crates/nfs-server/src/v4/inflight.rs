@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
-use nfs::v4::{CompoundHeader, NfsArgop4, Stateid4};
+use nfs::v4::{CompoundHeader, NfsArgop4};
 use oncrpc::limits::Limit;
 use tokio::sync::Notify;
 use xdr::{Decode, Decoder};
@@ -87,11 +87,6 @@ impl Writes {
             match op {
                 NfsArgop4::Putfh(a) => cur = Some(Bytes::copy_from_slice(a.object.as_bytes())),
                 NfsArgop4::Write(_) => out.push_back(cur.clone().map(|k| self.begin(k))),
-                NfsArgop4::Unsupported(o) if o.0 == super::deleg::OP_DELEGRETURN => {
-                    if Stateid4::decode(&mut dec).is_err() {
-                        break;
-                    }
-                }
                 NfsArgop4::Unsupported(_) => break,
                 NfsArgop4::Sequence(_)
                 | NfsArgop4::Getattr(_)
@@ -100,7 +95,8 @@ impl Writes {
                 | NfsArgop4::Commit(_)
                 | NfsArgop4::Read(_)
                 | NfsArgop4::Access(_)
-                | NfsArgop4::Setattr(_) => {}
+                | NfsArgop4::Setattr(_)
+                | NfsArgop4::Delegreturn(_) => {}
                 _ => cur = None,
             }
         }
@@ -141,7 +137,7 @@ impl Drop for WriteGuard {
 
 #[cfg(test)]
 mod tests {
-    use nfs::v4::{Compound4Args, NfsFh4, Putfh4Args, StableHow4, Write4Args};
+    use nfs::v4::{Compound4Args, NfsFh4, Putfh4Args, StableHow4, Stateid4, Write4Args};
 
     use super::*;
 

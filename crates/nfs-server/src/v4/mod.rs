@@ -613,21 +613,11 @@ impl<S: Storage> Nfs4Service<S> {
                     break;
                 }
             };
-            let delegreturn =
-                matches!(&op, Some(NfsArgop4::Unsupported(o)) if o.0 == deleg::OP_DELEGRETURN);
-            let mut r = if delegreturn {
-                match Stateid4::decode(&mut dec) {
-                    Err(_) => {
-                        let r = NfsResop4::error(Opnum4(opnum), Nfsstat4::NFS4ERR_BADXDR);
-                        res.status = r.status();
-                        res.resarray.push(r);
-                        break;
-                    }
-                    Ok(_) if i == 0 => NfsResop4::Other(
-                        Opnum4(deleg::OP_DELEGRETURN),
-                        Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION,
-                    ),
-                    Ok(sid) => self.delegreturn(&sid, &mut cx).await,
+            let mut r = if let Some(NfsArgop4::Delegreturn(a)) = &op {
+                if i == 0 {
+                    NfsResop4::Delegreturn(Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION)
+                } else {
+                    self.delegreturn(&a.deleg_stateid, &mut cx).await
                 }
             } else {
                 match op {

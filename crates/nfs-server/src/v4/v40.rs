@@ -26,7 +26,7 @@ use xdr::{Decode, Decoder, XdrBuf};
 
 use super::fileops::{cur, key};
 use super::seqids::{OwnerKey, SeqCheck};
-use super::{deleg, Cx, Nfs4Service};
+use super::{Cx, Nfs4Service};
 use crate::storage::Storage;
 
 /// The client id a non-special stateid belongs to.
@@ -104,11 +104,8 @@ impl<S: Storage> Nfs4Service<S> {
                 Ok(op) if !is_v40_op(op.opnum().0) || matches!(op, NfsArgop4::Illegal(_)) => {
                     NfsResop4::Other(Opnum4::OP_ILLEGAL, Nfsstat4::NFS4ERR_OP_ILLEGAL)
                 }
-                Ok(NfsArgop4::Unsupported(o)) if o.0 == deleg::OP_DELEGRETURN => {
-                    match Stateid4::decode(&mut dec) {
-                        Ok(sid) => self.delegreturn_v40(&sid, &mut cx, now).await,
-                        Err(_) => NfsResop4::error(Opnum4(opnum), Nfsstat4::NFS4ERR_BADXDR),
-                    }
+                Ok(NfsArgop4::Delegreturn(a)) => {
+                    self.delegreturn_v40(&a.deleg_stateid, &mut cx, now).await
                 }
                 Ok(op) => self.run_v40(&op, &mut cx, ctx, now).await,
                 Err(_) => NfsResop4::error(Opnum4(opnum), Nfsstat4::NFS4ERR_BADXDR),
@@ -139,7 +136,7 @@ impl<S: Storage> Nfs4Service<S> {
     async fn delegreturn_v40(&self, sid: &Stateid4, cx: &mut Cx, now: Duration) -> NfsResop4 {
         if let Some(c) = sid_client(sid) {
             if let Err(e) = self.admit_client(c, true, cx, now) {
-                return NfsResop4::Other(Opnum4(deleg::OP_DELEGRETURN), e);
+                return NfsResop4::Delegreturn(e);
             }
         }
         self.delegreturn(sid, cx).await

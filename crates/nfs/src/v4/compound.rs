@@ -233,6 +233,9 @@ operations! {
     Commit = 5 OP_COMMIT(Commit4Args) -> Res4<Commit4ResOk>;
     /// CREATE (RFC 8881 §18.4).
     Create = 6 OP_CREATE(Create4Args) -> Res4<Create4ResOk>;
+    /// DELEGRETURN (RFC 8881 §18.6): the delegation of the current file,
+    /// named by its stateid, goes back to the server.
+    Delegreturn = 8 OP_DELEGRETURN(Delegreturn4Args) -> Nfsstat4;
     /// GETATTR (RFC 8881 §18.7).
     Getattr = 9 OP_GETATTR(Getattr4Args) -> Res4<Getattr4ResOk>;
     /// GETFH (RFC 8881 §18.8).

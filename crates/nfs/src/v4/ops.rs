@@ -78,6 +78,13 @@ xdr_struct! {
     }
 }
 xdr_struct! {
+    /// DELEGRETURN4args (RFC 8881 §18.6.1).
+    pub struct Delegreturn4Args {
+        /// The delegation returned.
+        pub deleg_stateid: Stateid4,
+    }
+}
+xdr_struct! {
     /// COMMIT4args (RFC 8881 §18.3.1).
     pub struct Commit4Args {
         /// Start.

@@ -128,6 +128,23 @@ fn decodes_kernel_sequence_putrootfh_getattr() {
     assert!(g.attr_request.contains(FATTR4_MOUNTED_ON_FILEID));
 }
 
+/// DELEGRETURN on the wire (RFC 8881 §18.6): the opnum, then the
+/// stateid's seqid and 12 bytes of `other`; the result is a bare status.
+#[test]
+fn delegreturn_is_opnum_8_then_the_stateid() {
+    let op = NfsArgop4::Delegreturn(Delegreturn4Args {
+        deleg_stateid: sid(7),
+    });
+    let wire = xdr::to_bytes(&op);
+    let mut want = vec![0, 0, 0, 8, 0, 0, 0, 1];
+    want.extend_from_slice(&[7; 12]);
+    assert_eq!(&wire[..], &want[..]);
+    assert_eq!(xdr::from_slice::<NfsArgop4>(&want).unwrap(), op);
+    assert!(xdr::from_slice::<NfsArgop4>(&want[..12]).is_err());
+    let res: NfsResop4 = xdr::from_slice(&[0, 0, 0, 8, 0, 0, 0x27, 0x11]).unwrap();
+    assert_eq!(res, NfsResop4::Delegreturn(Nfsstat4::NFS4ERR_BADHANDLE));
+}
+
 #[test]
 fn unknown_operation_decodes_as_illegal_and_stops_the_compound() {
     // Operation 2 is not defined, 48 (GETDEVICELIST) is defined but not parsed.
@@ -195,6 +212,9 @@ fn every_argument_round_trips() {
         NfsArgop4::Commit(Commit4Args {
             offset: 0,
             count: 0,
+        }),
+        NfsArgop4::Delegreturn(Delegreturn4Args {
+            deleg_stateid: sid(4),
         }),
         NfsArgop4::Create(Create4Args {
             objtype: Createtype4::Link(Linktext4(Bytes::from_static(b"target"))),
@@ -359,6 +379,8 @@ fn every_result_round_trips() {
             access: 0x3,
         })),
         NfsResop4::Close(Res4::Ok(sid(1))),
+        NfsResop4::Delegreturn(Nfsstat4::NFS4_OK),
+        NfsResop4::Delegreturn(Nfsstat4::NFS4ERR_BAD_STATEID),
         NfsResop4::Getattr(Res4::Ok(Getattr4ResOk {
             obj_attributes: ok_attrs.to_fattr4(&all),
         })),
