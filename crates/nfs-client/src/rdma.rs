@@ -139,8 +139,37 @@ pub async fn connect_rdma_transport<D: Device<Addr = SocketAddr>>(
     port: u16,
     opts: &RdmaOptions,
 ) -> Result<RdmaClient<D>> {
+    connect_rdma_inner(device, host, port, opts, None).await
+}
+
+/// Like [`connect_rdma_transport`], answering the calls the server sends
+/// on the connection's reverse direction (an NFSv4.1 back channel,
+/// RFC 8167) with `callbacks`.
+pub async fn connect_rdma_transport_with_callbacks<D: Device<Addr = SocketAddr>>(
+    device: &D,
+    host: &str,
+    port: u16,
+    opts: &RdmaOptions,
+    callbacks: std::sync::Arc<oncrpc::Server>,
+) -> Result<RdmaClient<D>> {
+    connect_rdma_inner(device, host, port, opts, Some(callbacks)).await
+}
+
+async fn connect_rdma_inner<D: Device<Addr = SocketAddr>>(
+    device: &D,
+    host: &str,
+    port: u16,
+    opts: &RdmaOptions,
+    callbacks: Option<std::sync::Arc<oncrpc::Server>>,
+) -> Result<RdmaClient<D>> {
     let addr = resolve_addr(host, port).await?;
-    let fut = RdmaClient::connect(device, &addr, opts.client_config());
+    let config = opts.client_config();
+    let fut = async {
+        match callbacks {
+            Some(cb) => RdmaClient::connect_with_backchannel(device, &addr, config, cb).await,
+            None => RdmaClient::connect(device, &addr, config).await,
+        }
+    };
     match tokio::time::timeout(opts.connect_timeout, fut).await {
         Ok(r) => r.map_err(|e| cm_error(addr, e)),
         Err(_) => Err(Error::Io(std::io::Error::new(

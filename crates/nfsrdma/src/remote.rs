@@ -14,12 +14,13 @@
 //! root stands for it (logged at debug).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
 use nfs_client::nfs::v3::{Entryplus3, Fattr3, Ftype3, NfsFh3};
 use nfs_client::nfs::v4::{NfsFh4, NfsFtype4, OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_DENY_NONE};
-use nfs_client::v4::{Attrs, OpenOptions, Session, SessionOptions, Writer4};
+use nfs_client::v4::{Attrs, Delegations, OpenOptions, Session, SessionOptions, Writer4};
 use nfs_client::{FileWriter, IoOptions, Mounted};
 use oncrpc::ClientTransport;
 
@@ -390,15 +391,18 @@ impl<T: ClientTransport> V4<T> {
         opts: SessionOptions,
         url: &NfsUrl,
         io: IoOptions,
+        callbacks: Option<&Delegations>,
     ) -> anyhow::Result<Self> {
         let cred = nfs_client::process_auth_sys().to_opaque_auth();
         let opts = SessionOptions {
             minor_version: minor,
             ..opts
         };
-        let session = Session::establish(rpc, cred, &opts)
-            .await
-            .context("establishing an NFSv4 session")?;
+        let session = match callbacks {
+            Some(d) => Session::establish_with_callbacks(rpc, cred, &opts, d).await,
+            None => Session::establish(rpc, cred, &opts).await,
+        }
+        .context("establishing an NFSv4 session")?;
         let root = session.root().await?;
         let rest = start_of(&session, &root, url).await?;
         let (maxread, maxwrite) = session.io_sizes(&root).await?;
@@ -547,6 +551,17 @@ pub(crate) use with_fs;
 /// NFSv3 ([`crate::url::open`]), or an NFSv4 session straight to the NFS
 /// port (2049, or 20049 over RDMA, unless given).
 pub(crate) async fn open_fs(url: &NfsUrl, io: IoOptions) -> anyhow::Result<AnyFs> {
+    open_fs_with(url, io, None).await
+}
+
+/// Like [`open_fs`]; an NFSv4 session over TCP (without TLS) or RDMA
+/// gets a back channel on its connection served by `callbacks`
+/// (RFC 8881 §2.10.3.1, RFC 8167), so its OPENs take delegations.
+pub(crate) async fn open_fs_with(
+    url: &NfsUrl,
+    io: IoOptions,
+    callbacks: Option<&Arc<Delegations>>,
+) -> anyhow::Result<AnyFs> {
     if let Some(service) = url.sec {
         return match url.scheme {
             Scheme::Tcp => open_gss(url, io, service).await.map(AnyFs::Gss),
@@ -576,11 +591,22 @@ pub(crate) async fn open_fs(url: &NfsUrl, io: IoOptions) -> anyhow::Result<AnyFs
                     oncrpc::tcp::TcpClient::connect_tls(addr, rand_seed(), config, tcp, never, tls)
                         .await
                 }
-                None => oncrpc::tcp::TcpClient::connect(addr, rand_seed(), config, tcp).await,
+                None => match callbacks {
+                    Some(d) => {
+                        let cb = Arc::new(callback_server(d));
+                        let seed = rand_seed();
+                        oncrpc::tcp::TcpClient::connect_with_backchannel(
+                            addr, seed, config, tcp, cb,
+                        )
+                        .await
+                    }
+                    None => oncrpc::tcp::TcpClient::connect(addr, rand_seed(), config, tcp).await,
+                },
             }
             .with_context(|| format!("connecting to {addr}"))?;
             let opts = SessionOptions::default();
-            let v = V4::new(rpc, minor, opts, url, io)
+            let cb = callbacks.filter(|_| url.client_tls().ok().flatten().is_none());
+            let v = V4::new(rpc, minor, opts, url, io, cb.map(|d| &**d))
                 .await
                 .with_context(what)?;
             Ok(AnyFs::Tcp(Fs::V4(v)))
@@ -595,7 +621,7 @@ pub(crate) async fn open_fs(url: &NfsUrl, io: IoOptions) -> anyhow::Result<AnyFs
             match crate::device::choose_for_peer(&url.device, peer, crate::url::seed())? {
                 crate::device::Chosen::Soft => {
                     let dev = crate::url::soft_device(url.crc);
-                    let v = v4_rdma(&dev, port, minor, &ropts, url, io)
+                    let v = v4_rdma(&dev, port, minor, &ropts, url, io, callbacks)
                         .await
                         .with_context(what)?;
                     Ok(AnyFs::Rdma(Fs::V4(v)))
@@ -605,7 +631,7 @@ pub(crate) async fn open_fs(url: &NfsUrl, io: IoOptions) -> anyhow::Result<AnyFs
                         send_with_invalidate: false,
                         ..ropts
                     };
-                    let v = v4_rdma(&dev, port, minor, &ropts, url, io)
+                    let v = v4_rdma(&dev, port, minor, &ropts, url, io, callbacks)
                         .await
                         .with_context(what)?;
                     Ok(AnyFs::Verbs(Fs::V4(v)))
@@ -666,7 +692,7 @@ async fn open_gss(
     )
     .await
     .with_context(|| format!("RPCSEC_GSS context with {target_name}"))?;
-    let v = V4::new(gss, minor, SessionOptions::default(), url, io)
+    let v = V4::new(gss, minor, SessionOptions::default(), url, io, None)
         .await
         .with_context(|| format!("NFSv4.{minor} to {}", url.host))?;
     Ok(Fs::V4(v))
@@ -763,10 +789,26 @@ async fn v4_rdma<D: rnic::Device<Addr = SocketAddr>>(
     ropts: &nfs_client::RdmaOptions,
     url: &NfsUrl,
     io: IoOptions,
+    callbacks: Option<&Arc<Delegations>>,
 ) -> anyhow::Result<V4<rpcrdma::transport::RdmaClient<D>>> {
-    let rpc = nfs_client::connect_rdma_transport(dev, &url.host, port, ropts).await?;
+    let rpc = match callbacks {
+        Some(d) => {
+            let cb = Arc::new(callback_server(d));
+            nfs_client::connect_rdma_transport_with_callbacks(dev, &url.host, port, ropts, cb)
+                .await?
+        }
+        None => nfs_client::connect_rdma_transport(dev, &url.host, port, ropts).await?,
+    };
     let opts = SessionOptions::for_rdma(&ropts.client_config());
-    V4::new(rpc, minor, opts, url, io).await
+    V4::new(rpc, minor, opts, url, io, callbacks.map(|d| &**d)).await
+}
+
+/// The RPC server a connection answers the NFS server's calls with: the
+/// NFSv4.1 callback program over `d` (RFC 8881 §20).
+fn callback_server(d: &Arc<Delegations>) -> oncrpc::Server {
+    let mut s = oncrpc::Server::new();
+    s.register(d.service());
+    s
 }
 
 async fn lookup(host: &str, port: u16) -> anyhow::Result<SocketAddr> {

@@ -1,5 +1,7 @@
 //! NFSv4.1 client (RFC 8881) over any ONC RPC transport: a [`Session`]
-//! (EXCHANGE_ID with SP4_NONE, CREATE_SESSION without a back channel,
+//! (EXCHANGE_ID with SP4_NONE, CREATE_SESSION with or without a back
+//! channel on its connection ([`Session::establish_with_callbacks`] and
+//! the callback program of [`Delegations`]),
 //! SEQUENCE over a slot table, RECLAIM_COMPLETE, and DESTROY_SESSION plus
 //! DESTROY_CLIENTID on [`Session::close`]) and the file operations a
 //! program needs: path resolution, GETATTR, READDIR, OPEN/CLOSE, READ,
@@ -16,12 +18,16 @@
 //! carries a [`oncrpc::ReplyHint`] naming the data's offset in the
 //! results, so an RPC-over-RDMA transport moves it by Write chunk.
 
+mod deleg;
 mod error;
 mod fs;
 mod io;
 mod posix;
 mod session;
 
+pub use deleg::{
+    CallbackService, Delegation, Delegations, Recall, BACK_SLOTS, CB_PROGRAM, MAX_HELD,
+};
 pub use error::{Error, Result};
 pub use fs::{component, Attrs, DirEntry, OpenFile, OpenOptions};
 pub use io::Writer4;

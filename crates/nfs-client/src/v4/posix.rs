@@ -11,19 +11,21 @@ use nfs::v4::attr::{
     FATTR4_TIME_MODIFY_SET,
 };
 use nfs::v4::{
-    Access4Args, Create4Args, Createhow4, Createtype4, Getattr4Args, Link4Args, Lookup4Args,
-    NfsArgop4, NfsFh4, NfsResop4, Open4Args, OpenClaim4, OpenHow4, Res4, Setattr4Args, StateOwner4,
-    Stateid4, OPEN4_SHARE_DENY_NONE,
+    Access4Args, Create4Args, Createhow4, Createtype4, Delegreturn4Args, Getattr4Args, Link4Args,
+    Lookup4Args, NfsArgop4, NfsFh4, NfsResop4, Open4Args, OpenClaim4, OpenDelegation4, OpenHow4,
+    Res4, Setattr4Args, StateOwner4, Stateid4, OPEN4_SHARE_DENY_NONE,
 };
 use oncrpc::ClientTransport;
 use xdr::Bounded;
 
+use super::deleg::Delegation;
 use super::error::{Error, Result};
 use super::fs::{component, last_fh, putfh, Attrs, OpenFile};
 use super::session::Session;
 
 /// OPEN4_SHARE_ACCESS_WANT_NO_DELEG (RFC 8881 §18.16.3): the client
-/// wants no delegation (it has no back channel to be recalled on).
+/// wants no delegation (a session without a back channel to be recalled
+/// on).
 pub const OPEN4_SHARE_ACCESS_WANT_NO_DELEG: u32 = 0x0400;
 
 /// What [`Session::setattr`] changes (RFC 8881 §18.30); `None` leaves
@@ -108,6 +110,24 @@ fn last_attrs(res: &[NfsResop4]) -> Result<Attrs> {
             _ => None,
         })
         .ok_or(Error::Protocol("GETATTR result missing"))?
+}
+
+/// The delegation the OPEN in `res` granted (RFC 8881 §18.16.2).
+fn granted(res: &[NfsResop4]) -> Option<Delegation> {
+    res.iter().find_map(|r| match r {
+        NfsResop4::Open(Res4::Ok(o)) => match o.delegation {
+            OpenDelegation4::Read(stateid, ..) => Some(Delegation {
+                stateid,
+                write: false,
+            }),
+            OpenDelegation4::Write(stateid, ..) => Some(Delegation {
+                stateid,
+                write: true,
+            }),
+            _ => None,
+        },
+        _ => None,
+    })
 }
 
 /// The open stateid of the OPEN in `res`.
@@ -229,13 +249,51 @@ impl<T: ClientTransport> Session<T> {
     }
 
     /// OPEN of the file `fh` with CLAIM_FH (RFC 8881 §18.16.1) for
-    /// `share_access`, asking for no delegation, with a fresh open owner:
-    /// the open stateid and the attributes (close-to-open consistency,
-    /// §10.3.1, revalidates on them).
+    /// `share_access`, with a fresh open owner: the open stateid and the
+    /// attributes (close-to-open consistency, §10.3.1, revalidates on
+    /// them). A delegation the server grants is returned at once.
     pub async fn open_fh(&self, fh: &NfsFh4, share_access: u32) -> Result<(OpenFile, Attrs)> {
+        let (file, a, d) = self.open_fh_deleg(fh, share_access).await?;
+        self.return_unwanted(&file.fh, d).await;
+        Ok((file, a))
+    }
+
+    /// Like [`Session::open_fh`], with the delegation the server granted
+    /// (RFC 8881 §10.4; only with a back channel,
+    /// [`Session::has_back_channel`]), which the caller now holds.
+    pub async fn open_fh_deleg(
+        &self,
+        fh: &NfsFh4,
+        share_access: u32,
+    ) -> Result<(OpenFile, Attrs, Option<Delegation>)> {
+        let claim = OpenClaim4::Fh;
+        self.open_claim(fh, share_access, claim).await
+    }
+
+    /// OPEN of the file `fh` with CLAIM_DELEG_CUR_FH (RFC 8881 §18.16.1,
+    /// §10.4.3): an open this client served locally under delegation `d`
+    /// made real on the server, before the delegation is returned.
+    pub async fn open_deleg_cur(
+        &self,
+        fh: &NfsFh4,
+        share_access: u32,
+        d: &Stateid4,
+    ) -> Result<(OpenFile, Attrs)> {
+        let claim = OpenClaim4::DelegCurFh(*d);
+        let (file, a, got) = self.open_claim(fh, share_access, claim).await?;
+        self.return_unwanted(fh, got).await;
+        Ok((file, a))
+    }
+
+    async fn open_claim(
+        &self,
+        fh: &NfsFh4,
+        share_access: u32,
+        claim: OpenClaim4,
+    ) -> Result<(OpenFile, Attrs, Option<Delegation>)> {
         let ops = vec![
             putfh(fh),
-            self.open_op(share_access, OpenHow4(None), OpenClaim4::Fh),
+            self.open_op(share_access, OpenHow4(None), claim),
             getattr(),
         ];
         let res = self.compound(ops).await?;
@@ -243,12 +301,31 @@ impl<T: ClientTransport> Session<T> {
             fh: fh.clone(),
             stateid: open_stateid(&res)?,
         };
-        Ok((file, last_attrs(&res)?))
+        Ok((file, last_attrs(&res)?, granted(&res)))
+    }
+
+    /// DELEGRETURN of delegation `d` of file `fh` (RFC 8881 §18.6).
+    pub async fn delegreturn(&self, fh: &NfsFh4, d: &Stateid4) -> Result<()> {
+        let ops = vec![
+            putfh(fh),
+            NfsArgop4::Delegreturn(Delegreturn4Args { deleg_stateid: *d }),
+        ];
+        self.compound(ops).await.map(drop)
+    }
+
+    /// Returns a delegation the caller does not keep (best effort: one
+    /// not returned is recalled or revoked by the server later).
+    async fn return_unwanted(&self, fh: &NfsFh4, d: Option<Delegation>) {
+        if let Some(d) = d {
+            if let Err(e) = self.delegreturn(fh, &d.stateid).await {
+                tracing::debug!(error = %e, "returning an unwanted delegation failed");
+            }
+        }
     }
 
     /// OPEN of `name` in `dir` with CLAIM_NULL, creating it as `how`
-    /// says (RFC 8881 §18.16.1), asking for no delegation: the open file
-    /// and its attributes.
+    /// says (RFC 8881 §18.16.1): the open file and its attributes. A
+    /// delegation the server grants is returned at once.
     pub async fn open_at(
         &self,
         dir: &NfsFh4,
@@ -256,6 +333,20 @@ impl<T: ClientTransport> Session<T> {
         share_access: u32,
         how: Create,
     ) -> Result<(OpenFile, Attrs)> {
+        let (file, a, d) = self.open_at_deleg(dir, name, share_access, how).await?;
+        self.return_unwanted(&file.fh, d).await;
+        Ok((file, a))
+    }
+
+    /// Like [`Session::open_at`], with the delegation granted, which the
+    /// caller now holds.
+    pub async fn open_at_deleg(
+        &self,
+        dir: &NfsFh4,
+        name: &[u8],
+        share_access: u32,
+        how: Create,
+    ) -> Result<(OpenFile, Attrs, Option<Delegation>)> {
         let mode_attrs = |mode| {
             let a = FileAttrs {
                 mode: Some(mode),
@@ -277,17 +368,22 @@ impl<T: ClientTransport> Session<T> {
         let res = self.compound(ops).await?;
         let stateid = open_stateid(&res)?;
         let a = last_attrs(&res)?;
+        let d = granted(&res);
         let file = OpenFile {
             fh: last_fh(res)?,
             stateid,
         };
-        Ok((file, a))
+        Ok((file, a, d))
     }
 
     fn open_op(&self, share_access: u32, openhow: OpenHow4, claim: OpenClaim4) -> NfsArgop4 {
         NfsArgop4::Open(Open4Args {
             seqid: 0,
-            share_access: share_access | OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+            share_access: if self.has_back_channel() {
+                share_access
+            } else {
+                share_access | OPEN4_SHARE_ACCESS_WANT_NO_DELEG
+            },
             share_deny: OPEN4_SHARE_DENY_NONE,
             owner: StateOwner4 {
                 clientid: self.clientid(),

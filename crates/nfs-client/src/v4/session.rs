@@ -9,6 +9,7 @@ use bytes::{Bytes, BytesMut};
 use nfs::v4::session::{
     CallbackSecParms4, ChannelAttrs4, ClientOwner4, CreateSession4Args, DestroyClientid4Args,
     DestroySession4Args, ExchangeId4Args, ReclaimComplete4Args, Sequence4Args, StateProtect4A,
+    CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
 };
 use nfs::v4::{
     ulb, Compound4Args, Compound4Res, NfsArgop4, NfsResop4, Nfsstat4, Opnum4, Res4, Sessionid4,
@@ -20,6 +21,7 @@ use oncrpc::{ClientTransport, ReplyHint, RpcCall};
 use tokio::sync::Semaphore;
 use xdr::{Bounded, Decoder, FixedOpaque};
 
+use super::deleg::{Delegations, BACK_SLOTS, CB_PROGRAM};
 use super::error::{Error, Result};
 use crate::client::RPC_REPLY_HEADER_MAX;
 
@@ -160,6 +162,9 @@ struct Shared {
     /// `sr_status_flags` of the last successful SEQUENCE.
     last_flags: AtomicU32,
     epoch: Instant,
+    /// The server granted a back channel on the session's connection
+    /// (CREATE_SESSION4_FLAG_CONN_BACK_CHAN, RFC 8881 §18.36.3).
+    back_channel: bool,
 }
 
 /// An NFSv4.1 session on one transport (RFC 8881 §2.10): the client id
@@ -195,8 +200,34 @@ impl<T: ClientTransport> Session<T> {
     /// Establishes a session (RFC 8881 §18.35, §18.36, §18.51):
     /// EXCHANGE_ID with SP4_NONE, CREATE_SESSION with the fore channel of
     /// `opts` and no back channel, then RECLAIM_COMPLETE (this client
-    /// has no state to reclaim).
+    /// has no state to reclaim). OPENs ask for no delegation.
     pub async fn establish(rpc: T, cred: OpaqueAuth, opts: &SessionOptions) -> Result<Self> {
+        Self::establish_inner(rpc, cred, opts, None).await
+    }
+
+    /// Like [`Session::establish`], with the back channel on the
+    /// session's own connection (CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+    /// RFC 8881 §18.36.3, §2.10.3.1; over RPC-over-RDMA the connection's
+    /// reverse direction, RFC 8167) served by `callbacks`' program
+    /// ([`super::CB_PROGRAM`], AUTH_NONE): the transport must answer the
+    /// server's calls with [`Delegations::service`]. When the server
+    /// grants the back channel, OPENs take the delegations it offers
+    /// ([`Session::has_back_channel`]).
+    pub async fn establish_with_callbacks(
+        rpc: T,
+        cred: OpaqueAuth,
+        opts: &SessionOptions,
+        callbacks: &Delegations,
+    ) -> Result<Self> {
+        Self::establish_inner(rpc, cred, opts, Some(callbacks)).await
+    }
+
+    async fn establish_inner(
+        rpc: T,
+        cred: OpaqueAuth,
+        opts: &SessionOptions,
+        callbacks: Option<&Delegations>,
+    ) -> Result<Self> {
         let (ownerid, verifier) = owner_id();
         let x = NfsArgop4::ExchangeId(ExchangeId4Args {
             clientowner: ClientOwner4 {
@@ -226,17 +257,21 @@ impl<T: ClientTransport> Session<T> {
             maxrequestsize: 4096,
             maxresponsesize: 4096,
             maxresponsesize_cached: 0,
-            maxoperations: 2,
-            maxrequests: 1,
+            maxoperations: 4,
+            maxrequests: if callbacks.is_some() { BACK_SLOTS } else { 1 },
             rdma_ird: Bounded(vec![]),
+        };
+        let (flags, cb_program) = match callbacks {
+            Some(_) => (CREATE_SESSION4_FLAG_CONN_BACK_CHAN, CB_PROGRAM),
+            None => (0, 0),
         };
         let cs = NfsArgop4::CreateSession(CreateSession4Args {
             clientid: xid.clientid,
             sequence: xid.sequenceid,
-            flags: 0,
+            flags,
             fore_chan_attrs: fore,
             back_chan_attrs: back,
-            cb_program: 0,
+            cb_program,
             sec_parms: Bounded(vec![CallbackSecParms4::None]),
         });
         let res = unsequenced(&rpc, &cred, minor, vec![cs]).await?;
@@ -244,6 +279,11 @@ impl<T: ClientTransport> Session<T> {
             return Err(Error::Protocol("CREATE_SESSION result missing"));
         };
         let granted = s.fore_chan_attrs.maxrequests.clamp(1, 64);
+        let back_channel =
+            callbacks.is_some() && s.flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0;
+        if let Some(cb) = callbacks.filter(|_| back_channel) {
+            cb.set_session(s.sessionid);
+        }
         if s.fore_chan_attrs.maxoperations < 4 {
             return Err(Error::Protocol(
                 "fore channel allows fewer than 4 operations",
@@ -267,6 +307,7 @@ impl<T: ClientTransport> Session<T> {
                 renewed_ms: AtomicU64::new(0),
                 last_flags: AtomicU32::new(0),
                 epoch: Instant::now(),
+                back_channel,
             }),
             delay_retries: opts.delay_retries,
             minor,
@@ -293,6 +334,13 @@ impl<T: ClientTransport> Session<T> {
     /// The minor version of this session's COMPOUNDs.
     pub fn minor_version(&self) -> u32 {
         self.minor
+    }
+
+    /// Whether the server granted the back channel asked by
+    /// [`Session::establish_with_callbacks`]: OPENs then take the
+    /// delegations offered (else they say OPEN4_SHARE_ACCESS_WANT_NO_DELEG).
+    pub fn has_back_channel(&self) -> bool {
+        self.shared.back_channel
     }
 
     /// The fore channel the server granted (RFC 8881 §18.36.2).

@@ -40,7 +40,7 @@ use nfs_client::Mounted;
 use oncrpc::ClientTransport;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::remote::{open_fs, with_fs, Fs, V4};
+use crate::remote::{open_fs_with, with_fs, Fs, V4};
 use crate::url::{open, with_remote, IoArgs, NfsUrl};
 
 /// The line a background child prints on standard output once mounted.
@@ -149,8 +149,12 @@ async fn mount(args: MountArgs) -> anyhow::Result<()> {
         });
     }
     if url.nfs4_minor.is_some() {
-        return with_fs!(open_fs(&url, io).await?, |fs| match fs {
-            Fs::V4(v) => serve4(v, &url, &args, opts, dir).await,
+        // The session's back channel answers recalls from this table
+        // (RFC 8881 §2.10.3.1), so OPENs take delegations.
+        let (delegs, recalls) = nfs_client::v4::Delegations::new();
+        let fs = open_fs_with(&url, io, Some(&delegs)).await?;
+        return with_fs!(fs, |fs| match fs {
+            Fs::V4(v) => serve4(v, &url, &args, opts, dir, (delegs, recalls)).await,
             Fs::V3(_) => bail!("expected an NFSv4 session"),
         });
     }
@@ -186,6 +190,12 @@ async fn serve<T: ClientTransport + Send + Sync + 'static>(
     run_fuse(nfs_fs, url, args, opts, dir).await
 }
 
+/// The delegation table the back channel answers from, and its recalls.
+type Callbacks = (
+    Arc<nfs_client::v4::Delegations>,
+    tokio::sync::mpsc::UnboundedReceiver<nfs_client::v4::Recall>,
+);
+
 /// Mounts the directory of NFSv4 session `v` on `dir` and serves it,
 /// renewing the lease while idle; destroys the session at the end.
 async fn serve4<T: ClientTransport + Send + Sync + 'static>(
@@ -194,6 +204,7 @@ async fn serve4<T: ClientTransport + Send + Sync + 'static>(
     args: &MountArgs,
     opts: options::MountOpts,
     dir: PathBuf,
+    (delegs, recalls): Callbacks,
 ) -> anyhow::Result<()> {
     let (session, root, sizes) = v.into_mount().await?;
     let attrs = session.getattr(&root).await?;
@@ -206,12 +217,24 @@ async fn serve4<T: ClientTransport + Send + Sync + 'static>(
     });
     let session = Arc::new(session);
     let rt = tokio::runtime::Handle::current();
-    let nfs_fs = fs4::NfsFs4::new(Arc::clone(&session), root, &attrs, sizes, rt, opts)?;
+    let mut nfs_fs = fs4::NfsFs4::new(Arc::clone(&session), root, &attrs, sizes, rt, opts)?;
+    let mut recaller = None;
+    if session.has_back_channel() {
+        let (fs, task) = nfs_fs.with_delegations(delegs, recalls);
+        nfs_fs = fs;
+        recaller = Some(tokio::spawn(task));
+    } else {
+        tracing::info!("no back channel: the mount takes no delegations");
+    }
     let lease = Duration::from_secs(u64::from(lease.max(3)));
     let renewer = tokio::spawn(fs4::renew_lease(Arc::clone(&session), lease));
     let r = run_fuse(nfs_fs, url, args, opts, dir).await;
     renewer.abort();
     let _ = renewer.await;
+    if let Some(t) = recaller {
+        t.abort();
+        let _ = t.await;
+    }
     match Arc::try_unwrap(session) {
         Ok(s) => {
             if let Err(e) = s.close().await {

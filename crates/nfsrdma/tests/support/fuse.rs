@@ -97,6 +97,11 @@ impl Mounted {
     pub(crate) fn path(&self, rel: &str) -> PathBuf {
         self.dir.0.join(rel)
     }
+
+    /// The process id of the mount.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
 }
 
 impl Drop for Mounted {
@@ -143,7 +148,10 @@ pub(crate) fn mount_url(url: &str, tag: &str, extra: &[&str]) -> Option<Mounted>
         .args(extra)
         .arg(url)
         .arg(&dir.0)
-        .env("RUST_LOG", "info")
+        .env(
+            "RUST_LOG",
+            std::env::var("NFSRDMA_TEST_MOUNT_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(File::create(&log).unwrap())

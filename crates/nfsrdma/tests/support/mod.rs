@@ -78,14 +78,27 @@ impl Server {
                 },
                 u64::from(std::process::id()),
             );
+            // NFSv4.1 callbacks on the client's RDMA connection, as
+            // `nfsrdma serve` has them by default (8 credits).
+            let config = rpcrdma::transport::RdmaServerConfig {
+                backchannel_credits: 8,
+                ..rpcrdma::transport::RdmaServerConfig::default()
+            };
             let listener = rpcrdma::transport::RdmaListener::bind(
                 &device,
                 &"127.0.0.1:0".parse().unwrap(),
                 srv.rpc(),
-                rpcrdma::transport::RdmaServerConfig::default(),
+                config,
             )
             .await
             .unwrap();
+            let backchannels = listener.backchannels();
+            srv.v4_backchannels().set(nfs_server::v4::backchannel_fn(
+                move |p: &oncrpc::PeerInfo| match p.transport {
+                    oncrpc::TransportKind::Rdma => backchannels.get(p.conn_id),
+                    _ => None,
+                },
+            ));
             let p = listener.local_addr().port();
             listener.spawn();
             p

@@ -13,13 +13,14 @@
 //! (GUARDED4 for `O_EXCL`); the last `close` of the handle is a CLOSE
 //! after COMMIT. The OPEN's attributes give close-to-open consistency
 //! (§10.3.1): the kernel keeps its cached data only when they are
-//! unchanged. The client asks for no delegation
-//! (OPEN4_SHARE_ACCESS_WANT_NO_DELEG) since its session has no back
-//! channel to be recalled on. The lease is kept by the SEQUENCE of every
+//! unchanged. With a back channel the OPENs take delegations, and opens
+//! of a delegated file are served locally until it is recalled
+//! ([`deleg`], §10.4). The lease is kept by the SEQUENCE of every
 //! call, and by [`renew_lease`] when idle (§8.3). Unlinking an open file
 //! renames it away until its last close ([`super::silly`]).
 
 mod convert;
+mod deleg;
 mod files;
 
 use std::collections::HashMap;
@@ -77,7 +78,9 @@ pub(crate) struct NfsFs4<T> {
     inodes: Inodes<NfsFh4>,
     creds: Creds,
     ac: AttrCache,
-    files: Mutex<HashMap<u64, Arc<Open4>>>,
+    files: Arc<Mutex<HashMap<u64, Arc<Open4>>>>,
+    /// The delegations held, when the session has a back channel.
+    delegs: Option<Arc<deleg::MountDelegs>>,
     opens: Mutex<Opens<NfsFh4>>,
     /// Open directories: the listing read at offset 0.
     dirs: Mutex<HashMap<u64, Vec<DirEntry>>>,
@@ -136,7 +139,8 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
             rt,
             creds: Creds::new(me.machinename, me.stamp),
             ac: AttrCache::new(opts.ac),
-            files: Mutex::new(HashMap::new()),
+            files: Arc::new(Mutex::new(HashMap::new())),
+            delegs: None,
             opens: Mutex::new(Opens::default()),
             dirs: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
@@ -380,10 +384,13 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs4<T> {
             self.writable()?;
             let nfh = self.fh(ino)?;
             let stateid = match fh.map(|h| self.open_file(h)) {
-                Some(Ok(o)) if size.is_some() => o.file.stateid,
+                Some(Ok(o)) if size.is_some() => o.file().stateid,
                 _ => Stateid4::ANONYMOUS,
             };
             let a = nfs(s.setattr(&nfh, stateid, &set).await)?;
+            if let (Some(size), Some(m)) = (size, &self.delegs) {
+                m.table.wrote(&nfh, size, true);
+            }
             self.attr(ino, &a)
         });
         reply_attr(reply, r);

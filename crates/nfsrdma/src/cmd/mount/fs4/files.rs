@@ -5,7 +5,7 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,12 +25,39 @@ use super::{nfs, Entry, NfsFs4, Res, Session};
 /// An open file handle: the open stateid, the unconfirmed writes, the
 /// inode, and the credential of the process that opened it, which its
 /// READs, WRITEs, COMMITs and CLOSE carry.
+///
+/// An open served locally under a delegation (RFC 8881 §10.4) holds the
+/// delegation stateid and made no OPEN on the server; a recall turns it
+/// into a real open (CLAIM_DELEG_CUR_FH) before the delegation goes back
+/// ([`super::deleg`]).
 #[derive(Debug)]
 pub(crate) struct Open4 {
-    pub(crate) file: OpenFile,
+    file: Mutex<(OpenFile, bool)>,
+    pub(super) access: u32,
     writes: unstable::OpenFile,
     ino: INodeNo,
-    cred: OpaqueAuth,
+    pub(super) cred: OpaqueAuth,
+}
+
+impl Open4 {
+    /// The file and the stateid its I/O uses now.
+    pub(crate) fn file(&self) -> OpenFile {
+        self.lock().0.clone()
+    }
+
+    /// Served locally under a delegation: no OPEN on the server.
+    pub(super) fn is_local(&self) -> bool {
+        self.lock().1
+    }
+
+    /// A local open made real on the server with `file`'s stateid.
+    pub(super) fn make_real(&self, file: OpenFile) {
+        *self.lock() = (file, false);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (OpenFile, bool)> {
+        self.file.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The share access of an open mode (RFC 8881 §18.16.3).
@@ -46,7 +73,7 @@ fn share_access(acc: OpenAccMode) -> u32 {
 /// §18.3).
 struct V4<'a, U> {
     s: &'a Session<U>,
-    file: &'a OpenFile,
+    file: OpenFile,
     wsize: u32,
 }
 
@@ -65,7 +92,7 @@ impl<U: ClientTransport> Target for V4<'_, U> {
         } else {
             StableHow4::UNSTABLE4
         };
-        let (n, got, verf) = nfs(self.s.write(self.file, offset, data, how).await)?;
+        let (n, got, verf) = nfs(self.s.write(&self.file, offset, data, how).await)?;
         Ok((n, (got != StableHow4::FILE_SYNC4).then_some(verf.0)))
     }
 
@@ -80,10 +107,17 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
         files.get(&fh.0).cloned().ok_or(Errno::EBADF)
     }
 
-    fn new_open(&self, file: OpenFile, ino: INodeNo, cred: OpaqueAuth) -> FileHandle {
+    fn new_open(
+        &self,
+        (file, local): (OpenFile, bool),
+        access: u32,
+        ino: INodeNo,
+        cred: OpaqueAuth,
+    ) -> FileHandle {
         let id = self.handle();
         let o = Arc::new(Open4 {
-            file,
+            file: Mutex::new((file, local)),
+            access,
             writes: unstable::OpenFile::default(),
             ino,
             cred,
@@ -100,7 +134,10 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
     /// OPEN by handle (CLAIM_FH) as the caller, for the access asked (the
     /// server checks it, RFC 8881 §18.16.3); its attributes revalidate
     /// the file: the kernel keeps its cached data only when they are
-    /// unchanged since last seen (close-to-open, §10.3.1).
+    /// unchanged since last seen (close-to-open, §10.3.1). Under a
+    /// delegation this caller's open took (a read one for reading, a
+    /// write one for any access), the open is served locally and the
+    /// cached data kept (§10.4: no other client changed the file).
     pub(super) async fn do_open(
         &self,
         cred: OpaqueAuth,
@@ -111,8 +148,14 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
         if acc != OpenAccMode::O_RDONLY {
             self.writable()?;
         }
+        let access = share_access(acc);
+        if let Some(file) = self.delegated_open(&cred, &fh, access) {
+            let h = self.new_open((file, true), access, ino, cred);
+            return Ok((h, FopenFlags::FOPEN_KEEP_CACHE));
+        }
         let s = self.as_cred(cred.clone());
-        let (file, a) = nfs(s.open_fh(&fh, share_access(acc)).await)?;
+        let (file, a, d) = nfs(s.open_fh_deleg(&fh, access).await)?;
+        self.took_delegation(&s, &fh, &cred, d, &a).await;
         let f = fattr3(&a).ok_or(Errno::EIO)?;
         let keep = !self.ac.changed(ino.0, &f);
         self.ac.observe(ino.0, &f);
@@ -121,7 +164,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
         } else {
             FopenFlags::empty()
         };
-        Ok((self.new_open(file, ino, cred), flags))
+        Ok((self.new_open((file, false), access, ino, cred), flags))
     }
 
     /// OPEN with create (RFC 8881 §18.16): the new file's attributes and
@@ -147,9 +190,11 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
             _ => OPEN4_SHARE_ACCESS_BOTH,
         };
         let s = self.as_cred(cred.clone());
-        let (file, a) = nfs(s.open_at(&dir, name.as_bytes(), access, how).await)?;
+        let (file, a, d) = nfs(s.open_at_deleg(&dir, name.as_bytes(), access, how).await)?;
+        self.took_delegation(&s, &file.fh, &cred, d, &a).await;
         let (_, attr, ttl) = self.entry(file.fh.clone(), &a)?;
-        Ok((attr, ttl, self.new_open(file, attr.ino, cred)))
+        let h = self.new_open((file, false), access, attr.ino, cred);
+        Ok((attr, ttl, h))
     }
 
     /// `mknod` of a regular file: an OPEN that creates it (GUARDED4),
@@ -178,9 +223,13 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
     pub(super) async fn do_read(&self, fh: FileHandle, offset: u64, size: u32) -> Res<Vec<u8>> {
         let o = self.open_file(fh)?;
         let s = self.as_cred(o.cred.clone());
-        nfs(s
-            .read_at(&o.file, offset, u64::from(size), self.maxread)
-            .await)
+        let (len, max) = (u64::from(size), self.maxread);
+        match s.read_at(&o.file(), offset, len, max).await {
+            Err(e) if self.reopen_if_gone(&o, &e).await => {
+                nfs(s.read_at(&o.file(), offset, len, max).await)
+            }
+            r => nfs(r),
+        }
     }
 
     /// An UNSTABLE WRITE as the opener, kept until COMMIT.
@@ -189,10 +238,31 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
         let s = self.as_cred(o.cred.clone());
         let t = V4 {
             s: &s,
-            file: &o.file,
+            file: o.file(),
             wsize: self.maxwrite,
         };
-        o.writes.write(&t, offset, data).await
+        if let Err(e) = o.writes.write(&t, offset, data).await {
+            // The delegation an open served locally wrote under may be
+            // gone (the write bookkeeping keeps only the errno): such an
+            // open is reopened on the server and the write tried again.
+            let probe = nfs_client::v4::Error::Nfs {
+                op: nfs_client::nfs::v4::Opnum4::OP_WRITE,
+                status: nfs_client::nfs::v4::Nfsstat4::NFS4ERR_BAD_STATEID,
+            };
+            if !self.reopen_if_gone(&o, &probe).await {
+                return Err(e);
+            }
+            let t = V4 {
+                s: &s,
+                file: o.file(),
+                wsize: self.maxwrite,
+            };
+            o.writes.write(&t, offset, data).await?;
+        }
+        if let Some(m) = &self.delegs {
+            m.table.wrote(&t.file.fh, offset + data.len() as u64, false);
+        }
+        Ok(())
     }
 
     /// COMMIT of an open file's writes, as its opener.
@@ -200,7 +270,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
         let s = self.as_cred(o.cred.clone());
         let t = V4 {
             s: &s,
-            file: &o.file,
+            file: o.file(),
             wsize: self.maxwrite,
         };
         o.writes.commit(&t).await
@@ -217,12 +287,11 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
             return Err(Errno::EBADF);
         };
         let r = self.commit(&o).await;
-        let closed = self
-            .as_cred(o.cred.clone())
-            .close_file(o.file.clone())
-            .await;
-        if let Err(e) = &closed {
-            tracing::debug!(error = %e, "CLOSE failed");
+        if !o.is_local() {
+            let closed = self.as_cred(o.cred.clone()).close_file(o.file()).await;
+            if let Err(e) = &closed {
+                tracing::debug!(error = %e, "CLOSE failed");
+            }
         }
         let silly = {
             let mut opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
@@ -319,11 +388,11 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
         };
         for o in left {
             let _ = self.commit(&o).await;
-            let _ = self
-                .as_cred(o.cred.clone())
-                .close_file(o.file.clone())
-                .await;
+            if !o.is_local() {
+                let _ = self.as_cred(o.cred.clone()).close_file(o.file()).await;
+            }
         }
+        self.return_delegations().await;
         let silly = {
             let mut opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
             opens.drain_silly()
