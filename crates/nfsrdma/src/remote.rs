@@ -775,7 +775,7 @@ async fn gss_rdma<D: rnic::Device<Addr = SocketAddr>>(
     .await
     .with_context(|| format!("RPCSEC_GSS context with {target_name}"))?;
     let opts = SessionOptions::for_rdma(&ropts.client_config());
-    let v = V4::new(gss, minor, opts, url, io)
+    let v = V4::new(gss, minor, opts, url, io, None)
         .await
         .with_context(|| format!("NFSv4.{minor} over RDMA to {}", url.host))?;
     Ok(Fs::V4(v))

@@ -142,9 +142,11 @@ async fn mount(args: MountArgs) -> anyhow::Result<()> {
         url.sec = opts.sec;
     }
     if url.sec.is_some() {
-        // RPCSEC_GSS under the mounting user's ticket, for every caller.
-        return with_fs!(open_fs(&url, io).await?, |fs| match fs {
-            Fs::V4(v) => serve4(v, &url, &args, opts, dir).await,
+        // RPCSEC_GSS under the mounting user's ticket, for every caller
+        // (no back channel: its session takes no delegations).
+        let unused = nfs_client::v4::Delegations::new();
+        return with_fs!(open_fs_with(&url, io, None).await?, |fs| match fs {
+            Fs::V4(v) => serve4(v, &url, &args, opts, dir, unused).await,
             Fs::V3(m) => serve(m, &url, &args, opts, dir).await,
         });
     }
