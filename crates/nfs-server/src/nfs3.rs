@@ -279,7 +279,14 @@ impl<S: Storage> Nfs3Fs<S> {
 
     /// Executes one decoded call for an admitted caller and encodes its
     /// result: one method per procedure ([`procs`]).
-    async fn execute(&self, args: Args3, grant: &Grant) -> Result<XdrBuf, ServiceError> {
+    /// With `files` (plain TCP, [`CallContext::sends_files`]) a READ's
+    /// data may stay in the file for the transport to send.
+    async fn execute(
+        &self,
+        args: Args3,
+        grant: &Grant,
+        files: bool,
+    ) -> Result<XdrBuf, ServiceError> {
         if let Some(jukebox) = self.break_delegations(&args).await {
             return Ok(jukebox);
         }
@@ -292,7 +299,7 @@ impl<S: Storage> Nfs3Fs<S> {
             Args3::Lookup(a) => self.lookup3(a, g).await.encode(&mut out),
             Args3::Access(a) => self.access3(a, g).await.encode(&mut out),
             Args3::Readlink(a) => self.readlink3(a).await.encode(&mut out),
-            Args3::Read(a) => self.read3(a, g).await.encode(&mut out),
+            Args3::Read(a) => self.read3(a, g, files, &mut out).await,
             Args3::Write(a) => self.write3(a, g).await?.encode(&mut out),
             Args3::Create(a) => self.create3(a, g).await.encode(&mut out),
             Args3::Mkdir(a) => self.mkdir3(a, g).await.encode(&mut out),
@@ -347,7 +354,7 @@ impl<S: Storage> RpcService for Nfs3Service<S> {
         // calls do not yield).
         tokio::task::yield_now().await;
         match self.route(&a, &ctx) {
-            Ok((export, grant)) => export.execute(a, &grant).await,
+            Ok((export, grant)) => export.execute(a, &grant, ctx.sends_files()).await,
             Err(refused) => Ok(refused),
         }
     }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use nfs::v3::{Fattr3, Filename3, NfsFh3, Sattr3, StableHow};
 
 use crate::nfs3::Nfs3Fs;
-use crate::storage::{May, ReadDone, Storage, StorageResult, WriteDone};
+use crate::storage::{May, ReadData, ReadDone, Storage, StorageResult, WriteDone};
 use crate::v4::pnfs::Mds;
 
 impl<S: Storage> Nfs3Fs<S> {
@@ -28,16 +28,17 @@ impl<S: Storage> Nfs3Fs<S> {
         offset: u64,
         count: u32,
         may: May<'_>,
+        files: bool,
     ) -> ReadDone {
         let Some(m) = self.mds() else {
-            return self.fs.read_checked(fh, offset, count, may).await;
+            return self.fs.read_checked(fh, offset, count, may, files).await;
         };
         let data = match self.fs.getattr(fh).await.and_then(|a| may(&a)) {
             Ok(()) => m.read(&*self.fs, fh, offset, count).await,
             Err(e) => Err(e),
         };
         ReadDone {
-            data,
+            data: data.map(|(b, eof)| (ReadData::Bytes(b), eof)),
             attrs: self.fs.getattr(fh).await.ok(),
         }
     }

@@ -9,11 +9,13 @@
 //! figures as close to the change as it can).
 
 use core::future::Future;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use nfs::v3::{
     Createhow3, Fattr3, Filename3, Mknoddata3, NfsFh3, Nfsstat3, Nfstime3, Sattr3, StableHow,
 };
+use xdr::{Encoder, FileSource, XdrBuf};
 
 /// Result of a storage call.
 pub type StorageResult<T> = Result<T, Nfsstat3>;
@@ -164,12 +166,78 @@ pub enum Segment {
 /// [`Storage::write_checked`]).
 pub type May<'a> = &'a (dyn Fn(&Fattr3) -> StorageResult<()> + Sync);
 
+/// The bytes a READ returns: read into memory, or a range of the open
+/// file for a transport that sends it from the file
+/// ([`xdr::XdrBuf::put_file`]: `sendfile` on plain TCP).
+#[derive(Debug, Clone)]
+pub enum ReadData {
+    /// The bytes.
+    Bytes(Bytes),
+    /// `len` bytes of `file` at `offset`, not read yet.
+    File {
+        /// The open file.
+        file: Arc<dyn FileSource>,
+        /// Where the bytes start.
+        offset: u64,
+        /// How many bytes.
+        len: usize,
+    },
+}
+
+impl ReadData {
+    /// How many bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Bytes(b) => b.len(),
+            Self::File { len, .. } => *len,
+        }
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends the bytes as variable-length opaque data (RFC 4506 §4.10),
+    /// DDP-eligible or not (RFC 8166 §3.4).
+    pub fn encode_into(self, out: &mut XdrBuf, ddp_eligible: bool) {
+        match self {
+            Self::Bytes(b) => out.put_bulk(b, ddp_eligible),
+            Self::File { file, offset, len } => out.put_file(file, offset, len, ddp_eligible),
+        }
+    }
+}
+
+/// Bytes by content, file ranges by file, offset and length.
+impl PartialEq for ReadData {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Bytes(a), Self::Bytes(b)) => a == b,
+            (
+                Self::File { file, offset, len },
+                Self::File {
+                    file: f2,
+                    offset: o2,
+                    len: l2,
+                },
+            ) => Arc::ptr_eq(file, f2) && offset == o2 && len == l2,
+            _ => false,
+        }
+    }
+}
+
+impl From<Bytes> for ReadData {
+    fn from(b: Bytes) -> Self {
+        Self::Bytes(b)
+    }
+}
+
 /// What [`Storage::read_checked`] did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReadDone {
     /// The bytes read and whether they reach the end of the file, or why
     /// nothing was read.
-    pub data: StorageResult<(Bytes, bool)>,
+    pub data: StorageResult<(ReadData, bool)>,
     /// The file's attributes after the read, when they could be had.
     pub attrs: Option<Fattr3>,
 }
@@ -248,24 +316,28 @@ pub trait Storage: Send + Sync + 'static {
     /// NFSv3 READ in one pass (RFC 1813 §3.3.6): the file's attributes
     /// go to `may`, which decides whether the caller may read before any
     /// byte is read; then up to `count` bytes at `offset`, and the
-    /// attributes after the read for the reply's `post_op_attr`. The
-    /// default asks [`Self::getattr`], [`Self::read`] and
-    /// [`Self::getattr`]; a back end that resolves the handle once
-    /// overrides it.
+    /// attributes after the read for the reply's `post_op_attr`. With
+    /// `files` (the reply goes where a file range is sent from the file,
+    /// [`oncrpc::CallContext::sends_files`]) a back end may return
+    /// [`ReadData::File`] instead of reading the bytes. The default asks
+    /// [`Self::getattr`], [`Self::read`] and [`Self::getattr`]; a back
+    /// end that resolves the handle once overrides it.
     fn read_checked(
         &self,
         fh: &NfsFh3,
         offset: u64,
         count: u32,
         may: May<'_>,
+        files: bool,
     ) -> impl Future<Output = ReadDone> + Send {
+        let _ = files;
         async move {
             let data = match self.getattr(fh).await.and_then(|a| may(&a)) {
                 Ok(()) => self.read(fh, offset, count).await,
                 Err(e) => Err(e),
             };
             ReadDone {
-                data,
+                data: data.map(|(b, eof)| (ReadData::Bytes(b), eof)),
                 attrs: self.getattr(fh).await.ok(),
             }
         }

@@ -92,6 +92,19 @@ pub struct CallContext {
     pub peer: PeerInfo,
 }
 
+impl CallContext {
+    /// Whether the reply may carry bulk data as a file range
+    /// ([`XdrBuf::put_file`]) that the transport sends straight from the
+    /// file: plain TCP without RPCSEC_GSS (whose integrity and privacy
+    /// services need the bytes). Elsewhere [`Server`] reads such ranges
+    /// in before the reply leaves it.
+    pub fn sends_files(&self) -> bool {
+        self.peer.transport == TransportKind::Tcp
+            && self.peer.security == crate::tls::TransportSecurity::None
+            && self.cred.flavor != AuthFlavor::RPCSEC_GSS
+    }
+}
+
 /// How a service call failed; each maps to an RPC reply (RFC 5531 §9).
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -554,8 +567,18 @@ impl Server {
             }
         }
         let key = (ctx.prog, ctx.vers, ctx.proc_);
+        let sends_files = ctx.sends_files() && protect.is_none();
         let started = Instant::now();
-        let result = svc.call_boxed(ctx, args).await;
+        let result = match svc.call_boxed(ctx, args).await {
+            Ok(mut body) if !sends_files && body.has_files() => match body.load_files() {
+                Ok(()) => Ok(body),
+                Err(e) => {
+                    tracing::debug!(xid, error = %e, "reading a reply's file range");
+                    Err(ServiceError::SystemErr("reading the reply's data"))
+                }
+            },
+            r => r,
+        };
         self.stats
             .record(key, outcome_of(&result), started.elapsed());
         let reply = match (result, &protect) {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
@@ -19,12 +19,13 @@ use crate::client::{
     CallSigner, CallTimeout, ClientConfig, ClientCore, ClientTransport, RpcCall, RpcError,
 };
 use crate::limits::{Backoff, ConnLimiter, ConnLimits, Limit, Refused};
-use crate::record::{fragment_headers, framed_slices, RecordDecoder, MAX_FRAGMENT_LEN};
+use crate::record::RecordDecoder;
 use crate::server::{PeerInfo, Server, TransportKind};
 
 mod budget;
 mod reverse;
 mod tls;
+mod write;
 
 pub use budget::ServerReplyBudget;
 use budget::{Charge, ReplyBudget};
@@ -32,6 +33,7 @@ use reverse::Outgoing;
 pub use reverse::{classify, Direction, TcpBackchannel, TcpBackchannels, MAX_REVERSE_IN_FLIGHT};
 use tls::Upgraded;
 pub use tls::{ClientTls, ServerTls, DEFAULT_HANDSHAKE_TIMEOUT};
+use write::{reply_writer, writer_task, RecordWrite};
 
 /// Settings of the TCP shells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,80 +95,9 @@ impl Default for TcpConfig {
     }
 }
 
-/// Writes one record: fragment headers and the message's slices, using
-/// vectored writes so bulk payloads are not copied.
-async fn write_record<W: AsyncWrite + Unpin>(w: &mut W, msg: &XdrBuf) -> io::Result<()> {
-    let headers = fragment_headers(msg.len(), MAX_FRAGMENT_LEN);
-    let mut slices = framed_slices(msg, &headers, MAX_FRAGMENT_LEN);
-    let mut first = 0usize;
-    while first < slices.len() {
-        let io: Vec<io::IoSlice<'_>> = slices
-            .get(first..)
-            .unwrap_or(&[])
-            .iter()
-            .take(64)
-            .map(|s| io::IoSlice::new(s))
-            .collect();
-        let mut n = w.write_vectored(&io).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        while n > 0 {
-            let Some(s) = slices.get_mut(first) else {
-                break;
-            };
-            if n >= s.len() {
-                n -= s.len();
-                first += 1;
-            } else {
-                *s = s.get(n..).unwrap_or(&[]);
-                n = 0;
-            }
-        }
-        while slices.get(first).is_some_and(|s| s.is_empty()) {
-            first += 1;
-        }
-    }
-    Ok(())
-}
-
-/// Writes one record and, when nothing else is queued, flushes (a TLS
-/// stream holds what was written until then; plain TCP flushes nothing).
-async fn send<W: AsyncWrite + Unpin>(w: &mut W, msg: &XdrBuf, more: bool) -> io::Result<()> {
-    write_record(w, msg).await?;
-    if !more {
-        w.flush().await?;
-    }
-    Ok(())
-}
-
-async fn writer_task<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::Receiver<XdrBuf>) {
-    while let Some(msg) = rx.recv().await {
-        if let Err(e) = send(&mut w, &msg, !rx.is_empty()).await {
-            tracing::debug!(error = %e, "write failed");
-            return;
-        }
-    }
-    let _ = w.shutdown().await;
-}
-
 /// A reply ready to be written, with what it holds of its connection's
 /// call slots and reply budget (both freed once it is written).
 type QueuedReply = (XdrBuf, Charge, OwnedSemaphorePermit);
-
-async fn reply_writer<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
-    while let Some(out) = rx.recv().await {
-        let msg = match &out {
-            Outgoing::Reply((msg, _, _)) | Outgoing::Call(msg) => msg,
-        };
-        if let Err(e) = send(&mut w, msg, !rx.is_empty()).await {
-            tracing::debug!(error = %e, "write failed");
-            return;
-        }
-        drop(out);
-    }
-    let _ = w.shutdown().await;
-}
 
 static ACCEPT_FAILED: Limit = Limit::new("tcp.accept_failed");
 static CONNS_TOTAL: Limit = Limit::new("tcp.connections");
@@ -388,12 +319,7 @@ impl Conn<'_> {
     }
 
     /// Serves a connection from its two halves.
-    async fn split<R: ConnRead, W: AsyncWrite + Unpin + Send + 'static>(
-        self,
-        mut r: R,
-        w: W,
-        peer: PeerInfo,
-    ) {
+    async fn split<R: ConnRead, W: RecordWrite + 'static>(self, mut r: R, w: W, peer: PeerInfo) {
         let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
         let writer = tokio::spawn(reply_writer(w, rx));
         let seed = (peer.conn_id as u32).wrapping_mul(0x9e37_79b9);

@@ -1,6 +1,10 @@
 //! The gather buffer: inline XDR bytes interleaved with references to bulk
 //! payloads that are never copied into the header stream.
 
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::encode::Encoder;
@@ -40,10 +44,76 @@ impl BulkItem {
     }
 }
 
+/// An open file whose bytes a [`FileItem`] stands for.
+pub trait FileSource: Send + Sync + core::fmt::Debug {
+    /// The open file, for a sender that moves the bytes itself (a TCP
+    /// sender's `sendfile`).
+    fn fd(&self) -> BorrowedFd<'_>;
+    /// Reads up to `buf.len()` bytes at `offset` (`pread`): 0 at the end
+    /// of the file.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+}
+
+/// A bulk item whose data is a byte range of an open file, not yet read:
+/// a TCP sender sends it from the page cache to the socket without
+/// copying it through user space ([`XdrBuf::put_file`]); any other
+/// sender reads it in first ([`XdrBuf::load_files`]).
+///
+/// The length in the stream is fixed when the item is made: if the file
+/// has shrunk by the time the bytes are read, the missing bytes are sent
+/// as zeros so the stream keeps its length.
+#[derive(Debug, Clone)]
+pub struct FileItem {
+    /// Offset of the first data byte in the full XDR stream.
+    pub position: usize,
+    /// The file.
+    pub file: Arc<dyn FileSource>,
+    /// Where the bytes start in the file.
+    pub offset: u64,
+    /// How many bytes.
+    pub len: usize,
+    /// Whether the item is DDP-eligible (RFC 8166 §3.4).
+    pub ddp_eligible: bool,
+}
+
+/// The same range of the same open file.
+impl PartialEq for FileItem {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.file, &other.file)
+            && (self.position, self.offset, self.len, self.ddp_eligible)
+                == (other.position, other.offset, other.len, other.ddp_eligible)
+    }
+}
+
+impl Eq for FileItem {}
+
+impl FileItem {
+    /// Bytes of XDR padding that follow the data in the full stream.
+    pub fn pad(&self) -> usize {
+        pad_len(self.len)
+    }
+
+    /// Reads the bytes, zeros where the file ends early.
+    pub fn read(&self) -> io::Result<Bytes> {
+        let mut buf = vec![0u8; self.len];
+        let mut done = 0;
+        while let Some(rest) = buf.get_mut(done..).filter(|r| !r.is_empty()) {
+            match self.file.read_at(rest, self.offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Bytes::from(buf))
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Seg {
     Inline(Bytes),
     Bulk(BulkItem),
+    File(FileItem),
 }
 
 /// One segment of an [`XdrBuf`], borrowed.
@@ -53,6 +123,8 @@ pub enum Segment<'a> {
     Inline(&'a [u8]),
     /// A bulk payload by reference; its padding is not part of `data`.
     Bulk(&'a BulkItem),
+    /// A bulk payload still in a file; its padding follows implicitly.
+    File(&'a FileItem),
 }
 
 /// A gather buffer holding one XDR stream as inline bytes plus references to
@@ -130,6 +202,7 @@ impl XdrBuf {
             .map(|s| match s {
                 Seg::Inline(b) => Segment::Inline(b.as_ref()),
                 Seg::Bulk(item) => Segment::Bulk(item),
+                Seg::File(item) => Segment::File(item),
             })
             .chain((!self.tail.is_empty()).then_some(Segment::Inline(self.tail.as_ref())))
     }
@@ -138,7 +211,7 @@ impl XdrBuf {
     pub fn bulk_items(&self) -> impl Iterator<Item = &BulkItem> + '_ {
         self.segs.iter().filter_map(|s| match s {
             Seg::Bulk(item) => Some(item),
-            Seg::Inline(_) => None,
+            Seg::Inline(_) | Seg::File(_) => None,
         })
     }
 
@@ -148,6 +221,55 @@ impl XdrBuf {
         self.bulk_items()
             .filter(|i| i.ddp_eligible)
             .map(|i| (i.position, &i.data))
+    }
+
+    /// Whether some bulk data is still in a file ([`Self::put_file`]):
+    /// then the byte views ([`Self::chunks`], [`Self::to_bytes`],
+    /// [`Self::ddp_items`], ...) leave it out until [`Self::load_files`]
+    /// reads it in.
+    pub fn has_files(&self) -> bool {
+        self.segs.iter().any(|s| matches!(s, Seg::File(_)))
+    }
+
+    /// Reads every file range in ([`FileItem::read`]), making it a bulk
+    /// item: for a sender that cannot send from a file (RPC-over-RDMA,
+    /// TLS, RPCSEC_GSS integrity or privacy).
+    pub fn load_files(&mut self) -> io::Result<()> {
+        for seg in &mut self.segs {
+            if let Seg::File(item) = seg {
+                let data = item.read()?;
+                *seg = Seg::Bulk(BulkItem {
+                    position: item.position,
+                    data,
+                    ddp_eligible: item.ddp_eligible,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends variable-length opaque data (RFC 4506 §4.10) that is
+    /// `len` bytes of `file` at `offset`: the length word inline, the
+    /// data left in the file ([`FileItem`]) and its padding implied, as
+    /// for [`Encoder::put_bulk`].
+    pub fn put_file(
+        &mut self,
+        file: Arc<dyn FileSource>,
+        offset: u64,
+        len: usize,
+        ddp_eligible: bool,
+    ) {
+        self.put_array_len(len);
+        self.seal_tail();
+        let item = FileItem {
+            position: self.len,
+            file,
+            offset,
+            len,
+            ddp_eligible,
+        };
+        self.len += len + item.pad();
+        self.segs.push(Seg::File(item));
     }
 
     /// The byte slices of the full stream in order (inline bytes, bulk data,
@@ -167,6 +289,8 @@ impl XdrBuf {
                 Segment::Inline(b) => (b, &[]),
                 Segment::Bulk(item) if remove(item) => (&[], &[]),
                 Segment::Bulk(item) => (item.data.as_ref(), &ZEROS[..item.pad()]),
+                // Read in by `load_files` before the bytes are taken.
+                Segment::File(_) => (&[], &[]),
             };
             [a, b].into_iter().filter(|c| !c.is_empty())
         })
@@ -223,6 +347,10 @@ impl XdrBuf {
                 Seg::Bulk(mut item) => {
                     item.position += base;
                     self.segs.push(Seg::Bulk(item));
+                }
+                Seg::File(mut item) => {
+                    item.position += base;
+                    self.segs.push(Seg::File(item));
                 }
             }
         }
@@ -406,6 +534,7 @@ mod tests {
             .map(|s| match s {
                 Segment::Inline(x) => ("inline", x.len()),
                 Segment::Bulk(i) => ("bulk", i.data.len()),
+                Segment::File(i) => ("file", i.len),
             })
             .collect();
         assert_eq!(
@@ -467,6 +596,68 @@ mod tests {
         assert!(XdrBuf::from_reduced(reduced.clone(), [(4, d.clone()), (4, d.clone())]).is_err());
         let ok = XdrBuf::from_reduced(reduced, [(8, d.clone()), (12, d)]).unwrap();
         assert_eq!(ok.len(), 16);
+    }
+
+    /// A file for [`XdrBuf::put_file`].
+    #[derive(Debug)]
+    struct TestFile(std::fs::File);
+
+    impl FileSource for TestFile {
+        fn fd(&self) -> BorrowedFd<'_> {
+            std::os::fd::AsFd::as_fd(&self.0)
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            std::os::unix::fs::FileExt::read_at(&self.0, buf, offset)
+        }
+    }
+
+    fn test_file(name: &str, bytes: &[u8]) -> Arc<TestFile> {
+        let path = std::env::temp_dir().join(format!("xdr-{name}-{}", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        Arc::new(TestFile(f))
+    }
+
+    #[test]
+    fn a_file_range_loads_into_the_same_stream_as_its_bytes() {
+        let f = test_file("range", b"..hello..");
+        let mut b = XdrBuf::new();
+        b.put_u32(7);
+        b.put_file(f, 2, 5, true);
+        b.put_u32(9);
+        b.put_bulk(Bytes::from_static(b"ab"), false);
+        b.put_u32(1);
+        assert_eq!(b.len(), FULL.len());
+        assert!(b.has_files());
+        assert!(
+            matches!(b.segments().nth(1), Some(Segment::File(i)) if i.position == 8 && i.pad() == 3)
+        );
+        // Before loading, the byte views leave the file's data out.
+        assert_eq!(b.ddp_items().count(), 0);
+        let mut head = XdrBuf::new();
+        head.put_u32(0xdead_beef);
+        head.append(b);
+        head.load_files().unwrap();
+        assert!(!head.has_files());
+        assert_eq!(&head.to_bytes()[4..], &FULL);
+        assert_eq!(
+            head.ddp_items().next().map(|(p, d)| (p, d.len())),
+            Some((12, 5))
+        );
+    }
+
+    #[test]
+    fn a_file_that_shrank_loads_as_zeros() {
+        let f = test_file("shrunk", b"abc");
+        let mut b = XdrBuf::new();
+        b.put_file(f, 1, 6, false);
+        assert_eq!(b.len(), 12);
+        b.load_files().unwrap();
+        assert_eq!(
+            b.to_bytes().as_ref(),
+            &[0, 0, 0, 6, b'b', b'c', 0, 0, 0, 0, 0, 0]
+        );
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub use bytes;
 pub use decode::Decoder;
 pub use encode::{BufEncoder, Encoder, LenCounter};
 pub use error::{Error, ErrorKind, ResultExt};
-pub use gather::{BulkItem, ReassemblyError, Segment, XdrBuf};
+pub use gather::{BulkItem, FileItem, FileSource, ReassemblyError, Segment, XdrBuf};
 pub use types::{Bounded, DdpOpaque, DecodeBounded, FixedOpaque};
 
 /// Number of zero bytes that pad an `n`-byte item to a multiple of four

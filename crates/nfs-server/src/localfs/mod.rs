@@ -29,6 +29,7 @@
 mod attrs;
 mod copy;
 mod cursors;
+mod held;
 mod index;
 mod io;
 mod known;
@@ -274,8 +275,9 @@ impl Storage for LocalFs {
         offset: u64,
         count: u32,
         may: crate::storage::May<'_>,
+        files: bool,
     ) -> ReadDone {
-        self.read_checked_now(fh, offset, count, may)
+        self.read_checked_now(fh, offset, count, may, files)
     }
 
     /// One resolution; an UNSTABLE write on this thread when the kernel

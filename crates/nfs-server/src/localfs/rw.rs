@@ -32,8 +32,8 @@ use rustix::io::{Errno, ReadWriteFlags};
 use super::attrs::{errno_status, Meta};
 use super::io::sync_fd;
 use super::resolve::Node;
-use super::{blocking, LocalFs, MAX_READ};
-use crate::storage::{May, ReadDone, StorageResult, WriteDone};
+use super::{blocking, held, LocalFs, MAX_READ};
+use crate::storage::{May, ReadData, ReadDone, StorageResult, WriteDone};
 
 /// Largest READ first tried on the runtime thread with `RWF_NOWAIT`.
 /// `preadv2` wants an initialised buffer, so this many bytes are zeroed
@@ -49,6 +49,7 @@ impl LocalFs {
         offset: u64,
         count: u32,
         may: May<'_>,
+        files: bool,
     ) -> ReadDone {
         let node = match self.resolve(fh) {
             Ok(n) => n,
@@ -66,7 +67,7 @@ impl LocalFs {
                 attrs: Some(attrs),
             };
         }
-        match self.read_node(&node, offset, count) {
+        match self.read_node(&node, offset, count, files) {
             Ok((data, eof, meta)) => ReadDone {
                 data: Ok((data, eof)),
                 attrs: Some(meta.fattr(self.fsid())),
@@ -79,20 +80,31 @@ impl LocalFs {
     }
 
     /// Up to `count` bytes of regular file `node` at `offset`, whether
-    /// they reach its end, and its attributes when opened.
+    /// they reach its end, and its attributes when opened. With `files`,
+    /// a large cached range is left in the file ([`held`]).
     fn read_node(
         &self,
         node: &Node,
         offset: u64,
         count: u32,
-    ) -> StorageResult<(Bytes, bool, Meta)> {
+        files: bool,
+    ) -> StorageResult<(ReadData, bool, Meta)> {
         regular(node)?;
         let (f, meta) = node.open_checked(OFlags::RDONLY)?;
         let size = meta.size();
         let want = u64::from(count.min(MAX_READ)).min(size.saturating_sub(offset));
-        let buf = read_at(&f, offset, usize::try_from(want).unwrap_or(0))?;
+        let want = usize::try_from(want).unwrap_or(0);
+        let f = if files {
+            match held::leave_in_file(f, offset, want) {
+                Ok(data) => return Ok((data, offset + want as u64 >= size, meta)),
+                Err(f) => f,
+            }
+        } else {
+            f
+        };
+        let buf = read_at(&f, offset, want)?;
         let eof = offset.saturating_add(buf.len() as u64) >= size;
-        Ok((Bytes::from(buf), eof, meta))
+        Ok((ReadData::Bytes(Bytes::from(buf)), eof, meta))
     }
 
     pub(crate) fn write_checked_now(
@@ -299,11 +311,12 @@ mod tests {
                 Ok(())
             };
             for done in [
-                block(lfs.read_checked(&fh, offset, count, &may)),
-                rt.block_on(lfs.read_checked(&fh, offset, count, &may)),
+                block(lfs.read_checked(&fh, offset, count, &may, false)),
+                rt.block_on(lfs.read_checked(&fh, offset, count, &may, false)),
             ] {
                 let (got, got_eof) = done.data.unwrap();
-                assert_eq!((&got[..], got_eof), (want, eof), "{offset} {count}");
+                let want = ReadData::Bytes(Bytes::copy_from_slice(want));
+                assert_eq!((got, got_eof), (want, eof), "{offset} {count}");
                 let a = done.attrs.unwrap();
                 assert_eq!(
                     (a.fileid, a.size, a.mtime),
@@ -313,8 +326,88 @@ mod tests {
             assert_eq!(seen.load(Ordering::Relaxed), 2);
         }
         // Past the end: nothing, eof.
-        let done = block(lfs.read_checked(&fh, 1 << 40, 10, &allow));
-        assert_eq!(done.data, Ok((Bytes::new(), true)));
+        let done = block(lfs.read_checked(&fh, 1 << 40, 10, &allow, true));
+        assert_eq!(done.data, Ok((Bytes::new().into(), true)));
+    }
+
+    /// Held by the tests that count held files (one fills the bound).
+    static HELD_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// The bytes of a READ's data, read in if left in the file.
+    fn bytes_of(d: ReadData) -> Vec<u8> {
+        match d {
+            ReadData::Bytes(b) => b.to_vec(),
+            ReadData::File { file, offset, len } => {
+                let mut buf = vec![0u8; len];
+                assert_eq!(file.read_at(&mut buf, offset).unwrap(), len);
+                buf
+            }
+        }
+    }
+
+    #[test]
+    fn a_large_cached_read_is_left_in_the_file_when_the_transport_sends_files() {
+        let _one = HELD_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        let t = Tmp::new("rw-files");
+        let data: Vec<u8> = (0..=250u8).cycle().take(MAX_READ as usize + 4099).collect();
+        fs::write(t.0.join("f"), &data).unwrap();
+        let lfs = LocalFs::new(&t.0, false).unwrap();
+        let fh = block(lfs.lookup(&lfs.root(), &name("f"))).unwrap();
+        let _ = fs::read(t.0.join("f")).unwrap(); // in the page cache
+        for (offset, count, file, eof) in [
+            (5u64, MAX_READ, true, false),
+            (4099, MAX_READ, true, true),
+            (0, held::FILE_READ_MIN as u32 + 1, true, false),
+            (0, held::FILE_READ_MIN as u32, false, false),
+            (100, 4096, false, false),
+        ] {
+            let done = block(lfs.read_checked(&fh, offset, count, &allow, true));
+            let (got, got_eof) = done.data.unwrap();
+            assert_eq!(
+                matches!(got, ReadData::File { .. }),
+                file,
+                "{offset} {count}"
+            );
+            assert_eq!(got_eof, eof, "{offset} {count}");
+            let end = data.len().min(offset as usize + count as usize);
+            assert_eq!(
+                bytes_of(got),
+                &data[offset as usize..end],
+                "{offset} {count}"
+            );
+        }
+        // Not for a transport that does not send files.
+        let done = block(lfs.read_checked(&fh, 0, MAX_READ, &allow, false));
+        assert!(matches!(done.data, Ok((ReadData::Bytes(_), false))));
+    }
+
+    #[test]
+    fn held_files_are_bounded_and_beyond_the_bound_reads_copy() {
+        let _one = HELD_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+        let t = Tmp::new("rw-held");
+        fs::write(t.0.join("f"), vec![9u8; 256 * 1024]).unwrap();
+        let lfs = LocalFs::new(&t.0, false).unwrap();
+        let fh = block(lfs.lookup(&lfs.root(), &name("f"))).unwrap();
+        let _ = fs::read(t.0.join("f")).unwrap();
+        let before = held::HELD_FILES.count();
+        let mut kept = Vec::new();
+        // Up to the bound READs hold their files (less what other tests
+        // hold now); the next one copies the data and counts the trip.
+        let refused = loop {
+            let done = block(lfs.read_checked(&fh, 0, 200 * 1024, &allow, true));
+            match done.data.unwrap().0 {
+                d @ ReadData::File { .. } => kept.push(d),
+                ReadData::Bytes(b) => break b,
+            }
+            assert!(kept.len() <= held::MAX_HELD_FILES, "no bound");
+        };
+        assert_eq!(refused.len(), 200 * 1024);
+        assert!(held::HELD_FILES.count() > before);
+        assert!(kept.len() + 4 >= held::MAX_HELD_FILES, "{}", kept.len());
+        // Sent (dropped): the files are free again.
+        drop(kept);
+        let done = block(lfs.read_checked(&fh, 0, 200 * 1024, &allow, true));
+        assert!(matches!(done.data, Ok((ReadData::File { .. }, _))));
     }
 
     #[test]
@@ -325,15 +418,15 @@ mod tests {
         let lfs = LocalFs::new(&t.0, false).unwrap();
         let fh = block(lfs.lookup(&lfs.root(), &name("f"))).unwrap();
         let deny = |_: &Fattr3| Err(Nfsstat3::NFS3ERR_ACCES);
-        let done = block(lfs.read_checked(&fh, 0, 10, &deny));
+        let done = block(lfs.read_checked(&fh, 0, 10, &deny, true));
         assert_eq!(done.data, Err(Nfsstat3::NFS3ERR_ACCES));
         assert_eq!(done.attrs.map(|a| a.size), Some(6));
         let d = block(lfs.lookup(&lfs.root(), &name("d"))).unwrap();
-        let done = block(lfs.read_checked(&d, 0, 10, &allow));
+        let done = block(lfs.read_checked(&d, 0, 10, &allow, true));
         assert_eq!(done.data, Err(Nfsstat3::NFS3ERR_ISDIR));
         // A removed file's handle: STALE, no attributes.
         fs::remove_file(t.0.join("f")).unwrap();
-        let done = block(lfs.read_checked(&fh, 0, 10, &allow));
+        let done = block(lfs.read_checked(&fh, 0, 10, &allow, true));
         assert_eq!(
             (done.data, done.attrs),
             (Err(Nfsstat3::NFS3ERR_STALE), None)

@@ -7,13 +7,13 @@
 
 use nfs::v3::*;
 use oncrpc::ServiceError;
-use xdr::FixedOpaque;
+use xdr::{Encode, FixedOpaque, XdrBuf};
 
 use super::{wcc_attr, Nfs3Fs};
 use crate::access::Grant;
 use crate::localfs::{MAX_READ, MAX_WRITE};
 use crate::perm::{access_bits, check_setattr, permits, DIR_ADD, DIR_REMOVE};
-use crate::storage::Storage;
+use crate::storage::{ReadData, Storage};
 
 /// The result of a procedure whose reply carries `w` (wcc data) whether
 /// it succeeded or not (RFC 1813 §2.6).
@@ -92,8 +92,10 @@ impl<S: Storage> Nfs3Fs<S> {
 
     /// READ (RFC 1813 §3.3.6): needs read or execute permission (nfsd's
     /// NFSD_MAY_READ_IF_EXEC), or ownership; checked and read in one pass
-    /// over the handle (`read_checked`).
-    pub(super) async fn read3(&self, a: Read3Args, g: &Grant) -> Read3Res {
+    /// over the handle (`read_checked`), encoded into `out`. With `files`
+    /// (plain TCP) the data may stay in the file for the transport to
+    /// send from it ([`crate::storage::ReadData::File`]).
+    pub(super) async fn read3(&self, a: Read3Args, g: &Grant, files: bool, out: &mut XdrBuf) {
         let c = &g.caller;
         let may = |attrs: &Fattr3| {
             if permits(attrs, c, ACCESS3_READ, true) || permits(attrs, c, ACCESS3_EXECUTE, false) {
@@ -103,15 +105,12 @@ impl<S: Storage> Nfs3Fs<S> {
             }
         };
         let count = a.count.min(MAX_READ);
-        let done = self.read_checked(&a.file, a.offset, count, &may).await;
+        let done = self
+            .read_checked(&a.file, a.offset, count, &may, files)
+            .await;
         match done.data {
-            Ok((data, eof)) => Res3::Ok(Read3ResOk {
-                file_attributes: done.attrs,
-                count: u32::try_from(data.len()).unwrap_or(0),
-                eof,
-                data: xdr::DdpOpaque(data),
-            }),
-            Err(s) => Res3::Fail(s, done.attrs),
+            Ok((data, eof)) => encode_read3_ok(done.attrs, data, eof, out),
+            Err(s) => Read3Res::Fail(s, done.attrs).encode(out),
         }
     }
 
@@ -334,5 +333,65 @@ impl<S: Storage> Nfs3Fs<S> {
             }),
             Err(s) => Res3::Fail(s, file_wcc),
         }
+    }
+}
+
+/// READ3resok (RFC 1813 §3.3.6) as [`Read3Res::Ok`] encodes it, with the
+/// data by reference or left in the file; `data` is DDP-eligible (RFC
+/// 8267 §4.1.1).
+fn encode_read3_ok(attrs: Option<Fattr3>, data: ReadData, eof: bool, out: &mut XdrBuf) {
+    Nfsstat3::NFS3_OK.encode(out);
+    attrs.encode(out);
+    u32::try_from(data.len()).unwrap_or(0).encode(out);
+    eof.encode(out);
+    data.encode_into(out, true);
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use xdr::Decode;
+
+    use super::*;
+
+    #[test]
+    fn read3_ok_encodes_as_the_codec_does_and_decodes_back() {
+        let attrs = Some(Fattr3 {
+            ftype: Ftype3::NF3REG,
+            mode: 0o644,
+            nlink: 1,
+            uid: 5,
+            gid: 6,
+            size: 77,
+            used: 4096,
+            rdev: Specdata3::default(),
+            fsid: 1,
+            fileid: 9,
+            atime: Nfstime3::default(),
+            mtime: Nfstime3::default(),
+            ctime: Nfstime3::default(),
+        });
+        let data = Bytes::from_static(b"hello, world!");
+        let mut ours = XdrBuf::new();
+        encode_read3_ok(attrs.clone(), data.clone().into(), true, &mut ours);
+        let codec = Read3Res::Ok(Read3ResOk {
+            file_attributes: attrs.clone(),
+            count: 13,
+            eof: true,
+            data: xdr::DdpOpaque(data.clone()),
+        });
+        let want = xdr::to_xdr_buf(&codec);
+        assert_eq!(ours.to_bytes(), want.to_bytes());
+        assert_eq!(
+            ours.ddp_items()
+                .map(|(p, d)| (p, d.len()))
+                .collect::<Vec<_>>(),
+            want.ddp_items()
+                .map(|(p, d)| (p, d.len()))
+                .collect::<Vec<_>>()
+        );
+        let bytes = ours.to_bytes();
+        let back = Read3Res::decode(&mut xdr::Decoder::from_bytes(&bytes)).unwrap();
+        assert_eq!(back, codec);
     }
 }
