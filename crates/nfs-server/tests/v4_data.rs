@@ -286,3 +286,94 @@ async fn a_long_copy_is_answered_short() {
     let len = std::fs::metadata(srv.dir.path().join("dst")).unwrap().len();
     assert_eq!(len, max + 8192);
 }
+
+fn read(offset: u64, count: u32) -> NfsArgop4 {
+    NfsArgop4::Read(Read4Args {
+        stateid: Stateid4::ANONYMOUS,
+        offset,
+        count,
+    })
+}
+
+fn write(offset: u64, stable: StableHow4, data: &'static [u8]) -> NfsArgop4 {
+    NfsArgop4::Write(Write4Args {
+        stateid: Stateid4::ANONYMOUS,
+        offset,
+        stable,
+        data: xdr::DdpOpaque(Bytes::from_static(data)),
+    })
+}
+
+/// READ and WRITE (RFC 8881 §18.22, §18.32) with the anonymous stateid,
+/// checked in the storage's one pass: the bytes and eof, FILE_SYNC
+/// committed and on disk, and the refusals by file type (ISDIR,
+/// SYMLINK) and permission (ACCESS for another user without rights).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_and_write_check_type_and_permission_in_one_pass() {
+    let srv = serve("rw1pass", SessionLimits::default()).await;
+    let dir = srv.dir.path();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.join("f"), &data).unwrap();
+    std::os::unix::fs::symlink("f", dir.join("link")).unwrap();
+    std::fs::create_dir(dir.join("d")).unwrap();
+    let mut me = C4::connect(&srv).await;
+    me.establish("rw1pass").await;
+    let read_ok = |r: &Compound4Res| match r.resarray.last() {
+        Some(NfsResop4::Read(Res4::Ok(ok))) => (ok.eof, ok.data.0.clone()),
+        _ => panic!("{r:?}"),
+    };
+    let r = v42(&me, 1, vec![lookup("f"), read(1000, 200_000)]).await;
+    let (eof, got) = read_ok(&r);
+    assert!(!eof);
+    assert!(got[..] == data[1000..201_000]);
+    let r = v42(&me, 1, vec![lookup("f"), read(250_000, 200_000)]).await;
+    let (eof, got) = read_ok(&r);
+    assert!(eof);
+    assert!(got[..] == data[250_000..]);
+    let r = v42(
+        &me,
+        1,
+        vec![lookup("f"), write(10, StableHow4::FILE_SYNC4, b"one pass")],
+    )
+    .await;
+    match r.resarray.last() {
+        Some(NfsResop4::Write(Res4::Ok(w))) => {
+            assert_eq!((w.count, w.committed), (8, StableHow4::FILE_SYNC4));
+        }
+        _ => panic!("{r:?}"),
+    }
+    assert_eq!(&std::fs::read(dir.join("f")).unwrap()[10..18], b"one pass");
+    for (file, want) in [
+        ("d", Nfsstat4::NFS4ERR_ISDIR),
+        ("link", Nfsstat4::NFS4ERR_SYMLINK),
+    ] {
+        let r = v42(&me, 1, vec![lookup(file), read(0, 10)]).await;
+        assert_eq!(r.status, want, "READ {file}");
+        let r = v42(
+            &me,
+            1,
+            vec![lookup(file), write(0, StableHow4::UNSTABLE4, b"x")],
+        )
+        .await;
+        assert_eq!(r.status, want, "WRITE {file}");
+    }
+    // Another user: no read or write permission on a 0600 file.
+    std::fs::set_permissions(
+        dir.join("f"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let mut other = C4::connect(&srv).await;
+    other.cred = sys_cred(srv.uid.wrapping_add(4242));
+    other.establish("rw1pass-other").await;
+    let r = v42(&other, 1, vec![lookup("f"), read(0, 10)]).await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_ACCESS);
+    let r = v42(
+        &other,
+        1,
+        vec![lookup("f"), write(0, StableHow4::UNSTABLE4, b"x")],
+    )
+    .await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_ACCESS);
+    assert_eq!(&std::fs::read(dir.join("f")).unwrap()[..1], &data[..1]);
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use nfs::v3::{
-    Fattr3, Filename3, Ftype3, Mknoddata3, NfsFh3, Sattr3, Specdata3, StableHow, ACCESS3_LOOKUP,
+    Fattr3, Filename3, Ftype3, Mknoddata3, NfsFh3, Sattr3, Specdata3, ACCESS3_LOOKUP,
     ACCESS3_MODIFY, ACCESS3_READ,
 };
 use nfs::v4::attr::*;
@@ -15,7 +15,6 @@ use xdr::{Bounded, Encode, FixedOpaque};
 
 use super::attrs::{change_of, file_attrs, st4, to_sattr, wants_fsstat};
 use super::{Cx, Nfs4Service};
-use crate::localfs::MAX_READ;
 use crate::perm::{access_bits, check_setattr, permits, DIR_ADD, DIR_REMOVE};
 use crate::storage::{DirEntry, DirRequest, DirSink, Storage, StorageResult, PLUS_TO_DIRENT};
 
@@ -386,59 +385,6 @@ impl<S: Storage> Nfs4Service<S> {
             self.allow(&attr, cx, need, true)?;
         }
         Ok(fh)
-    }
-
-    /// READ (RFC 8881 §18.22.4), at most `MAX_READ` bytes and what fits
-    /// the session's `ca_maxresponsesize`.
-    async fn read(&self, a: &Read4Args, cx: &Cx) -> R<Read4ResOk> {
-        let fh = self.io_prep(&a.stateid, cx, false).await?;
-        // Another client's write delegation: recall it (RFC 8881 §10.4.1).
-        self.deleg_conflict(&fh, cx, false)?;
-        let room = cx
-            .sess
-            .map(|s| s.max_response.saturating_sub(512))
-            .unwrap_or(MAX_READ);
-        let count = a.count.min(MAX_READ).min(room);
-        let (data, eof) = match &self.mds {
-            Some(m) => m.read(&*self.fs, &fh, a.offset, count).await,
-            None => self.fs.read(&fh, a.offset, count).await,
-        }
-        .map_err(st4)?;
-        Ok(Read4ResOk {
-            eof,
-            data: xdr::DdpOpaque(data),
-        })
-    }
-
-    /// WRITE (RFC 8881 §18.32.4).
-    async fn write(&self, a: &Write4Args, cx: &Cx) -> R<Write4ResOk> {
-        let fh = self.io_prep(&a.stateid, cx, true).await?;
-        self.deleg_conflict(&fh, cx, true)?;
-        let how = StableHow(a.stable.0.min(2));
-        let count = u32::try_from(a.data.0.len()).map_err(|_| Nfsstat4::NFS4ERR_INVAL)?;
-        // The holder's own write: not a local change (super::watch).
-        self.watch.quiet(&key(&fh));
-        let done = match &self.mds {
-            Some(m) => {
-                m.write(&*self.fs, &fh, a.offset, a.data.0.clone(), how)
-                    .await
-            }
-            None => self
-                .fs
-                .write(&fh, a.offset, &a.data.0, how)
-                .await
-                .map(|how| super::pnfs::Written {
-                    how,
-                    verf: self.fs.write_verifier(),
-                }),
-        };
-        self.watch.quiet(&key(&fh));
-        let done = done.map_err(st4)?;
-        Ok(Write4ResOk {
-            count,
-            committed: StableHow4(done.how.0),
-            writeverf: FixedOpaque(done.verf),
-        })
     }
 
     /// COMMIT (RFC 8881 §18.3.4): the whole file is flushed.

@@ -71,6 +71,7 @@ pub mod pnfs;
 mod principal;
 mod pseudofs;
 mod records;
+mod rw;
 mod seqids;
 mod state;
 mod stateids;

@@ -37,8 +37,8 @@ use crate::access::{peer_ip, ExportTable, Grant, Refusal};
 use crate::fh::Handle;
 use crate::perm::Caller;
 use crate::storage::{
-    DirEntry, DirPage, DirRequest, DirSink, FsStat, Segment, Storage, StorageResult, XattrError,
-    XattrSet,
+    DirEntry, DirPage, DirRequest, DirSink, FsStat, May, ReadDone, Segment, Storage, StorageResult,
+    WriteDone, XattrError, XattrSet,
 };
 
 /// The `fsid` of the pseudo file system.
@@ -459,6 +459,43 @@ impl<S: Storage> Storage for Namespace<S> {
         stable: StableHow,
     ) -> StorageResult<StableHow> {
         self.writable(fh)?.write(fh, offset, data, stable).await
+    }
+
+    /// The export's own one pass.
+    async fn read_checked(
+        &self,
+        fh: &NfsFh3,
+        offset: u64,
+        count: u32,
+        may: May<'_>,
+        files: bool,
+    ) -> ReadDone {
+        match self.file(fh) {
+            Ok(fs) => fs.read_checked(fh, offset, count, may, files).await,
+            Err(e) => ReadDone {
+                data: Err(e),
+                attrs: None,
+            },
+        }
+    }
+
+    /// The export's own one pass.
+    async fn write_checked(
+        &self,
+        fh: &NfsFh3,
+        offset: u64,
+        data: &[u8],
+        stable: StableHow,
+        may: May<'_>,
+    ) -> WriteDone {
+        match self.writable(fh) {
+            Ok(fs) => fs.write_checked(fh, offset, data, stable, may).await,
+            Err(e) => WriteDone {
+                before: None,
+                written: Err(e),
+                after: None,
+            },
+        }
     }
 
     async fn create(
