@@ -99,14 +99,35 @@ enum SlotState {
     Free,
     /// Allocated to a [`StagSlot`], holding no memory.
     Allocated,
+    /// Memory in the slot's cell; remote and device access allowed.
     Valid {
         access: Access,
         base_to: u64,
-        buf: Mem,
+        len: u64,
     },
-    Invalidated {
-        buf: Mem,
-    },
+    /// Memory still in the slot's cell, waiting for its owner; no access.
+    Invalidated,
+}
+
+/// The memory under one slot, behind the slot's own lock, so that a device
+/// can read from a socket into a region (or write a region to a socket)
+/// without holding the whole table.
+///
+/// `gen` changes whenever the slot's state does (registration,
+/// invalidation, the owner taking the memory back), under the table lock
+/// and this one both: an access checked against the table at one
+/// generation touches the memory only if the cell is still at it.
+struct Cell {
+    gen: u64,
+    mem: Option<Mem>,
+}
+
+type CellRef = Arc<Mutex<Cell>>;
+
+fn lock_cell(c: &CellRef) -> MutexGuard<'_, Cell> {
+    // Every update completes between statements; a poisoned lock still
+    // holds a consistent cell.
+    c.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 struct Slot {
@@ -115,6 +136,68 @@ struct Slot {
     state: SlotState,
     /// The STag the backend gave the memory under this slot, if any.
     hw: Option<Stag>,
+    /// Mirrors `cell.gen`; read under the table lock.
+    gen: u64,
+    cell: CellRef,
+}
+
+impl Slot {
+    fn new(key: u8, pd: PdId) -> Self {
+        Slot {
+            key,
+            pd,
+            state: SlotState::Free,
+            hw: None,
+            gen: 0,
+            cell: Arc::new(Mutex::new(Cell { gen: 0, mem: None })),
+        }
+    }
+
+    /// Moves to `state`, puts `mem` in the cell and returns what was there,
+    /// advancing the generation so accesses checked before now fail. Waits
+    /// for an access in progress on this region (only this one) to end.
+    fn transition(&mut self, state: SlotState, mem: Option<Mem>) -> Option<Mem> {
+        self.state = state;
+        self.gen = self.gen.wrapping_add(1);
+        let mut c = lock_cell(&self.cell);
+        c.gen = self.gen;
+        std::mem::replace(&mut c.mem, mem)
+    }
+
+    /// Invalidates without taking the memory out of the cell.
+    fn revoke(&mut self) {
+        self.state = SlotState::Invalidated;
+        self.gen = self.gen.wrapping_add(1);
+        lock_cell(&self.cell).gen = self.gen;
+    }
+}
+
+/// An access that passed the table's checks: the region's cell, the
+/// generation it was checked at, and the byte range within its memory.
+struct Checked {
+    cell: CellRef,
+    gen: u64,
+    start: usize,
+    len: usize,
+}
+
+impl Checked {
+    /// The checked bytes, if the region has not changed since the check.
+    fn slice<'c>(&self, c: &'c Cell) -> Option<&'c [u8]> {
+        let mem = c.mem.as_ref().filter(|_| c.gen == self.gen)?;
+        mem.as_slice()
+            .get(self.start..self.start.checked_add(self.len)?)
+    }
+
+    /// The checked bytes, writable, if the region has not changed since
+    /// the check and its memory is writable.
+    fn slice_mut<'c>(&self, c: &'c mut Cell) -> Option<&'c mut [u8]> {
+        if c.gen != self.gen {
+            return None;
+        }
+        let end = self.start.checked_add(self.len)?;
+        c.mem.as_mut()?.as_mut()?.get_mut(self.start..end)
+    }
 }
 
 /// The memory a [`RegionBackend`] registers: writable (owned) or read-only
@@ -250,12 +333,7 @@ impl MrTable {
             id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
             next_pd: AtomicU32::new(1),
             inner: Mutex::new(TableInner {
-                slots: vec![Slot {
-                    key: 0,
-                    pd: PdId(0),
-                    state: SlotState::Free,
-                    hw: None,
-                }],
+                slots: vec![Slot::new(0, PdId(0))],
                 free: Vec::new(),
                 max_regions: max_regions.min(Stag::MAX_INDEX),
                 rng: seed,
@@ -305,21 +383,58 @@ impl MrTable {
         self.count_err(check_slot(&g, a).map(|_| ()))
     }
 
+    /// How often an access retries when its region changed between the
+    /// table's check and the region lock (an owner re-registering it in a
+    /// loop); after that it is refused as invalidated.
+    const RETRIES: usize = 4;
+
+    /// Checks `a` under the table lock, then runs `f` on the region's cell
+    /// under the region's own lock only (the table is free meanwhile), if
+    /// the region is still as checked; otherwise checks again, so a region
+    /// invalidated or re-registered in between is never touched and the
+    /// access gets the error the new state calls for.
+    fn with_cell<R>(
+        &self,
+        a: TaggedAccess,
+        mut f: impl FnMut(&Checked, &mut Cell) -> Option<R>,
+    ) -> Result<R, AccessError> {
+        for _ in 0..Self::RETRIES {
+            let checked = checked(&self.lock(), a)?;
+            let mut c = lock_cell(&checked.cell);
+            if c.gen != checked.gen {
+                continue;
+            }
+            // Same generation: the bounds were checked against this memory.
+            return f(&checked, &mut c).ok_or(AccessError::Invalidated(a.stag));
+        }
+        Err(AccessError::Invalidated(a.stag))
+    }
+
     /// Places `a.len` bytes into a region: checks the access and, only if it
     /// passes, hands the closure the region's bytes `[a.to, a.to + a.len)` to
     /// fill straight from the source (a socket read, the peer's memory). The
     /// closure returns how many bytes it wrote; they are counted as direct
     /// placement. On a refused access no byte is touched.
     ///
-    /// The table lock is held while the closure runs: it must not block.
+    /// Only the region's own lock is held while the closure runs (not the
+    /// table's): the region's owner cannot invalidate it meanwhile, every
+    /// other region stays usable. The closure must not block.
     pub fn place_direct<E>(
         &self,
         a: TaggedAccess,
         f: impl FnOnce(&mut [u8]) -> Result<usize, E>,
     ) -> Result<Result<usize, E>, AccessError> {
-        let mut g = self.lock();
-        let slice = self.count_err(slice_mut(&mut g, a))?;
-        let out = f(slice);
+        let mut f = Some(f);
+        let out = self.with_cell(a, |ch, c| {
+            let f = f.take()?;
+            // Shared (read-only) memory is never writable.
+            Some(
+                ch.slice_mut(c)
+                    .map(f)
+                    .ok_or(AccessError::AccessRights(a.stag)),
+            )
+        });
+        let out = self.count_err(out.and_then(|r| r))?;
         if let Ok(n) = out {
             self.direct
                 .fetch_add(n.min(a.len as usize) as u64, Ordering::Relaxed);
@@ -334,25 +449,35 @@ impl MrTable {
             len: data.len() as u64,
             ..a
         };
-        let mut g = self.lock();
-        let slice = self.count_err(slice_mut(&mut g, a))?;
-        slice.copy_from_slice(data);
+        let r = self.with_cell(a, |ch, c| match ch.slice_mut(c) {
+            Some(s) => {
+                s.copy_from_slice(data);
+                Some(Ok(()))
+            }
+            None => Some(Err(AccessError::AccessRights(a.stag))),
+        });
+        self.count_err(r.and_then(|r| r))?;
         self.staged.fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
     /// Reads `[a.to, a.to + a.len)` of a region after checking the access (the
-    /// source of an RDMA Read response, RFC 5040 §5.2).
+    /// source of an RDMA Read response, RFC 5040 §5.2). Only the region's
+    /// own lock is held while `f` runs; `f` must not block.
     pub fn fetch<R>(&self, a: TaggedAccess, f: impl FnOnce(&[u8]) -> R) -> Result<R, AccessError> {
-        let g = self.lock();
-        let slice = self.count_err(slice_ref(&g, a))?;
-        Ok(f(slice))
+        let mut f = Some(f);
+        let r = self.with_cell(a, |ch, c| {
+            let s = ch.slice(c)?;
+            f.take().map(|f| f(s))
+        });
+        self.count_err(r)
     }
 
     /// Copies between two regions, possibly of two tables, without an
     /// intermediate buffer (the loopback device's RDMA Read). Both accesses are
     /// checked before a byte moves; the source's `len` is used for both.
-    /// Counted as direct placement into the sink.
+    /// Counted as direct placement into the sink. The tables are not held
+    /// during the copy, only the two regions (locked in a fixed order).
     pub fn transfer(
         src_table: &MrTable,
         src: TaggedAccess,
@@ -363,36 +488,22 @@ impl MrTable {
             len: src.len,
             ..dst
         };
-        let len = src.len;
-        if src_table.id == dst_table.id {
-            let mut g = src_table.lock();
-            let (s_idx, s_start) = src_table
-                .count_err(check_slot(&g, src))
-                .map_err(TransferError::Source)?;
-            let (d_idx, d_start) = dst_table
-                .count_err(check_slot(&g, dst))
-                .map_err(TransferError::Sink)?;
-            copy_within_table(&mut g, s_idx, s_start, d_idx, d_start, len as usize)
-                .map_err(|()| TransferError::Sink(AccessError::AccessRights(dst.stag)))?;
-        } else {
-            let (gs, mut gd);
-            if src_table.id < dst_table.id {
-                gs = src_table.lock();
-                gd = dst_table.lock();
-            } else {
-                gd = dst_table.lock();
-                gs = src_table.lock();
+        for _ in 0..Self::RETRIES {
+            let (s, d) = check_pair(src_table, src, dst_table, dst)?;
+            match copy_checked(&s, &d) {
+                Copied::Done => {
+                    dst_table.direct.fetch_add(src.len, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Copied::ReadOnlySink => {
+                    dst_table.errors.fetch_add(1, Ordering::Relaxed);
+                    return Err(TransferError::Sink(AccessError::AccessRights(dst.stag)));
+                }
+                Copied::Changed => continue,
             }
-            let s = src_table
-                .count_err(slice_ref(&gs, src))
-                .map_err(TransferError::Source)?;
-            let d = dst_table
-                .count_err(slice_mut(&mut gd, dst))
-                .map_err(TransferError::Sink)?;
-            d.copy_from_slice(s);
         }
-        dst_table.direct.fetch_add(len, Ordering::Relaxed);
-        Ok(())
+        dst_table.errors.fetch_add(1, Ordering::Relaxed);
+        Err(TransferError::Sink(AccessError::Invalidated(dst.stag)))
     }
 
     /// Invalidates a region on the peer's request (Send With Invalidate,
@@ -412,11 +523,9 @@ impl MrTable {
         let Some(slot) = g.slots.get_mut(idx) else {
             return Err(AccessError::UnknownStag(stag));
         };
-        let old = std::mem::replace(&mut slot.state, SlotState::Free);
-        slot.state = match old {
-            SlotState::Valid { buf, .. } => SlotState::Invalidated { buf },
-            other => other,
-        };
+        if matches!(slot.state, SlotState::Valid { .. }) {
+            slot.revoke();
+        }
         Ok(())
     }
 
@@ -438,12 +547,7 @@ impl MrTable {
                 }
                 g.rng = splitmix64(g.rng);
                 let key = (g.rng >> 56) as u8;
-                g.slots.push(Slot {
-                    key,
-                    pd,
-                    state: SlotState::Free,
-                    hw: None,
-                });
+                g.slots.push(Slot::new(key, pd));
                 n
             }
         };
@@ -460,8 +564,12 @@ impl MrTable {
         let mut g = self.lock();
         if let Some(slot) = g.slots.get_mut(idx as usize) {
             self.deregister(slot.hw.take());
-            slot.state = SlotState::Free;
+            // The memory of a region dropped without invalidation goes
+            // with it (dropped after the locks are released).
+            let mem = slot.transition(SlotState::Free, None);
             g.free.push(idx);
+            drop(g);
+            drop(mem);
         }
     }
 
@@ -492,31 +600,34 @@ impl MrTable {
         self.deregister(std::mem::replace(&mut slot.hw, hw.map(|h| h.0)));
         slot.key = slot.key.wrapping_add(1);
         let base_to = hw.map_or(base_to, |h| h.1);
-        slot.state = SlotState::Valid {
-            access,
-            base_to,
-            buf,
-        };
-        Ok(hw.unwrap_or((Stag::new(idx, slot.key), base_to)))
+        let len = buf.len() as u64;
+        let old = slot.transition(
+            SlotState::Valid {
+                access,
+                base_to,
+                len,
+            },
+            Some(buf),
+        );
+        let stag = hw.unwrap_or((Stag::new(idx, slot.key), base_to));
+        drop(g);
+        drop(old);
+        Ok(stag)
     }
 
     /// Takes the memory out of a slot, invalidating it; the slot stays allocated.
     fn empty_slot(&self, idx: u32) -> Mem {
         let mut g = self.lock();
-        match g.slots.get_mut(idx as usize) {
-            Some(slot) => {
-                // The device lets go of the memory before its owner gets it.
-                self.deregister(slot.hw.take());
-                match std::mem::replace(&mut slot.state, SlotState::Allocated) {
-                    SlotState::Valid { buf, .. } | SlotState::Invalidated { buf } => buf,
-                    other => {
-                        slot.state = other;
-                        Mem::Owned(BytesMut::new())
-                    }
-                }
-            }
-            None => Mem::Owned(BytesMut::new()),
+        let Some(slot) = g.slots.get_mut(idx as usize) else {
+            return Mem::Owned(BytesMut::new());
+        };
+        if !matches!(slot.state, SlotState::Valid { .. } | SlotState::Invalidated) {
+            return Mem::Owned(BytesMut::new());
         }
+        // The device lets go of the memory before its owner gets it.
+        self.deregister(slot.hw.take());
+        slot.transition(SlotState::Allocated, None)
+            .unwrap_or_else(|| Mem::Owned(BytesMut::new()))
     }
 
     fn slot_key(&self, idx: u32) -> u8 {
@@ -527,7 +638,7 @@ impl MrTable {
         let g = self.lock();
         match g.slots.get(idx as usize).map(|s| &s.state) {
             Some(SlotState::Valid { .. }) => Some(MrState::Valid),
-            Some(SlotState::Invalidated { .. }) => Some(MrState::RemotelyInvalidated),
+            Some(SlotState::Invalidated) => Some(MrState::RemotelyInvalidated),
             _ => None,
         }
     }
@@ -550,12 +661,12 @@ fn lookup(g: &TableInner, a: TaggedAccess) -> Result<usize, AccessError> {
     };
     match slot.state {
         SlotState::Free | SlotState::Allocated => return Err(AccessError::UnknownStag(a.stag)),
-        SlotState::Valid { .. } | SlotState::Invalidated { .. } => {}
+        SlotState::Valid { .. } | SlotState::Invalidated => {}
     }
     if slot.key != a.stag.key() {
         return Err(AccessError::KeyMismatch(a.stag));
     }
-    if matches!(slot.state, SlotState::Invalidated { .. }) {
+    if matches!(slot.state, SlotState::Invalidated) {
         return Err(AccessError::Invalidated(a.stag));
     }
     if slot.pd != a.pd {
@@ -573,7 +684,7 @@ fn check_slot(g: &TableInner, a: TaggedAccess) -> Result<(usize, usize), AccessE
             SlotState::Valid {
                 access,
                 base_to,
-                buf,
+                len,
             },
         ..
     }) = g.slots.get(idx)
@@ -584,7 +695,7 @@ fn check_slot(g: &TableInner, a: TaggedAccess) -> Result<(usize, usize), AccessE
         return Err(AccessError::AccessRights(a.stag));
     }
     let end = a.to.checked_add(a.len).ok_or(AccessError::ToWrap(a.stag))?;
-    let region_end = base_to.saturating_add(buf.len() as u64);
+    let region_end = base_to.saturating_add(*len);
     if a.to < *base_to || end > region_end {
         return Err(AccessError::BoundsViolation {
             stag: a.stag,
@@ -600,79 +711,88 @@ fn check_slot(g: &TableInner, a: TaggedAccess) -> Result<(usize, usize), AccessE
     Ok((idx, start))
 }
 
-fn slice_mut(g: &mut TableInner, a: TaggedAccess) -> Result<&mut [u8], AccessError> {
+/// The full check, and what an access needs to reach the memory under the
+/// region's own lock.
+fn checked(g: &TableInner, a: TaggedAccess) -> Result<Checked, AccessError> {
     let (idx, start) = check_slot(g, a)?;
-    let oob = AccessError::BoundsViolation {
+    let slot = g.slots.get(idx).ok_or(AccessError::UnknownStag(a.stag))?;
+    let len = usize::try_from(a.len).map_err(|_| AccessError::BoundsViolation {
         stag: a.stag,
         to: a.to,
         len: a.len,
-    };
-    let len = usize::try_from(a.len).map_err(|_| oob)?;
-    match g.slots.get_mut(idx).map(|s| &mut s.state) {
-        Some(SlotState::Valid { buf, .. }) => match buf.as_mut() {
-            Some(b) => b.get_mut(start..start.saturating_add(len)).ok_or(oob),
-            None => Err(AccessError::AccessRights(a.stag)),
-        },
-        _ => Err(AccessError::UnknownStag(a.stag)),
-    }
+    })?;
+    Ok(Checked {
+        cell: Arc::clone(&slot.cell),
+        gen: slot.gen,
+        start,
+        len,
+    })
 }
 
-fn slice_ref(g: &TableInner, a: TaggedAccess) -> Result<&[u8], AccessError> {
-    let (idx, start) = check_slot(g, a)?;
-    let oob = AccessError::BoundsViolation {
-        stag: a.stag,
-        to: a.to,
-        len: a.len,
-    };
-    let len = usize::try_from(a.len).map_err(|_| oob)?;
-    match g.slots.get(idx).map(|s| &s.state) {
-        Some(SlotState::Valid { buf, .. }) => buf
-            .as_slice()
-            .get(start..start.saturating_add(len))
-            .ok_or(oob),
-        _ => Err(AccessError::UnknownStag(a.stag)),
-    }
+/// Checks both sides of a transfer, each under its own table's lock (never
+/// both at once).
+fn check_pair(
+    src_table: &MrTable,
+    src: TaggedAccess,
+    dst_table: &MrTable,
+    dst: TaggedAccess,
+) -> Result<(Checked, Checked), TransferError> {
+    let s = src_table
+        .count_err(checked(&src_table.lock(), src))
+        .map_err(TransferError::Source)?;
+    let d = dst_table
+        .count_err(checked(&dst_table.lock(), dst))
+        .map_err(TransferError::Sink)?;
+    Ok((s, d))
 }
 
-/// Copies between two regions of one table; `Err` if the sink is read-only.
-/// Both ranges were checked by `check_slot`.
-fn copy_within_table(
-    g: &mut TableInner,
-    s_idx: usize,
-    s_start: usize,
-    d_idx: usize,
-    d_start: usize,
-    len: usize,
-) -> Result<(), ()> {
-    let fits = |start: usize, total: usize| start.checked_add(len).is_some_and(|end| end <= total);
-    if s_idx == d_idx {
-        if let Some(SlotState::Valid { buf, .. }) = g.slots.get_mut(s_idx).map(|s| &mut s.state) {
-            let total = buf.len();
-            let b = buf.as_mut().ok_or(())?;
-            if fits(s_start, total) && fits(d_start, total) {
-                b.copy_within(s_start..s_start + len, d_start);
+/// What [`copy_checked`] did.
+enum Copied {
+    Done,
+    /// The sink's memory is shared (read-only).
+    ReadOnlySink,
+    /// A region changed after its check: check again.
+    Changed,
+}
+
+/// Copies a checked source range into a checked sink range under the two
+/// regions' locks, taken in the order of their addresses so that two transfers
+/// never wait on each other crosswise; one lock when both are one region.
+fn copy_checked(s: &Checked, d: &Checked) -> Copied {
+    if Arc::ptr_eq(&s.cell, &d.cell) {
+        let mut c = lock_cell(&s.cell);
+        if c.gen != s.gen || c.gen != d.gen {
+            return Copied::Changed;
+        }
+        let Some(b) = c.mem.as_mut().and_then(Mem::as_mut) else {
+            return Copied::ReadOnlySink;
+        };
+        if let (Some(s_end), Some(d_end)) = (s.start.checked_add(s.len), d.start.checked_add(d.len))
+        {
+            if s_end <= b.len() && d_end <= b.len() {
+                b.copy_within(s.start..s_end, d.start);
             }
         }
-        return Ok(());
+        return Copied::Done;
     }
-    let (lo, hi) = (s_idx.min(d_idx), s_idx.max(d_idx));
-    let (left, right) = g.slots.split_at_mut(hi);
-    let (Some(a), Some(b)) = (left.get_mut(lo), right.first_mut()) else {
-        return Ok(());
+    let (sc, mut dc);
+    if Arc::as_ptr(&s.cell) < Arc::as_ptr(&d.cell) {
+        sc = lock_cell(&s.cell);
+        dc = lock_cell(&d.cell);
+    } else {
+        dc = lock_cell(&d.cell);
+        sc = lock_cell(&s.cell);
+    }
+    if sc.gen != s.gen || dc.gen != d.gen {
+        return Copied::Changed;
+    }
+    let Some(dst) = d.slice_mut(&mut dc) else {
+        return Copied::ReadOnlySink;
     };
-    let (src, dst) = if s_idx < d_idx { (a, b) } else { (b, a) };
-    if let (SlotState::Valid { buf: sb, .. }, SlotState::Valid { buf: db, .. }) =
-        (&src.state, &mut dst.state)
-    {
-        let d = db.as_mut().ok_or(())?;
-        if let (Some(s), Some(d)) = (
-            sb.as_slice().get(s_start..s_start + len),
-            d.get_mut(d_start..d_start + len),
-        ) {
-            d.copy_from_slice(s);
-        }
+    if let Some(src) = s.slice(&sc) {
+        dst.copy_from_slice(src);
     }
-    Ok(())
+    Copied::Done
 }
 
 /// A protection domain: the scope within which STags and queue pairs may be
@@ -1295,6 +1415,89 @@ mod tests {
             Err(TransferError::Sink(AccessError::AccessRights(ro.stag())))
         );
         assert_eq!(&ro.invalidate().buf[..], b"wxyz");
+    }
+
+    #[test]
+    fn placing_into_one_region_leaves_the_table_free_for_others() {
+        let t = MrTable::new(1);
+        let pd = t.alloc_pd();
+        let a = pd.register(BytesMut::zeroed(4), rw()).unwrap();
+        let b = pd.register(BytesMut::zeroed(4), rw()).unwrap();
+        let b_stag = b.stag();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (t2, pd2) = (Arc::clone(&t), pd.clone());
+        let mut got = None;
+        let placed = t.place_direct(acc(&pd, a.stag(), 0, 4, Access::REMOTE_WRITE), |s| {
+            // While this placement runs (a socket read, in a device), another
+            // thread registers, checks, reads and invalidates other regions.
+            std::thread::spawn(move || {
+                let c = pd2.register(BytesMut::zeroed(2), rw()).unwrap();
+                let seen = t2.fetch(acc(&pd2, b_stag, 0, 4, Access::REMOTE_READ), |x| x.to_vec());
+                let back = b.invalidate();
+                drop(c);
+                tx.send((seen, back.buf.len())).unwrap();
+            });
+            got = Some(rx.recv_timeout(std::time::Duration::from_secs(10)));
+            s.fill(7);
+            Ok::<_, Infallible>(4)
+        });
+        assert_eq!(placed, Ok(Ok(4)));
+        assert_eq!(
+            got.unwrap(),
+            Ok((Ok(vec![0; 4]), 4)),
+            "other regions were blocked behind a placement"
+        );
+        assert_eq!(&a.invalidate().buf[..], &[7; 4]);
+    }
+
+    #[test]
+    fn invalidation_waits_for_a_placement_in_progress_and_stops_later_ones() {
+        let t = MrTable::new(1);
+        let pd = t.alloc_pd();
+        let mr = pd.register(BytesMut::zeroed(4), rw()).unwrap();
+        let a = acc(&pd, mr.stag(), 0, 4, Access::REMOTE_WRITE);
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let (go, go_rx) = std::sync::mpsc::channel::<()>();
+        let t2 = Arc::clone(&t);
+        let placer = std::thread::spawn(move || {
+            t2.place_direct(a, |s| {
+                started_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                s.fill(9);
+                Ok::<_, Infallible>(4)
+            })
+        });
+        started.recv().unwrap();
+        let owner = std::thread::spawn(move || mr.invalidate());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!owner.is_finished(), "the owner took memory being written");
+        go.send(()).unwrap();
+        assert_eq!(placer.join().unwrap(), Ok(Ok(4)));
+        let back = owner.join().unwrap();
+        assert_eq!(&back.buf[..], &[9; 4], "the placement came first");
+        assert_eq!(write(&t, a, 1), Err(AccessError::UnknownStag(a.stag)));
+    }
+
+    #[test]
+    fn an_access_checked_before_a_re_registration_never_reaches_the_new_memory() {
+        let t = MrTable::new(1);
+        let pd = t.alloc_pd();
+        let mr = pd.register(BytesMut::zeroed(4), rw()).unwrap();
+        let a = acc(&pd, mr.stag(), 0, 4, Access::REMOTE_WRITE);
+        // Checked against the table; the region lock not yet taken.
+        let ch = checked(&t.lock(), a).unwrap();
+        let again = mr
+            .invalidate()
+            .slot
+            .fast_register(BytesMut::zeroed(4), rw(), 0)
+            .unwrap();
+        let mut c = lock_cell(&ch.cell);
+        assert!(ch.slice_mut(&mut c).is_none());
+        assert!(ch.slice(&c).is_none());
+        drop(c);
+        // Checked again, the stale STag is refused by its key.
+        assert_eq!(write(&t, a, 1), Err(AccessError::KeyMismatch(a.stag)));
+        assert_eq!(&again.invalidate().buf[..], &[0; 4]);
     }
 
     /// A backend that hands out its own STags and records what it saw.
