@@ -61,6 +61,7 @@ fn establish(sel: u8) -> Option<Established> {
         ord: depth,
         rtr_offer: offer,
         private_data: b"fuzz".to_vec(),
+        large_fpdu: sel & 64 != 0,
     })
     .ok()?;
     let (reply, responder) = RequestReceived::parse(&request)
@@ -71,6 +72,7 @@ fn establish(sel: u8) -> Option<Established> {
             ord: 4,
             rtr_support: vec![RtrKind::Write, RtrKind::Read, RtrKind::Send],
             private_data: Vec::new(),
+            large_fpdu: true,
         })
         .ok()?;
     let ReplyOutcome::Accepted(initiator) = waiting.handle_reply(&reply).ok()? else {

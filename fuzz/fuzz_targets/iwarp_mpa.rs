@@ -35,6 +35,7 @@ fuzz_target!(|input: &[u8]| {
                 ord: 16,
                 rtr_support: vec![RtrKind::Write, RtrKind::Read],
                 private_data: vec![0xf6, 0xab, 0x0e, 0x18, 1, 0, 3, 3],
+                large_fpdu: data.first().is_some_and(|b| b & 2 == 2),
             };
             let reply = match req.clone().accept(&cfg) {
                 Ok((reply, _)) => reply,
@@ -50,6 +51,7 @@ fuzz_target!(|input: &[u8]| {
             ord: 16,
             rtr_offer: vec![RtrKind::Write],
             private_data: vec![],
+            large_fpdu: true,
         };
         let (wait, _) = Initiator::start(icfg).expect("request builds");
         let _ = wait.handle_reply(&frame);

@@ -211,6 +211,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ord: 16,
         rtr_offer,
         private_data: rpcrdma_pd.clone(),
+        large_fpdu: false,
     })?;
     a_sock.write_all(&req)?;
     let req = read_frame(&mut b_sock)?;
@@ -220,6 +221,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ord: 16,
         rtr_support: vec![RtrKind::Write, RtrKind::Read],
         private_data: vec![0xf6, 0xab, 0x0e, 0x18, 0x01, 0x00, 0x03, 0x03],
+        large_fpdu: false,
     })?;
     b_sock.write_all(&reply)?;
     let reply = read_frame(&mut a_sock)?;

@@ -146,6 +146,7 @@ fn connect(
         ord: 16,
         rtr_offer,
         private_data: RPCRDMA_PD.to_vec(),
+        large_fpdu: false,
     })?;
     sock.write_all(&req)?;
     let reply = read_frame(&mut sock)?;
@@ -196,6 +197,7 @@ fn listen(port: u16, calls: usize) -> Result<(), Box<dyn std::error::Error>> {
         ord: 16,
         rtr_support: vec![],
         private_data: RPCRDMA_PD.to_vec(),
+        large_fpdu: false,
     })?;
     sock.write_all(&reply)?;
     println!("established: {est:?}");

@@ -87,6 +87,9 @@ pub struct Established {
     pub rtr: Rtr,
     /// The peer's upper-layer private data (without IRD/ORD words).
     pub peer_private_data: Vec<u8>,
+    /// The peer's frame carried [`mpa::flags::LARGE_FPDU`]: it takes
+    /// ULPDUs up to 65535 bytes, beyond what siw sends by default.
+    pub peer_large_fpdu: bool,
 }
 
 /// Reads one MPA frame from a byte stream, never past its end and never
@@ -157,6 +160,17 @@ pub struct InitiatorConfig {
     pub rtr_offer: Vec<RtrKind>,
     /// Upper-layer private data (e.g. the RFC 8797 message).
     pub private_data: Vec<u8>,
+    /// Tell the responder we take large FPDUs ([`mpa::flags::LARGE_FPDU`]).
+    pub large_fpdu: bool,
+}
+
+/// The reserved flag bits a frame carries to say it takes large FPDUs.
+fn large_flag(large: bool, revision: u8) -> u8 {
+    if large && revision == 2 {
+        mpa::flags::LARGE_FPDU
+    } else {
+        0
+    }
 }
 
 /// The initiator before it sent its Request.
@@ -188,7 +202,7 @@ impl Initiator {
             crc: config.crc,
             reject: false,
             enhanced: true,
-            reserved: 0,
+            reserved: large_flag(config.large_fpdu, 2),
             revision: 2,
             ird_ord: Some(words),
             private_data: &config.private_data,
@@ -279,6 +293,7 @@ impl AwaitingReply {
             ord,
             rtr,
             peer_private_data: r.private_data.to_vec(),
+            peer_large_fpdu: r.reserved & mpa::flags::LARGE_FPDU != 0,
         }))
     }
 }
@@ -297,6 +312,8 @@ pub struct ResponderConfig {
     pub rtr_support: Vec<RtrKind>,
     /// Upper-layer private data for the Reply.
     pub private_data: Vec<u8>,
+    /// Tell the initiator we take large FPDUs ([`mpa::flags::LARGE_FPDU`]).
+    pub large_fpdu: bool,
 }
 
 /// A parsed MPA Request waiting for the responder's decision.
@@ -314,6 +331,8 @@ pub struct RequestReceived {
     pub ird_ord: Option<IrdOrd>,
     /// The initiator's upper-layer private data.
     pub private_data: Vec<u8>,
+    /// The initiator takes large FPDUs ([`mpa::flags::LARGE_FPDU`]).
+    pub large_fpdu: bool,
 }
 
 impl RequestReceived {
@@ -336,6 +355,7 @@ impl RequestReceived {
             enhanced: r.enhanced,
             ird_ord: r.ird_ord,
             private_data: r.private_data.to_vec(),
+            large_fpdu: r.reserved & mpa::flags::LARGE_FPDU != 0,
         })
     }
 
@@ -400,7 +420,7 @@ impl RequestReceived {
             crc,
             reject: false,
             enhanced: words.is_some(),
-            reserved: 0,
+            reserved: large_flag(config.large_fpdu, self.revision),
             revision: self.revision,
             ird_ord: words,
             private_data: &config.private_data,
@@ -415,6 +435,7 @@ impl RequestReceived {
                 ord,
                 rtr,
                 peer_private_data: self.private_data,
+                peer_large_fpdu: self.large_fpdu,
             },
         ))
     }
@@ -456,6 +477,7 @@ mod test {
             ord: 16,
             rtr_offer: vec![],
             private_data: hex(RPCRDMA_PD),
+            large_fpdu: false,
         }
     }
 
@@ -466,7 +488,61 @@ mod test {
             ord: 16,
             rtr_support: vec![RtrKind::Write, RtrKind::Read],
             private_data: hex(RPCRDMA_PD),
+            large_fpdu: false,
         }
+    }
+
+    #[test]
+    fn large_fpdus_are_offered_both_ways_with_siws_bit() {
+        // Both sides offer: siw's MPA_RR_FLAG_GSO_EXP bit (0x0800 of the
+        // 16-bit flags word) in Request and Reply; each side learns the
+        // other's offer.
+        let (wait, req) = Initiator::start(InitiatorConfig {
+            large_fpdu: true,
+            ..initiator(false)
+        })
+        .unwrap();
+        assert_eq!(req[16], 0x18);
+        let r = RequestReceived::parse(&req).unwrap();
+        assert!(r.large_fpdu);
+        let (reply, est_b) = r
+            .accept(&ResponderConfig {
+                large_fpdu: true,
+                ..responder(false)
+            })
+            .unwrap();
+        assert_eq!(reply[16], 0x18);
+        assert!(est_b.peer_large_fpdu);
+        let ReplyOutcome::Accepted(est_a) = wait.handle_reply(&reply).unwrap() else {
+            panic!("not accepted");
+        };
+        assert!(est_a.peer_large_fpdu);
+        // A peer that does not offer (knfsd/siw by default, try_gso off):
+        // neither side learns an offer, whatever it offered itself.
+        let (wait, req) = Initiator::start(InitiatorConfig {
+            large_fpdu: true,
+            ..initiator(false)
+        })
+        .unwrap();
+        let (reply, est_b) = RequestReceived::parse(&req)
+            .unwrap()
+            .accept(&responder(false))
+            .unwrap();
+        assert_eq!(reply[16], 0x10);
+        assert!(est_b.peer_large_fpdu);
+        let ReplyOutcome::Accepted(est_a) = wait.handle_reply(&reply).unwrap() else {
+            panic!("not accepted");
+        };
+        assert!(!est_a.peer_large_fpdu);
+        let kreq = hex("4d504120494420526571204672616d65 10 02 000c 0080 0000 f6ab0e1801010303");
+        let (_, est) = RequestReceived::parse(&kreq)
+            .unwrap()
+            .accept(&ResponderConfig {
+                large_fpdu: true,
+                ..responder(false)
+            })
+            .unwrap();
+        assert!(!est.peer_large_fpdu);
     }
 
     #[test]
@@ -519,6 +595,7 @@ mod test {
                 ord: 16,
                 rtr: Rtr::None,
                 peer_private_data: hex(RPCRDMA_PD),
+                peer_large_fpdu: false,
             }
         );
     }

@@ -470,6 +470,7 @@ fn mpa_connect(from: [u8; 4], to: SocketAddr) -> (TcpStream, Mpa) {
         ord: 16,
         rtr_offer: Vec::new(),
         private_data: Vec::new(),
+        large_fpdu: false,
     })
     .unwrap();
     s.write_all(&request).unwrap();

@@ -330,6 +330,7 @@ async fn deaf_peer(addr: SocketAddr) -> tokio::net::TcpStream {
         )
         .to_bytes()
         .to_vec(),
+        large_fpdu: false,
     };
     let (awaiting, req) = Initiator::start(cfg).unwrap();
     s.write_all(&req).await.unwrap();

@@ -65,6 +65,7 @@ async fn rdma_versus_tcp_echo_throughput() {
     let mut soft = SoftConfig::default();
     if let Some(m) = env("THROUGHPUT_MULPDU") {
         soft.mulpdu = m;
+        soft.large_mulpdu = m;
     }
     let sdev = SoftDevice::new(soft, 1);
     let cdev = SoftDevice::new(soft, 2);

@@ -384,8 +384,9 @@ fn main() {
         let data = Bytes::from(vec![0x5au8; max]);
         println!(
             "softrnic vs plain TCP over 127.0.0.1, {mib} MiB per point, median of {reps}, \
-             {DEPTH} outstanding, MULPDU {}, CRC {}; load average {}",
+             {DEPTH} outstanding, MULPDU {} ({} between softrnic peers), CRC {}; load average {}",
             cfg.mulpdu,
+            cfg.large_mulpdu,
             if cfg.crc { "on" } else { "off" },
             loadavg()
         );

@@ -74,6 +74,7 @@ async fn main() {
     let mut cfg = SoftConfig::default();
     if let Some(m) = std::env::args().nth(2).and_then(|a| a.parse().ok()) {
         cfg.mulpdu = m;
+        cfg.large_mulpdu = m;
     }
     let (client, server) = (SoftDevice::new(cfg, 1), SoftDevice::new(cfg, 2));
     let (cpd, spd) = (client.alloc_pd(), server.alloc_pd());

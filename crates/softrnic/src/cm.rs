@@ -162,6 +162,7 @@ pub(crate) async fn connect(
         ord: depth(config.ord, cfg.max_ord),
         rtr_offer: Vec::new(),
         private_data: config.private_data.clone(),
+        large_fpdu: true,
     };
     let (awaiting, request) = Initiator::start(init).map_err(neg_error)?;
     let exchange = async {
@@ -349,6 +350,7 @@ impl ConnectRequest for SoftRequest {
             ord: depth(config.ord, cfg.max_ord),
             rtr_support: Vec::new(),
             private_data: config.private_data.clone(),
+            large_fpdu: true,
         };
         let (reply, est): (Vec<u8>, Established) = req.accept(&rc).map_err(neg_error)?;
         // Receives are posted before the Reply goes out, so the peer's first

@@ -49,6 +49,15 @@ pub use qp::SoftQp;
 /// to be accepted by every `siw` receiver.
 pub const SIW_MULPDU: usize = 32762;
 
+/// The default MULPDU toward a peer whose MPA Request or Reply carried
+/// Linux siw's experimental large-FPDU bit (`MPA_RR_FLAG_GSO_EXP`, see
+/// [`iwarp::wire::mpa::flags::LARGE_FPDU`]): another softrnic, or a siw
+/// with `try_gso` on. Near the 16-bit MPA length limit and a multiple of
+/// four (no pad), it halves the FPDUs, and so the system calls, per MiB.
+/// Every softrnic frame carries the bit: its receive side takes any ULPDU
+/// up to 65535 bytes.
+pub const LARGE_MULPDU: usize = 65532;
+
 /// Settings of a [`SoftDevice`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SoftConfig {
@@ -59,8 +68,12 @@ pub struct SoftConfig {
     pub max_ird: u16,
     /// Largest outbound RDMA Read depth wanted (RFC 6581 ORD).
     pub max_ord: u16,
-    /// Largest ULPDU sent (the MULPDU, RFC 5044 §4.1).
+    /// Largest ULPDU sent (the MULPDU, RFC 5044 §4.1) to a peer that did
+    /// not say it takes large FPDUs.
     pub mulpdu: usize,
+    /// Largest ULPDU sent to a peer that said it takes large FPDUs
+    /// ([`LARGE_MULPDU`]); set it to `mulpdu` to never send larger ones.
+    pub large_mulpdu: usize,
     /// Largest message a queue pair accepts for posting.
     pub max_message_size: u32,
     /// How long the MPA Request/Reply exchange may take (initiator side).
@@ -94,6 +107,7 @@ impl Default for SoftConfig {
             max_ird: 16,
             max_ord: 16,
             mulpdu: SIW_MULPDU,
+            large_mulpdu: LARGE_MULPDU,
             max_message_size: 1 << 30,
             mpa_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(5),

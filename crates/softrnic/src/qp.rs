@@ -34,7 +34,13 @@ pub(crate) fn prepare(
 ) -> Prepared {
     let cfg = dev.inner.cfg;
     let mut ecfg = Config::from_established(est);
-    ecfg.mulpdu = cfg.mulpdu;
+    // Our receive side takes any ULPDU up to 65535 bytes, so every MPA
+    // frame of ours says so; a peer whose frame said so gets larger FPDUs.
+    ecfg.mulpdu = if est.peer_large_fpdu {
+        cfg.large_mulpdu.max(cfg.mulpdu)
+    } else {
+        cfg.mulpdu
+    };
     let attrs = QpAttrs {
         ird: u32::from(est.ird),
         ord: u32::from(est.ord),

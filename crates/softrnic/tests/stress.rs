@@ -20,6 +20,7 @@ impl Harness for Tcp {
     fn pair(&self) -> (SoftDevice, SoftDevice) {
         let cfg = SoftConfig {
             mulpdu: 4096,
+            large_mulpdu: 0,
             ..SoftConfig::default()
         };
         (SoftDevice::new(cfg, 11), SoftDevice::new(cfg, 12))

@@ -120,6 +120,7 @@ async fn large_write_and_read_are_placed_directly_across_segments() {
 async fn multi_segment_send_fills_one_receive_buffer() {
     let h = Tcp(SoftConfig {
         mulpdu: 1024,
+        large_mulpdu: 0,
         ..SoftConfig::default()
     });
     let (client, server) = h.pair();
@@ -191,6 +192,11 @@ async fn reads_beyond_ord_queue_and_complete_in_order() {
 /// Runs the initiator side of MPA by hand against a listener and returns the
 /// raw stream, positioned at the first FPDU.
 async fn raw_connect(addr: SocketAddr) -> TcpStream {
+    raw_connect_with(addr, false).await
+}
+
+/// [`raw_connect`], saying (or not) that we take large FPDUs.
+async fn raw_connect_with(addr: SocketAddr, large_fpdu: bool) -> TcpStream {
     let mut s = TcpStream::connect(addr).await.unwrap();
     let cfg = InitiatorConfig {
         crc: false,
@@ -198,6 +204,7 @@ async fn raw_connect(addr: SocketAddr) -> TcpStream {
         ord: 4,
         rtr_offer: vec![],
         private_data: b"raw".to_vec(),
+        large_fpdu,
     };
     let (awaiting, req) = Initiator::start(cfg).unwrap();
     s.write_all(&req).await.unwrap();
@@ -233,6 +240,60 @@ async fn accept_one(
         })
         .collect();
     req.accept(&pd, cfg).await.unwrap()
+}
+
+/// The ULPDU lengths of the first FPDUs of a 200 KiB RDMA Write softrnic
+/// sends to a raw peer whose MPA Request did (or did not) carry siw's
+/// large-FPDU bit.
+async fn write_ulpdus_to_raw_peer(large_fpdu: bool) -> Vec<usize> {
+    let dev = SoftDevice::new(SoftConfig::default(), 9);
+    let mut l = dev
+        .listen(&SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let addr = l.local_addr();
+    let (mut raw, qp) = tokio::join!(
+        raw_connect_with(addr, large_fpdu),
+        accept_one(&dev, &mut l, 1)
+    );
+    let wr = WriteWr {
+        wr_id: 1,
+        data: vec![Bytes::from(pattern(200 << 10, 3))],
+        remote_stag: rnic::Stag(0x0102_0304),
+        remote_to: 0,
+    };
+    qp.post_write(wr).unwrap();
+    let mut lens = Vec::new();
+    for _ in 0..3 {
+        let mut len = [0u8; 2];
+        raw.read_exact(&mut len).await.unwrap();
+        let ulpdu = usize::from(u16::from_be_bytes(len));
+        // ULPDU, pad to four octets with the length field, CRC.
+        let mut rest = vec![0u8; ulpdu + (4 - (ulpdu + 2) % 4) % 4 + 4];
+        raw.read_exact(&mut rest).await.unwrap();
+        lens.push(ulpdu);
+    }
+    lens
+}
+
+/// siw's own segmenting (32762-byte ULPDUs) toward a peer that did not
+/// offer large FPDUs, e.g. Linux siw with `try_gso` off (the default).
+#[tokio::test]
+async fn ulpdus_stay_at_siws_size_toward_a_peer_that_did_not_offer_more() {
+    assert_eq!(
+        write_ulpdus_to_raw_peer(false).await,
+        vec![softrnic::SIW_MULPDU; 3]
+    );
+}
+
+/// A peer whose MPA Request carried the large-FPDU bit gets ULPDUs of
+/// `LARGE_MULPDU`, half the FPDUs per byte.
+#[tokio::test]
+async fn ulpdus_grow_toward_a_peer_that_offered_large_fpdus() {
+    assert_eq!(
+        write_ulpdus_to_raw_peer(true).await,
+        vec![softrnic::LARGE_MULPDU; 3]
+    );
 }
 
 /// Garbage where an FPDU should be: an unknown RDMAP opcode is answered with
@@ -462,6 +523,7 @@ async fn connect_request_reports_the_connectors_tcp_address() {
 async fn short_fpdus_of_a_segmented_send_arrive_intact() {
     let h = Tcp(SoftConfig {
         mulpdu: 64,
+        large_mulpdu: 0,
         ..SoftConfig::default()
     });
     let p = connect_pair(&h, 0, 0).await;

@@ -36,6 +36,13 @@ pub mod flags {
     pub const ENHANCED: u8 = 0x10;
     /// The remaining reserved bits.
     pub const RESERVED: u8 = 0x0f;
+    /// A reserved bit Linux `siw` uses as an experimental extension
+    /// (`MPA_RR_FLAG_GSO_EXP`, set with its `try_gso` option, revision 2
+    /// only): the sender of the frame takes FPDUs larger than the
+    /// 32762-byte ULPDUs siw sends by default, up to the 16-bit MPA length.
+    /// RFC 5044 §7.1 has reserved bits sent as zero and not checked on
+    /// reception, so a peer that does not know it ignores it.
+    pub const LARGE_FPDU: u8 = 0x08;
 }
 
 mod field {
