@@ -14,8 +14,9 @@
 //! wait. Once the caller refuses an item the helper stops at its current
 //! chunk; what it prepared past the refusal is dropped.
 //!
-//! Helpers are bounded: at most [`helpers`] run at once in the process
-//! (one less than the cores, none on one core, at most 7); a list that
+//! Helpers are off unless [`set_listing_helpers`] allows some, and then
+//! bounded: at most that many run at once in the process (never more than
+//! one less than the cores, none on one core, at most 7); a list that
 //! finds none free, or whose thread cannot be started, is prepared by the
 //! caller alone (the `readdir.helpers` limit counts those).
 
@@ -42,9 +43,13 @@ static HELPERS: Limit = Limit::new("readdir.helpers");
 /// Helper threads running now.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
-/// How many helper threads may run at once: one less than the cores the
-/// process may use (at most 7, none on one core).
-pub(crate) fn helpers() -> usize {
+/// Helper threads allowed at once, as set by [`set_listing_helpers`]
+/// (0, the default: every list is prepared by its caller alone).
+static ALLOWED: AtomicUsize = AtomicUsize::new(0);
+
+/// The most helper threads the process may use: one less than its cores,
+/// at most 7.
+fn max_helpers() -> usize {
     static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *N.get_or_init(|| {
         std::thread::available_parallelism()
@@ -52,6 +57,20 @@ pub(crate) fn helpers() -> usize {
             .saturating_sub(1)
             .min(7)
     })
+}
+
+/// Lets up to `n` listing helper threads run at once (capped at one less
+/// than the cores, at most 7; 0 turns them off, the default). Measured
+/// on the 2-core development machine (docs/listing.md): the same wall
+/// time for a 50,000-entry listing and about a quarter more server CPU,
+/// so they are off unless asked for (`nfsrdma serve --readdir-helpers`).
+pub fn set_listing_helpers(n: usize) {
+    ALLOWED.store(n.min(max_helpers()), Ordering::Relaxed);
+}
+
+/// How many helper threads may run at once now.
+pub(crate) fn helpers() -> usize {
+    ALLOWED.load(Ordering::Relaxed)
 }
 
 /// Prepares items `0..n` with `prep` and hands them to `consume` in order
@@ -68,6 +87,9 @@ pub(crate) fn map_in_order<P: Send>(
 ) -> Option<usize> {
     let serial = |consume: &mut dyn FnMut(usize, P) -> bool| (0..n).find(|&i| !consume(i, prep(i)));
     if n < MIN_PARALLEL {
+        return serial(&mut consume);
+    }
+    if helpers() == 0 {
         return serial(&mut consume);
     }
     let Some(_slot) = HelperSlot::take() else {
@@ -252,7 +274,8 @@ mod tests {
     }
 
     #[test]
-    fn every_item_is_prepared_and_consumed_once_in_order() {
+    fn every_item_is_consumed_once_in_order() {
+        set_listing_helpers(usize::MAX);
         for n in [0, 1, 31, 255, 256, 257, 1000, 4099] {
             let prepared = counts(n);
             let mut seen = Vec::new();
@@ -270,8 +293,12 @@ mod tests {
             );
             assert_eq!(r, None);
             assert_eq!(seen, (0..n).collect::<Vec<_>>());
+            // Once each, or twice where the caller took over a chunk the
+            // helper was too slow with (`STALL`, on a busy machine).
             assert!(
-                prepared.iter().all(|c| c.load(Ordering::Relaxed) == 1),
+                prepared
+                    .iter()
+                    .all(|c| (1..=2).contains(&c.load(Ordering::Relaxed))),
                 "n {n}"
             );
         }
@@ -279,6 +306,7 @@ mod tests {
 
     #[test]
     fn a_refusal_stops_the_list_and_the_helper_stays_near() {
+        set_listing_helpers(usize::MAX);
         let n = 5000;
         let prepared = counts(n);
         let mut taken = 0;
@@ -335,7 +363,9 @@ mod tests {
             |_, ()| true,
         );
         let t = threads.into_inner().unwrap();
-        assert_eq!(t.values().sum::<u32>(), 4096);
+        // Every item at least once; a chunk the helper was too slow with
+        // (`STALL`) is prepared again by the caller.
+        assert!(t.values().sum::<u32>() >= 4096);
         assert_eq!(t.len(), 2, "prepared on {} threads", t.len());
         assert!(helped.load(Ordering::Relaxed) > 0);
     }
@@ -347,10 +377,14 @@ mod tests {
         let caller = std::thread::current().id();
         let t0 = std::time::Instant::now();
         let mut done_at = None;
+        // The helper stops for 2 s on the first item it takes (a lost
+        // time slice, much longer); its later items are quick, so the
+        // join at the end waits for that one pause only.
+        let paused = AtomicBool::new(false);
         let r = with_helper(
             1024,
             |i| {
-                if std::thread::current().id() != caller {
+                if std::thread::current().id() != caller && !paused.swap(true, Ordering::Relaxed) {
                     std::thread::sleep(std::time::Duration::from_secs(2));
                 }
                 i
@@ -370,7 +404,9 @@ mod tests {
 
     #[test]
     fn the_helpers_are_bounded_by_the_cores() {
+        set_listing_helpers(usize::MAX);
         let max = helpers();
+        assert_eq!(max, max_helpers());
         // Take every slot (other tests may hold some for a moment).
         let mut slots = Vec::new();
         let t0 = std::time::Instant::now();
@@ -401,6 +437,7 @@ mod tests {
 
     #[test]
     fn a_helper_that_panics_leaves_its_chunks_to_the_caller() {
+        set_listing_helpers(usize::MAX);
         let n = 1024;
         let caller = std::thread::current().id();
         let mut seen = 0;

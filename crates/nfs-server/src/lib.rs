@@ -35,6 +35,7 @@ pub mod exports;
 mod fh;
 mod idmap;
 mod inorder;
+pub use inorder::set_listing_helpers;
 pub mod localfs;
 pub mod mount;
 pub mod nfs3;
