@@ -271,8 +271,10 @@ async fn a_call_beyond_the_credits_closes_the_connection() {
     for _ in 0..4 {
         raw.call_with_read_chunk(100, 4096);
     }
+    // (The trip counter is process-wide: a_peer_that_never_reads_its_
+    // replies_is_cut_off may raise it at the same time, so only the
+    // connection tells here.)
     assert!(!raw.closed_within(Duration::from_millis(300)).await);
-    assert_eq!(trips("rdma.calls_beyond_credits"), over);
     // A fifth while none was answered violates RFC 8166 §3.3.1.
     raw.call_with_read_chunk(100, 4096);
     assert!(raw.closed_within(Duration::from_secs(2)).await);
