@@ -8,61 +8,23 @@
 //! test: the Kerberos library reads its configuration and credential
 //! cache from the process environment.
 
+mod support;
+
 use std::net::SocketAddr;
-use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use gss::{Krb5Acceptor, Krb5Initiator};
-use oncrpc::client::{CallSigner, ReplyHint, RpcCall, RpcError};
+use oncrpc::client::{CallSigner, RpcCall, RpcError};
 use oncrpc::echo::{EchoClient, EchoService, ECHO_PROGRAM, ECHO_VERSION};
 use oncrpc::gss::{GssClient, GssConfig, GssServer, GssService};
-use oncrpc::msg::{AuthStat, Credential, OpaqueAuth};
-use oncrpc::{CallContext, ClientTransport, RpcService, Server, ServiceError};
+use oncrpc::{ClientTransport, Server};
 use rpcrdma::plan::Version;
 use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaListener};
 use softrnic::{SoftConfig, SoftDevice};
+use support::{whoami, WhoAmI};
 use testkit::krb5::{TestKdc, REALM};
-use xdr::{Decoder, Encoder, XdrBuf};
-
-const WHOAMI_PROG: u32 = 0x2000_0077;
-
-struct WhoAmI;
-
-impl RpcService for WhoAmI {
-    fn program(&self) -> u32 {
-        WHOAMI_PROG
-    }
-    fn versions(&self) -> RangeInclusive<u32> {
-        1..=1
-    }
-    async fn call(&self, ctx: CallContext, _args: Bytes) -> Result<XdrBuf, ServiceError> {
-        let Credential::Gss(id) = ctx.credential else {
-            return Err(ServiceError::Auth(AuthStat::AUTH_TOOWEAK));
-        };
-        let mut out = XdrBuf::new();
-        out.put_opaque(id.principal.as_bytes());
-        Ok(out)
-    }
-}
-
-async fn whoami<T: ClientTransport>(t: &T) -> String {
-    let r = t
-        .call(RpcCall {
-            prog: WHOAMI_PROG,
-            vers: 1,
-            proc_: 1,
-            cred: OpaqueAuth::NONE,
-            args: XdrBuf::new(),
-            reply_hint: ReplyHint {
-                max_reply_len: 1024,
-                ddp: None,
-            },
-        })
-        .await
-        .unwrap();
-    String::from_utf8(Decoder::from_bytes(&r).opaque(1024).unwrap().to_vec()).unwrap()
-}
+use xdr::XdrBuf;
 
 fn pattern(n: usize, seed: u8) -> Bytes {
     Bytes::from(
