@@ -7,6 +7,8 @@
 //! lease later (its credentials fail at the data server, its next layout
 //! carries the new ids).
 
+mod v4_common;
+
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -32,29 +34,12 @@ use oncrpc::msg::{AuthSys, OpaqueAuth};
 use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
 use oncrpc::{CallContext, ClientTransport, RpcService, ServiceError};
 use tokio::sync::mpsc;
-use xdr::{Bounded, FixedOpaque, XdrBuf};
+use v4_common::{
+    open_session, reclaim_complete_op, slot0_sequence, SessionAsk, TempDir, CB_PROGRAM,
+};
+use xdr::{Bounded, XdrBuf};
 
-const CB_PROGRAM: u32 = 0x4000_0000;
 const LEASE: Duration = Duration::from_secs(90);
-
-struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::SeqCst);
-        let p = std::env::temp_dir().join(format!("pnfs-recall-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The client's callback program: answers CB_LAYOUTRECALL with
 /// `answer` and hands each one to the test.
@@ -255,57 +240,21 @@ impl Client {
     }
 
     async fn establish(&mut self, name: &str) {
-        let r = self
-            .ops(vec![NfsArgop4::ExchangeId(ExchangeId4Args {
-                clientowner: ClientOwner4 {
-                    verifier: FixedOpaque([1; 8]),
-                    ownerid: Bounded(Bytes::from(name.to_string())),
-                },
-                flags: EXCHGID4_FLAG_USE_PNFS_MDS,
-                state_protect: StateProtect4A::None,
-                client_impl_id: Bounded(vec![]),
-            })])
-            .await;
-        let Some(NfsResop4::ExchangeId(Res4::Ok(x))) = r.resarray.first() else {
-            panic!("EXCHANGE_ID: {r:?}")
+        let ask = SessionAsk {
+            exchange_flags: EXCHGID4_FLAG_USE_PNFS_MDS,
+            back_slots: 4,
+            ..SessionAsk::default()
         };
-        self.clientid = x.clientid;
-        let attrs = |n| ChannelAttrs4 {
-            headerpadsize: 0,
-            maxrequestsize: 65536,
-            maxresponsesize: 65536,
-            maxresponsesize_cached: 7584,
-            maxoperations: 16,
-            maxrequests: n,
-            rdma_ird: Bounded(vec![]),
-        };
-        let r = self
-            .ops(vec![NfsArgop4::CreateSession(CreateSession4Args {
-                clientid: x.clientid,
-                sequence: x.sequenceid,
-                flags: CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
-                fore_chan_attrs: attrs(16),
-                back_chan_attrs: attrs(4),
-                cb_program: CB_PROGRAM,
-                sec_parms: Bounded(vec![CallbackSecParms4::None]),
-            })])
-            .await;
-        let Some(NfsResop4::CreateSession(Res4::Ok(s))) = r.resarray.first() else {
-            panic!("CREATE_SESSION: {r:?}")
-        };
-        self.session = s.sessionid.0;
-        let rc = NfsArgop4::ReclaimComplete(ReclaimComplete4Args { one_fs: false });
-        assert_eq!(self.seq(vec![rc]).await.status, Nfsstat4::NFS4_OK);
+        let (clientid, session) = open_session(|o| self.ops(o), name, &ask).await.unwrap();
+        (self.clientid, self.session) = (clientid, session);
+        assert_eq!(
+            self.seq(vec![reclaim_complete_op()]).await.status,
+            Nfsstat4::NFS4_OK
+        );
     }
 
     async fn seq(&self, ops: Vec<NfsArgop4>) -> Compound4Res {
-        let mut all = vec![NfsArgop4::Sequence(Sequence4Args {
-            sessionid: FixedOpaque(self.session),
-            sequenceid: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
-            slotid: 0,
-            highest_slotid: 0,
-            cachethis: false,
-        })];
+        let mut all = vec![slot0_sequence(self.session, &self.seq)];
         all.extend(ops);
         self.ops(all).await
     }
