@@ -28,7 +28,8 @@ use rpcrdma::transport::{RdmaClient, RdmaClientConfig};
 use crate::error::{Error, Result};
 use crate::mount::IoOptions;
 use crate::tcp::{
-    mount_export, resolve_addr, xid_seed, MountPorts, Mounted, TcpOptions, DEFAULT_NFS_PORT,
+    mount_export, resolve_addr, xid_seed, Exported, MountPorts, Mounted, TcpOptions,
+    DEFAULT_NFS_PORT,
 };
 
 /// The NFS/RDMA port when none is given (RFC 8267 §6, IANA `nfsrdma`).
@@ -196,6 +197,17 @@ pub async fn connect_rdma<D: Device<Addr = SocketAddr>>(
     target: &RdmaTarget,
     opts: &RdmaOptions,
 ) -> Result<RdmaMount<D>> {
+    let (exported, rpc) = mount_and_connect_rdma(device, target, opts).await?;
+    exported.attach(rpc, opts.io).await
+}
+
+/// MOUNT over TCP, then the RPC-over-RDMA connection: the parts
+/// [`connect_rdma`] and [`connect_rdma_gss`] attach.
+async fn mount_and_connect_rdma<D: Device<Addr = SocketAddr>>(
+    device: &D,
+    target: &RdmaTarget,
+    opts: &RdmaOptions,
+) -> Result<(Exported, RdmaClient<D>)> {
     let exported = mount_export(
         &target.host,
         &target.path,
@@ -205,7 +217,7 @@ pub async fn connect_rdma<D: Device<Addr = SocketAddr>>(
     .await?;
     let port = target.rdma_port.unwrap_or(DEFAULT_RDMA_PORT);
     let rpc = connect_rdma_transport(device, &target.host, port, opts).await?;
-    exported.attach(rpc, opts.io).await
+    Ok((exported, rpc))
 }
 
 /// [`connect_rdma`] with RPCSEC_GSS: MOUNT over TCP with AUTH_SYS (as
@@ -221,15 +233,7 @@ pub async fn connect_rdma_gss<D: Device<Addr = SocketAddr>>(
     target_name: &str,
     service: oncrpc::gss::GssService,
 ) -> Result<Mounted<oncrpc::gss::GssClient<RdmaClient<D>>>> {
-    let exported = mount_export(
-        &target.host,
-        &target.path,
-        &mount_ports(target),
-        &opts.tcp(),
-    )
-    .await?;
-    let port = target.rdma_port.unwrap_or(DEFAULT_RDMA_PORT);
-    let rpc = connect_rdma_transport(device, &target.host, port, opts).await?;
+    let (exported, rpc) = mount_and_connect_rdma(device, target, opts).await?;
     let gss = oncrpc::gss::GssClient::establish(
         rpc,
         initiator,

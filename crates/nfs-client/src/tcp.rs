@@ -321,6 +321,16 @@ pub(crate) async fn connect_nfs_tcp(host: &str, port: u16, opts: &TcpOptions) ->
 /// holding `target.path` with AUTH_SYS ([`process_auth_sys`]), connects
 /// to NFS and reads FSINFO.
 pub async fn connect_tcp(target: &TcpTarget, opts: &TcpOptions) -> Result<TcpMount> {
+    let (exported, rpc) = mount_and_connect_tcp(target, opts).await?;
+    exported.attach(rpc, opts.io).await
+}
+
+/// MOUNT of the export holding `target.path`, then the NFS connection:
+/// the parts [`connect_tcp`] and [`connect_tcp_gss`] attach.
+async fn mount_and_connect_tcp(
+    target: &TcpTarget,
+    opts: &TcpOptions,
+) -> Result<(Exported, TcpClient)> {
     let nfs_port = target.nfs_port.unwrap_or(DEFAULT_NFS_PORT);
     // The MOUNT port: the explicit one alone; else, when the NFS port was
     // given, that port first (user-space servers, this project's
@@ -333,7 +343,7 @@ pub async fn connect_tcp(target: &TcpTarget, opts: &TcpOptions) -> Result<TcpMou
     };
     let exported = mount_export(&target.host, &target.path, &ports, opts).await?;
     let rpc = connect_nfs_tcp(&target.host, nfs_port, opts).await?;
-    exported.attach(rpc, opts.io).await
+    Ok((exported, rpc))
 }
 
 /// [`connect_tcp`] with RPCSEC_GSS (RFC 2203) on the NFS connection: a
@@ -348,14 +358,7 @@ pub async fn connect_tcp_gss(
     target_name: &str,
     service: oncrpc::gss::GssService,
 ) -> Result<Mounted<oncrpc::gss::GssClient<TcpClient>>> {
-    let nfs_port = target.nfs_port.unwrap_or(DEFAULT_NFS_PORT);
-    let ports = MountPorts {
-        explicit: target.mount_port,
-        first: target.nfs_port,
-        fallback: vec![nfs_port],
-    };
-    let exported = mount_export(&target.host, &target.path, &ports, opts).await?;
-    let rpc = connect_nfs_tcp(&target.host, nfs_port, opts).await?;
+    let (exported, rpc) = mount_and_connect_tcp(target, opts).await?;
     let gss = oncrpc::gss::GssClient::establish(
         rpc,
         initiator,
