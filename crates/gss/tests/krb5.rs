@@ -11,18 +11,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use gss::{Krb5Acceptor, Krb5Initiator};
+use gss::Krb5Initiator;
 use oncrpc::client::{ClientConfig, RpcError};
-use oncrpc::echo::{EchoClient, EchoService, ECHO_PROGRAM, ECHO_VERSION};
+use oncrpc::echo::{EchoClient, ECHO_PROGRAM, ECHO_VERSION};
 use oncrpc::gss::server::{header_len_through_cred, protect_body};
 use oncrpc::gss::{
-    GssClient, GssConfig, GssCred, GssInitArg, GssInitRes, GssOutcome, GssProc, GssServer,
-    GssService, Initiator,
+    GssClient, GssCred, GssInitArg, GssInitRes, GssOutcome, GssProc, GssServer, GssService,
+    Initiator,
 };
 use oncrpc::msg::{AuthFlavor, AuthStat, CallHeader, OpaqueAuth, Rejected, ReplyBody, ReplyHeader};
 use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
-use oncrpc::{PeerInfo, Server, TransportKind};
-use support::{whoami, WhoAmI};
+use oncrpc::{PeerInfo, TransportKind};
+use support::{krb5_server, whoami};
 use testkit::krb5::{TestKdc, REALM};
 use xdr::{Decoder, Encoder, XdrBuf};
 
@@ -76,13 +76,7 @@ fn kerberos_rpcsec_gss_over_tcp() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let gss = Arc::new(GssServer::new(
-            Arc::new(Krb5Acceptor::new().expect("acceptor credentials from the keytab")),
-            GssConfig::default(),
-        ));
-        let mut server = Server::new().with_gss(Arc::clone(&gss));
-        server.register(EchoService::default());
-        server.register(WhoAmI);
+        let (gss, server) = krb5_server();
         let srv = TcpServer::bind("127.0.0.1:0", Arc::new(server), TcpConfig::default())
             .await
             .unwrap();

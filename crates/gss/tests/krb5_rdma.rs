@@ -14,15 +14,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use gss::{Krb5Acceptor, Krb5Initiator};
+use gss::Krb5Initiator;
 use oncrpc::client::{CallSigner, RpcCall, RpcError};
-use oncrpc::echo::{EchoClient, EchoService, ECHO_PROGRAM, ECHO_VERSION};
-use oncrpc::gss::{GssClient, GssConfig, GssServer, GssService};
-use oncrpc::{ClientTransport, Server};
+use oncrpc::echo::{EchoClient, ECHO_PROGRAM, ECHO_VERSION};
+use oncrpc::gss::{GssClient, GssService};
+use oncrpc::ClientTransport;
 use rpcrdma::plan::Version;
 use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaListener};
 use softrnic::{SoftConfig, SoftDevice};
-use support::{whoami, WhoAmI};
+use support::{krb5_server, whoami};
 use testkit::krb5::{TestKdc, REALM};
 use xdr::XdrBuf;
 
@@ -82,13 +82,7 @@ fn kerberos_rpcsec_gss_over_rdma() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let gss = Arc::new(GssServer::new(
-            Arc::new(Krb5Acceptor::new().expect("acceptor credentials from the keytab")),
-            GssConfig::default(),
-        ));
-        let mut server = Server::new().with_gss(gss);
-        server.register(EchoService::default());
-        server.register(WhoAmI);
+        let (_, server) = krb5_server();
         let sdev = SoftDevice::new(SoftConfig::default(), 77);
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let listener = RdmaListener::bind(&sdev, &any, Arc::new(server), Default::default())

@@ -3,11 +3,15 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 
 use bytes::Bytes;
+use gss::Krb5Acceptor;
 use oncrpc::client::{ReplyHint, RpcCall};
+use oncrpc::echo::EchoService;
+use oncrpc::gss::{GssConfig, GssServer};
 use oncrpc::msg::{AuthStat, Credential, OpaqueAuth};
-use oncrpc::{CallContext, ClientTransport, RpcService, ServiceError};
+use oncrpc::{CallContext, ClientTransport, RpcService, Server, ServiceError};
 use xdr::{Decoder, Encoder, XdrBuf};
 
 /// The program's number (in the transient range).
@@ -51,4 +55,17 @@ pub async fn whoami<T: ClientTransport>(t: &T) -> String {
         .await
         .unwrap();
     String::from_utf8(Decoder::from_bytes(&r).opaque(1024).unwrap().to_vec()).unwrap()
+}
+
+/// An RPC server taking RPCSEC_GSS with Kerberos (keys from the process's
+/// keytab) that serves ECHO and [`WhoAmI`]; its GSS context table too.
+pub fn krb5_server() -> (Arc<GssServer>, Server) {
+    let gss = Arc::new(GssServer::new(
+        Arc::new(Krb5Acceptor::new().expect("acceptor credentials from the keytab")),
+        GssConfig::default(),
+    ));
+    let mut server = Server::new().with_gss(Arc::clone(&gss));
+    server.register(EchoService::default());
+    server.register(WhoAmI);
+    (gss, server)
 }
