@@ -456,32 +456,31 @@ async fn hostile_client_cannot_hold_unbounded_locks_or_hosts() {
     );
 }
 
-/// A client host's rpcbind and status monitor on one port: GETPORT
-/// answers that port for NSM, SM_NOTIFY calls are passed on.
-struct FakeStatd {
-    port: Arc<std::sync::atomic::AtomicU32>,
+/// A client host's rpcbind and one of its services on one port:
+/// rpcbind's GETPORT names that port, calls to `prog` version `vers` go
+/// to `handle` (procedure, arguments).
+struct FakeHost<H> {
+    port: Arc<AtomicU32>,
     prog: u32,
-    notified: tokio::sync::mpsc::UnboundedSender<StatChge>,
+    vers: u32,
+    handle: Arc<H>,
 }
 
-impl oncrpc::RpcService for FakeStatd {
+type Handled = Result<xdr::XdrBuf, oncrpc::ServiceError>;
+
+impl<H> oncrpc::RpcService for FakeHost<H>
+where
+    H: Fn(u32, &Bytes) -> Handled + Send + Sync + 'static,
+{
     fn program(&self) -> u32 {
         self.prog
     }
 
     fn versions(&self) -> std::ops::RangeInclusive<u32> {
-        if self.prog == SM_PROGRAM {
-            1..=1
-        } else {
-            2..=2
-        }
+        self.vers..=self.vers
     }
 
-    async fn call(
-        &self,
-        ctx: oncrpc::CallContext,
-        args: Bytes,
-    ) -> Result<xdr::XdrBuf, oncrpc::ServiceError> {
+    async fn call(&self, ctx: oncrpc::CallContext, args: Bytes) -> Handled {
         match (self.prog, ctx.proc_) {
             (100_000, 3) => {
                 let port = self.port.load(std::sync::atomic::Ordering::SeqCst);
@@ -489,14 +488,43 @@ impl oncrpc::RpcService for FakeStatd {
                     &port.to_be_bytes(),
                 )))
             }
-            (SM_PROGRAM, 6) => {
-                let c: StatChge = xdr::from_slice(&args)?;
-                let _ = self.notified.send(c);
-                Ok(xdr::XdrBuf::new())
-            }
-            _ => Err(oncrpc::ServiceError::ProcUnavail),
+            (100_000, _) => Err(oncrpc::ServiceError::ProcUnavail),
+            (_, proc_) => (self.handle)(proc_, &args),
         }
     }
+}
+
+/// Starts a [`FakeHost`] for `prog`/`vers` on a loopback port: its port
+/// and its task.
+async fn fake_host<H>(
+    prog: u32,
+    vers: u32,
+    handle: H,
+) -> (u16, tokio::task::JoinHandle<std::io::Result<()>>)
+where
+    H: Fn(u32, &Bytes) -> Handled + Send + Sync + 'static,
+{
+    let port = Arc::new(AtomicU32::new(0));
+    let handle = Arc::new(handle);
+    let mut fake = oncrpc::Server::new();
+    for (prog, vers) in [(100_000, 2), (prog, vers)] {
+        fake.register(FakeHost {
+            port: Arc::clone(&port),
+            prog,
+            vers,
+            handle: Arc::clone(&handle),
+        });
+    }
+    let server = oncrpc::tcp::TcpServer::bind(
+        "127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap(),
+        Arc::new(fake),
+        TcpConfig::default(),
+    )
+    .await
+    .unwrap();
+    let bound = server.local_addr().unwrap().port();
+    port.store(u32::from(bound), std::sync::atomic::Ordering::SeqCst);
+    (bound, server.spawn())
 }
 
 /// XNFS NLM crash recovery and XNFS SM: a host that locked is recorded in
@@ -508,25 +536,15 @@ async fn after_a_restart_hosts_are_notified_and_reclaim_in_grace() {
     let dir = TempDir::new("nlm-restart");
     let state = TempDir::new("nlm-restart-state");
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let port = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let mut fake = oncrpc::Server::new();
-    for prog in [100_000, SM_PROGRAM] {
-        fake.register(FakeStatd {
-            port: Arc::clone(&port),
-            prog,
-            notified: tx.clone(),
-        });
-    }
-    let statd = oncrpc::tcp::TcpServer::bind(
-        "127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap(),
-        Arc::new(fake),
-        TcpConfig::default(),
-    )
-    .await
-    .unwrap();
-    let statd_port = statd.local_addr().unwrap().port();
-    port.store(u32::from(statd_port), std::sync::atomic::Ordering::SeqCst);
-    let _statd = statd.spawn();
+    let (statd_port, _statd) = fake_host(SM_PROGRAM, 1, move |proc_, args| match proc_ {
+        6 => {
+            let c: StatChge = xdr::from_slice(args)?;
+            let _ = tx.send(c);
+            Ok(xdr::XdrBuf::new())
+        }
+        _ => Err(oncrpc::ServiceError::ProcUnavail),
+    })
+    .await;
     let cfg = || {
         let mut cfg = nfs_server::ServerConfig::new(dir.path());
         cfg.set_squash(nfs_server::exports::Squash::None);
@@ -644,52 +662,6 @@ async fn nlm_lock(c: &Client, a: Nlm4LockArgs) -> Nlm4Stats {
     r.stat
 }
 
-/// A client host's rpcbind and lock manager: GETPORT names itself, GRANTED
-/// calls are passed on and answered with `answer`.
-struct FakeLockd {
-    port: Arc<AtomicU32>,
-    prog: u32,
-    answer: Arc<AtomicU32>,
-    granted: tokio::sync::mpsc::UnboundedSender<Nlm4TestArgs>,
-}
-
-impl oncrpc::RpcService for FakeLockd {
-    fn program(&self) -> u32 {
-        self.prog
-    }
-
-    fn versions(&self) -> std::ops::RangeInclusive<u32> {
-        if self.prog == NLM_PROGRAM {
-            4..=4
-        } else {
-            2..=2
-        }
-    }
-
-    async fn call(
-        &self,
-        ctx: oncrpc::CallContext,
-        args: Bytes,
-    ) -> Result<xdr::XdrBuf, oncrpc::ServiceError> {
-        match (self.prog, ctx.proc_) {
-            (100_000, 3) => {
-                let port = self.port.load(std::sync::atomic::Ordering::SeqCst);
-                Ok(xdr::XdrBuf::from_bytes(Bytes::copy_from_slice(
-                    &port.to_be_bytes(),
-                )))
-            }
-            (NLM_PROGRAM, 5) => {
-                let a: Nlm4TestArgs = xdr::from_slice(&args)?;
-                let cookie = a.cookie.clone();
-                let _ = self.granted.send(a);
-                let stat = Nlm4Stats(self.answer.load(std::sync::atomic::Ordering::SeqCst));
-                Ok(xdr::to_xdr_buf(&Nlm4Res { cookie, stat }))
-            }
-            _ => Err(oncrpc::ServiceError::ProcUnavail),
-        }
-    }
-}
-
 type Granted = tokio::sync::mpsc::UnboundedReceiver<Nlm4TestArgs>;
 
 /// A server whose GRANTED calls reach a fake client lock manager, with
@@ -708,27 +680,19 @@ async fn with_lockd(
     tokio::task::JoinHandle<std::io::Result<()>>,
 ) {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let port = Arc::new(AtomicU32::new(0));
     let answer = Arc::new(AtomicU32::new(0));
-    let mut fake = oncrpc::Server::new();
-    for prog in [100_000, NLM_PROGRAM] {
-        fake.register(FakeLockd {
-            port: Arc::clone(&port),
-            prog,
-            answer: Arc::clone(&answer),
-            granted: tx.clone(),
-        });
-    }
-    let lockd = oncrpc::tcp::TcpServer::bind(
-        "127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap(),
-        Arc::new(fake),
-        TcpConfig::default(),
-    )
-    .await
-    .unwrap();
-    let lockd_port = lockd.local_addr().unwrap().port();
-    port.store(u32::from(lockd_port), std::sync::atomic::Ordering::SeqCst);
-    let lockd = lockd.spawn();
+    let stat = Arc::clone(&answer);
+    let (lockd_port, lockd) = fake_host(NLM_PROGRAM, 4, move |proc_, args| match proc_ {
+        5 => {
+            let a: Nlm4TestArgs = xdr::from_slice(args)?;
+            let cookie = a.cookie.clone();
+            let _ = tx.send(a);
+            let stat = Nlm4Stats(stat.load(std::sync::atomic::Ordering::SeqCst));
+            Ok(xdr::to_xdr_buf(&Nlm4Res { cookie, stat }))
+        }
+        _ => Err(oncrpc::ServiceError::ProcUnavail),
+    })
+    .await;
     let dir = TempDir::new(tag);
     let mut cfg = nfs_server::ServerConfig::new(dir.path());
     cfg.set_squash(nfs_server::exports::Squash::None);
