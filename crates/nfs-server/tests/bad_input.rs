@@ -4,7 +4,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{snapshot, start, Client, TempDir};
+use common::{snapshot, start, Client, Snapshot, TempDir};
 use nfs::v3::*;
 use oncrpc::client::RpcError;
 use xdr::{Encoder, XdrBuf};
@@ -13,6 +13,39 @@ fn seed(t: &TempDir) {
     std::fs::create_dir(t.path().join("sub")).unwrap();
     std::fs::write(t.path().join("file"), b"contents").unwrap();
     std::fs::write(t.path().join("sub/inner"), b"inner").unwrap();
+}
+
+/// A server over a freshly seeded export, a client of it, and what the
+/// export held on disk before the test.
+struct Seeded {
+    t: TempDir,
+    srv: nfs_server::RunningServer,
+    before: Snapshot,
+    c: Client,
+}
+
+async fn seeded(tag: &str, read_only: bool) -> Seeded {
+    let t = TempDir::new(tag);
+    seed(&t);
+    let srv = start(t.path(), read_only).await;
+    let before = snapshot(t.path());
+    let c = Client::connect(srv.nfs_addr()).await;
+    Seeded { t, srv, before, c }
+}
+
+/// Ends a test: the export on disk is as it was, and the server stops.
+fn unchanged(t: &TempDir, before: Snapshot, srv: nfs_server::RunningServer) {
+    assert_eq!(snapshot(t.path()), before);
+    srv.stop();
+}
+
+/// The handle of the seeded "file".
+async fn file_of(c: &Client, srv: &nfs_server::RunningServer) -> NfsFh3 {
+    c.lookup(&srv.root_handle(), "file")
+        .await
+        .ok()
+        .unwrap()
+        .object
 }
 
 /// Two exports of servers sharing a state directory (so a handle key):
@@ -48,11 +81,7 @@ async fn handle_from_another_export_is_stale() {
 
 #[tokio::test]
 async fn malformed_handle_is_badhandle() {
-    let t = TempDir::new("badfh");
-    seed(&t);
-    let srv = start(t.path(), false).await;
-    let before = snapshot(t.path());
-    let c = Client::connect(srv.nfs_addr()).await;
+    let Seeded { t, srv, before, c } = seeded("badfh", false).await;
     let short = NfsFh3::new(&[1, 2, 3]).unwrap();
     assert_eq!(
         c.getattr(&short).await.status(),
@@ -62,8 +91,7 @@ async fn malformed_handle_is_badhandle() {
         c.create(&short, "x").await.status(),
         Nfsstat3::NFS3ERR_BADHANDLE
     );
-    assert_eq!(snapshot(t.path()), before);
-    srv.stop();
+    unchanged(&t, before, srv);
 }
 
 /// LOOKUP/CREATE arguments with a raw name, bypassing the typed encoder.
@@ -76,11 +104,7 @@ fn raw_dirop(dir: &NfsFh3, name: &[u8]) -> XdrBuf {
 
 #[tokio::test]
 async fn name_with_slash_is_garbage_args() {
-    let t = TempDir::new("slash");
-    seed(&t);
-    let srv = start(t.path(), false).await;
-    let before = snapshot(t.path());
-    let c = Client::connect(srv.nfs_addr()).await;
+    let Seeded { t, srv, before, c } = seeded("slash", false).await;
     let root = srv.root_handle();
     let r = c
         .raw(
@@ -99,17 +123,12 @@ async fn name_with_slash_is_garbage_args() {
     let r = c.raw(NFS_PROGRAM, 3, Nfsproc3::CREATE.0, args).await;
     assert_eq!(r.err(), Some(RpcError::GarbageArgs));
     assert!(!t.path().parent().unwrap().join("escape").exists());
-    assert_eq!(snapshot(t.path()), before);
-    srv.stop();
+    unchanged(&t, before, srv);
 }
 
 #[tokio::test]
 async fn dotdot_at_the_root_stays_inside_the_export() {
-    let t = TempDir::new("dotdot");
-    seed(&t);
-    let srv = start(t.path(), false).await;
-    let before = snapshot(t.path());
-    let c = Client::connect(srv.nfs_addr()).await;
+    let Seeded { t, srv, before, c } = seeded("dotdot", false).await;
     let root = srv.root_handle();
     let up = c.lookup(&root, "..").await.ok().unwrap().object;
     assert_eq!(up, root, "'..' of the export root is the root");
@@ -177,38 +196,23 @@ async fn dotdot_at_the_root_stays_inside_the_export() {
         .join(format!("outside-{}", std::process::id()));
     assert_eq!(std::fs::read(&outside).unwrap(), b"secret");
     std::fs::remove_file(outside).unwrap();
-    assert_eq!(snapshot(t.path()), before);
-    srv.stop();
+    unchanged(&t, before, srv);
 }
 
 #[tokio::test]
 async fn read_past_eof_returns_no_data_and_eof() {
-    let t = TempDir::new("eof");
-    seed(&t);
-    let srv = start(t.path(), false).await;
-    let before = snapshot(t.path());
-    let c = Client::connect(srv.nfs_addr()).await;
-    let f = c
-        .lookup(&srv.root_handle(), "file")
-        .await
-        .ok()
-        .unwrap()
-        .object;
+    let Seeded { t, srv, before, c } = seeded("eof", false).await;
+    let f = file_of(&c, &srv).await;
     let r = c.read(&f, 1000, 4096).await.ok().unwrap();
     assert_eq!((r.count, r.eof, r.data.0.len()), (0, true, 0));
     let r = c.read(&f, 4, 4096).await.ok().unwrap();
     assert_eq!((&r.data.0[..], r.eof), (&b"ents"[..], true));
-    assert_eq!(snapshot(t.path()), before);
-    srv.stop();
+    unchanged(&t, before, srv);
 }
 
 #[tokio::test]
 async fn changes_to_a_read_only_export_are_rofs() {
-    let t = TempDir::new("ro");
-    seed(&t);
-    let srv = start(t.path(), true).await;
-    let before = snapshot(t.path());
-    let c = Client::connect(srv.nfs_addr()).await;
+    let Seeded { t, srv, before, c } = seeded("ro", true).await;
     let root = srv.root_handle();
     let f = c.lookup(&root, "file").await.ok().unwrap().object;
     assert_eq!(
@@ -263,23 +267,13 @@ async fn changes_to_a_read_only_export_are_rofs() {
         acc.ok().unwrap().access & (ACCESS3_MODIFY | ACCESS3_EXTEND),
         0
     );
-    assert_eq!(snapshot(t.path()), before);
-    srv.stop();
+    unchanged(&t, before, srv);
 }
 
 #[tokio::test]
 async fn truncated_arguments_are_garbage_args() {
-    let t = TempDir::new("trunc");
-    seed(&t);
-    let srv = start(t.path(), false).await;
-    let before = snapshot(t.path());
-    let c = Client::connect(srv.nfs_addr()).await;
-    let f = c
-        .lookup(&srv.root_handle(), "file")
-        .await
-        .ok()
-        .unwrap()
-        .object;
+    let Seeded { t, srv, before, c } = seeded("trunc", false).await;
+    let f = file_of(&c, &srv).await;
     let full = xdr::to_bytes(&Write3Args {
         file: f,
         offset: 0,
@@ -302,8 +296,7 @@ async fn truncated_arguments_are_garbage_args() {
     assert_eq!(r.err(), Some(RpcError::GarbageArgs));
     let r = c.raw(NFS_PROGRAM, 3, 22, XdrBuf::new()).await;
     assert_eq!(r.err(), Some(RpcError::ProcUnavail));
-    assert_eq!(snapshot(t.path()), before);
-    srv.stop();
+    unchanged(&t, before, srv);
 }
 
 #[tokio::test]
@@ -373,17 +366,8 @@ async fn random_arguments_get_replies_and_never_break_the_server() {
 /// given; the server still serves the real handle afterwards.
 #[tokio::test]
 async fn altered_handles_are_badhandle_and_reach_nothing() {
-    let t = TempDir::new("alter");
-    seed(&t);
-    let srv = start(t.path(), false).await;
-    let before = snapshot(t.path());
-    let c = Client::connect(srv.nfs_addr()).await;
-    let file = c
-        .lookup(&srv.root_handle(), "file")
-        .await
-        .ok()
-        .unwrap()
-        .object;
+    let Seeded { t, srv, before, c } = seeded("alter", false).await;
+    let file = file_of(&c, &srv).await;
     for byte in 0..file.as_bytes().len() {
         let mut b = file.as_bytes().to_vec();
         b[byte] ^= 0x01;
@@ -396,6 +380,5 @@ async fn altered_handles_are_badhandle_and_reach_nothing() {
     }
     let r = c.read(&file, 0, 100).await.ok().unwrap();
     assert_eq!(&r.data.0[..], b"contents");
-    assert_eq!(snapshot(t.path()), before);
-    srv.stop();
+    unchanged(&t, before, srv);
 }

@@ -43,9 +43,11 @@ impl Drop for TempDir {
     }
 }
 
-/// Everything under `root`: relative path to (kind, size, mode, content
-/// hash for files), to show that nothing changed.
-pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, (u32, u64, u32, u64)> {
+/// Relative path to (kind, size, mode, content hash for files).
+pub type Snapshot = BTreeMap<PathBuf, (u32, u64, u32, u64)>;
+
+/// Everything under `root`, to show that nothing changed.
+pub fn snapshot(root: &Path) -> Snapshot {
     let mut out = BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
