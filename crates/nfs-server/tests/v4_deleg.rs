@@ -382,6 +382,29 @@ fn opened(r: &Compound4Res) -> (Stateid4, OpenDelegation4, NfsFh4) {
     (o.stateid, o.delegation, fh)
 }
 
+/// Opens `file` for reading and writing, which must bring a write
+/// delegation: its stateid and the file's handle.
+async fn write_deleg(a: &Client, file: &'static str) -> (Stateid4, NfsFh4) {
+    let (_, deleg, fh) = opened(&a.open(file, OPEN4_SHARE_ACCESS_BOTH).await);
+    let OpenDelegation4::Write(dsid, ..) = deleg else {
+        panic!("write delegation expected: {deleg:?}")
+    };
+    (dsid, fh)
+}
+
+/// PUTFH and a FILE_SYNC WRITE of `data` at offset 0 under `sid`.
+fn write_ops(fh: &NfsFh4, sid: Stateid4, data: &'static [u8]) -> Vec<NfsArgop4> {
+    vec![
+        NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+        NfsArgop4::Write(Write4Args {
+            stateid: sid,
+            offset: 0,
+            stable: StableHow4::FILE_SYNC4,
+            data: xdr::DdpOpaque(Bytes::from_static(data)),
+        }),
+    ]
+}
+
 fn open_status(r: &Compound4Res) -> Nfsstat4 {
     r.resarray.last().map(NfsResop4::status).unwrap()
 }
@@ -461,17 +484,7 @@ async fn write_delegation_is_recalled_when_another_client_reads() {
         panic!("write delegation expected: {deleg:?}")
     };
     // A writes under its delegation stateid.
-    let r = a
-        .seq(vec![
-            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
-            NfsArgop4::Write(Write4Args {
-                stateid: dsid,
-                offset: 0,
-                stable: StableHow4(2),
-                data: xdr::DdpOpaque(Bytes::from_static(b"hello")),
-            }),
-        ])
-        .await;
+    let r = a.seq(write_ops(&fh, dsid, b"hello")).await;
     assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
     let r = b.open("w", OPEN4_SHARE_ACCESS_READ).await;
     assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
@@ -618,15 +631,7 @@ async fn write_and_setattr_from_another_client_recall_a_read_delegation() {
         .await;
     assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
     assert!(a.recalls.try_recv().is_err());
-    let write = vec![
-        NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
-        NfsArgop4::Write(Write4Args {
-            stateid: Stateid4::ANONYMOUS,
-            offset: 0,
-            stable: StableHow4(2),
-            data: xdr::DdpOpaque(Bytes::from_static(b"B")),
-        }),
-    ];
+    let write = write_ops(&fh, Stateid4::ANONYMOUS, b"B");
     assert_eq!(b.seq(write.clone()).await.status, Nfsstat4::NFS4ERR_DELAY);
     let (_, recall) = a.recall().await;
     assert_eq!(recall.stateid, dsid);
@@ -705,10 +710,7 @@ async fn nfsv3_write_recalls_a_write_delegation_and_the_holder_sees_the_data() {
     let srv = serve("v3write", 4).await;
     let mut a = Client::connect(&srv, "client-a").await;
     let b = Client::connect(&srv, "client-b").await;
-    let (_, deleg, fh) = opened(&a.open("w", OPEN4_SHARE_ACCESS_BOTH).await);
-    let OpenDelegation4::Write(dsid, ..) = deleg else {
-        panic!("write delegation expected: {deleg:?}")
-    };
+    let (dsid, fh) = write_deleg(&a, "w").await;
     // The NFSv3 WRITE waits for the recall; A returns the delegation.
     let write = v3_call(&b.rpc, &b.cred, 7, v3_write(&fh, b"from v3"));
     let holder = async {
@@ -729,10 +731,7 @@ async fn nfsv3_access_gets_jukebox_while_the_holder_keeps_the_delegation() {
     let srv = serve("v3jukebox", 4).await;
     let mut a = Client::connect(&srv, "client-a").await;
     let b = Client::connect(&srv, "client-b").await;
-    let (_, deleg, fh) = opened(&a.open("r", OPEN4_SHARE_ACCESS_BOTH).await);
-    let OpenDelegation4::Write(dsid, ..) = deleg else {
-        panic!("write delegation expected: {deleg:?}")
-    };
+    let (dsid, fh) = write_deleg(&a, "r").await;
     // A READ conflicts with a write delegation too.
     let read = xdr::to_xdr_buf(&nfs::v3::Read3Args {
         file: nfs::v3::NfsFh3::new(&fh.0).unwrap(),
@@ -814,22 +813,9 @@ fn local_writer(
 async fn the_holders_own_writes_do_not_recall_but_a_local_rename_does() {
     let srv = serve("ownwrite", 4).await;
     let mut a = Client::connect(&srv, "client-a").await;
-    let (_, deleg, fh) = opened(&a.open("o", OPEN4_SHARE_ACCESS_BOTH).await);
-    let OpenDelegation4::Write(dsid, ..) = deleg else {
-        panic!("write delegation expected: {deleg:?}")
-    };
+    let (dsid, fh) = write_deleg(&a, "o").await;
     for _ in 0..3 {
-        let r = a
-            .seq(vec![
-                NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
-                NfsArgop4::Write(Write4Args {
-                    stateid: dsid,
-                    offset: 0,
-                    stable: StableHow4(2),
-                    data: xdr::DdpOpaque(Bytes::from_static(b"mine")),
-                }),
-            ])
-            .await;
+        let r = a.seq(write_ops(&fh, dsid, b"mine")).await;
         assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
     }
     // Past the server's quiet time after its own writes (500 ms).
@@ -1329,10 +1315,7 @@ async fn attribute_reads_by_others_recall_a_write_delegation() {
     .await;
     assert_eq!(v3_status(&r), nfs::v3::Nfsstat3::NFS3_OK);
     // Another v4.1 client's GETATTR of size: NFS4ERR_DELAY until returned.
-    let (_, deleg, fh) = opened(&a.open("g5", OPEN4_SHARE_ACCESS_BOTH).await);
-    let OpenDelegation4::Write(dsid, ..) = deleg else {
-        panic!("write delegation expected: {deleg:?}")
-    };
+    let (dsid, fh) = write_deleg(&a, "g5").await;
     let getattr = vec![
         NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
         NfsArgop4::Getattr(Getattr4Args {
@@ -1356,21 +1339,8 @@ async fn attribute_reads_by_others_recall_a_write_delegation() {
 async fn a_local_write_right_after_the_holders_write_still_recalls() {
     let srv = serve("ownthenlocal", 4).await;
     let mut a = Client::connect(&srv, "client-a").await;
-    let (_, deleg, fh) = opened(&a.open("q", OPEN4_SHARE_ACCESS_BOTH).await);
-    let OpenDelegation4::Write(dsid, ..) = deleg else {
-        panic!("write delegation expected: {deleg:?}")
-    };
-    let r = a
-        .seq(vec![
-            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
-            NfsArgop4::Write(Write4Args {
-                stateid: dsid,
-                offset: 0,
-                stable: StableHow4(2),
-                data: xdr::DdpOpaque(Bytes::from_static(b"from the holder")),
-            }),
-        ])
-        .await;
+    let (dsid, fh) = write_deleg(&a, "q").await;
+    let r = a.seq(write_ops(&fh, dsid, b"from the holder")).await;
     assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
     let writer = local_writer(srv._dir.0.join("q"), b"local");
     let (_, recall) = a.recall().await;
@@ -1660,10 +1630,7 @@ async fn delegreturn_waits_for_the_holders_writes_in_progress() {
     let (srv, fs) = serve_gated("inflight").await;
     let mut a = Client::connect(&srv, "client-a").await;
     let b = Client::connect(&srv, "client-b").await;
-    let (_, deleg, fh) = opened(&a.open("g", OPEN4_SHARE_ACCESS_BOTH).await);
-    let OpenDelegation4::Write(dsid, ..) = deleg else {
-        panic!("write delegation expected: {deleg:?}")
-    };
+    let (dsid, fh) = write_deleg(&a, "g").await;
     assert_eq!(
         b.open("g", OPEN4_SHARE_ACCESS_READ).await.status,
         Nfsstat4::NFS4ERR_DELAY
@@ -1711,10 +1678,7 @@ async fn a_write_that_never_finishes_holds_delegreturn_only_for_the_bound() {
     let (srv, fs) = serve_gated_with("stuck", limits).await;
     let mut a = Client::connect(&srv, "client-a").await;
     let b = Client::connect(&srv, "client-b").await;
-    let (_, deleg, fh) = opened(&a.open("s", OPEN4_SHARE_ACCESS_BOTH).await);
-    let OpenDelegation4::Write(dsid, ..) = deleg else {
-        panic!("write delegation expected: {deleg:?}")
-    };
+    let (dsid, fh) = write_deleg(&a, "s").await;
     assert_eq!(
         b.open("s", OPEN4_SHARE_ACCESS_READ).await.status,
         Nfsstat4::NFS4ERR_DELAY
@@ -1775,10 +1739,7 @@ async fn nfsv3_readdirplus_withholds_attributes_of_write_delegated_entries() {
     let srv = serve("rdplus", 4).await;
     let mut a = Client::connect(&srv, "client-a").await;
     let b = Client::connect(&srv, "client-b").await;
-    let (_, deleg, fh) = opened(&a.open("wd", OPEN4_SHARE_ACCESS_BOTH).await);
-    let OpenDelegation4::Write(dsid, ..) = deleg else {
-        panic!("write delegation expected: {deleg:?}")
-    };
+    let (dsid, fh) = write_deleg(&a, "wd").await;
     let (rsid, _) = read_deleg(&a, "rd").await;
     assert!(rsid.is_some());
     let root = root_fh(&a).await;
