@@ -484,6 +484,31 @@ impl oncrpc::RpcService for Cb40 {
     }
 }
 
+/// A client's callback service ([`Cb40`] for `program`, failing every
+/// call if `fail`) on a loopback port: the port and what it sees.
+async fn cb40_listener(
+    program: u32,
+    fail: bool,
+) -> (u16, tokio::sync::mpsc::UnboundedReceiver<CbSeen>) {
+    let (seen, rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut cbs = oncrpc::Server::new();
+    cbs.register(Cb40 {
+        program,
+        seen,
+        fail,
+    });
+    let listener = oncrpc::tcp::TcpServer::bind(
+        "127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap(),
+        std::sync::Arc::new(cbs),
+        oncrpc::tcp::TcpConfig::default(),
+    )
+    .await
+    .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.spawn();
+    (port, rx)
+}
+
 /// RFC 7530 §10.2.1, §16.33, §16.2 (callback program): after
 /// SETCLIENTID_CONFIRM the server probes the client's callback address
 /// (r_netid "tcp", r_addr, cb_program) with CB_NULL on a connection of its
@@ -496,22 +521,7 @@ impl oncrpc::RpcService for Cb40 {
 async fn callbacks_go_to_the_setclientid_address() {
     const PROG: u32 = 0x4000_0123;
     let srv = serve("v40-cb", SessionLimits::default()).await;
-    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
-    let mut cbs = oncrpc::Server::new();
-    cbs.register(Cb40 {
-        program: PROG,
-        seen: tx,
-        fail: false,
-    });
-    let listener = oncrpc::tcp::TcpServer::bind(
-        "127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap(),
-        std::sync::Arc::new(cbs),
-        oncrpc::tcp::TcpConfig::default(),
-    )
-    .await
-    .unwrap();
-    let port = listener.local_addr().unwrap().port();
-    listener.spawn();
+    let (port, mut seen) = cb40_listener(PROG, false).await;
     async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<CbSeen>) -> CbSeen {
         tokio::time::timeout(Duration::from_secs(10), rx.recv())
             .await
@@ -613,22 +623,7 @@ async fn callbacks_go_to_the_setclientid_address() {
 async fn renew_reports_a_failed_callback_path_of_a_delegation_holder() {
     const PROG: u32 = 0x4000_0124;
     let srv = serve("v40-cbdown", SessionLimits::default()).await;
-    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
-    let mut cbs = oncrpc::Server::new();
-    cbs.register(Cb40 {
-        program: PROG,
-        seen: tx,
-        fail: true,
-    });
-    let listener = oncrpc::tcp::TcpServer::bind(
-        "127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap(),
-        std::sync::Arc::new(cbs),
-        oncrpc::tcp::TcpConfig::default(),
-    )
-    .await
-    .unwrap();
-    let port = listener.local_addr().unwrap().port();
-    listener.spawn();
+    let (port, mut seen) = cb40_listener(PROG, true).await;
     let c = C4::connect(&srv).await;
     let mut sc = setclientid("host-cbdown", 1);
     if let NfsArgop4::Setclientid(a) = &mut sc {
