@@ -71,6 +71,8 @@ macro_rules! xdr_struct {
 pub mod mount;
 pub mod nlm;
 pub mod nsm;
+#[cfg(test)]
+mod roundtrip;
 pub mod ulb;
 pub mod v3;
 pub mod v4;

@@ -4,45 +4,13 @@
 //! the frame number is given.
 
 use bytes::Bytes;
-use xdr::{Bounded, Decode, Encode, FixedOpaque};
+use xdr::{Bounded, FixedOpaque};
 
 use super::attr::*;
 use super::session::*;
 use super::*;
 
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-/// Parses `wire`, emits into a buffer pre-filled with 0xa5, checks the
-/// bytes come back and every strict prefix is rejected.
-fn wire_roundtrip<T>(wire: &[u8]) -> T
-where
-    T: Encode + for<'a> Decode<'a> + PartialEq + core::fmt::Debug,
-{
-    let v: T = xdr::from_slice(wire).unwrap();
-    let mut out = vec![0xa5u8; 4];
-    v.encode(&mut out);
-    assert_eq!(&out[..4], &[0xa5; 4]);
-    assert_eq!(&out[4..], wire);
-    assert_eq!(v.encoded_len(), wire.len());
-    for cut in 0..wire.len() {
-        assert!(xdr::from_slice::<T>(&wire[..cut]).is_err(), "prefix {cut}");
-    }
-    v
-}
-
-fn value_roundtrip<T>(v: &T)
-where
-    T: Encode + for<'a> Decode<'a> + PartialEq + core::fmt::Debug,
-{
-    let wire = xdr::to_bytes(v);
-    let back: T = xdr::from_slice(&wire).unwrap();
-    assert_eq!(&back, v);
-}
+use crate::roundtrip::{unhex, value_roundtrip, wire_roundtrip};
 
 /// kpeer frame 10: the kernel's EXCHANGE_ID.
 const EXCHANGE_ID_CALL: &str = "0000000000000001000000010000002a18e9f762fb7887ca000000134c696e7578204e465376342e31206b70656572000000010100000000000000010000000a6b65726e656c2e6f72670000000000504c696e757820362e312e302d35362d616d64363420233120534d5020505245454d50545f44594e414d49432044656269616e20362e312e3139322d322028323032362d31312d313629207838365f3634000000000000000000000000";
