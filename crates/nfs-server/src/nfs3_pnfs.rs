@@ -3,7 +3,7 @@
 //! servers ([`Mds::read`], [`Mds::write`], [`Mds::commit`]), a SETATTR of
 //! the size truncates the data file too (and, like one of the mode,
 //! owner or group, recalls the file's layouts), and REMOVE of a file's
-//! last link removes it; so an NFSv3 client sees the bytes pNFS clients wrote
+//! last link, or a RENAME over it, removes it; so an NFSv3 client sees the bytes pNFS clients wrote
 //! through their layouts, and the reverse. Without the role each call is
 //! the storage's own.
 
@@ -116,6 +116,39 @@ impl<S: Storage> Nfs3Fs<S> {
         self.fs.remove(dir, name).await?;
         if let Some((fh, a)) = gone {
             m.removed(&fh, &a).await;
+        }
+        Ok(())
+    }
+
+    /// RENAME of `from/fname` to `to/tname`, and on a metadata server the
+    /// removal of the data file of a file it replaced, when that was its
+    /// last link (as REMOVE does).
+    pub(crate) async fn rename_file(
+        &self,
+        from: &NfsFh3,
+        fname: &Filename3,
+        to: &NfsFh3,
+        tname: &Filename3,
+    ) -> StorageResult<()> {
+        let Some(m) = self.mds() else {
+            return self.fs.rename(from, fname, to, tname).await;
+        };
+        let replaced = match self.fs.lookup(to, tname).await {
+            Ok(fh) => self.fs.getattr(&fh).await.ok().map(|a| (fh, a)),
+            Err(_) => None,
+        };
+        self.fs.rename(from, fname, to, tname).await?;
+        if let Some((fh, a)) = replaced {
+            // Renaming a link over another link of the same file changes
+            // nothing: only a lost link counts.
+            if self
+                .fs
+                .getattr(&fh)
+                .await
+                .map_or(true, |now| now.nlink < a.nlink)
+            {
+                m.removed(&fh, &a).await;
+            }
         }
         Ok(())
     }

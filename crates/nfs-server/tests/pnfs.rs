@@ -711,3 +711,75 @@ async fn a_file_written_only_through_the_mds_gets_its_data_file_there() {
         (DEFAULT_SYNTHETIC_ID, DEFAULT_SYNTHETIC_ID, 70_000)
     );
 }
+
+/// The data files on every data server of `cl`.
+fn data_files(cl: &Cluster) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = cl
+        .ds
+        .iter()
+        .flat_map(|(_, d)| std::fs::read_dir(d.path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Creates `name` at the metadata server's root over NFSv3 and writes
+/// `data` through the metadata server (so it gets a data file).
+async fn v3_file(v3: &Nfs3Client<TcpClient>, cl: &Cluster, name: &str, data: &[u8]) -> NfsFh3 {
+    let how = nfs::v3::Createhow3::Unchecked(nfs::v3::Sattr3::default());
+    let fh = v3.create(&cl.root3, name, how).await.unwrap().obj.unwrap();
+    v3.write(&fh, 0, Bytes::copy_from_slice(data), StableHow::FILE_SYNC)
+        .await
+        .unwrap();
+    fh
+}
+
+#[tokio::test]
+async fn renaming_over_a_file_removes_its_data_file() {
+    let cl = cluster("rename", 2, 64).await;
+    let v3 = nfs3(cl.srv.addr, cl.srv.uid).await;
+    let root = cl.root3.clone();
+    v3_file(&v3, &cl, "old", b"replaced by NFSv3").await;
+    v3_file(&v3, &cl, "new", b"the survivor").await;
+    assert_eq!(data_files(&cl).len(), 2);
+
+    // NFSv3 RENAME over "old": its data file goes, "new"'s stays.
+    v3.rename(&root, "new", &root, "old").await.unwrap();
+    let left = data_files(&cl);
+    let [kept] = &left[..] else {
+        panic!("{left:?}")
+    };
+    assert_eq!(std::fs::read(kept).unwrap(), b"the survivor");
+
+    // NFSv4 RENAME over a file likewise.
+    v3_file(&v3, &cl, "v4old", b"replaced by NFSv4").await;
+    assert_eq!(data_files(&cl).len(), 2);
+    let mut c = C4::connect(&cl.srv).await;
+    c.establish("rename").await;
+    c.ok(vec![
+        NfsArgop4::Putrootfh(()),
+        NfsArgop4::Savefh(()),
+        NfsArgop4::Putrootfh(()),
+        NfsArgop4::Rename(Rename4Args {
+            oldname: name("old"),
+            newname: name("v4old"),
+        }),
+    ])
+    .await;
+    assert_eq!(data_files(&cl), left);
+
+    // A file with another link keeps its data file when one name is
+    // renamed over.
+    let shared = v3_file(&v3, &cl, "shared", b"two links").await;
+    v3.link(&shared, &root, "alias").await.unwrap();
+    v3_file(&v3, &cl, "third", b"x").await;
+    assert_eq!(data_files(&cl).len(), 3);
+    v3.rename(&root, "third", &root, "alias").await.unwrap();
+    assert_eq!(data_files(&cl).len(), 3);
+    // (The storage's handle index recorded the newest name, "alias": the
+    // file is looked up again by its remaining one.)
+    let shared = v3_lookup(&v3, &cl, "shared").await;
+    let r = v3.read(&shared, 0, 100).await.unwrap();
+    assert_eq!(&r.data.0[..], b"two links");
+}

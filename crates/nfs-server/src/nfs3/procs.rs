@@ -238,8 +238,7 @@ impl<S: Storage> Nfs3Fs<S> {
         };
         let r = match may {
             Ok(()) => {
-                self.fs
-                    .rename(&a.from.dir, &a.from.name, &a.to.dir, &a.to.name)
+                self.rename_file(&a.from.dir, &a.from.name, &a.to.dir, &a.to.name)
                     .await
             }
             Err(e) => Err(e),

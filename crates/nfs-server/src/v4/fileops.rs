@@ -480,12 +480,21 @@ impl<S: Storage> Nfs4Service<S> {
         if let Ok(f) = self.fs.lookup(&from, &old).await {
             self.deleg_conflict(&f, cx, true)?;
         }
+        let mut replaced = None;
         if let Ok(f) = self.fs.lookup(&to, &new).await {
             self.deleg_conflict(&f, cx, true)?;
             // §18.26.4: a client may still use the file it has open.
             self.keep_if_open(&f);
+            replaced = self.attr(&f).await.ok().map(|a| (f, a));
         }
         self.fs.rename(&from, &old, &to, &new).await.map_err(st4)?;
+        // A file replaced by the rename lost a link, as by REMOVE: on a
+        // metadata server its last link takes its data files with it.
+        if let Some((f, fa)) = replaced {
+            if self.attr(&f).await.map_or(true, |now| now.nlink < fa.nlink) {
+                self.pnfs_removed(&f, &fa).await;
+            }
+        }
         let (sa, ta) = (self.attr(&from).await?, self.attr(&to).await?);
         Ok(Rename4ResOk {
             source_cinfo: cinfo(&sb, &sa),
