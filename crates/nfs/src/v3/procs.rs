@@ -443,22 +443,24 @@ fn decode_list<'a, T: Decode<'a>>(dec: &mut Decoder<'a>) -> Result<Vec<T>, Error
     Ok(out)
 }
 
-/// READDIR3resok (RFC 1813 §3.3.16) with `dirlist3` inlined.
+/// READDIR3resok (RFC 1813 §3.3.16) and READDIRPLUS3resok (§3.3.17),
+/// with `dirlist3` / `dirlistplus3` inlined: the two differ only in the
+/// entry type.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Readdir3ResOk {
+pub struct DirPage3<E> {
     /// The directory's attributes.
     pub dir_attributes: PostOpAttr,
     /// The verifier for the returned cookies.
     pub cookieverf: Cookieverf3,
     /// The entries.
-    pub entries: Vec<Entry3>,
+    pub entries: Vec<E>,
     /// True when the last entry is the directory's last.
     pub eof: bool,
 }
 
-/// RFC 1813 §3.3.16 READDIR3resok.
-impl Encode for Readdir3ResOk {
-    fn encode<E: Encoder + ?Sized>(&self, enc: &mut E) {
+/// RFC 1813 §3.3.16 READDIR3resok and §3.3.17 READDIRPLUS3resok.
+impl<E: Encode> Encode for DirPage3<E> {
+    fn encode<En: Encoder + ?Sized>(&self, enc: &mut En) {
         self.dir_attributes.encode(enc);
         self.cookieverf.encode(enc);
         encode_list(&self.entries, enc);
@@ -466,7 +468,7 @@ impl Encode for Readdir3ResOk {
     }
 }
 
-impl<'a> Decode<'a> for Readdir3ResOk {
+impl<'a, E: Decode<'a>> Decode<'a> for DirPage3<E> {
     fn decode(dec: &mut Decoder<'a>) -> Result<Self, Error> {
         Ok(Self {
             dir_attributes: dec.decode()?,
@@ -476,6 +478,9 @@ impl<'a> Decode<'a> for Readdir3ResOk {
         })
     }
 }
+
+/// READDIR3resok (RFC 1813 §3.3.16).
+pub type Readdir3ResOk = DirPage3<Entry3>;
 /// READDIR3res (RFC 1813 §3.3.16).
 pub type Readdir3Res = Res3<Readdir3ResOk, PostOpAttr>;
 
@@ -495,39 +500,9 @@ xdr_struct! {
     }
 }
 
-/// READDIRPLUS3resok (RFC 1813 §3.3.17) with `dirlistplus3` inlined.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Readdirplus3ResOk {
-    /// The directory's attributes.
-    pub dir_attributes: PostOpAttr,
-    /// The verifier for the returned cookies.
-    pub cookieverf: Cookieverf3,
-    /// The entries.
-    pub entries: Vec<Entryplus3>,
-    /// True when the last entry is the directory's last.
-    pub eof: bool,
-}
+/// READDIRPLUS3resok (RFC 1813 §3.3.17).
+pub type Readdirplus3ResOk = DirPage3<Entryplus3>;
 
-/// RFC 1813 §3.3.17 READDIRPLUS3resok.
-impl Encode for Readdirplus3ResOk {
-    fn encode<E: Encoder + ?Sized>(&self, enc: &mut E) {
-        self.dir_attributes.encode(enc);
-        self.cookieverf.encode(enc);
-        encode_list(&self.entries, enc);
-        enc.put_bool(self.eof);
-    }
-}
-
-impl<'a> Decode<'a> for Readdirplus3ResOk {
-    fn decode(dec: &mut Decoder<'a>) -> Result<Self, Error> {
-        Ok(Self {
-            dir_attributes: dec.decode()?,
-            cookieverf: dec.decode()?,
-            entries: decode_list(dec)?,
-            eof: dec.bool()?,
-        })
-    }
-}
 /// READDIRPLUS3res (RFC 1813 §3.3.17).
 pub type Readdirplus3Res = Res3<Readdirplus3ResOk, PostOpAttr>;
 
