@@ -394,8 +394,11 @@ impl<T: ClientTransport> V4<T> {
         callbacks: Option<&Delegations>,
     ) -> anyhow::Result<Self> {
         let cred = nfs_client::process_auth_sys().to_opaque_auth();
+        // A slot per call in flight (RFC 8881 §2.10.6.1), at most 64.
+        let want = u32::try_from(io.in_flight).unwrap_or(u32::MAX).min(64);
         let opts = SessionOptions {
             minor_version: minor,
+            slots: opts.slots.max(want),
             ..opts
         };
         let session = match callbacks {

@@ -343,3 +343,189 @@ fn bench_against_an_external_server_leaves_its_cpu_unknown_and_reuses_the_file()
         written
     );
 }
+
+/// The rows of a bench CSV, each as (column name → field).
+fn csv_rows(path: &std::path::Path) -> Vec<std::collections::HashMap<String, String>> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<String> = lines
+        .next()
+        .unwrap()
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            assert_eq!(f.len(), header.len(), "{l}");
+            header
+                .iter()
+                .cloned()
+                .zip(f.into_iter().map(str::to_owned))
+                .collect()
+        })
+        .collect()
+}
+
+fn bench(args: &[&str], csv: &std::path::Path) -> String {
+    let out = Command::new(BIN)
+        .arg("bench")
+        .args(args)
+        .arg("--csv")
+        .arg(csv)
+        .output()
+        .expect("run nfsrdma bench");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn bench_interleaves_nfsv3_and_nfsv4_sessions_over_both_transports() {
+    let dir = TempDir::new("v4");
+    let csv = dir.0.join("points.csv");
+    let stdout = bench(
+        &[
+            "--versions",
+            "3,4.1",
+            "--size",
+            "4M",
+            "--read-sizes",
+            "64k",
+            "--in-flight",
+            "1,4",
+            "--repeat",
+            "1",
+        ],
+        &csv,
+    );
+    // v4 rows carry the v4/v3 ratio beside the RDMA/TCP one.
+    assert!(stdout.contains("rdma-v4.1"), "{stdout}");
+    assert!(stdout.contains("tcp-v4.1"), "{stdout}");
+    assert!(stdout.contains("v4.1/v3 "), "{stdout}");
+    assert!(stdout.contains("best read: rdma "), "{stdout}");
+    assert!(stdout.contains("best read (v4.1): rdma "), "{stdout}");
+    assert!(stdout.contains("best write over tcp: v4.1 "), "{stdout}");
+    assert!(stdout.contains("best read over rdma: v4.1 "), "{stdout}");
+    let rows = csv_rows(&csv);
+    let mut seen: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            assert_eq!(r["bytes"], "4194304", "{r:?}");
+            for name in ["mib_s", "client_cpu_s", "server_cpu_s"] {
+                let v: f64 = r[name].parse().unwrap();
+                assert!(v > 0.0 && v.is_finite(), "{name}: {r:?}");
+            }
+            format!(
+                "{} {} {} {}",
+                r["op"], r["transport"], r["nfs_version"], r["in_flight"]
+            )
+        })
+        .collect();
+    seen.sort();
+    let mut want = Vec::new();
+    for op in ["read", "write"] {
+        for t in ["rdma", "tcp"] {
+            for v in ["3", "4.1"] {
+                for n in ["1", "4"] {
+                    want.push(format!("{op} {t} {v} {n}"));
+                }
+            }
+        }
+    }
+    want.sort();
+    assert_eq!(seen, want);
+    // Sides alternate run by run: v3 rdma, v3 tcp, v4.1 rdma, v4.1 tcp.
+    let first: Vec<String> = rows
+        .iter()
+        .take(4)
+        .map(|r| format!("{} {}", r["transport"], r["nfs_version"]))
+        .collect();
+    assert_eq!(first, ["rdma 3", "tcp 3", "rdma 4.1", "tcp 4.1"]);
+}
+
+#[test]
+fn bench_random_and_metadata_modes_over_nfsv4_2() {
+    let dir = TempDir::new("v4timed");
+    let csv = dir.0.join("points.csv");
+    let timed = ["--seconds", "0.3", "--repeat", "1", "--versions", "4.2"];
+    let stdout = bench(
+        &[
+            &["--pattern", "random", "--size", "2M", "--read-sizes", "4k"][..],
+            &["--in-flight", "8"],
+            &timed,
+        ]
+        .concat(),
+        &csv,
+    );
+    assert!(stdout.contains("rdma-v4.2"), "{stdout}");
+    let rows = csv_rows(&csv);
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        assert_eq!(r["nfs_version"], "4.2", "{r:?}");
+        assert_eq!(r["op"], "random-read", "{r:?}");
+        let reads: f64 = r["reads"].parse().unwrap();
+        assert!(reads >= 8.0, "{r:?}");
+        assert_eq!(r["bytes"].parse::<f64>().unwrap(), reads * 4096.0, "{r:?}");
+    }
+    bench(
+        &[&["--pattern", "meta", "--in-flight", "4"][..], &timed].concat(),
+        &csv,
+    );
+    let rows = csv_rows(&csv);
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        assert_eq!(r["op"], "lookup-getattr", "{r:?}");
+        let calls: u64 = r["reads"].parse().unwrap();
+        assert!(calls >= 8 && calls % 2 == 0, "{r:?}");
+    }
+}
+
+#[test]
+fn bench_over_nfsv4_urls_writes_the_file_byte_exact() {
+    let dir = TempDir::new("v4url");
+    let export = std::fs::canonicalize(&dir.0).unwrap();
+    let srv = Serve::start(&export);
+    let mount = srv.port("mount over tcp ");
+    let url = |scheme: &str, label: &str| {
+        format!(
+            "{scheme}://127.0.0.1:{}{}/?mountport={mount}&version=4.1",
+            srv.port(label),
+            export.display()
+        )
+    };
+    let csv = export.join("points.csv");
+    let stdout = bench(
+        &[
+            "--size",
+            "1M",
+            "--read-sizes",
+            "64k",
+            "--in-flight",
+            "2",
+            "--repeat",
+            "1",
+            "--url",
+            &url("nfs+rdma", "nfs over rdma "),
+            "--url",
+            &url("nfs", "nfs over tcp "),
+        ],
+        &csv,
+    );
+    assert!(stdout.contains("external server"), "{stdout}");
+    // The file read was written over NFSv4 first: the bench's pattern.
+    let data = std::fs::read(export.join("nfsrdma-bench-read.bin")).unwrap();
+    let want: Vec<u8> = (0..1usize << 20)
+        .map(|i| (i.wrapping_mul(31) % 251) as u8)
+        .collect();
+    assert!(data == want, "the file differs from the pattern");
+    let rows = csv_rows(&csv);
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    assert!(rows.iter().all(|r| r["nfs_version"] == "4.1"), "{rows:?}");
+    // The written file is removed at the end.
+    assert!(!export.join("nfsrdma-bench-write-tcp-v4.1.bin").exists());
+}

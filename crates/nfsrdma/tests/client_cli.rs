@@ -335,11 +335,3 @@ fn nfs4_ls_cat_cp_over_rdma() {
     let url = |rel: &str| srv.rdma_url(rel, "version=4.2&version=2");
     nfs4_commands_work(&srv, url);
 }
-
-#[test]
-fn nfsv3_only_commands_refuse_nfs4_urls() {
-    let out = run(&["bench", "--url", "nfs://127.0.0.1:9/x?version=4.1"]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("NFSv3 only"), "{err}");
-}

@@ -3,6 +3,8 @@
 //! does, and windows of UNSTABLE WRITEs confirmed by COMMIT.
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use nfs::v4::attr::{Bitmap4, FileAttrs, FATTR4_SIZE};
 use nfs::v4::{NfsArgop4, Putfh4Args, Setattr4Args, StableHow4, Verifier4};
@@ -12,19 +14,24 @@ use super::error::{Error, Result};
 use super::fs::OpenFile;
 use super::session::Session;
 
-/// A file written in order with UNSTABLE WRITEs (RFC 8881 §18.32), one in
-/// flight per session slot, whose data is kept until a COMMIT (§18.3)
-/// confirms it under the same verifier: a COMMIT goes out when
+/// A file written in order with UNSTABLE WRITEs (RFC 8881 §18.32), at
+/// most `in_flight` (by default one per session slot) in flight across
+/// calls of [`Writer4::write`], whose data is kept until a COMMIT
+/// (§18.3) confirms it under the same verifier: a COMMIT goes out when
 /// `commit_window` bytes are pending and at [`Writer4::finish`]; a
 /// verifier change (the server restarted) sends the pending data again
 /// FILE_SYNC4.
-#[derive(Debug)]
+///
+/// Call [`Writer4::finish`]: dropping the writer abandons the WRITEs in
+/// flight and leaves the file open.
 pub struct Writer4<'s, T> {
     s: &'s Session<T>,
     file: OpenFile,
     at: u64,
     block: u32,
+    window: usize,
     commit_window: u64,
+    in_flight: FuturesUnordered<BoxFuture<'s, Result<Vec<Verifier4>>>>,
     pending: Vec<(u64, Bytes)>,
     pending_bytes: u64,
     verfs: Vec<Verifier4>,
@@ -32,39 +39,84 @@ pub struct Writer4<'s, T> {
     resent: u64,
 }
 
-impl<T: ClientTransport> Writer4<'_, T> {
-    /// Writes `data` after what was written so far.
+impl<T> std::fmt::Debug for Writer4<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer4")
+            .field("file", &self.file)
+            .field("at", &self.at)
+            .field("in_flight", &self.in_flight.len())
+            .field("pending_bytes", &self.pending_bytes)
+            .field("written", &self.written)
+            .finish()
+    }
+}
+
+/// One WRITE of `piece` at `offset`, completed by further WRITEs after a
+/// short one; the verifiers of its UNSTABLE4 replies.
+async fn write_piece<T: ClientTransport>(
+    s: &Session<T>,
+    file: OpenFile,
+    offset: u64,
+    piece: Bytes,
+    stable: StableHow4,
+) -> Result<Vec<Verifier4>> {
+    s.write_range(&file, offset, &piece, u32::MAX, stable).await
+}
+
+impl<'s, T: ClientTransport> Writer4<'s, T> {
+    /// At most `n` WRITEs in flight (at least one, at most one per slot).
+    pub fn with_in_flight(mut self, n: usize) -> Self {
+        self.window = n.clamp(1, self.s.slot_count().max(1));
+        self
+    }
+
+    /// Writes `data` after what was written so far. Returns once its
+    /// WRITEs are sent and at most `in_flight` remain unanswered.
     pub async fn write(&mut self, data: Bytes) -> Result<()> {
-        if data.is_empty() {
-            return Ok(());
-        }
-        let v = self
-            .s
-            .write_range(
-                &self.file,
+        let block = self.block as usize;
+        let mut at = 0usize;
+        while at < data.len() {
+            let end = (at + block).min(data.len());
+            let piece = data.slice(at..end);
+            at = end;
+            while self.in_flight.len() >= self.window {
+                self.reap_one().await?;
+            }
+            let n = piece.len() as u64;
+            let fut = write_piece(
+                self.s,
+                self.file.clone(),
                 self.at,
-                &data,
-                self.block,
+                piece.clone(),
                 StableHow4::UNSTABLE4,
-            )
-            .await?;
-        for x in v {
-            if !self.verfs.contains(&x) {
-                self.verfs.push(x);
+            );
+            self.in_flight.push(Box::pin(fut));
+            self.pending.push((self.at, piece));
+            self.pending_bytes += n;
+            self.at += n;
+            self.written += n;
+            if self.pending_bytes >= self.commit_window {
+                self.commit().await?;
             }
         }
-        let n = data.len() as u64;
-        self.pending.push((self.at, data));
-        self.pending_bytes += n;
-        self.at += n;
-        self.written += n;
-        if self.pending_bytes >= self.commit_window {
-            self.commit().await?;
+        Ok(())
+    }
+
+    async fn reap_one(&mut self) -> Result<()> {
+        if let Some(r) = self.in_flight.next().await {
+            for x in r? {
+                if !self.verfs.contains(&x) {
+                    self.verfs.push(x);
+                }
+            }
         }
         Ok(())
     }
 
     async fn commit(&mut self) -> Result<()> {
+        while !self.in_flight.is_empty() {
+            self.reap_one().await?;
+        }
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -189,7 +241,9 @@ impl<T: ClientTransport> Session<T> {
             file,
             at: offset,
             block: block.max(1),
+            window: self.slot_count().max(1),
             commit_window: commit_window.max(1),
+            in_flight: FuturesUnordered::new(),
             pending: Vec::new(),
             pending_bytes: 0,
             verfs: Vec::new(),

@@ -24,6 +24,7 @@ mod random;
 mod report;
 mod schedule;
 mod stats;
+mod v4;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -37,7 +38,7 @@ use oncrpc::ClientTransport;
 
 use crate::url::{open, parse_size, with_remote, NfsUrl, Remote, Scheme};
 use measure::{Clocks, ServerChild};
-use report::{Op, Point, Transport};
+use report::{Op, Point, Transport, Vers};
 use schedule::Slot;
 
 /// Name of the file read by the read runs.
@@ -91,6 +92,11 @@ pub(crate) struct BenchArgs {
     /// Transports to compare.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "rdma,tcp")]
     transports: Vec<Transport>,
+    /// NFS versions to compare, interleaved like the transports: 3
+    /// (MOUNT and NFSv3), 4.1, 4.2, or 4 (4.2), over an NFSv4 session
+    /// [default: the `version=` of the --url given, else 3].
+    #[arg(long, value_delimiter = ',', value_parser = Vers::parse)]
+    versions: Option<Vec<Vers>>,
     /// Operations of the sequential pattern: read and write.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "read,write")]
     ops: Vec<Op>,
@@ -105,7 +111,8 @@ pub(crate) struct BenchArgs {
     /// nfs://host[:port]/export/dir or nfs+rdma://host[:port]/export/dir.
     /// Give it twice (one per scheme) for both transports; with one URL
     /// the other transport uses the same host and path on its default
-    /// port (2049 or 20049). Server CPU is then unknown ('-').
+    /// port (2049 or 20049). `?version=4.1` (or 4.2) runs NFSv4 unless
+    /// --versions says otherwise. Server CPU is then unknown ('-').
     #[arg(long)]
     url: Vec<String>,
     /// RDMA device of the embedded server and of the client: `soft` (the
@@ -139,38 +146,66 @@ fn parse_size64(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("bad size {s:?}"))
 }
 
-/// The URL for each transport, from `--url` or the embedded server.
+/// The NFS versions to run: `--versions`, else those the URLs name,
+/// else NFSv3.
+fn versions_of(args: &BenchArgs, given: &[NfsUrl]) -> Vec<Vers> {
+    if let Some(v) = &args.versions {
+        let mut v = v.clone();
+        v.dedup();
+        return v;
+    }
+    let mut v: Vec<Vers> = Vec::new();
+    for u in given {
+        let x = u.nfs4_minor.map_or(Vers::V3, Vers::V4);
+        if !v.contains(&x) {
+            v.push(x);
+        }
+    }
+    if v.is_empty() {
+        v.push(Vers::V3);
+    }
+    v
+}
+
+/// The URL for each side (version, then transport), from `--url` or the
+/// embedded server.
 fn urls_for(
     args: &BenchArgs,
     server: Option<&ServerChild>,
-) -> anyhow::Result<Vec<(Transport, NfsUrl)>> {
+) -> anyhow::Result<Vec<(Transport, Vers, NfsUrl)>> {
     let given = args
         .url
         .iter()
         .map(|u| NfsUrl::parse(u))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut out = Vec::new();
-    for &t in &args.transports {
-        let scheme = match t {
-            Transport::Rdma => Scheme::Rdma,
-            Transport::Tcp => Scheme::Tcp,
-        };
-        let url = if let Some(s) = server {
-            s.url(scheme)
-        } else if let Some(u) = given.iter().find(|u| u.scheme == scheme) {
-            u.clone()
-        } else if let Some(u) = given.first() {
-            NfsUrl {
-                scheme,
-                nfs_port: None,
-                crc: false,
-                rdma_v2: false,
-                ..u.clone()
-            }
-        } else {
-            bail!("no URL");
-        };
-        out.push((t, url));
+    for vers in versions_of(args, &given) {
+        for &t in &args.transports {
+            let scheme = match t {
+                Transport::Rdma => Scheme::Rdma,
+                Transport::Tcp => Scheme::Tcp,
+            };
+            let url = if let Some(s) = server {
+                s.url(scheme)
+            } else if let Some(u) = given.iter().find(|u| u.scheme == scheme) {
+                u.clone()
+            } else if let Some(u) = given.first() {
+                NfsUrl {
+                    scheme,
+                    nfs_port: None,
+                    crc: false,
+                    rdma_v2: false,
+                    ..u.clone()
+                }
+            } else {
+                bail!("no URL");
+            };
+            let url = NfsUrl {
+                nfs4_minor: vers.minor(),
+                ..url
+            };
+            out.push((t, vers, url));
+        }
     }
     Ok(out)
 }
@@ -228,11 +263,20 @@ impl Grid {
     }
 }
 
-/// One transport's mount and the files its runs use.
+/// One transport and NFS version: its connection and the files its runs
+/// use.
 struct Side {
     transport: Transport,
-    remote: Remote,
-    files: Files,
+    vers: Vers,
+    conn: Conn,
+}
+
+/// An NFSv3 mount or an NFSv4 session (one or two per transport, for
+/// the whole run: their sizes do not matter).
+#[allow(clippy::large_enum_variant)]
+enum Conn {
+    V3(Remote, Files),
+    V4(v4::Side4),
 }
 
 /// Handles of the bench directory, the file read and the file written.
@@ -267,17 +311,25 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let urls = urls_for(&args, server.as_ref())?;
     let mut file_ready = server.is_some();
     let mut sides = Vec::new();
-    for (transport, url) in &urls {
-        let mut remote = open(url, IoOptions::default())
-            .await
-            .with_context(|| format!("{transport} mount"))?;
-        let files = with_remote!(&mut remote, |m| {
-            prepare(m, &args, &grid, *transport, &mut file_ready).await?
-        });
+    for (transport, vers, url) in &urls {
+        let conn = if *vers == Vers::V3 {
+            let mut remote = open(url, IoOptions::default())
+                .await
+                .with_context(|| format!("{transport} mount"))?;
+            let files = with_remote!(&mut remote, |m| {
+                prepare(m, &args, &grid, *transport, &mut file_ready).await?
+            });
+            Conn::V3(remote, files)
+        } else {
+            let side = v4::open(url, (&args, &grid), *transport, &mut file_ready)
+                .await
+                .with_context(|| format!("NFSv{vers} session over {transport}"))?;
+            Conn::V4(side)
+        };
         sides.push(Side {
             transport: *transport,
-            remote,
-            files,
+            vers: *vers,
+            conn,
         });
     }
     let plan = schedule::plan(
@@ -296,29 +348,50 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
             pb.set_message(format!(
                 "{} {} {} x{} run {}",
                 slot.op,
-                side.transport,
+                report::side_label(side.transport, side.vers),
                 report::size_label(slot.io_size),
                 slot.in_flight,
                 slot.rep + 1
             ));
         }
-        let (transport, files) = (side.transport, &side.files);
-        let p = with_remote!(&mut side.remote, |m| {
-            run_slot(m, files, slot, transport, (&args, &clocks)).await?
-        });
-        points.push(p);
+        let (transport, vers) = (side.transport, side.vers);
+        let p = match &mut side.conn {
+            Conn::V3(remote, files) => with_remote!(remote, |m| {
+                run_slot(m, files, slot, transport, (&args, &clocks)).await?
+            }),
+            Conn::V4(v) => {
+                let files = &v.files;
+                let what = || format!("{} over {transport} NFSv{vers}", slot.op);
+                let (r, eff) = v4::with_session!(&v.session, |s| {
+                    v4::run_slot(s, files, slot, &args, &clocks)
+                        .await
+                        .with_context(what)?
+                });
+                let mut p = point_of(slot, transport, eff, r.sample, r.latency);
+                if slot.op == Op::Meta {
+                    p.effective_io_size = 0;
+                }
+                p
+            }
+        };
+        points.push(Point { vers, ..p });
         if let Some(pb) = &pb {
             pb.inc(1);
         }
     }
-    for side in &mut sides {
-        if let Some((_, name)) = &side.files.write {
-            let dir = &side.files.dir;
-            let _ = with_remote!(&mut side.remote, |m| m
-                .mount
-                .client()
-                .remove(dir, name)
-                .await);
+    for side in sides {
+        match side.conn {
+            Conn::V3(mut remote, files) => {
+                if let Some((_, name)) = &files.write {
+                    let dir = &files.dir;
+                    let _ = with_remote!(&mut remote, |m| m.mount.client().remove(dir, name).await);
+                }
+            }
+            Conn::V4(v) => {
+                let files = &v.files;
+                v4::with_session!(&v.session, |s| v4::clean_up(s, files).await);
+                v4::close(v.session).await;
+            }
         }
     }
     if let Some(pb) = pb {
@@ -506,6 +579,7 @@ fn point_of(
     Point {
         op: slot.op,
         transport,
+        vers: Vers::V3,
         io_size: slot.io_size,
         effective_io_size: effective,
         in_flight: slot.in_flight,

@@ -230,7 +230,7 @@ pub(super) async fn point<T: ClientTransport>(
 }
 
 /// The bytes written: a fixed pattern, shared by every WRITE.
-fn source_chunk() -> Bytes {
+pub(super) fn source_chunk() -> Bytes {
     Bytes::from(
         (0..SOURCE_CHUNK)
             .map(|i| (i.wrapping_mul(31) % 251) as u8)

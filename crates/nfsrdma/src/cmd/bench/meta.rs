@@ -4,6 +4,7 @@
 //! time is up. Every call's latency goes into a histogram; the rate is
 //! calls (LOOKUPs plus GETATTRs) per second.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -43,22 +44,53 @@ pub(super) async fn names<T: ClientTransport>(
     Ok(out)
 }
 
-/// LOOKUP + GETATTR pairs over `names`, `in_flight` workers, for
+/// NFSv3 LOOKUP + GETATTR pairs over `names`, `in_flight` workers, for
 /// `run_for`.
 pub(super) async fn point<T: ClientTransport>(
     nfs: &Nfs3Client<T>,
     dir: &NfsFh3,
     names: &[Bytes],
-    (in_flight, run_for): (usize, Duration),
+    shape: (usize, Duration),
     seed: u64,
     clocks: &Clocks,
 ) -> anyhow::Result<RandomSample> {
+    let calls = Calls {
+        lookup: |name: &Bytes| {
+            let name = name.clone();
+            async move { Ok(nfs.lookup(dir, &name).await?.object) }
+        },
+        getattr: |fh: NfsFh3| async move { nfs.getattr(&fh).await.map(drop).map_err(Into::into) },
+    };
+    point_with(&calls, names, shape, seed, clocks).await
+}
+
+/// The two calls of the metadata mode: LOOKUP of a name in the bench
+/// directory (its handle), and GETATTR of that handle.
+pub(super) struct Calls<L, G> {
+    pub(super) lookup: L,
+    pub(super) getattr: G,
+}
+
+/// LOOKUP + GETATTR pairs through `calls`, as [`point`] does them.
+pub(super) async fn point_with<L, LF, G, GF, H>(
+    calls: &Calls<L, G>,
+    names: &[Bytes],
+    (in_flight, run_for): (usize, Duration),
+    seed: u64,
+    clocks: &Clocks,
+) -> anyhow::Result<RandomSample>
+where
+    L: Fn(&Bytes) -> LF,
+    LF: Future<Output = anyhow::Result<H>>,
+    G: Fn(H) -> GF,
+    GF: Future<Output = anyhow::Result<()>>,
+{
     let (c0, s0) = clocks.now()?;
     let t0 = Instant::now();
     let deadline = t0 + run_for;
     let workers = (0..in_flight).map(|w| {
         let rng = SplitMix::new(seed ^ (w as u64).wrapping_mul(0xe703_7ed1_a0b4_28db));
-        worker(nfs, dir, names, deadline, rng)
+        worker(calls, names, deadline, rng)
     });
     let hists = futures::future::try_join_all(workers).await?;
     let secs = t0.elapsed().as_secs_f64();
@@ -84,26 +116,30 @@ fn micros(t: Instant) -> u64 {
         .clamp(1, MAX_LATENCY_US)
 }
 
-async fn worker<T: ClientTransport>(
-    nfs: &Nfs3Client<T>,
-    dir: &NfsFh3,
+async fn worker<L, LF, G, GF, H>(
+    calls: &Calls<L, G>,
     names: &[Bytes],
     deadline: Instant,
     mut rng: SplitMix,
-) -> anyhow::Result<Histogram<u64>> {
+) -> anyhow::Result<Histogram<u64>>
+where
+    L: Fn(&Bytes) -> LF,
+    LF: Future<Output = anyhow::Result<H>>,
+    G: Fn(H) -> GF,
+    GF: Future<Output = anyhow::Result<()>>,
+{
     let mut h = histogram()?;
     let len = names.len() as u64;
     while Instant::now() < deadline {
         let i = usize::try_from(rng.next_u64() % len.max(1)).unwrap_or(0);
         let name = names.get(i).context("no names")?;
         let t = Instant::now();
-        let found = nfs
-            .lookup(dir, name)
+        let found = (calls.lookup)(name)
             .await
             .with_context(|| format!("LOOKUP {}", String::from_utf8_lossy(name)))?;
         h.saturating_record(micros(t));
         let t = Instant::now();
-        nfs.getattr(&found.object)
+        (calls.getattr)(found)
             .await
             .with_context(|| format!("GETATTR of {}", String::from_utf8_lossy(name)))?;
         h.saturating_record(micros(t));

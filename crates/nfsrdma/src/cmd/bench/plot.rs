@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use anyhow::anyhow;
 use plotters::prelude::*;
 
-use super::report::{size_label, Agg, Op, Transport};
+use super::report::{side_label, size_label, Agg, Op, Transport, Vers};
 
 /// Fonts tried for labels, in order.
 const FONT_PATHS: &[&str] = &[
@@ -91,22 +91,26 @@ pub(crate) fn draw(
     sizes.dedup();
     let x_of = |s: u32| sizes.iter().position(|&v| v == s).unwrap_or(0) as f64;
     let flights = subset(in_flight);
-    let mut transports: Vec<Transport> = pts.iter().map(|p| p.transport).collect();
+    let mut transports: Vec<(Transport, Vers)> =
+        pts.iter().map(|p| (p.transport, p.vers)).collect();
     transports.sort_unstable();
     transports.dedup();
 
     let mut tput = Vec::new();
     let mut cpu = Vec::new();
-    for &t in &transports {
+    for (k, &(tr, v)) in transports.iter().enumerate() {
+        let t = side_label(tr, v);
+        // Each version of a transport gets the next shades of its colours.
+        let shade = transports[..k].iter().filter(|o| o.0 == tr).count() * flights.len();
         for (i, &nf) in flights.iter().enumerate() {
             let mine: Vec<&&Agg> = pts
                 .iter()
-                .filter(|p| p.transport == t && p.in_flight == nf)
+                .filter(|p| p.transport == tr && p.vers == v && p.in_flight == nf)
                 .collect();
             if mine.is_empty() {
                 continue;
             }
-            let c = color(t, i);
+            let c = color(tr, shade + i);
             tput.push(Line {
                 label: format!("{t} x{nf}"),
                 color: c,

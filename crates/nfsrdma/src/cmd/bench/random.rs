@@ -49,9 +49,9 @@ pub(super) struct RandomSample {
     pub(super) latency: Option<Latency>,
 }
 
-/// Random READs of `count` bytes, `in_flight` at a time, for `run_for`,
-/// over a file of `file_size` bytes; every READ must return `count`
-/// bytes.
+/// Random NFSv3 READs of `count` bytes, `in_flight` at a time, for
+/// `run_for`, over a file of `file_size` bytes; every READ must return
+/// `count` bytes.
 pub(super) async fn point<T: ClientTransport>(
     nfs: &Nfs3Client<T>,
     fh: &NfsFh3,
@@ -61,6 +61,27 @@ pub(super) async fn point<T: ClientTransport>(
     seed: u64,
     clocks: &Clocks,
 ) -> anyhow::Result<RandomSample> {
+    let read = |off: u64, count: u32| async move {
+        let r = nfs.read(fh, off, count).await?;
+        Ok(r.count)
+    };
+    point_with(&read, shape, file_size, run_for, seed, clocks).await
+}
+
+/// Random READs through `read` (offset, count: the bytes it returned),
+/// as [`point`] does them.
+pub(super) async fn point_with<F, Fut>(
+    read: &F,
+    shape: (u32, usize),
+    file_size: u64,
+    run_for: Duration,
+    seed: u64,
+    clocks: &Clocks,
+) -> anyhow::Result<RandomSample>
+where
+    F: Fn(u64, u32) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<u32>>,
+{
     let (count, in_flight) = shape;
     if file_size < u64::from(count) {
         bail!("the file ({file_size} bytes) is smaller than one READ ({count})");
@@ -70,7 +91,7 @@ pub(super) async fn point<T: ClientTransport>(
     let deadline = t0 + run_for;
     let workers = (0..in_flight).map(|w| {
         let rng = SplitMix::new(seed ^ (w as u64).wrapping_mul(0xa076_1d64_78bd_642f));
-        worker(nfs, fh, count, file_size, deadline, rng)
+        worker(read, count, file_size, deadline, rng)
     });
     let hists = futures::future::try_join_all(workers).await?;
     let secs = t0.elapsed().as_secs_f64();
@@ -91,27 +112,29 @@ pub(super) async fn point<T: ClientTransport>(
 }
 
 /// One worker: READ after READ until `deadline`.
-async fn worker<T: ClientTransport>(
-    nfs: &Nfs3Client<T>,
-    fh: &NfsFh3,
+async fn worker<F, Fut>(
+    read: &F,
     count: u32,
     file_size: u64,
     deadline: Instant,
     mut rng: SplitMix,
-) -> anyhow::Result<Histogram<u64>> {
+) -> anyhow::Result<Histogram<u64>>
+where
+    F: Fn(u64, u32) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<u32>>,
+{
     let mut h = histogram()?;
     while Instant::now() < deadline {
         let Some(off) = rng.offset(count, file_size) else {
             bail!("no READ of {count} bytes fits in {file_size}");
         };
         let t = Instant::now();
-        let r = nfs
-            .read(fh, off, count)
+        let got = read(off, count)
             .await
             .with_context(|| format!("READ {count} at {off}"))?;
         let us = u64::try_from(t.elapsed().as_micros()).unwrap_or(MAX_LATENCY_US);
-        if r.count != count {
-            bail!("READ {count} at {off} returned {} bytes", r.count);
+        if got != count {
+            bail!("READ {count} at {off} returned {got} bytes");
         }
         h.saturating_record(us.clamp(1, MAX_LATENCY_US));
     }

@@ -29,6 +29,53 @@ impl std::fmt::Display for Transport {
     }
 }
 
+/// The NFS version a run speaks: NFSv3 (RFC 1813, with MOUNT) or an
+/// NFSv4 session of minor version 1 or 2 (RFC 8881, RFC 7862).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Vers {
+    V3,
+    V4(u32),
+}
+
+impl Vers {
+    /// `3`, `4.1`, `4.2`, or `4` (the highest minor version spoken).
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "3" => Ok(Vers::V3),
+            "4" => Ok(Vers::V4(crate::url::NFS4_MAX_MINOR)),
+            "4.1" => Ok(Vers::V4(1)),
+            "4.2" => Ok(Vers::V4(2)),
+            _ => Err(format!("NFS version {s:?}: 3, 4.1, 4.2 or 4")),
+        }
+    }
+
+    /// The NFSv4 minor version, or `None` for NFSv3.
+    pub(crate) fn minor(self) -> Option<u32> {
+        match self {
+            Vers::V3 => None,
+            Vers::V4(m) => Some(m),
+        }
+    }
+}
+
+impl std::fmt::Display for Vers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Vers::V3 => f.write_str("3"),
+            Vers::V4(m) => write!(f, "4.{m}"),
+        }
+    }
+}
+
+/// A table row's name: the transport, with the NFS version after it
+/// when it is not NFSv3 (`tcp`, `rdma-v4.1`).
+pub(crate) fn side_label(t: Transport, v: Vers) -> String {
+    match v {
+        Vers::V3 => t.to_string(),
+        Vers::V4(_) => format!("{t}-v{v}"),
+    }
+}
+
 /// What a run does.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Op {
@@ -69,6 +116,7 @@ impl std::fmt::Display for Op {
 pub(crate) struct Point {
     pub(crate) op: Op,
     pub(crate) transport: Transport,
+    pub(crate) vers: Vers,
     /// The READ/WRITE size asked for.
     pub(crate) io_size: u32,
     /// The size used after the server's FSINFO limits.
@@ -139,6 +187,7 @@ impl Point {
 pub(crate) struct Agg {
     pub(crate) op: Op,
     pub(crate) transport: Transport,
+    pub(crate) vers: Vers,
     pub(crate) io_size: u32,
     pub(crate) effective_io_size: u32,
     pub(crate) in_flight: usize,
@@ -180,18 +229,18 @@ impl Agg {
     }
 }
 
-/// The points grouped by operation, size, in-flight count and transport,
-/// in the order each group first ran.
+/// The points grouped by operation, size, in-flight count, transport and
+/// NFS version, in the order each group first ran.
 pub(crate) fn aggregate(points: &[Point]) -> Vec<Agg> {
-    let mut keys: Vec<(Op, u32, usize, Transport)> = Vec::new();
+    let mut keys: Vec<(Op, u32, usize, Transport, Vers)> = Vec::new();
     for p in points {
-        let k = (p.op, p.io_size, p.in_flight, p.transport);
+        let k = (p.op, p.io_size, p.in_flight, p.transport, p.vers);
         if !keys.contains(&k) {
             keys.push(k);
         }
     }
     keys.into_iter()
-        .filter_map(|(op, io_size, in_flight, transport)| {
+        .filter_map(|(op, io_size, in_flight, transport, vers)| {
             let runs: Vec<&Point> = points
                 .iter()
                 .filter(|p| {
@@ -199,6 +248,7 @@ pub(crate) fn aggregate(points: &[Point]) -> Vec<Agg> {
                         && p.io_size == io_size
                         && p.in_flight == in_flight
                         && p.transport == transport
+                        && p.vers == vers
                 })
                 .collect();
             let col = |f: &dyn Fn(&Point) -> Option<f64>| -> Vec<f64> {
@@ -210,6 +260,7 @@ pub(crate) fn aggregate(points: &[Point]) -> Vec<Agg> {
             Some(Agg {
                 op,
                 transport,
+                vers,
                 io_size,
                 effective_io_size: runs.first()?.effective_io_size,
                 in_flight,
@@ -253,17 +304,37 @@ fn ratio(a: f64, b: f64) -> String {
 /// The RDMA/TCP ratios of `a`'s point from the medians: throughput (the
 /// same as IOPS for random reads) and CPU per GiB (client + server when
 /// the server's is known, else client); empty unless `a` is the RDMA
-/// side and the TCP side ran.
+/// side and the TCP side ran with the same NFS version.
 fn point_ratio(a: &Agg, all: &[Agg]) -> String {
     if a.transport != Transport::Rdma {
         return String::new();
     }
     let Some(t) = all
         .iter()
-        .find(|t| t.transport == Transport::Tcp && t.same_point(a))
+        .find(|t| t.transport == Transport::Tcp && t.vers == a.vers && t.same_point(a))
     else {
         return String::new();
     };
+    speed_cpu(a, t)
+}
+
+/// The NFSv4/NFSv3 ratios of `a`'s point (as [`point_ratio`]), empty
+/// unless `a` is an NFSv4 row and NFSv3 ran on the same transport.
+fn vers_ratio(a: &Agg, all: &[Agg]) -> String {
+    if a.vers == Vers::V3 {
+        return String::new();
+    }
+    let Some(t) = all
+        .iter()
+        .find(|t| t.transport == a.transport && t.vers == Vers::V3 && t.same_point(a))
+    else {
+        return String::new();
+    };
+    format!("v{}/v3 {}", a.vers, speed_cpu(a, t))
+}
+
+/// `a`'s throughput (or IOPS) and CPU per GiB against `t`'s.
+fn speed_cpu(a: &Agg, t: &Agg) -> String {
     let cpu = match (a.total_per_gib(), t.total_per_gib()) {
         (Some(x), Some(y)) => ratio(x, y),
         _ => ratio(a.client, t.client),
@@ -355,7 +426,7 @@ pub(crate) fn print_table(
         write!(
             out,
             "{:<9} {:>7} {:>9}",
-            p.transport.to_string(),
+            side_label(p.transport, p.vers),
             size,
             p.in_flight
         )?;
@@ -371,38 +442,99 @@ pub(crate) fn print_table(
             (true, _, _) => write!(out, " {:>28} {:>8} {:>8} {:>9}", "-", "-", "-", "-")?,
             (false, _, _) => write!(out, " {:>28}", range(&p.throughput, 1))?,
         }
+        let ratios = [point_ratio(p, aggs), vers_ratio(p, aggs)];
+        let ratios: Vec<&str> = ratios
+            .iter()
+            .map(String::as_str)
+            .filter(|r| !r.is_empty())
+            .collect();
         writeln!(
             out,
             " {:>14.3} {:>14} {:>6}  {}",
             p.client,
             opt(p.server, 3),
             opt(p.load1, 2),
-            point_ratio(p, aggs)
+            ratios.join(" ; ")
         )?;
     }
     writeln!(out)
 }
 
-/// The fastest point of `op` over `t`, by median.
-pub(crate) fn best(aggs: &[Agg], op: Op, t: Transport) -> Option<&Agg> {
+/// The fastest point of `op` over `t` with NFS version `v`, by median.
+pub(crate) fn best(aggs: &[Agg], op: Op, t: Transport, v: Vers) -> Option<&Agg> {
     aggs.iter()
-        .filter(|p| p.op == op && p.transport == t)
+        .filter(|p| p.op == op && p.transport == t && p.vers == v)
         .max_by(|a, b| a.mib_s().total_cmp(&b.mib_s()))
 }
 
-/// Best RDMA vs best TCP median throughput per sequential operation, with
-/// the CPU per GiB of each at those points, and their ratios.
+/// Per NFS version, best RDMA vs best TCP median throughput per
+/// sequential operation, with the CPU per GiB of each at those points,
+/// and their ratios; then per transport, best NFSv4 vs best NFSv3.
 pub(crate) fn print_summary(out: &mut impl Write, aggs: &[Agg]) -> std::io::Result<()> {
+    let mut versions: Vec<Vers> = aggs.iter().map(|a| a.vers).collect();
+    versions.sort_unstable();
+    versions.dedup();
+    for &v in &versions {
+        print_transport_summary(out, aggs, v)?;
+    }
+    for op in [Op::Read, Op::Write] {
+        for t in [Transport::Rdma, Transport::Tcp] {
+            let Some(old) = best(aggs, op, t, Vers::V3) else {
+                continue;
+            };
+            for &v in versions.iter().filter(|v| **v != Vers::V3) {
+                if let Some(new) = best(aggs, op, t, v) {
+                    print_best_pair(out, &format!("best {op} over {t}"), new, old)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One "best" line: `a` against `b` (medians), throughput and CPU per GiB.
+fn print_best_pair(out: &mut impl Write, what: &str, a: &Agg, b: &Agg) -> std::io::Result<()> {
+    let (na, nb) = (format!("v{}", a.vers), format!("v{}", b.vers));
+    writeln!(
+        out,
+        "{what}: {na} {:.1} MiB/s ({} x {}) vs {nb} {:.1} MiB/s ({} x {}): {} ; \
+         CPU s/GiB client {na} {:.3} vs {nb} {:.3} ({}), total {na} {} vs {nb} {} ({})",
+        a.mib_s(),
+        size_label(a.effective_io_size),
+        a.in_flight,
+        b.mib_s(),
+        size_label(b.effective_io_size),
+        b.in_flight,
+        ratio(a.mib_s(), b.mib_s()),
+        a.client_per_gib(),
+        b.client_per_gib(),
+        ratio(a.client_per_gib(), b.client_per_gib()),
+        opt(a.total_per_gib(), 3),
+        opt(b.total_per_gib(), 3),
+        match (a.total_per_gib(), b.total_per_gib()) {
+            (Some(x), Some(y)) => ratio(x, y),
+            _ => "-".to_owned(),
+        },
+    )
+}
+
+/// The RDMA vs TCP "best" lines of NFS version `v` (`best read:` for
+/// NFSv3, `best read (v4.1):` for the others).
+fn print_transport_summary(out: &mut impl Write, aggs: &[Agg], v: Vers) -> std::io::Result<()> {
     for op in [Op::Read, Op::Write] {
         let (Some(r), Some(t)) = (
-            best(aggs, op, Transport::Rdma),
-            best(aggs, op, Transport::Tcp),
+            best(aggs, op, Transport::Rdma, v),
+            best(aggs, op, Transport::Tcp, v),
         ) else {
             continue;
         };
+        let head = match v {
+            Vers::V3 => format!("best {op}"),
+            Vers::V4(_) => format!("best {op} (v{v})"),
+        };
         writeln!(
             out,
-            "best {op}: rdma {:.1} MiB/s ({} x {}) vs tcp {:.1} MiB/s ({} x {}): {} ; \
+            "{head}: rdma {:.1} MiB/s ({} x {}) vs tcp {:.1} MiB/s ({} x {}): {} ; \
              CPU s/GiB client rdma {:.3} vs tcp {:.3} ({}), server rdma {} vs tcp {} ({}), \
              total rdma {} vs tcp {} ({})",
             r.mib_s(),
@@ -435,14 +567,14 @@ pub(crate) fn print_summary(out: &mut impl Write, aggs: &[Agg]) -> std::io::Resu
 /// The CSV header.
 pub(crate) const CSV_HEADER: &str = "op,transport,io_size,effective_io_size,in_flight,bytes,\
 seconds,mib_s,client_cpu_s,server_cpu_s,client_cpu_s_per_gib,server_cpu_s_per_gib,\
-rep,load1,reads,iops,p50_us,p99_us,p999_us";
+rep,load1,reads,iops,p50_us,p99_us,p999_us,nfs_version";
 
 /// One CSV line (no newline); an unknown figure is an empty field.
 pub(crate) fn csv_line(p: &Point) -> String {
     let o = |v: Option<f64>, prec: usize| v.map_or_else(String::new, |v| format!("{v:.prec$}"));
     let l = p.latency;
     format!(
-        "{},{},{},{},{},{},{:.6},{:.3},{:.6},{},{:.6},{},{},{},{},{},{},{},{}",
+        "{},{},{},{},{},{},{:.6},{:.3},{:.6},{},{:.6},{},{},{},{},{},{},{},{},{}",
         p.op,
         p.transport,
         p.io_size,
@@ -462,6 +594,7 @@ pub(crate) fn csv_line(p: &Point) -> String {
         o(l.map(|l| l.p50_us), 0),
         o(l.map(|l| l.p99_us), 0),
         o(l.map(|l| l.p999_us), 0),
+        p.vers,
     )
 }
 
@@ -483,6 +616,7 @@ mod tests {
         Point {
             op: Op::Read,
             transport: t,
+            vers: Vers::V3,
             io_size: 256 << 10,
             effective_io_size: 256 << 10,
             in_flight: 8,
@@ -511,7 +645,7 @@ mod tests {
         let line = csv_line(&pt(Transport::Tcp, 4.0, 2.0, None));
         assert_eq!(
             line,
-            "read,tcp,262144,262144,8,1073741824,4.000000,256.000,2.000000,,2.000000,,0,3.50,,,,,"
+            "read,tcp,262144,262144,8,1073741824,4.000000,256.000,2.000000,,2.000000,,0,3.50,,,,,,3"
         );
         assert_eq!(line.split(',').count(), CSV_HEADER.split(',').count());
         let mut r = pt(Transport::Rdma, 2.0, 1.0, Some(1.0));
@@ -524,7 +658,7 @@ mod tests {
         });
         let line = csv_line(&r);
         assert!(line.starts_with("random-read,rdma,"), "{line}");
-        assert!(line.ends_with(",1000,500.0,90,400,2000"), "{line}");
+        assert!(line.ends_with(",1000,500.0,90,400,2000,3"), "{line}");
     }
 
     #[test]
@@ -572,7 +706,12 @@ mod tests {
         let mut pts = pts;
         pts.push(slow);
         let aggs = aggregate(&pts);
-        assert_eq!(best(&aggs, Op::Read, Transport::Rdma).unwrap().in_flight, 8);
+        assert_eq!(
+            best(&aggs, Op::Read, Transport::Rdma, Vers::V3)
+                .unwrap()
+                .in_flight,
+            8
+        );
         let mut out = Vec::new();
         print_summary(&mut out, &aggs).unwrap();
         let s = String::from_utf8(out).unwrap();
