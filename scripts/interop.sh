@@ -19,6 +19,10 @@
 #         (NLM found through the server's rpcbind, statd in the guest) with
 #         fcntl locks contending with a v4.2 mount's (conformance_phase;
 #         not in the default list).
+#   krb5  issue 17: the kernel client with rpc.gssd mounts nfsrdma serve
+#         with sec=krb5/krb5i/krb5p, v3 and v4.1, TCP and RDMA, against a
+#         throw-away KDC on the host (scripts/interop-krb5.sh; not in the
+#         default list).
 #   pnfs  issue 18: the kernel's flex-files client mounts an nfsrdma pNFS
 #         metadata server (v4.1, v4.2) over two nfsrdma data servers
 #         (scripts/interop-pnfs.sh; not in the default list).
@@ -175,11 +179,14 @@ cleanup() {
     verbs_cleanup
     conformance_cleanup
     pnfs_cleanup
+    krb5_cleanup
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 # phase pnfs (issue 18) lives beside this script
 . "$ROOT/scripts/interop-pnfs.sh"
+# phase krb5 (issue 17) too
+. "$ROOT/scripts/interop-krb5.sh"
 
 # pcap_iwarp_check NAME PCAP RDMA_PORT MOUNT_PORT TXT [server|client]: scripts/tshark-iwarp-check.sh
 # (MPA/DDP/RDMAP decode, malformed frames, MPA CRC and length errors) over
@@ -1020,6 +1027,9 @@ if has_phase conformance; then
 fi
 if has_phase pnfs; then
     pnfs_phase
+fi
+if has_phase krb5; then
+    krb5_phase
 fi
 echo "wall time: $(( $(date +%s) - T0 )) s; results in $OUT"
 [ "$FAILS" -eq 0 ]
