@@ -37,6 +37,9 @@ struct Cluster {
     root3: NfsFh3,
     srv: Srv,
     ds: Vec<(RunningServer, TempDir)>,
+    /// Per data server, the relay the metadata server and clients reach
+    /// it through, if it has one.
+    relays: Vec<Option<Relay>>,
 }
 
 async fn data_server(tag: &str) -> (RunningServer, TempDir) {
@@ -50,14 +53,34 @@ async fn data_server(tag: &str) -> (RunningServer, TempDir) {
 }
 
 async fn cluster(tag: &str, n: usize, max_layouts: usize) -> Cluster {
+    cluster_with(tag, n, |c| c.max_layouts = max_layouts, &[]).await
+}
+
+/// A metadata server over `n` data servers, its settings changed by
+/// `tweak`; the data servers in `relayed` are reached through a
+/// [`Relay`] (to be cut and restored).
+async fn cluster_with(
+    tag: &str,
+    n: usize,
+    tweak: impl FnOnce(&mut MdsConfig),
+    relayed: &[usize],
+) -> Cluster {
     let mut ds = Vec::new();
+    let mut relays = Vec::new();
     for i in 0..n {
-        ds.push(data_server(&format!("{tag}-ds{i}")).await);
+        let d = data_server(&format!("{tag}-ds{i}")).await;
+        relays.push(if relayed.contains(&i) {
+            Some(Relay::start(d.0.nfs_addr()).await)
+        } else {
+            None
+        });
+        ds.push(d);
     }
     let specs = ds
         .iter()
-        .map(|(s, d)| DataServer {
-            tcp: s.nfs_addr(),
+        .zip(&relays)
+        .map(|((s, d), r)| DataServer {
+            tcp: r.as_ref().map_or(s.nfs_addr(), |r| r.addr),
             rdma: Some(SocketAddr::from(([127, 0, 0, 1], 20049))),
             mount_port: None,
             export: d.path().to_str().unwrap().to_owned(),
@@ -65,7 +88,7 @@ async fn cluster(tag: &str, n: usize, max_layouts: usize) -> Cluster {
         })
         .collect();
     let mut cfg = MdsConfig::new(specs);
-    cfg.max_layouts = max_layouts;
+    tweak(&mut cfg);
     let mds = Arc::new(Mds::new(cfg));
     let dir = TempDir::new(&format!("{tag}-mds"));
     let clock = Arc::new(ManualClock::new());
@@ -104,6 +127,7 @@ async fn cluster(tag: &str, n: usize, max_layouts: usize) -> Cluster {
             dir,
         },
         ds,
+        relays,
     }
 }
 
@@ -782,4 +806,397 @@ async fn renaming_over_a_file_removes_its_data_file() {
     let shared = v3_lookup(&v3, &cl, "shared").await;
     let r = v3.read(&shared, 0, 100).await.unwrap();
     assert_eq!(&r.data.0[..], b"two links");
+}
+
+/// A TCP relay in front of a data server that can be cut (its
+/// connections dropped, new ones closed at once) and restored: a data
+/// server lost and back, as the metadata server and clients see it.
+struct Relay {
+    addr: SocketAddr,
+    up: Arc<std::sync::atomic::AtomicBool>,
+    conns: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Relay {
+    async fn start(to: SocketAddr) -> Self {
+        use std::sync::atomic::Ordering::SeqCst;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let up = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let conns = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (u, c) = (Arc::clone(&up), Arc::clone(&conns));
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                if !u.load(SeqCst) {
+                    continue;
+                }
+                let t = tokio::spawn(async move {
+                    if let Ok(mut d) = tokio::net::TcpStream::connect(to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut s, &mut d).await;
+                    }
+                });
+                c.lock().unwrap().push(t.abort_handle());
+            }
+        });
+        Self { addr, up, conns }
+    }
+
+    fn cut(&self) {
+        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
+        for h in self.conns.lock().unwrap().drain(..) {
+            h.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.up.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// LAYOUTGET of the whole of `fh` for `iomode` under `sid`: the layout
+/// stateid and the flex-files body, or the status.
+async fn ff_layout(
+    c: &C4,
+    fh: &NfsFh4,
+    sid: Stateid4,
+    iomode: Layoutiomode4,
+) -> Result<(Stateid4, FfLayout4), Nfsstat4> {
+    let r = c
+        .seq(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+            layoutget(sid, iomode, 8192),
+        ])
+        .await;
+    match r.resarray.last() {
+        Some(NfsResop4::Layoutget(Layoutget4Res::Ok(lg))) => {
+            let ff = decode_body(&lg.layout.0[0].content.body.0).unwrap();
+            Ok((lg.stateid, ff))
+        }
+        Some(NfsResop4::Layoutget(Layoutget4Res::TryLater(_))) => {
+            Err(Nfsstat4::NFS4ERR_LAYOUTTRYLATER)
+        }
+        other => Err(other.map_or(r.status, |o| o.status())),
+    }
+}
+
+/// Per mirror of `ff`: the data server's index (from its device id),
+/// the data file's handle and the uid to write it as.
+fn mirrors_of(ff: &FfLayout4) -> Vec<(usize, NfsFh3, u32)> {
+    ff.mirrors
+        .0
+        .iter()
+        .map(|m| {
+            let [d] = &m.data_servers.0[..] else {
+                panic!("one data server per mirror: {m:?}")
+            };
+            let i = u32::from_be_bytes(d.deviceid.0[12..].try_into().unwrap()) as usize;
+            let uid = std::str::from_utf8(&d.user.0).unwrap().parse().unwrap();
+            (i, NfsFh3::new(d.fh_vers.0[0].as_bytes()).unwrap(), uid)
+        })
+        .collect()
+}
+
+/// LAYOUTRETURN of the whole of `fh` under `sid`, reporting `errors`
+/// (data server index, status) in the flex-files body (RFC 8435 §9.3).
+async fn layoutreturn(c: &C4, fh: &NfsFh4, sid: Stateid4, errors: &[(usize, Nfsstat4)]) {
+    let dev = |i: usize| {
+        let mut d = [0u8; 16];
+        d[..2].copy_from_slice(b"DS");
+        d[12..].copy_from_slice(&(i as u32).to_be_bytes());
+        FixedOpaque(d)
+    };
+    let body = FfLayoutreturn4 {
+        ioerr_report: Bounded(
+            errors
+                .iter()
+                .map(|&(i, status)| FfIoerr4 {
+                    offset: 0,
+                    length: u64::MAX,
+                    stateid: Stateid4::ANONYMOUS,
+                    errors: Bounded(vec![DeviceError4 {
+                        deviceid: dev(i),
+                        status,
+                        opnum: 38,
+                    }]),
+                })
+                .collect(),
+        ),
+        iostats_report: Bounded(vec![]),
+    };
+    c.ok(vec![
+        NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+        NfsArgop4::Layoutreturn(Layoutreturn4Args {
+            reclaim: false,
+            layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+            iomode: Layoutiomode4::LAYOUTIOMODE4_ANY,
+            layoutreturn: Layoutreturn4::File(LayoutreturnFile4 {
+                offset: 0,
+                length: u64::MAX,
+                stateid: sid,
+                body: encode_body(&body),
+            }),
+        }),
+    ])
+    .await;
+}
+
+/// The bytes of the data file `name` on each data server that has it.
+fn copies(cl: &Cluster, name: &str) -> Vec<(usize, Vec<u8>)> {
+    cl.ds
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, d))| std::fs::read(d.path().join(name)).ok().map(|b| (i, b)))
+        .collect()
+}
+
+#[tokio::test]
+async fn mirrored_files_are_written_to_both_data_servers_and_read_from_either() {
+    let cl = cluster_with("mirror", 3, |c| c.mirrors = 2, &[]).await;
+    let mut c = C4::connect(&cl.srv).await;
+    c.establish("mirror").await;
+    let (fh, open) = create(&c, "f").await;
+
+    // RFC 8435 §8.2: an RW layout lists both mirrors, on two different
+    // data servers; the client writes each.
+    let (sid, ff) = ff_layout(&c, &fh, open, RW).await.unwrap();
+    let ms = mirrors_of(&ff);
+    assert_eq!(ms.len(), 2, "{ff:?}");
+    assert_ne!(ms[0].0, ms[1].0);
+    let data = Bytes::from(vec![0x5a; 100_000]);
+    for (i, dfh, uid) in &ms {
+        let v3 = nfs3(cl.ds[*i].0.nfs_addr(), *uid).await;
+        v3.write(dfh, 0, data.clone(), StableHow::FILE_SYNC)
+            .await
+            .unwrap();
+    }
+    let on_disk = |cl: &Cluster| -> Vec<(usize, Vec<u8>)> {
+        cl.ds
+            .iter()
+            .enumerate()
+            .flat_map(|(i, (_, d))| {
+                std::fs::read_dir(d.path())
+                    .unwrap()
+                    .map(move |e| (i, std::fs::read(e.unwrap().path()).unwrap()))
+            })
+            .collect()
+    };
+    let copies = on_disk(&cl);
+    assert_eq!(copies.len(), 2, "one data file on each of two servers");
+    assert!(copies.iter().all(|(_, b)| b[..] == data[..]));
+
+    // §8.1: a READ layout lists both too, and either serves the bytes.
+    let (_, rd) = ff_layout(&c, &fh, sid, Layoutiomode4::LAYOUTIOMODE4_READ)
+        .await
+        .unwrap();
+    let rms = mirrors_of(&rd);
+    assert_eq!(
+        rms.iter().map(|m| m.0).collect::<Vec<_>>(),
+        ms.iter().map(|m| m.0).collect::<Vec<_>>()
+    );
+    for (i, dfh, uid) in &rms {
+        let v3 = nfs3(cl.ds[*i].0.nfs_addr(), *uid).await;
+        let r = v3.read(dfh, 99_990, 100).await.unwrap();
+        assert_eq!(&r.data.0[..], &data[99_990..]);
+    }
+
+    // I/O through the metadata server writes both copies, reads one.
+    let mds3 = nfs3(cl.srv.addr, cl.srv.uid).await;
+    let f3 = v3_lookup(&mds3, &cl, "f").await;
+    let tail = Bytes::from_static(b"through the MDS to both mirrors");
+    let w = mds3
+        .write(&f3, 100_000, tail.clone(), StableHow::UNSTABLE)
+        .await
+        .unwrap();
+    let cm = mds3.commit(&f3, 0, 0).await.unwrap();
+    assert_eq!(w.verf, cm.verf);
+    let copies = on_disk(&cl);
+    assert_eq!(copies.len(), 2);
+    for (_, b) in &copies {
+        assert_eq!(b.len(), 100_000 + tail.len());
+        assert_eq!(&b[100_000..], &tail[..]);
+    }
+    let r = mds3.read(&f3, 100_000, 100).await.unwrap();
+    assert_eq!(r.data.0, tail);
+
+    // A hostile client that reports every mirror failed (and a device
+    // that is none of ours) cannot take the file's last good copy: one
+    // is marked stale, and rebuilt at once since its server answers.
+    layoutreturn(
+        &c,
+        &fh,
+        sid,
+        &[
+            (ms[0].0, Nfsstat4::NFS4ERR_NXIO),
+            (ms[1].0, Nfsstat4::NFS4ERR_NXIO),
+            (99, Nfsstat4::NFS4ERR_NXIO),
+        ],
+    )
+    .await;
+    assert!(cl.mds.stale_mirrors() <= 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while cl.mds.stale_mirrors() > 0 || cl.mds.rebuilds().0 > 0 {
+        assert!(std::time::Instant::now() < deadline, "not rebuilt");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(cl.mds.rebuilds().1, 1, "one copy was rebuilt");
+    let copies = on_disk(&cl);
+    assert_eq!(copies.len(), 2);
+    assert_eq!(copies[0].1, copies[1].1);
+
+    // Truncation and removal reach both copies.
+    let s = nfs::v3::Sattr3 {
+        size: Some(5),
+        ..Default::default()
+    };
+    mds3.setattr(&f3, s, None).await.unwrap();
+    assert!(on_disk(&cl).iter().all(|(_, b)| b[..] == data[..5]));
+    let root = cl.root3.clone();
+    mds3.remove(&root, "f").await.unwrap();
+    assert!(on_disk(&cl).is_empty());
+}
+
+#[tokio::test]
+async fn a_lost_mirror_is_left_out_then_rebuilt_byte_exact_with_bounded_rebuilds() {
+    let cl = cluster_with(
+        "rebuild",
+        2,
+        |c| {
+            c.mirrors = 2;
+            c.max_rebuilds = 1;
+            c.rebuild_poll = std::time::Duration::from_millis(50);
+        },
+        &[1],
+    )
+    .await;
+    let relay = cl.relays[1].as_ref().unwrap();
+    let mds3 = nfs3(cl.srv.addr, cl.srv.uid).await;
+    let names = ["f0", "f1", "f2"];
+    let mut fhs = Vec::new();
+    for n in names {
+        fhs.push(v3_file(&mds3, &cl, n, format!("{n} before the loss").as_bytes()).await);
+    }
+    let files: Vec<String> = {
+        let mut v: Vec<String> = cl.ds[0]
+            .1
+            .path()
+            .read_dir()
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(files.len(), 3);
+    for f in &files {
+        let c = copies(&cl, f);
+        assert_eq!(c.len(), 2, "both mirrors written through the MDS");
+        assert_eq!(c[0].1, c[1].1);
+    }
+
+    let mut c = C4::connect(&cl.srv).await;
+    c.establish("rebuild").await;
+    let r = c
+        .ok(vec![
+            NfsArgop4::Putrootfh(()),
+            open_create(c.clientid, "f0", OPEN4_SHARE_ACCESS_BOTH, 0),
+            NfsArgop4::Getfh(()),
+        ])
+        .await;
+    let (fh0, open0) = (fh_of(&r), open_stateid(&r));
+    let (sid, ff) = ff_layout(&c, &fh0, open0, RW).await.unwrap();
+    assert_eq!(mirrors_of(&ff).len(), 2);
+
+    // Data server 1 is lost. The client's writes to it fail and it says
+    // so returning its layout (RFC 8435 §8.2.3); WRITEs through the
+    // metadata server find it unreachable themselves. Every copy there
+    // is now stale and the writes went on to the good mirror.
+    relay.cut();
+    layoutreturn(&c, &fh0, sid, &[(1, Nfsstat4::NFS4ERR_NXIO)]).await;
+    for (n, fh) in names.iter().zip(&fhs).skip(1) {
+        mds3.write(
+            fh,
+            0,
+            Bytes::from(format!("{n} AFTER")),
+            StableHow::FILE_SYNC,
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(cl.mds.stale_mirrors(), 3);
+
+    // Layouts leave the stale mirror out.
+    let (sid, ff) = ff_layout(&c, &fh0, open0, RW).await.unwrap();
+    let ms = mirrors_of(&ff);
+    assert_eq!(ms.iter().map(|m| m.0).collect::<Vec<_>>(), [0], "{ff:?}");
+    let v3 = nfs3(cl.ds[0].0.nfs_addr(), ms[0].2).await;
+    v3.write(
+        &ms[0].1,
+        0,
+        Bytes::from_static(b"f0 AFTER"),
+        StableHow::FILE_SYNC,
+    )
+    .await
+    .unwrap();
+
+    // The data server comes back. f1 and f2 are rebuilt, one at a time;
+    // f0 waits while the client holds its RW layout (§8.3), which is
+    // recalled; meanwhile RW LAYOUTGET of it is refused, and a WRITE
+    // through the metadata server still reaches its good copy (the copy
+    // has not begun), so the rebuilt one has it too.
+    let limit = || {
+        oncrpc::limits::snapshot()
+            .into_iter()
+            .find(|(n, _)| *n == "pnfs.rebuilds")
+            .map_or(0, |(_, c)| c)
+    };
+    let tripped = limit();
+    relay.restore();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while cl.mds.stale_mirrors() > 1 {
+        assert!(std::time::Instant::now() < deadline, "rebuilds stalled");
+        assert!(cl.mds.rebuilds().0 <= 1);
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(cl.mds.stale_mirrors(), 1, "f0 waits for its RW layout");
+    assert_eq!(
+        ff_layout(&c, &fh0, sid, RW).await.err(),
+        Some(Nfsstat4::NFS4ERR_LAYOUTTRYLATER)
+    );
+    mds3.write(
+        &fhs[0],
+        100,
+        Bytes::from_static(b"DURING"),
+        StableHow::FILE_SYNC,
+    )
+    .await
+    .unwrap();
+    layoutreturn(&c, &fh0, sid, &[]).await;
+    while cl.mds.stale_mirrors() > 0 {
+        assert!(std::time::Instant::now() < deadline, "f0 not rebuilt");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // Bounded: never more than one rebuild at once, the waiting counted.
+    assert_eq!(cl.mds.rebuilds().1, 1);
+    assert!(limit() > tripped, "rebuilds that waited are counted");
+
+    // Each rebuilt copy is byte-exact, with what was written during the
+    // loss; and layouts list both mirrors again.
+    for (f, n) in files.iter().zip(names) {
+        let c = copies(&cl, f);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].1, c[1].1, "{f}");
+        let _ = n;
+    }
+    let all: Vec<Vec<u8>> = files.iter().map(|f| copies(&cl, f)[1].1.clone()).collect();
+    assert!(all.iter().any(|b| b.get(100..106) == Some(&b"DURING"[..])));
+    for n in names {
+        let want = format!("{n} AFTER");
+        assert!(
+            all.iter().any(|b| b.starts_with(want.as_bytes())),
+            "{want} in {all:?}"
+        );
+    }
+    let (_, ff) = ff_layout(&c, &fh0, open0, RW).await.unwrap();
+    assert_eq!(mirrors_of(&ff).len(), 2);
 }

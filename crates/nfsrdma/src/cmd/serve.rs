@@ -253,8 +253,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = oncrpc::gss::GssConfig::default().max_contexts_per_client)]
     gss_max_contexts_per_client: usize,
     /// Serve NFSv4.1/4.2 as a pNFS flexible-files metadata server
-    /// (RFC 8435) over this NFSv3 data server (repeatable; files are
-    /// placed by fileid modulo the number of data servers):
+    /// (RFC 8435) over this NFSv3 data server (repeatable; each file is
+    /// placed on the data servers holding the fewest files):
     /// `nfs://HOST[:PORT]/EXPORT[?rdmaport=N&mountport=N]`. HOST is
     /// advertised to clients as is; the export must let this server in
     /// with no_root_squash (docs/pnfs.md).
@@ -268,6 +268,15 @@ pub(crate) struct ServeArgs {
     /// answers LAYOUTTRYLATER (limit `pnfs.layouts`).
     #[arg(long, default_value_t = nfs_server::v4::pnfs::DEFAULT_MAX_LAYOUTS)]
     max_layouts: usize,
+    /// Copies of each new file on a metadata server, each on its own
+    /// data server (RFC 8435 §8 mirroring; 1 to 4, at most the number of
+    /// data servers); clients write every copy and read any.
+    #[arg(long, default_value_t = 1)]
+    mds_mirrors: usize,
+    /// Stale mirrors a metadata server rebuilds at once (limit
+    /// `pnfs.rebuilds`).
+    #[arg(long, default_value_t = nfs_server::v4::pnfs::DEFAULT_MAX_REBUILDS)]
+    mds_max_rebuilds: usize,
 }
 
 /// The TLS settings of `--tls-cert`, `--tls-key`, `--tls-client-ca`.
@@ -391,10 +400,17 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .iter()
             .map(|u| super::dataserver::parse(u).context("--data-server"))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        let ds_count = ds.len();
         let mut mds = nfs_server::v4::pnfs::MdsConfig::new(ds);
         mds.uid = args.mds_synthetic_id;
         mds.gid = args.mds_synthetic_id;
         mds.max_layouts = args.max_layouts;
+        let most = nfs_server::v4::pnfs::MAX_MIRRORS.min(ds_count);
+        if !(1..=most).contains(&args.mds_mirrors) {
+            anyhow::bail!("--mds-mirrors {}: 1 to {most} here", args.mds_mirrors);
+        }
+        mds.mirrors = args.mds_mirrors;
+        mds.max_rebuilds = args.mds_max_rebuilds.max(1);
         config.mds = Some(mds);
     }
     let server = nfs_server::start(config)

@@ -271,6 +271,11 @@ impl DsControl {
             other => {
                 tracing::warn!(ds = %self.spec.tcp, error = %other, "pNFS control path failed");
                 *self.mount.lock().await = None;
+                // Handles are checked again once it answers (a cached one
+                // would hide that it is still gone).
+                if let Ok(mut h) = self.handles.lock() {
+                    h.clear();
+                }
                 ControlError::Unreachable
             }
         }
@@ -367,6 +372,16 @@ impl DsControl {
                 status: Nfsstat3::NFS3ERR_NOENT,
                 ..
             }) => Ok(()),
+            Err(e) => Err(self.failed(e).await),
+        }
+    }
+
+    /// Whether the data server answers: a GETATTR of its export's root
+    /// (mounting it first if need be).
+    pub(crate) async fn probe(&self) -> Result<(), ControlError> {
+        let m = self.mount().await?;
+        match m.client().getattr(m.root()).await {
+            Ok(_) => Ok(()),
             Err(e) => Err(self.failed(e).await),
         }
     }

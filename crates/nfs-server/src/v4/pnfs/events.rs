@@ -7,6 +7,7 @@
 use nfs::v3::{Fattr3, Ftype3, NfsFh3, Nfsstat3, Sattr3};
 
 use super::control::ControlError;
+use super::placement::good;
 use super::recall::Why;
 use super::{data_file_name, Mds};
 use crate::v4::coherence::key;
@@ -45,28 +46,46 @@ impl Mds {
         e
     }
 
-    /// A SETATTR of `size` on the file `attr` reaches its data file too
+    /// A SETATTR of `size` on the file `attr` reaches its data files too
     /// (RFC 8435 §2.3: the metadata server keeps the data file's size in
-    /// step on truncation); a data server that cannot be reached fails it
-    /// with JUKEBOX (NFS4ERR_DELAY: the client retries), after the
-    /// metadata server's own size was set. A file without a data file
-    /// has nothing to change.
+    /// step on truncation): every good mirror's (a stale one takes the
+    /// size when rebuilt; one found unreachable becomes stale, §8.2.3).
+    /// A file without a good copy reachable, or being rebuilt (§8.3),
+    /// fails it with JUKEBOX (NFS4ERR_DELAY: the client retries), after
+    /// the metadata server's own size was set. A file without a data
+    /// file has nothing to change.
     pub async fn truncated(&self, attr: &Fattr3, size: u64) -> Result<(), Nfsstat3> {
         if attr.ftype != Ftype3::NF3REG {
             return Ok(());
         }
-        let Some(i) = self.placed(attr) else {
+        let Some(m) = self.placed(attr) else {
             return Ok(());
         };
+        if self.rebuilding(attr) {
+            return Err(Nfsstat3::NFS3ERR_JUKEBOX);
+        }
         let name = data_file_name(attr.fsid, attr.fileid);
-        match self.ds[i].set_size(&name, size).await {
-            Ok(()) | Err(ControlError::Nfs(Nfsstat3::NFS3ERR_NOENT)) => Ok(()),
-            Err(e) => {
-                tracing::warn!(ds = i, file = %name, error = ?e, "pNFS data file not truncated");
-                self.control_failed(i, e);
-                Err(Nfsstat3::NFS3ERR_JUKEBOX)
+        let mut done = 0;
+        let mut lost = Vec::new();
+        for i in good(&m) {
+            match self.ds[i].set_size(&name, size).await {
+                Ok(()) | Err(ControlError::Nfs(Nfsstat3::NFS3ERR_NOENT)) => done += 1,
+                Err(e) => {
+                    tracing::warn!(ds = i, file = %name, error = ?e, "pNFS data file not truncated");
+                    if self.control_failed(i, e) != ControlError::Unreachable {
+                        return Err(Nfsstat3::NFS3ERR_JUKEBOX);
+                    }
+                    lost.push(i);
+                }
             }
         }
+        if done == 0 {
+            return Err(Nfsstat3::NFS3ERR_JUKEBOX);
+        }
+        for i in lost {
+            self.mirror_failed(attr.fsid, attr.fileid, i);
+        }
+        Ok(())
     }
 
     /// The file `attr` (of `fh`) was removed: when that was its last
@@ -80,12 +99,14 @@ impl Mds {
         if let Ok(mut t) = self.layouts.lock() {
             t.forget_file(&key(fh));
         }
-        let Some(i) = self.placed(attr) else {
+        let Some(m) = self.placed(attr) else {
             return;
         };
         let name = data_file_name(attr.fsid, attr.fileid);
-        if let Err(e) = self.ds[i].remove(&name).await {
-            tracing::warn!(ds = i, file = %name, error = ?e, "pNFS data file not removed");
+        for x in m {
+            if let Err(e) = self.ds[x.ds].remove(&name).await {
+                tracing::warn!(ds = x.ds, file = %name, error = ?e, "pNFS data file not removed");
+            }
         }
         self.unplace(attr);
     }

@@ -39,8 +39,9 @@ pub(crate) struct Layout {
     pub(crate) read: bool,
     /// A read-write layout is held.
     pub(crate) rw: bool,
-    /// Where the file's data is.
-    pub(crate) data: DataFile,
+    /// Where the file's data is: one data file per mirror handed out
+    /// under this stateid (RFC 8435 §8).
+    pub(crate) data: Vec<DataFile>,
     /// When the layout was recalled (the service clock), if it is being
     /// recalled.
     pub(crate) recalled: Option<Duration>,
@@ -61,7 +62,7 @@ pub(crate) struct Recalled {
     pub(crate) client: u64,
     pub(crate) file: Bytes,
     pub(crate) stateid: Stateid4,
-    pub(crate) data: DataFile,
+    pub(crate) data: Vec<DataFile>,
 }
 
 /// Every layout handed out, keyed by (client, file): ordered, so one
@@ -106,7 +107,7 @@ impl LayoutTable {
         file: &Bytes,
         iomode: Layoutiomode4,
         presented: &Stateid4,
-        data: &DataFile,
+        data: &[DataFile],
     ) -> Result<Stateid4, Nfsstat4> {
         if self.recalling(file) {
             return Err(Nfsstat4::NFS4ERR_RECALLCONFLICT);
@@ -119,6 +120,12 @@ impl LayoutTable {
             l.stateid.seqid = l.stateid.seqid.wrapping_add(1).max(1);
             l.read |= iomode == Layoutiomode4::LAYOUTIOMODE4_READ;
             l.rw |= iomode == Layoutiomode4::LAYOUTIOMODE4_RW;
+            // The client may hold the earlier grants' mirrors too.
+            for d in data {
+                if !l.data.contains(d) {
+                    l.data.push(d.clone());
+                }
+            }
             return Ok(l.stateid);
         }
         if Self::is_layout_stateid(presented) {
@@ -142,7 +149,7 @@ impl LayoutTable {
             },
             read: iomode == Layoutiomode4::LAYOUTIOMODE4_READ,
             rw: iomode == Layoutiomode4::LAYOUTIOMODE4_RW,
-            data: data.clone(),
+            data: data.to_vec(),
             recalled: None,
         };
         let sid = l.stateid;
@@ -233,20 +240,18 @@ impl LayoutTable {
             .any(|((_, f), l)| f == file && l.recalled.is_some())
     }
 
-    /// Starts the recall (at `now`) of every layout of `file`, or with
-    /// `ds` of every layout on that data server, not already being
-    /// recalled: each one's stateid seqid is bumped (RFC 8881 §12.5.3,
-    /// the recall carries it) and it is returned.
+    /// Starts the recall (at `now`) of every layout `pick` chooses (by
+    /// its file and itself: of one file, on one data server...) not
+    /// already being recalled: each one's stateid seqid is bumped (RFC
+    /// 8881 §12.5.3, the recall carries it) and it is returned.
     pub(crate) fn recall(
         &mut self,
-        file: Option<&Bytes>,
-        ds: Option<usize>,
+        pick: impl Fn(&Bytes, &Layout) -> bool,
         now: Duration,
     ) -> Vec<Recalled> {
         let mut out = Vec::new();
         for ((c, f), l) in &mut self.by_file {
-            let hit = file.is_none_or(|x| x == f) && ds.is_none_or(|d| d == l.data.ds);
-            if !hit || l.recalled.is_some() {
+            if l.recalled.is_some() || !pick(f, l) {
                 continue;
             }
             l.recalled = Some(now);
@@ -293,6 +298,11 @@ impl LayoutTable {
         self.by_file.remove(&(client, file.clone()));
     }
 
+    /// Whether some layout is one `pick` chooses.
+    pub(crate) fn any(&self, pick: impl Fn(&Bytes, &Layout) -> bool) -> bool {
+        self.by_file.iter().any(|((_, f), l)| pick(f, l))
+    }
+
     /// Whether some client holds a read-write layout on `file`.
     pub(crate) fn writers(&self, file: &Bytes) -> bool {
         self.by_file.iter().any(|((_, f), l)| f == file && l.rw)
@@ -306,11 +316,11 @@ mod tests {
     const RW: Layoutiomode4 = Layoutiomode4::LAYOUTIOMODE4_RW;
     const RD: Layoutiomode4 = Layoutiomode4::LAYOUTIOMODE4_READ;
 
-    fn at(ds: usize) -> DataFile {
-        DataFile {
+    fn at(ds: usize) -> Vec<DataFile> {
+        vec![DataFile {
             ds,
             name: format!("data{ds}"),
-        }
+        }]
     }
 
     fn open_sid() -> Stateid4 {
@@ -387,7 +397,7 @@ mod tests {
         t.grant(2, &f, RD, &open_sid(), &at(0)).unwrap();
         t.grant(1, &g, RD, &open_sid(), &at(1)).unwrap();
         let now = Duration::from_secs(10);
-        let rs = t.recall(Some(&f), None, now);
+        let rs = t.recall(|x, _| *x == f, now);
         assert_eq!(rs.len(), 2);
         let mine = rs.iter().find(|r| r.client == 1).unwrap();
         assert_eq!(
@@ -396,7 +406,7 @@ mod tests {
             "the recall bumps the seqid"
         );
         // Recalled once only; other files untouched.
-        assert!(t.recall(Some(&f), None, now).is_empty());
+        assert!(t.recall(|x, _| *x == f, now).is_empty());
         assert_eq!(
             t.grant(3, &f, RD, &open_sid(), &at(0)),
             Err(Nfsstat4::NFS4ERR_RECALLCONFLICT)
@@ -413,9 +423,9 @@ mod tests {
         assert!(!t.recalling(&f));
         t.grant(3, &f, RD, &open_sid(), &at(0)).unwrap();
         // A data server's loss recalls the layouts on it only.
-        let lost = t.recall(None, Some(1), now);
+        let lost = t.recall(|_, l| l.data.iter().any(|d| d.ds == 1), now);
         assert_eq!(lost.len(), 1);
-        assert_eq!((&lost[0].file, lost[0].data.ds), (&g, 1));
+        assert_eq!((&lost[0].file, lost[0].data[0].ds), (&g, 1));
     }
 
     #[test]

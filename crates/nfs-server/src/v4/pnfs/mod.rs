@@ -26,11 +26,17 @@
 //!   a data server; fencing by rotating the synthetic ids when a recall
 //!   is not answered within the lease ([`recall`]).
 //!
-//! Not done yet (docs/pnfs.md): mirrors, striping.
+//! - Mirroring (RFC 8435 §8, [`mirrors`]): with `mirrors` = 2 every file
+//!   has a copy on two data servers, both in its layouts; a copy a client
+//!   or the control path could not reach is marked stale, left out of
+//!   layouts and rebuilt from the good one when its server answers.
+//!
+//! Not done yet (docs/pnfs.md): striping.
 
 mod control;
 mod events;
 mod layouts;
+mod mirrors;
 mod ops;
 mod placement;
 mod proxy;
@@ -39,20 +45,27 @@ mod recall;
 pub use proxy::Written;
 pub use recall::{Why, FENCE_IDS};
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use nfs::v4::Deviceid4;
 use xdr::FixedOpaque;
 
 use control::DsControl;
 use layouts::LayoutTable;
-use placement::Placement;
+use placement::{Mirror, Placement};
 
 /// The synthetic uid and gid data files get by default (RFC 8435 §2.2).
 pub const DEFAULT_SYNTHETIC_ID: u32 = 40001;
 /// Layout stateids held at once by default.
 pub const DEFAULT_MAX_LAYOUTS: usize = 65536;
+/// Mirrors a file may have at most (RFC 8435 §8).
+pub const MAX_MIRRORS: usize = 4;
+/// Stale mirrors rebuilt at once by default (`pnfs.rebuilds`).
+pub const DEFAULT_MAX_REBUILDS: usize = 4;
 
 /// Mode of data files (RFC 8435 §2.2: only the synthetic owner and group
 /// may read and write them).
@@ -89,6 +102,13 @@ pub struct MdsConfig {
     pub max_layouts: usize,
     /// READ and WRITE sizes advertised per data server.
     pub io_size: u32,
+    /// Copies of each new file, each on its own data server (RFC 8435
+    /// §8; 1 to [`MAX_MIRRORS`], at most the number of data servers).
+    pub mirrors: usize,
+    /// Stale mirrors rebuilt at once (`pnfs.rebuilds`).
+    pub max_rebuilds: usize,
+    /// How often stale mirrors' data servers are probed.
+    pub rebuild_poll: Duration,
 }
 
 impl MdsConfig {
@@ -100,7 +120,18 @@ impl MdsConfig {
             gid: DEFAULT_SYNTHETIC_ID,
             max_layouts: DEFAULT_MAX_LAYOUTS,
             io_size: 1 << 20,
+            mirrors: 1,
+            max_rebuilds: DEFAULT_MAX_REBUILDS,
+            rebuild_poll: Duration::from_secs(1),
         }
+    }
+
+    /// Copies per new file as configured, within 1 to [`MAX_MIRRORS`] and
+    /// the number of data servers.
+    fn copies(&self) -> usize {
+        self.mirrors
+            .clamp(1, MAX_MIRRORS)
+            .min(self.data_servers.len().max(1))
     }
 }
 
@@ -116,20 +147,31 @@ pub struct Mds {
     grow: tokio::sync::Mutex<()>,
     /// How layouts are recalled, once the NFSv4.1 service is bound.
     recaller: std::sync::RwLock<Option<recall::Recaller>>,
+    /// Files whose stale mirror is being rebuilt (file system id, file id).
+    rebuilding: Mutex<HashSet<(u64, u64)>>,
+    /// Files whose stale mirror waits for their layouts to come back.
+    held: Mutex<HashSet<(u64, u64)>>,
+    /// The most rebuilds there ever were at once.
+    peak_rebuilds: AtomicUsize,
+    /// Whether the rebuilder task runs.
+    rebuilder_on: AtomicBool,
+    /// Held (shared) by WRITEs through the metadata server; a rebuild
+    /// takes it once to let those under way finish.
+    gate: tokio::sync::RwLock<()>,
 }
 
 impl Mds {
     /// A metadata server over `cfg.data_servers` (at least one) whose
     /// placements are kept in memory only (tests; a restart loses them).
     pub fn new(cfg: MdsConfig) -> Self {
-        let p = Placement::memory(cfg.data_servers.len());
+        let p = Placement::memory(cfg.data_servers.len(), cfg.copies());
         Self::with_placement(cfg, p)
     }
 
     /// A metadata server whose placements are recorded in `state_dir`
     /// ([`placement`]), so files stay where they were across restarts.
     pub fn open(cfg: MdsConfig, state_dir: &std::path::Path) -> std::io::Result<Self> {
-        let p = Placement::open(state_dir, cfg.data_servers.len())?;
+        let p = Placement::open(state_dir, cfg.data_servers.len(), cfg.copies())?;
         Ok(Self::with_placement(cfg, p))
     }
 
@@ -148,6 +190,11 @@ impl Mds {
             placement: Mutex::new(placement),
             grow: tokio::sync::Mutex::new(()),
             recaller: std::sync::RwLock::new(None),
+            rebuilding: Mutex::new(HashSet::new()),
+            held: Mutex::new(HashSet::new()),
+            peak_rebuilds: AtomicUsize::new(0),
+            rebuilder_on: AtomicBool::new(false),
+            gate: tokio::sync::RwLock::new(()),
         }
     }
 
@@ -164,15 +211,15 @@ impl Mds {
             .unwrap_or_default()
     }
 
-    /// The data server holding the file `attr`, if it was placed (a file
-    /// never placed has no data file).
-    fn placed(&self, attr: &nfs::v3::Fattr3) -> Option<usize> {
+    /// The copies of the file `attr`, if it was placed (a file never
+    /// placed has no data file).
+    fn placed(&self, attr: &nfs::v3::Fattr3) -> Option<Vec<Mirror>> {
         self.placement.lock().ok()?.get(attr.fsid, attr.fileid)
     }
 
-    /// The data server holding the file `attr`, placing it first
-    /// ([`placement`]); `None` when the placement cannot be recorded.
-    fn place(&self, attr: &nfs::v3::Fattr3) -> Option<usize> {
+    /// The copies of the file `attr`, placing it first ([`placement`]);
+    /// `None` when the placement cannot be recorded.
+    fn place(&self, attr: &nfs::v3::Fattr3) -> Option<Vec<Mirror>> {
         let mut p = self.placement.lock().ok()?;
         blocking(|| p.place(attr.fsid, attr.fileid))
             .map_err(|e| tracing::error!(error = %e, "pNFS placement not recorded"))
@@ -181,6 +228,7 @@ impl Mds {
 
     /// The file `attr` was removed: its placement goes.
     fn unplace(&self, attr: &nfs::v3::Fattr3) {
+        self.unhold(attr);
         if let Ok(mut p) = self.placement.lock() {
             if let Err(e) = blocking(|| p.remove(attr.fsid, attr.fileid)) {
                 tracing::error!(error = %e, "pNFS placement removal not recorded");

@@ -12,8 +12,9 @@ use nfs::v4::flexfiles::{
 use nfs::v4::*;
 use xdr::{Bounded, Encode};
 
-use super::control::ControlError;
+use super::control::{ControlError, DataFh};
 use super::layouts::{DataFile, LayoutTable};
+use super::placement::good;
 use super::{data_file_name, device_id, device_index, Mds, DATA_FILE_MODE};
 use crate::storage::Storage;
 use crate::v4::fileops::{cur, key, resolve_sid};
@@ -60,15 +61,16 @@ impl<S: Storage> Nfs4Service<S> {
                 Z::Getdeviceinfo(getdeviceinfo(&mds, a, rdma))
             }
             A::Layoutcommit(a) => Z::Layoutcommit(self.layoutcommit(&mds, a, cx).await.into()),
-            A::Layoutreturn(a) => Z::Layoutreturn(self.layoutreturn(&mds, a, cx).into()),
-            A::Layouterror(a) => Z::Layouterror(status(layouterror(&mds, a, cx))),
+            A::Layoutreturn(a) => Z::Layoutreturn(self.layoutreturn(&mds, a, cx).await.into()),
+            A::Layouterror(a) => Z::Layouterror(status(self.layouterror(&mds, a, cx).await)),
             A::Layoutstats(a) => Z::Layoutstats(status(layoutstats(&mds, a, cx))),
             other => NfsResop4::error(other.opnum(), Nfsstat4::NFS4ERR_NOTSUPP),
         }
     }
 
     /// LAYOUTGET (RFC 8881 §18.43.3): a whole-file flex-files layout with
-    /// one mirror on the file's data server, its data file created first.
+    /// one mirror per good copy of the file (RFC 8435 §8), each data file
+    /// created first.
     async fn layoutget(&self, mds: &Mds, a: &Layoutget4Args, cx: &Cx) -> R<Layoutget4ResOk> {
         let c = client(cx)?;
         let fh = cur(cx)?;
@@ -98,39 +100,22 @@ impl<S: Storage> Nfs4Service<S> {
         }
         // Placing a file records it in the state directory: a failure
         // there is the server's, for now.
-        let i = mds.place(&attr).ok_or(Nfsstat4::NFS4ERR_LAYOUTTRYLATER)?;
+        let placed = mds.place(&attr).ok_or(Nfsstat4::NFS4ERR_LAYOUTTRYLATER)?;
+        // RFC 8435 §8.3: no writer while a stale mirror is rebuilt.
+        if rw && mds.writes_held(&attr) {
+            return Err(Nfsstat4::NFS4ERR_LAYOUTTRYLATER);
+        }
         let name = data_file_name(attr.fsid, attr.fileid);
-        let d = mds.ds[i]
-            .ensure(&name, mds.cfg.uid, mds.cfg.gid, DATA_FILE_MODE)
-            .await
-            .map_err(|e| {
-                tracing::warn!(ds = i, file = %name, error = ?e, "pNFS data file not available");
-                match e {
-                    ControlError::Unreachable => {
-                        mds.ds_lost(i);
-                        Nfsstat4::NFS4ERR_LAYOUTTRYLATER
-                    }
-                    ControlError::Nfs(_) => Nfsstat4::NFS4ERR_LAYOUTUNAVAILABLE,
-                }
-            })?;
+        let (mirrors, at) = self
+            .mirrors(mds, &attr, &name, good(&placed).collect())
+            .await?;
         let body = FfLayout4 {
             stripe_unit: 0,
-            mirrors: Bounded(vec![FfMirror4 {
-                data_servers: Bounded(vec![FfDataServer4 {
-                    deviceid: device_id(i),
-                    efficiency: 0,
-                    // RFC 8435 §5.1: an NFSv3 data server takes the
-                    // anonymous stateid.
-                    stateid: Stateid4::ANONYMOUS,
-                    fh_vers: Bounded(vec![NfsFh4(Bytes::copy_from_slice(d.fh.as_bytes()))]),
-                    // The data file's owner now: the synthetic ids, or
-                    // their successors after fencing (RFC 8435 §2.2).
-                    user: Bounded(Bytes::from(d.uid.to_string())),
-                    group: Bounded(Bytes::from(d.gid.to_string())),
-                }]),
-            }]),
+            mirrors: Bounded(mirrors),
             // RFC 8435 §5.1: I/O through the metadata server works
-            // ([`super::proxy`]), so FF_FLAGS_NO_IO_THRU_MDS is not set.
+            // ([`super::proxy`]), so FF_FLAGS_NO_IO_THRU_MDS is not set;
+            // §8.2.2: the client writes every mirror itself, so
+            // FF_FLAGS_WRITE_ONE_MIRROR is not set either.
             flags: 0,
             stats_collect_hint: 0,
         };
@@ -155,9 +140,66 @@ impl<S: Storage> Nfs4Service<S> {
             .layouts
             .lock()
             .map_err(|_| Nfsstat4::NFS4ERR_SERVERFAULT)?;
-        let at = DataFile { ds: i, name };
+        // Checked again under the layout lock: a rebuild that began
+        // meanwhile waits for the layouts it finds, so none may follow.
+        if rw && mds.writes_held(&attr) {
+            return Err(Nfsstat4::NFS4ERR_LAYOUTTRYLATER);
+        }
         ok.stateid = t.grant(c, &file, a.iomode, &sid, &at)?;
         Ok(ok)
+    }
+
+    /// The layout's mirrors (RFC 8435 §5.1, §8): one per copy on the data
+    /// servers `good`, each data file created if missing, and where they
+    /// are. A copy whose data server cannot be reached is left out and
+    /// marked stale (§8.2.3) when another is there; with none, a server
+    /// that cannot be reached is LAYOUTTRYLATER, one refusing the data
+    /// file LAYOUTUNAVAILABLE.
+    async fn mirrors(
+        &self,
+        mds: &Mds,
+        attr: &nfs::v3::Fattr3,
+        name: &str,
+        good: Vec<usize>,
+    ) -> R<(Vec<FfMirror4>, Vec<DataFile>)> {
+        let mut mirrors = Vec::new();
+        let mut at = Vec::new();
+        let mut lost = Vec::new();
+        let mut refused = false;
+        for i in good {
+            match mds.ds[i]
+                .ensure(name, mds.cfg.uid, mds.cfg.gid, DATA_FILE_MODE)
+                .await
+            {
+                Ok(d) => {
+                    mirrors.push(mirror(i, &d));
+                    at.push(DataFile {
+                        ds: i,
+                        name: name.to_owned(),
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(ds = i, file = %name, error = ?e, "pNFS data file not available");
+                    match e {
+                        ControlError::Unreachable => {
+                            mds.ds_lost(i);
+                            lost.push(i);
+                        }
+                        ControlError::Nfs(_) => refused = true,
+                    }
+                }
+            }
+        }
+        if refused {
+            return Err(Nfsstat4::NFS4ERR_LAYOUTUNAVAILABLE);
+        }
+        if mirrors.is_empty() {
+            return Err(Nfsstat4::NFS4ERR_LAYOUTTRYLATER);
+        }
+        for i in lost {
+            mds.mirror_failed(attr.fsid, attr.fileid, i);
+        }
+        Ok((mirrors, at))
     }
 
     /// LAYOUTCOMMIT (RFC 8881 §18.42.3): the size grows to the last byte
@@ -207,29 +249,81 @@ impl<S: Storage> Nfs4Service<S> {
     }
 
     /// LAYOUTRETURN (RFC 8881 §18.44.3); the flex-files body's error and
-    /// statistics reports (RFC 8435 §9.3) are logged.
-    fn layoutreturn(&self, mds: &Mds, a: &Layoutreturn4Args, cx: &Cx) -> R<Layoutreturn4ResOk> {
+    /// statistics reports (RFC 8435 §9.3) are logged, and a mirror whose
+    /// data server failed the client is marked stale (§8.2.3) once the
+    /// return is done.
+    async fn layoutreturn(
+        &self,
+        mds: &Mds,
+        a: &Layoutreturn4Args,
+        cx: &Cx,
+    ) -> R<Layoutreturn4ResOk> {
         let c = client(cx)?;
         flex(a.layout_type)?;
         if !(1..=3).contains(&a.iomode.0) {
             return Err(Nfsstat4::NFS4ERR_INVAL);
         }
-        let mut t = mds
-            .layouts
-            .lock()
-            .map_err(|_| Nfsstat4::NFS4ERR_SERVERFAULT)?;
-        match &a.layoutreturn {
-            Layoutreturn4::File(f) => {
-                let fh = cur(cx)?;
-                log_return_body(c, &f.body.0);
-                let sid = resolve_sid(cx, &f.stateid)?;
-                t.return_file(c, &key(&fh), a.iomode, &sid)
+        let (r, failed) = {
+            let mut t = mds
+                .layouts
+                .lock()
+                .map_err(|_| Nfsstat4::NFS4ERR_SERVERFAULT)?;
+            match &a.layoutreturn {
+                Layoutreturn4::File(f) => {
+                    let fh = cur(cx)?;
+                    let failed = return_body_errors(c, &f.body.0, mds.ds.len());
+                    let sid = resolve_sid(cx, &f.stateid)?;
+                    (t.return_file(c, &key(&fh), a.iomode, &sid), failed)
+                }
+                Layoutreturn4::Fsid | Layoutreturn4::All => {
+                    t.return_all(c);
+                    (Ok(None), Vec::new())
+                }
             }
-            Layoutreturn4::Fsid | Layoutreturn4::All => {
-                t.return_all(c);
-                Ok(None)
+        };
+        if r.is_ok() && !failed.is_empty() {
+            self.mirrors_failed(mds, cx, &failed).await;
+        }
+        r
+    }
+
+    /// The client reported I/O errors on the data servers `failed` for
+    /// the current file: their mirrors of it are marked stale (RFC 8435
+    /// §8.2.3), never the last good one.
+    async fn mirrors_failed(&self, mds: &Mds, cx: &Cx, failed: &[usize]) {
+        let Ok(fh) = cur(cx) else { return };
+        let Ok(attr) = self.regular(&fh).await else {
+            return;
+        };
+        for &i in failed {
+            mds.mirror_failed(attr.fsid, attr.fileid, i);
+        }
+    }
+
+    /// LAYOUTERROR (RFC 7862 §15.6.3): each device error is logged, and
+    /// the mirrors on the data servers named are marked stale (RFC 8435
+    /// §8.2.3).
+    async fn layouterror(&self, mds: &Mds, a: &Layouterror4Args, cx: &Cx) -> R<()> {
+        let c = layout_holder(mds, cx, &a.stateid)?;
+        let mut failed = Vec::new();
+        for e in &a.errors.0 {
+            tracing::warn!(
+                client = c,
+                ds = ?device_index(&e.deviceid),
+                status = ?e.status,
+                op = e.opnum,
+                offset = a.offset,
+                length = a.length,
+                "pNFS client reports a data server error"
+            );
+            if let Some(i) = device_index(&e.deviceid).filter(|&i| i < mds.ds.len()) {
+                if e.status != Nfsstat4::NFS4_OK && !failed.contains(&i) {
+                    failed.push(i);
+                }
             }
         }
+        self.mirrors_failed(mds, cx, &failed).await;
+        Ok(())
     }
 
     /// The file `attr` (of `fh`) was removed: its layouts go and so does
@@ -266,14 +360,19 @@ impl<S: Storage> Nfs4Service<S> {
         if attr.ftype != Ftype3::NF3REG || !mds.layouts.lock().ok()?.writers(&key(fh)) {
             return None;
         }
-        let i = mds.placed(attr)?;
+        // The first good mirror that answers (every one takes each write,
+        // RFC 8435 §8.2).
+        let m = mds.placed(attr)?;
         let name = data_file_name(attr.fsid, attr.fileid);
-        let ds = mds.ds[i]
-            .size(&name)
-            .await
-            .map_err(|e| mds.control_failed(i, e))
-            .ok()?;
-        Some(ds.max(attr.size))
+        for i in good(&m) {
+            match mds.ds[i].size(&name).await {
+                Ok(ds) => return Some(ds.max(attr.size)),
+                Err(e) => {
+                    mds.control_failed(i, e);
+                }
+            }
+        }
+        None
     }
 
     /// A SETATTR of `s` applied to the file `fh` (`attr` before it):
@@ -403,23 +502,6 @@ fn layout_holder(mds: &Mds, cx: &Cx, stateid: &Stateid4) -> R<u64> {
     Ok(c)
 }
 
-/// LAYOUTERROR (RFC 7862 §15.6.3): each device error is logged.
-fn layouterror(mds: &Mds, a: &Layouterror4Args, cx: &Cx) -> R<()> {
-    let c = layout_holder(mds, cx, &a.stateid)?;
-    for e in &a.errors.0 {
-        tracing::warn!(
-            client = c,
-            ds = ?device_index(&e.deviceid),
-            status = ?e.status,
-            op = e.opnum,
-            offset = a.offset,
-            length = a.length,
-            "pNFS client reports a data server error"
-        );
-    }
-    Ok(())
-}
-
 /// LAYOUTSTATS (RFC 7862 §15.7.3): logged at debug level.
 fn layoutstats(mds: &Mds, a: &Layoutstats4Args, cx: &Cx) -> R<()> {
     let c = layout_holder(mds, cx, &a.stateid)?;
@@ -435,18 +517,37 @@ fn layoutstats(mds: &Mds, a: &Layoutstats4Args, cx: &Cx) -> R<()> {
     Ok(())
 }
 
+/// A layout's mirror on data server `i` (RFC 8435 §5.1): one data
+/// server, the anonymous stateid (an NFSv3 data server has none), the
+/// data file's owner now as user and group (the synthetic ids, or their
+/// successors after fencing, §2.2).
+fn mirror(i: usize, d: &DataFh) -> FfMirror4 {
+    FfMirror4 {
+        data_servers: Bounded(vec![FfDataServer4 {
+            deviceid: device_id(i),
+            efficiency: 0,
+            stateid: Stateid4::ANONYMOUS,
+            fh_vers: Bounded(vec![NfsFh4(Bytes::copy_from_slice(d.fh.as_bytes()))]),
+            user: Bounded(Bytes::from(d.uid.to_string())),
+            group: Bounded(Bytes::from(d.gid.to_string())),
+        }]),
+    }
+}
+
 /// RFC 8435 §9.3: logs the `ff_layoutreturn4` of a LAYOUTRETURN (an
 /// empty body is allowed; one that does not decode is logged and
-/// ignored, the return itself stands).
-fn log_return_body(c: u64, body: &[u8]) {
+/// ignored, the return itself stands); the data servers its I/O errors
+/// name.
+fn return_body_errors(c: u64, body: &[u8], n: usize) -> Vec<usize> {
+    let mut failed = Vec::new();
     if body.is_empty() {
-        return;
+        return failed;
     }
     let r: FfLayoutreturn4 = match decode_body(body) {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(client = c, error = %e, "flex-files LAYOUTRETURN body does not decode");
-            return;
+            return failed;
         }
     };
     for ioerr in &r.ioerr_report.0 {
@@ -458,6 +559,11 @@ fn log_return_body(c: u64, body: &[u8]) {
                 op = e.opnum,
                 "pNFS client returned a layout after a data server error"
             );
+            if let Some(i) = device_index(&e.deviceid).filter(|&i| i < n) {
+                if e.status != Nfsstat4::NFS4_OK && !failed.contains(&i) {
+                    failed.push(i);
+                }
+            }
         }
     }
     for s in &r.iostats_report.0 {
@@ -469,6 +575,7 @@ fn log_return_body(c: u64, body: &[u8]) {
             "pNFS layout return statistics"
         );
     }
+    failed
 }
 
 #[cfg(test)]

@@ -10,14 +10,21 @@
 //! the data's size, and each WRITE through it sets its size (growing
 //! only) and mtime, so the attributes its clients cache by stay right.
 //!
+//! Mirrored files (RFC 8435 §8): a READ is served by the first good
+//! mirror that answers (§8.1), a WRITE or COMMIT goes to every good one
+//! (§8.2); a mirror whose data server cannot be reached while another
+//! took the write is marked stale (§8.2.3) and the write stands. While a
+//! stale mirror is rebuilt (§8.3) WRITEs wait (JUKEBOX / NFS4ERR_DELAY).
+//!
 //! Write verifier: a reply carries the metadata server's verifier XOR
-//! the data server's (RFC 1813 §3.3.7), so a restart of either changes
-//! it and the client resends its unstable writes.
+//! the data servers' (RFC 1813 §3.3.7), so a restart of any changes it
+//! and the client resends its unstable writes.
 
 use bytes::Bytes;
 use nfs::v3::{Ftype3, NfsFh3, Nfsstat3, Sattr3, SetTime, StableHow};
 
 use super::control::{ControlError, DsWritten};
+use super::placement::good;
 use super::{data_file_name, Mds, DATA_FILE_MODE};
 use crate::storage::{Storage, StorageResult};
 
@@ -63,18 +70,22 @@ impl Mds {
         if attr.ftype != Ftype3::NF3REG {
             return fs.read(fh, offset, count).await;
         }
-        let Some(i) = self.placed(&attr) else {
+        let Some(m) = self.placed(&attr) else {
             return Ok(zeros(attr.size, offset, count));
         };
         let name = data_file_name(attr.fsid, attr.fileid);
-        match self.ds[i].read(&name, offset, count).await {
-            Ok(Some(r)) => Ok(r),
-            Ok(None) => Ok(zeros(attr.size, offset, count)),
-            Err(e) => {
-                tracing::warn!(ds = i, file = %name, error = ?e, "READ through the metadata server failed");
-                Err(status(self.control_failed(i, e)))
+        let mut failed = ControlError::Unreachable;
+        for i in good(&m) {
+            match self.ds[i].read(&name, offset, count).await {
+                Ok(Some(r)) => return Ok(r),
+                Ok(None) => return Ok(zeros(attr.size, offset, count)),
+                Err(e) => {
+                    tracing::warn!(ds = i, file = %name, error = ?e, "READ through the metadata server failed");
+                    failed = self.control_failed(i, e);
+                }
             }
         }
+        Err(status(failed))
     }
 
     /// WRITE (RFC 1813 §3.3.7, RFC 8881 §18.32) to `fh` on `fs`: a
@@ -100,19 +111,16 @@ impl Mds {
         let end = offset
             .checked_add(data.len() as u64)
             .ok_or(Nfsstat3::NFS3ERR_FBIG)?;
-        let i = self.place(&attr).ok_or(Nfsstat3::NFS3ERR_IO)?;
+        let m = self.place(&attr).ok_or(Nfsstat3::NFS3ERR_IO)?;
         let name = data_file_name(attr.fsid, attr.fileid);
-        let ds = &self.ds[i];
-        let done = async {
-            let d = ds
-                .ensure(&name, self.cfg.uid, self.cfg.gid, DATA_FILE_MODE)
-                .await?;
-            ds.write(&name, &d.fh, offset, data, stable).await
+        let w = {
+            let _writing = self.gate.read().await;
+            if self.rebuilding(&attr) {
+                return Err(Nfsstat3::NFS3ERR_JUKEBOX);
+            }
+            self.write_mirrors(&attr, &name, good(&m).collect(), offset, data, stable)
+                .await?
         };
-        let w: DsWritten = done.await.map_err(|e| {
-            tracing::warn!(ds = i, file = %name, error = ?e, "WRITE through the metadata server failed");
-            status(self.control_failed(i, e))
-        })?;
         self.wrote(fs, fh, end).await?;
         if w.how != StableHow::UNSTABLE {
             // The size change at the metadata server is durable too.
@@ -124,6 +132,55 @@ impl Mds {
         })
     }
 
+    /// The WRITE to the data file `name` on each of the data servers
+    /// `to` (the file's good mirrors, RFC 8435 §8.2): the weakest
+    /// stability and the verifiers combined. Those that cannot be reached
+    /// are marked stale when another took the write (§8.2.3).
+    async fn write_mirrors(
+        &self,
+        attr: &nfs::v3::Fattr3,
+        name: &str,
+        to: Vec<usize>,
+        offset: u64,
+        data: Bytes,
+        stable: StableHow,
+    ) -> StorageResult<DsWritten> {
+        let mut all: Option<DsWritten> = None;
+        let mut lost = Vec::new();
+        for i in to {
+            let ds = &self.ds[i];
+            let done = async {
+                let d = ds
+                    .ensure(name, self.cfg.uid, self.cfg.gid, DATA_FILE_MODE)
+                    .await?;
+                ds.write(name, &d.fh, offset, data.clone(), stable).await
+            };
+            match done.await {
+                Ok(w) => {
+                    all = Some(match all {
+                        None => w,
+                        Some(a) => DsWritten {
+                            how: weakest(a.how, w.how),
+                            verf: xor(a.verf, w.verf),
+                        },
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(ds = i, file = %name, error = ?e, "WRITE through the metadata server failed");
+                    match self.control_failed(i, e) {
+                        ControlError::Unreachable => lost.push(i),
+                        other => return Err(status(other)),
+                    }
+                }
+            }
+        }
+        let w = all.ok_or(Nfsstat3::NFS3ERR_JUKEBOX)?;
+        for i in lost {
+            self.mirror_failed(attr.fsid, attr.fileid, i);
+        }
+        Ok(w)
+    }
+
     /// COMMIT (RFC 1813 §3.3.21, RFC 8881 §18.3) of `fh` on `fs`: the
     /// data file is committed at its data server, the metadata server's
     /// file (its size) locally.
@@ -133,18 +190,22 @@ impl Mds {
         if attr.ftype != Ftype3::NF3REG {
             return Ok(fs.write_verifier());
         }
-        let Some(i) = self.placed(&attr) else {
+        let Some(m) = self.placed(&attr) else {
             return Ok(fs.write_verifier());
         };
         let name = data_file_name(attr.fsid, attr.fileid);
-        match self.ds[i].commit(&name).await {
-            Ok(Some(v)) => Ok(xor(fs.write_verifier(), v)),
-            Ok(None) => Ok(fs.write_verifier()),
-            Err(e) => {
-                tracing::warn!(ds = i, file = %name, error = ?e, "COMMIT through the metadata server failed");
-                Err(status(self.control_failed(i, e)))
+        let mut verf = fs.write_verifier();
+        for i in good(&m) {
+            match self.ds[i].commit(&name).await {
+                Ok(Some(v)) => verf = xor(verf, v),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(ds = i, file = %name, error = ?e, "COMMIT through the metadata server failed");
+                    return Err(status(self.control_failed(i, e)));
+                }
             }
         }
+        Ok(verf)
     }
 
     /// After a WRITE through the metadata server: its file grows to
@@ -159,6 +220,16 @@ impl Mds {
             ..Sattr3::default()
         };
         fs.setattr(fh, &s, None).await
+    }
+}
+
+/// The less stable of two WRITE outcomes (UNSTABLE < DATA_SYNC <
+/// FILE_SYNC).
+fn weakest(a: StableHow, b: StableHow) -> StableHow {
+    if a.0 <= b.0 {
+        a
+    } else {
+        b
     }
 }
 

@@ -34,7 +34,7 @@ use nfs::v4::cb::{
 use nfs::v4::{Layoutiomode4, Layouttype4, NfsFh4, Nfsstat4};
 use oncrpc::limits::Limit;
 
-use super::layouts::{DataFile, Recalled};
+use super::layouts::{DataFile, Layout, Recalled};
 use super::Mds;
 use crate::v4::callback::Callbacks;
 use crate::v4::coherence::key;
@@ -106,26 +106,38 @@ impl Mds {
         if let Ok(mut g) = self.recaller.write() {
             *g = Some(r);
         }
+        // Mirrors recorded stale before a restart are rebuilt now.
+        if self.stale_mirrors() > 0 {
+            self.start_rebuilder();
+        }
     }
 
-    fn recaller(&self) -> Option<Recaller> {
+    pub(crate) fn recaller(&self) -> Option<Recaller> {
         self.recaller.read().ok()?.clone()
     }
 
     /// Recalls every layout of the file `fh` (RFC 8881 §12.5.5.1).
     pub fn recall_file(&self, fh: &NfsFh3, why: Why) {
         let file = key(fh);
-        self.start_recall(Some(&file), None, why != Why::Attrs, why == Why::Remove);
+        let pick = move |f: &Bytes, _: &Layout| *f == file;
+        self.start_recall(pick, why != Why::Attrs, why == Why::Remove);
     }
 
     /// The control path could not reach data server `ds`: every layout
     /// on it is recalled (the client does its I/O through the metadata
     /// server or asks again later).
     pub(crate) fn ds_lost(&self, ds: usize) {
-        self.start_recall(None, Some(ds), true, false);
+        let pick = move |_: &Bytes, l: &Layout| l.data.iter().any(|d| d.ds == ds);
+        self.start_recall(pick, true, false);
     }
 
-    fn start_recall(&self, file: Option<&Bytes>, ds: Option<usize>, changed: bool, gone: bool) {
+    /// Recalls the layouts `pick` chooses (RFC 8881 §12.5.5.1), with
+    /// `clora_changed` = `changed`.
+    pub(crate) fn start_recall_where(&self, pick: impl Fn(&Bytes, &Layout) -> bool, changed: bool) {
+        self.start_recall(pick, changed, false);
+    }
+
+    fn start_recall(&self, pick: impl Fn(&Bytes, &Layout) -> bool, changed: bool, gone: bool) {
         let Some(r) = self.recaller() else { return };
         let Some(me) = r.mds.upgrade() else { return };
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
@@ -133,7 +145,7 @@ impl Mds {
         };
         let rs = match self.layouts.lock() {
             Ok(mut t) => {
-                let rs = t.recall(file, ds, r.clock.now());
+                let rs = t.recall(pick, r.clock.now());
                 if gone {
                     // The file is gone: nothing is left to fence.
                     for x in &rs {
@@ -147,7 +159,7 @@ impl Mds {
         if rs.is_empty() {
             return;
         }
-        tracing::info!(layouts = rs.len(), ?ds, changed, "CB_LAYOUTRECALL");
+        tracing::info!(layouts = rs.len(), changed, "CB_LAYOUTRECALL");
         rt.spawn(async move { run(me, r, rs, changed).await });
     }
 
@@ -196,7 +208,7 @@ impl Mds {
     /// Fences the data files of `due` (revoked layouts): each gets the
     /// next synthetic uid and gid.
     async fn fence(&self, due: &[Recalled]) {
-        let mut files: Vec<&DataFile> = due.iter().map(|r| &r.data).collect();
+        let mut files: Vec<&DataFile> = due.iter().flat_map(|r| &r.data).collect();
         files.sort_by(|a, b| (a.ds, &a.name).cmp(&(b.ds, &b.name)));
         files.dedup();
         for d in files {
