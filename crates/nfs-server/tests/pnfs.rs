@@ -1200,3 +1200,186 @@ async fn a_lost_mirror_is_left_out_then_rebuilt_byte_exact_with_bounded_rebuilds
     let (_, ff) = ff_layout(&c, &fh0, open0, RW).await.unwrap();
     assert_eq!(mirrors_of(&ff).len(), 2);
 }
+
+/// One metadata server instance over the data servers `ds`: its files in
+/// `export`, its client records, grace period and placements in `state`;
+/// its listener stops when dropped (a crash, for its clients).
+struct MdsInst {
+    srv: Srv,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Drop for MdsInst {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn mds_instance(
+    tag: &str,
+    export: &std::path::Path,
+    state: &std::path::Path,
+    ds: Vec<DataServer>,
+) -> MdsInst {
+    let clock = Arc::new(ManualClock::new());
+    let mds = Arc::new(Mds::open(MdsConfig::new(ds), state).unwrap());
+    let fs = Arc::new(LocalFs::new(export, false).unwrap());
+    let rec = nfs_server::v4::Recovery {
+        grace: std::time::Duration::from_secs(60),
+        ..nfs_server::v4::Recovery::new(state)
+    };
+    let svc = Nfs4Service::with_config(
+        fs,
+        Nfs4Config {
+            clock: clock.clone(),
+            ..Nfs4Config::default()
+        },
+    )
+    .with_recovery(&rec)
+    .unwrap()
+    .with_mds(mds);
+    let mut server = oncrpc::Server::new();
+    server.register(svc);
+    let tcp = TcpServer::bind(
+        "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
+        Arc::new(server),
+        TcpConfig::default(),
+    )
+    .await
+    .unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let task = tcp.spawn();
+    let uid = std::fs::metadata(export).unwrap().uid();
+    MdsInst {
+        srv: Srv {
+            addr,
+            uid,
+            clock,
+            dir: TempDir::new(tag),
+        },
+        task,
+    }
+}
+
+#[tokio::test]
+async fn after_a_restart_layoutget_waits_for_grace_and_writes_are_committed_by_reclaim() {
+    let (ds, ds_dir) = data_server("restart-ds").await;
+    let spec = vec![DataServer {
+        tcp: ds.nfs_addr(),
+        rdma: None,
+        mount_port: None,
+        export: ds_dir.path().to_str().unwrap().to_owned(),
+        advertise: None,
+    }];
+    let export = TempDir::new("restart-export");
+    let state = TempDir::new("restart-state");
+
+    // A client writes 5000 bytes through its RW layout; the metadata
+    // server goes down before the LAYOUTCOMMIT.
+    let one = mds_instance("restart-1", export.path(), state.path(), spec.clone()).await;
+    let mut c = C4::connect(&one.srv).await;
+    c.establish("restart").await;
+    let (fh, open) = create(&c, "f").await;
+    let (old_sid, ff) = ff_layout(&c, &fh, open, RW).await.unwrap();
+    let [(_, ds_fh, uid)] = &mirrors_of(&ff)[..] else {
+        panic!("{ff:?}")
+    };
+    let v3 = nfs3(ds.nfs_addr(), *uid).await;
+    v3.write(ds_fh, 0, Bytes::from(vec![9u8; 5000]), StableHow::FILE_SYNC)
+        .await
+        .unwrap();
+    drop(c);
+    drop(one);
+
+    // The new instance: in its grace period LAYOUTGET is NFS4ERR_GRACE
+    // (RFC 8881 §18.43.3: layouts are not kept across a restart).
+    let two = mds_instance("restart-2", export.path(), state.path(), spec).await;
+    let mut c = C4::connect(&two.srv).await;
+    let r = c
+        .ops(vec![NfsArgop4::ExchangeId(C4::exchange_id_args(
+            "restart", 1,
+        ))])
+        .await;
+    let Some(NfsResop4::ExchangeId(Res4::Ok(x))) = r.resarray.first() else {
+        panic!("{r:?}")
+    };
+    c.clientid = x.clientid;
+    let r = c
+        .ops(vec![NfsArgop4::CreateSession(C4::create_session_args(
+            x.clientid,
+            x.sequenceid,
+        ))])
+        .await;
+    let Some(NfsResop4::CreateSession(Res4::Ok(s))) = r.resarray.first() else {
+        panic!("{r:?}")
+    };
+    c.session = s.sessionid.0;
+    let r = c
+        .ok(vec![
+            NfsArgop4::Putrootfh(()),
+            NfsArgop4::Lookup(Lookup4Args { objname: name("f") }),
+            NfsArgop4::Getfh(()),
+        ])
+        .await;
+    let fh = fh_of(&r);
+    assert_eq!(
+        ff_layout(&c, &fh, Stateid4::ANONYMOUS, RW).await.err(),
+        Some(Nfsstat4::NFS4ERR_GRACE)
+    );
+
+    // §18.42.3: the client commits what it wrote by a reclaiming
+    // LAYOUTCOMMIT; the size is the metadata server's from then on.
+    let commit = |reclaim: bool, sid: Stateid4| {
+        NfsArgop4::Layoutcommit(Layoutcommit4Args {
+            offset: 0,
+            length: u64::MAX,
+            reclaim,
+            stateid: sid,
+            last_write_offset: Some(4999),
+            time_modify: None,
+            layoutupdate: Layoutupdate4 {
+                layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+                body: Bounded(Bytes::new()),
+            },
+        })
+    };
+    let put = || NfsArgop4::Putfh(Putfh4Args { object: fh.clone() });
+    // The old layout stateid means nothing to this instance.
+    let r = c.seq(vec![put(), commit(false, old_sid)]).await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_BAD_STATEID);
+    let r = c.ok(vec![put(), commit(true, old_sid)]).await;
+    let Some(NfsResop4::Layoutcommit(Res4::Ok(lc))) = r.last() else {
+        panic!("{r:?}")
+    };
+    assert_eq!(lc.newsize, Some(5000));
+    assert_eq!(
+        std::fs::metadata(export.path().join("f")).unwrap().len(),
+        5000
+    );
+
+    // A client the previous instance did not know cannot reclaim.
+    let mut other = C4::connect(&two.srv).await;
+    other.establish("stranger").await;
+    let r = other.seq(vec![put(), commit(true, old_sid)]).await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_NO_GRACE);
+
+    // RECLAIM_COMPLETE ends the grace period (the only client of the
+    // previous instance is done): layouts again, the same data file,
+    // under a layout stateid the old one is not.
+    c.reclaim_complete().await;
+    let r = c
+        .ok(vec![
+            NfsArgop4::Putrootfh(()),
+            open_create(c.clientid, "f", OPEN4_SHARE_ACCESS_BOTH, 0),
+        ])
+        .await;
+    let (sid, ff) = ff_layout(&c, &fh, open_stateid(&r), RW).await.unwrap();
+    assert_ne!(sid.other, old_sid.other);
+    let [(_, new_fh, _)] = &mirrors_of(&ff)[..] else {
+        panic!("{ff:?}")
+    };
+    assert_eq!(new_fh, ds_fh);
+    // Reclaims are over.
+    let r = c.seq(vec![put(), commit(true, sid)]).await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_NO_GRACE);
+}

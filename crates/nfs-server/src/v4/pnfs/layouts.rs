@@ -70,15 +70,21 @@ pub(crate) struct Recalled {
 #[derive(Debug)]
 pub(crate) struct LayoutTable {
     by_file: BTreeMap<(u64, Bytes), Layout>,
-    next: u64,
+    /// Bytes 4 to 7 of every layout stateid's `other`: this instance's
+    /// start time, so a stateid of an earlier instance is never taken
+    /// for one of this one's (layouts do not survive a restart).
+    boot: u32,
+    next: u32,
     max: usize,
 }
 
 impl LayoutTable {
-    /// An empty table holding at most `max` layout stateids.
-    pub(crate) fn new(max: usize) -> Self {
+    /// An empty table holding at most `max` layout stateids, of the
+    /// instance started at `boot` (seconds).
+    pub(crate) fn new(max: usize, boot: u32) -> Self {
         Self {
             by_file: BTreeMap::new(),
+            boot,
             next: 1,
             max,
         }
@@ -140,8 +146,9 @@ impl LayoutTable {
         }
         let mut other = [0u8; 12];
         other[..4].copy_from_slice(&TAG);
-        other[4..].copy_from_slice(&self.next.to_be_bytes());
-        self.next += 1;
+        other[4..8].copy_from_slice(&self.boot.to_be_bytes());
+        other[8..].copy_from_slice(&self.next.to_be_bytes());
+        self.next = self.next.wrapping_add(1);
         let l = Layout {
             stateid: Stateid4 {
                 seqid: 1,
@@ -332,7 +339,7 @@ mod tests {
 
     #[test]
     fn grants_one_stateid_per_client_and_file_and_bumps_its_seqid() {
-        let mut t = LayoutTable::new(8);
+        let mut t = LayoutTable::new(8, 1);
         let f = Bytes::from_static(b"file");
         let a = t.grant(1, &f, RD, &open_sid(), &at(0)).unwrap();
         assert!(LayoutTable::is_layout_stateid(&a));
@@ -355,7 +362,7 @@ mod tests {
 
     #[test]
     fn return_of_each_mode_then_the_last_frees_the_stateid() {
-        let mut t = LayoutTable::new(8);
+        let mut t = LayoutTable::new(8, 1);
         let f = Bytes::from_static(b"file");
         let s = t.grant(1, &f, RD, &open_sid(), &at(0)).unwrap();
         let s = t.grant(1, &f, RW, &s, &at(0)).unwrap();
@@ -370,7 +377,7 @@ mod tests {
 
     #[test]
     fn the_table_is_bounded() {
-        let mut t = LayoutTable::new(2);
+        let mut t = LayoutTable::new(2, 1);
         let before = LAYOUTS.count();
         for n in 0..2u8 {
             t.grant(1, &Bytes::from(vec![n]), RD, &open_sid(), &at(0))
@@ -390,7 +397,7 @@ mod tests {
 
     #[test]
     fn a_recall_blocks_new_layouts_until_returned_or_due() {
-        let mut t = LayoutTable::new(8);
+        let mut t = LayoutTable::new(8, 1);
         let f = Bytes::from_static(b"file");
         let g = Bytes::from_static(b"other");
         let a = t.grant(1, &f, RW, &open_sid(), &at(0)).unwrap();
@@ -430,7 +437,7 @@ mod tests {
 
     #[test]
     fn return_all_drops_one_clients_layouts_only() {
-        let mut t = LayoutTable::new(16);
+        let mut t = LayoutTable::new(16, 1);
         for c in [1u64, 2, 3] {
             for n in 0..3u8 {
                 let iomode = if n == 0 { RW } else { RD };

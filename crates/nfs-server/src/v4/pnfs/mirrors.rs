@@ -146,16 +146,16 @@ impl Mds {
             return false;
         }
         let max = self.cfg.max_rebuilds;
-        let mut waiting = false;
         for ds in servers {
             if self.ds[ds].probe().await.is_err() {
                 continue;
             }
-            // Those being rebuilt or held are still stale: look past them.
+            // Those being rebuilt or held are still stale: look past them
+            // (and at a few more, which may turn out to be held).
             let busy = self.rebuilding.lock().map(|r| r.len()).unwrap_or(max)
                 + self.held.lock().map(|h| h.len()).unwrap_or(0);
             let stale = match self.placement.lock() {
-                Ok(p) => p.stale_on(ds, max + busy + 1),
+                Ok(p) => p.stale_on(ds, max + busy + 64),
                 Err(_) => return true,
             };
             for (fsid, fileid) in stale {
@@ -174,7 +174,6 @@ impl Mds {
                     return true;
                 };
                 if r.len() >= max {
-                    waiting = true;
                     break;
                 }
                 r.insert((fsid, fileid));
@@ -187,7 +186,10 @@ impl Mds {
                 tokio::spawn(async move { me.rebuild(fsid, fileid, ds).await });
             }
         }
-        if waiting {
+        // Stale copies neither rebuilt nor held while no slot is free.
+        let running = self.rebuilding.lock().map(|r| r.len()).unwrap_or(0);
+        let held = self.held.lock().map(|h| h.len()).unwrap_or(0);
+        if running >= max && self.stale_mirrors() > running + held {
             REBUILDS.trip(format_args!(
                 "{} stale pNFS mirrors; at most {max} are rebuilt at once, the others wait",
                 self.stale_mirrors()

@@ -182,7 +182,10 @@ impl Mds {
             .cloned()
             .map(DsControl::new)
             .collect();
-        let layouts = Mutex::new(LayoutTable::new(cfg.max_layouts));
+        let boot = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u32);
+        let layouts = Mutex::new(LayoutTable::new(cfg.max_layouts, boot));
         Self {
             cfg,
             ds,

@@ -75,6 +75,11 @@ impl<S: Storage> Nfs4Service<S> {
         let c = client(cx)?;
         let fh = cur(cx)?;
         flex(a.layout_type)?;
+        // RFC 8881 §18.43.3 (and §12.7.4): a metadata server that keeps
+        // no layouts across a restart answers NFS4ERR_GRACE during its
+        // grace period, while clients reclaim (LAYOUTCOMMIT with
+        // `loca_reclaim`).
+        self.state()?.may_take_state(c, false)?;
         let rw = match a.iomode {
             Layoutiomode4::LAYOUTIOMODE4_READ => false,
             Layoutiomode4::LAYOUTIOMODE4_RW => true,
@@ -214,10 +219,15 @@ impl<S: Storage> Nfs4Service<S> {
         let fh = cur(cx)?;
         flex(a.layoutupdate.layout_type)?;
         if a.reclaim {
-            return Err(Nfsstat4::NFS4ERR_NO_GRACE);
-        }
-        let sid = resolve_sid(cx, &a.stateid)?;
-        {
+            // §18.42.3, §12.7.4: after a restart of the metadata server,
+            // in its grace period, a client of the previous instance
+            // commits what it wrote through the layout it held then
+            // (before its RECLAIM_COMPLETE); this instance never granted
+            // that layout, so there is no layout stateid to check. Any
+            // other reclaim is NFS4ERR_NO_GRACE.
+            self.state()?.may_reclaim(c)?;
+        } else {
+            let sid = resolve_sid(cx, &a.stateid)?;
             let t = mds
                 .layouts
                 .lock()
