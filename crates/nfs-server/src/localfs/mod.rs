@@ -26,6 +26,7 @@
 //! AUTH_SYS identity only shapes the ACCESS answer. IO is blocking; on a
 //! multi-threaded tokio runtime it runs under `block_in_place`.
 
+mod attrcache;
 mod attrs;
 mod copy;
 mod cursors;
@@ -53,6 +54,7 @@ use lru::LruCache;
 use nfs::v3::{Createhow3, Fattr3, Filename3, Mknoddata3, NfsFh3, Nfstime3, Sattr3, StableHow};
 use rustix::fs::{Mode, OFlags};
 
+pub use attrcache::{AttrCacheConfig, DEFAULT_TTL as DEFAULT_ATTR_CACHE_TTL};
 pub use attrs::io_status;
 pub(crate) use copy::MAX_COPY;
 
@@ -62,6 +64,7 @@ use crate::storage::{
     DirPage, DirRequest, DirSink, FsStat, ReadDone, Segment, Storage, StorageResult, WriteDone,
     XattrError, XattrSet,
 };
+use attrcache::AttrCache;
 use attrs::Meta;
 use cursors::Cursors;
 use index::Index;
@@ -87,6 +90,8 @@ pub struct LocalFs {
     dirs: Mutex<LruCache<u64, (u64, Arc<OwnedFd>)>>,
     /// Directory cursors of unfinished listings.
     cursors: Cursors,
+    /// Attributes of listed entries, kept coherent by inotify.
+    attrs: AttrCache,
     /// Descriptors of leased files the server's own opens reuse.
     pins: pins::Pins,
     /// Whether UNSTABLE writes try `RWF_NOWAIT` first (cleared when the
@@ -169,6 +174,7 @@ impl LocalFs {
             index,
             dirs: Mutex::new(LruCache::new(cap)),
             cursors: Cursors::new(cursors::MAX_CURSORS),
+            attrs: AttrCache::new(attr_cache_default()),
             pins: pins::Pins::default(),
             nowait_writes: AtomicBool::new(true),
         })
@@ -190,11 +196,39 @@ impl LocalFs {
         self.export_id
     }
 
+    /// This export with its listing attribute cache set to `cfg` instead
+    /// of the process default ([`set_attr_cache`]).
+    pub fn with_attr_cache(mut self, cfg: AttrCacheConfig) -> Self {
+        self.attrs = AttrCache::new(cfg);
+        self
+    }
+
     /// Writes the handle index to stable storage (it is also written as
     /// it fills, on every create, rename and link, and when dropped).
     pub fn flush(&self) {
         self.index.flush();
     }
+}
+
+/// The attribute cache configuration of exports built from now on.
+static ATTR_CACHE: Mutex<AttrCacheConfig> = Mutex::new(AttrCacheConfig {
+    ttl: attrcache::DEFAULT_TTL,
+    max_dirs: attrcache::MAX_DIRS,
+    max_entries: attrcache::MAX_ENTRIES,
+});
+
+/// Sets the listing attribute cache (READDIRPLUS and NFSv4 READDIR
+/// attributes kept coherent by inotify, `localfs/attrcache.rs`) of every export
+/// built from now on; a zero `ttl` turns it off (`nfsrdma serve
+/// --attr-cache-ttl`).
+pub fn set_attr_cache(cfg: AttrCacheConfig) {
+    if let Ok(mut c) = ATTR_CACHE.lock() {
+        *c = cfg;
+    }
+}
+
+fn attr_cache_default() -> AttrCacheConfig {
+    ATTR_CACHE.lock().map(|c| *c).unwrap_or_default()
 }
 
 /// Runs blocking file-system work: on a multi-threaded tokio runtime the
@@ -440,6 +474,8 @@ impl Storage for LocalFs {
     }
 }
 
+#[cfg(test)]
+mod attrcache_tests;
 #[cfg(test)]
 mod listing_tests;
 #[cfg(test)]

@@ -14,6 +14,7 @@ use nfs::v3::{
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps};
 use rustix::io::Errno;
 
+use super::attrcache::{Kept, View};
 use super::attrs::{io_status, sx, Meta};
 use super::cursors::Stamp;
 use super::index::{Entry, Listed};
@@ -382,6 +383,11 @@ impl LocalFs {
             &name.0[..],
             AtFlags::empty(),
         ))?;
+        // The source's directory watch does not see its new link
+        // (`attrcache`): drop what it keeps of the source.
+        if let Ok(p) = Meta::of(&*n.parent) {
+            self.attrs.forget(p.ino(), &n.name);
+        }
         let meta = sx(Meta::at(&**dfd, &name.0))?;
         self.record(d.ino, &name.0, &meta, true);
         sync_dir(dfd)
@@ -410,11 +416,14 @@ impl LocalFs {
         };
         let mut listed = Listed::default();
         let r = if req.plus {
+            // Attributes kept from an earlier listing, if still coherent
+            // (`attrcache`); the watch is set before any entry is read.
+            let view = self.attrs.open(d.ino, gen, cur.fd());
             // The entries' `statx` (most of a page's time) runs partly on
             // a helper thread, ahead of the sink in directory order.
             let prep = |e: &CursorEntry<'_>| {
                 let mut fh = [0u8; FH_LEN];
-                let (r, file) = self.entry_plus(&d, e, &mut fh);
+                let (r, file) = self.entry_plus(&d, e, view.as_ref(), &mut fh);
                 (r, file, fh)
             };
             cur.read_prepared(req.cookie, req.size_hint, &prep, |e, (r, file, fh)| {
@@ -463,35 +472,54 @@ impl LocalFs {
         }
     }
 
-    /// A READDIRPLUS entry's attributes, its handle's bytes into `fh`, from one `statx`
-    /// relative to the open directory: none for ".." at the export root
-    /// (as Linux) or a mount point inside the export (not crossed). Also
-    /// the file (inode, generation) to record in the index as a LOOKUP
-    /// would, if the entry is taken.
+    /// A READDIRPLUS entry's attributes, its handle's bytes into `fh`:
+    /// kept in `view` from an earlier listing, or from one `statx`
+    /// relative to the open directory (then kept, if the watch covers the
+    /// entry); none for ".." at the export root (as Linux) or a mount
+    /// point inside the export (not crossed). Also the file (inode,
+    /// generation) to record in the index as a LOOKUP would, if the entry
+    /// is taken.
     fn entry_plus(
         &self,
         d: &Node,
         e: &CursorEntry<'_>,
+        view: Option<&View<'_>>,
         fh: &mut [u8; FH_LEN],
     ) -> (StorageResult<Fattr3>, Option<(u64, u64)>) {
         if d.ino == self.root_ino && e.name() == b".." {
             return (Err(Nfsstat3::NFS3ERR_ACCES), None);
         }
-        let m = match d.dir().and_then(|fd| sx(Meta::at(&**fd, e.name()))) {
-            Ok(m) => m,
-            Err(s) => return (Err(s), None),
+        let view = view.filter(|_| !e.is_dot() && e.file_type() != FileType::Directory);
+        let kept = match view.and_then(|v| v.get(e.name())) {
+            Some(k) => k,
+            None => {
+                let m = match d.dir().and_then(|fd| sx(Meta::at(&**fd, e.name()))) {
+                    Ok(m) => m,
+                    Err(s) => return (Err(s), None),
+                };
+                if m.dev() != self.dev {
+                    return (Err(Nfsstat3::NFS3ERR_ACCES), None);
+                }
+                let kept = Kept {
+                    attrs: m.fattr(self.fsid()),
+                    gen: m.gen(),
+                };
+                // What the parent's watch covers (`attrcache`).
+                if let Some(v) = view.filter(|_| !m.is_dir() && m.nlink() == 1) {
+                    v.put(e.name(), kept.clone());
+                }
+                kept
+            }
         };
-        if m.dev() != self.dev {
-            return (Err(Nfsstat3::NFS3ERR_ACCES), None);
-        }
-        let file = (!e.is_dot() && m.ino() != self.root_ino).then(|| (m.ino(), m.gen()));
+        let ino = kept.attrs.fileid;
+        let file = (!e.is_dot() && ino != self.root_ino).then_some((ino, kept.gen));
         *fh = Handle {
             export_id: self.export_id,
-            ino: m.ino(),
-            gen: m.gen(),
+            ino,
+            gen: kept.gen,
         }
         .to_bytes(&self.key);
-        (Ok(m.fattr(self.fsid())), file)
+        (Ok(kept.attrs), file)
     }
 }
 

@@ -110,6 +110,21 @@ pub(crate) struct ServeArgs {
     /// (docs/listing.md).
     #[arg(long, default_value_t = 0)]
     readdir_helpers: usize,
+    /// Seconds a listed file's attributes are kept for later READDIRPLUS
+    /// and NFSv4 READDIR replies, dropped at once by any inotify event of
+    /// the file in its directory (this bounds only what inotify cannot
+    /// see, such as writes through mmap; docs/listing.md); 0 turns the
+    /// cache off.
+    #[arg(long, default_value_t = nfs_server::localfs::DEFAULT_ATTR_CACHE_TTL.as_secs_f64())]
+    attr_cache_ttl: f64,
+    /// Directories the listing attribute cache watches at once (limit
+    /// `readdir.attr_cache_dirs`: the least recently listed is dropped).
+    #[arg(long, default_value_t = nfs_server::localfs::AttrCacheConfig::default().max_dirs)]
+    attr_cache_dirs: usize,
+    /// Entries the listing attribute cache keeps in all, about 150 bytes
+    /// each (limit `readdir.attr_cache_entries`).
+    #[arg(long, default_value_t = nfs_server::localfs::AttrCacheConfig::default().max_entries)]
+    attr_cache_entries: usize,
     /// The rpcbind port of NFSv3 client hosts, asked for their status
     /// monitor when the server tells them of its restart (SM_NOTIFY) and
     /// for their lock manager when a blocked lock is granted (GRANTED).
@@ -348,6 +363,15 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     );
     anyhow::ensure!(!args.transports.is_empty(), "no transport selected");
     set_open_file_limit(args.max_open_files)?;
+    anyhow::ensure!(
+        args.attr_cache_ttl.is_finite() && args.attr_cache_ttl >= 0.0,
+        "--attr-cache-ttl must be a number of seconds, 0 or more"
+    );
+    nfs_server::localfs::set_attr_cache(nfs_server::localfs::AttrCacheConfig {
+        ttl: Duration::from_secs_f64(args.attr_cache_ttl.min(86_400.0)),
+        max_dirs: args.attr_cache_dirs,
+        max_entries: args.attr_cache_entries,
+    });
     let tcp = args.transports.contains(&Transport::Tcp);
     let mut config = access_config(&args)?;
     config.read_only = args.read_only;
