@@ -15,7 +15,10 @@
 # (wall seconds, the server process's CPU seconds, all threads, from
 # /proc/PID/stat, and the 1-minute load average after it), then a table
 # of the medians per entry, and the ratios ours/Ganesha for each client and
-# size.
+# size. Each run lists every combination twice in a row: "first" (our
+# attribute cache cold unless the same directory was listed within its TTL,
+# `--attr-cache-ttl`, default 3 s; Ganesha's cache warm after its first
+# run) and "again" (both caches warm), reported separately.
 #
 # Isolation as in scripts/bench-nfs-server.sh: the script re-executes itself
 # under `unshare --net --mount` with a private loopback and /run, so Ganesha
@@ -25,7 +28,8 @@
 # Env: OUT (default /tmp/bench-listing-<time>), BENCH_DIR (default
 # /var/tmp/nfs-listing; the directories are kept for later runs), NFSLS
 # (default /usr/bin/nfs-ls), CARGO_TARGET_DIR (where the release binary is),
-# BIN (an nfsrdma binary to use instead of building one).
+# BIN (an nfsrdma binary to use instead of building one), ATTR_TTL (our
+# server's --attr-cache-ttl, default its own default).
 # Wall time on the 2-core dev VM: about 2 minutes without --million.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -90,7 +94,7 @@ GPID=$(PEERS_STATE=$OUT/ganesha "$PEERS/ganesha-up.sh" "$BENCH_DIR" 2> "$OUT/gan
     { cat "$OUT/ganesha-up.log" >&2; exit 1; }
 RUST_LOG=warn "$BIN" serve "$BENCH_DIR" --addr 127.0.0.1 --port $OUR_PORT \
     --rdma-port $OUR_RDMA_PORT --mount-port $OUR_MOUNT_PORT --alias /export \
-    > "$OUT/nfsrdma-serve.log" 2>&1 &
+    ${ATTR_TTL:+--attr-cache-ttl "$ATTR_TTL"} > "$OUT/nfsrdma-serve.log" 2>&1 &
 OPID=$!
 for _ in $(seq 50); do ss -Hltn "sport = :$OUR_MOUNT_PORT" | grep -q . && break; sleep 0.1; done
 ss -Hltn "sport = :$OUR_MOUNT_PORT" | grep -q . || { cat "$OUT/nfsrdma-serve.log" >&2; exit 1; }
@@ -132,16 +136,19 @@ one() {
 
 COMBOS="libnfs/ours/tcp libnfs/ganesha/tcp nfsrdma/ours/tcp nfsrdma/ganesha/tcp nfsrdma/ours/rdma"
 printf '# directory listing, %d runs each, NFSv3 on 127.0.0.1; ours = nfsrdma serve, ganesha = NFS-Ganesha 4.3 (VFS)\n' "$RUNS"
-printf '%-8s %-8s %-8s %-5s %-4s %9s %9s %6s\n' entries client server trans run seconds srv_cpu_s load1
+PASSES="first again"
+printf '%-8s %-8s %-8s %-5s %-4s %-6s %9s %9s %6s\n' entries client server trans run pass seconds srv_cpu_s load1
 declare -A R
 for n in $SIZES; do
     for i in $(seq "$RUNS"); do
         for c in $COMBOS; do
             IFS=/ read -r cl sv tr <<< "$c"
-            r=$(one "$cl" "$sv" "$tr" "$n" "$i")
-            R[$n/$c]+="$r"$'\n'
-            set -- $r
-            printf '%-8s %-8s %-8s %-5s %-4s %9s %9s %6s\n' "$n" "$cl" "$sv" "$tr" "$i" "$1" "$2" "$3"
+            for pass in $PASSES; do
+                r=$(one "$cl" "$sv" "$tr" "$n" "$i-$pass")
+                R[$n/$c/$pass]+="$r"$'\n'
+                set -- $r
+                printf '%-8s %-8s %-8s %-5s %-4s %-6s %9s %9s %6s\n' "$n" "$cl" "$sv" "$tr" "$i" "$pass" "$1" "$2" "$3"
+            done
         done
     done
 done
@@ -149,33 +156,40 @@ done
 median() { sort -g | awk 'NF{v[++k]=$1} END{print (k%2) ? v[(k+1)/2] : (v[k/2]+v[k/2+1])/2}'; }
 declare -A M C
 echo
-echo "| entries | client | server | transport | median s | µs per entry | server CPU µs per entry |"
-echo "|---|---|---|---|---|---|---|"
+echo "| entries | client | server | transport | listing | median s | µs per entry | server CPU µs per entry |"
+echo "|---|---|---|---|---|---|---|---|"
 for n in $SIZES; do
     for c in $COMBOS; do
         IFS=/ read -r cl sv tr <<< "$c"
-        M[$n/$c]=$(printf '%s' "${R[$n/$c]}" | awk 'NF{print $1}' | median)
-        C[$n/$c]=$(printf '%s' "${R[$n/$c]}" | awk 'NF{print $2}' | median)
-        printf '| %s | %s | %s | %s | %.3f | %.2f | %.2f |\n' "$n" \
-            "$([ "$cl" = libnfs ] && echo 'libnfs nfs-ls' || echo 'nfsrdma ls -l')" \
-            "$([ "$sv" = ours ] && echo 'nfsrdma serve' || echo 'NFS-Ganesha')" \
-            "$tr" "${M[$n/$c]}" "$(awk -v s="${M[$n/$c]}" -v n="$n" 'BEGIN{print s/n*1e6}')" \
-            "$(awk -v s="${C[$n/$c]}" -v n="$n" 'BEGIN{print s/n*1e6}')"
+        for pass in $PASSES; do
+            k=$n/$c/$pass
+            M[$k]=$(printf '%s' "${R[$k]}" | awk 'NF{print $1}' | median)
+            C[$k]=$(printf '%s' "${R[$k]}" | awk 'NF{print $2}' | median)
+            printf '| %s | %s | %s | %s | %s | %.3f | %.2f | %.2f |\n' "$n" \
+                "$([ "$cl" = libnfs ] && echo 'libnfs nfs-ls' || echo 'nfsrdma ls -l')" \
+                "$([ "$sv" = ours ] && echo 'nfsrdma serve' || echo 'NFS-Ganesha')" \
+                "$tr" "$pass" "${M[$k]}" "$(awk -v s="${M[$k]}" -v n="$n" 'BEGIN{print s/n*1e6}')" \
+                "$(awk -v s="${C[$k]}" -v n="$n" 'BEGIN{print s/n*1e6}')"
+        done
     done
 done
 echo
-echo "| entries | libnfs ours/ganesha (TCP) | nfsrdma ls ours/ganesha (TCP) | nfsrdma ls ours RDMA/TCP |"
-echo "|---|---|---|---|"
+echo "| entries | listing | libnfs ours/ganesha (TCP) | nfsrdma ls ours/ganesha (TCP) | nfsrdma ls ours RDMA/TCP |"
+echo "|---|---|---|---|---|"
 for n in $SIZES; do
-    awk -v a="${M[$n/libnfs/ours/tcp]}" -v b="${M[$n/libnfs/ganesha/tcp]}" \
-        -v c="${M[$n/nfsrdma/ours/tcp]}" -v d="${M[$n/nfsrdma/ganesha/tcp]}" \
-        -v e="${M[$n/nfsrdma/ours/rdma]}" -v n="$n" \
-        'BEGIN{printf "| %s | %.2f | %.2f | %.2f |\n", n, a/b, c/d, e/c}'
+    for pass in $PASSES; do
+        awk -v a="${M[$n/libnfs/ours/tcp/$pass]}" -v b="${M[$n/libnfs/ganesha/tcp/$pass]}" \
+            -v c="${M[$n/nfsrdma/ours/tcp/$pass]}" -v d="${M[$n/nfsrdma/ganesha/tcp/$pass]}" \
+            -v e="${M[$n/nfsrdma/ours/rdma/$pass]}" -v n="$n" -v p="$pass" \
+            'BEGIN{printf "| %s | %s | %.2f | %.2f | %.2f |\n", n, p, a/b, c/d, e/c}'
+    done
 done
 first=${SIZES%% *}; last=${SIZES##* }
 echo
 echo "time per entry, $last vs $first entries (flat = 1.0):"
 for c in $COMBOS; do
-    awk -v a="${M[$first/$c]}" -v b="${M[$last/$c]}" -v f="$first" -v l="$last" -v c="$c" \
-        'BEGIN{printf "  %-22s %.2f\n", c, (b/l)/(a/f)}'
+    for pass in $PASSES; do
+        awk -v a="${M[$first/$c/$pass]}" -v b="${M[$last/$c/$pass]}" -v f="$first" -v l="$last" -v c="$c/$pass" \
+            'BEGIN{printf "  %-28s %.2f\n", c, (b/l)/(a/f)}'
+    done
 done
