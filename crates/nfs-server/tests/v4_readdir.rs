@@ -236,3 +236,58 @@ async fn unreadable_directories_files_and_links_are_refused() {
     let r = list("open", 0).await.unwrap();
     assert_eq!((r.entries.len(), r.eof), (3, true));
 }
+
+/// READDIR attributes come from the server's listing attribute cache
+/// once a directory was listed (nfs_server::localfs, docs/listing.md);
+/// a change made locally before a READDIR is in that READDIR's
+/// attributes, as it would be without the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_changes_are_in_the_next_readdirs_attributes() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let srv = serve("v4rd-attrs", SessionLimits::default()).await;
+    let dir = srv.dir.path().to_path_buf();
+    files(&dir, "f", 12);
+    let mut me = C4::connect(&srv).await;
+    me.establish("v4rd-attrs").await;
+    const SIZE_MODE: &[u32] = &[FATTR4_FILEID, FATTR4_SIZE, FATTR4_MODE, FATTR4_CHANGE];
+    // Every entry's (size, mode) as READDIR gives them, and as the files
+    // have them.
+    let listed = |r: &Readdir4ResOk| -> BTreeMap<Vec<u8>, (u64, u32)> {
+        r.entries
+            .iter()
+            .map(|e| {
+                let a = FileAttrs::from_fattr4(&e.attrs).unwrap();
+                (e.name.0.to_vec(), (a.size.unwrap(), a.mode.unwrap()))
+            })
+            .collect()
+    };
+    let actual = || -> BTreeMap<Vec<u8>, (u64, u32)> {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let m = std::fs::symlink_metadata(e.path()).unwrap();
+                (
+                    e.file_name().into_encoded_bytes(),
+                    (m.size(), m.mode() & 0o7777),
+                )
+            })
+            .collect()
+    };
+    let p = |i: usize| dir.join(format!("f-{i:05}"));
+    for round in 0..3 {
+        let r = readdir(&me, 0, [0; 8], 1 << 20, SIZE_MODE).await.unwrap();
+        assert_eq!(listed(&r), actual(), "round {round}");
+        std::fs::write(p(round), vec![b'x'; 100 + round]).unwrap();
+        std::fs::set_permissions(p(round + 3), std::fs::Permissions::from_mode(0o640)).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(p(round + 6))
+            .unwrap()
+            .set_len(7)
+            .unwrap();
+        std::fs::rename(p(round + 9), dir.join(format!("moved-{round}"))).unwrap();
+    }
+    let r = readdir(&me, 0, [0; 8], 1 << 20, SIZE_MODE).await.unwrap();
+    assert_eq!(listed(&r), actual());
+}
