@@ -34,6 +34,10 @@ PNFS_VERS=${PNFS_VERS:-4.1 4.2}
 PNFS_FILES=${PNFS_FILES:-8}
 PNFS_FILE_MIB=${PNFS_FILE_MIB:-4}
 PNFS_KNFSD=${PNFS_KNFSD:-1}
+# PNFS_MIRRORS=2: every file mirrored on two DSes (RFC 8435 §8, serve
+# --mds-mirrors); with PNFS_KNFSD=0 the host then checks that each data
+# file is on both nfsrdma DSes, byte-exact (the kernel wrote both).
+PNFS_MIRRORS=${PNFS_MIRRORS:-1}
 P_PIDS=; P_DIRS=
 pnfs_cleanup() {
     local p
@@ -102,7 +106,7 @@ pnfs_phase() {
     RUST_LOG=${PNFS_RUST_LOG:-info} "$BIN" serve "$mds_dir" --transports tcp,rdma --addr 127.0.0.1 \
         --port "$PNFS_MDS_PORT" --rdma-port "$PNFS_MDS_RDMA_PORT" --mount-port "$PNFS_MDS_MOUNT_PORT" \
         --metrics "127.0.0.1:$PNFS_MDS_METRICS_PORT" --alias /export --no-root-squash \
-        --state-dir "$OUT/state-pnfs-mds" $ds_args \
+        --state-dir "$OUT/state-pnfs-mds" --mds-mirrors "$PNFS_MIRRORS" $ds_args \
         > "$log" 2>&1 &
     P_PIDS+=" $!"
     for p in $ports; do
@@ -147,6 +151,21 @@ pnfs_phase() {
             pass "pnfs-DS-data-over-RDMA: DSes received $rin bytes and sent $rout by RPC-over-RDMA (data files $((b1 + b2)) bytes)"
         else
             fail "pnfs-DS-data-over-RDMA: DSes received $rin bytes and sent $rout by RPC-over-RDMA (data files $((b1 + b2)) bytes)"
+        fi
+    fi
+    if [ "$PNFS_MIRRORS" -ge 2 ] && [ "$PNFS_KNFSD" != 1 ]; then
+        # Two DSes, two mirrors: every data file on both, the same bytes.
+        local same=0 differ=0 f
+        for f in "${ds_dir[1]}"/* "${ds_dir[2]}"/*; do
+            [ -f "$f" ] || continue
+            local o="${ds_dir[1]}/$(basename "$f")"
+            [ "$o" = "$f" ] && o="${ds_dir[2]}/$(basename "$f")"
+            if cmp -s "$f" "$o"; then same=$((same + 1)); else differ=$((differ + 1)); fi
+        done
+        if [ "$same" -gt 0 ] && [ "$differ" = 0 ]; then
+            pass "pnfs-mirrors: $((same / 2)) data files on both DSes, byte-exact"
+        else
+            fail "pnfs-mirrors: $((same / 2)) data files on both DSes, $differ copies missing or different"
         fi
     fi
     mr=$(( $(pnfs_calls "$PNFS_MDS_METRICS_PORT" 6) + $(pnfs_v4ops "$PNFS_MDS_METRICS_PORT" READ) ))
