@@ -1018,6 +1018,40 @@ async fn mirrored_files_are_written_to_both_data_servers_and_read_from_either() 
     let r = mds3.read(&f3, 100_000, 100).await.unwrap();
     assert_eq!(r.data.0, tail);
 
+    // LAYOUTERROR (RFC 7862 §15.6) naming the second mirror's DS marks
+    // that copy stale (RFC 8435 §8.2.3); while the client holds its RW
+    // layout (being recalled) the copy is not rebuilt and RW layouts are
+    // refused.
+    let id = c.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+    let mut dev = [0u8; 16];
+    dev[..2].copy_from_slice(b"DS");
+    dev[12..].copy_from_slice(&(ms[1].0 as u32).to_be_bytes());
+    let r = c
+        .compound(&Compound4Args {
+            tag: Bytes::new(),
+            minorversion: 2,
+            argarray: vec![
+                c.sequence(0, id, false),
+                NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+                NfsArgop4::Layouterror(Layouterror4Args {
+                    offset: 0,
+                    length: u64::MAX,
+                    stateid: sid,
+                    errors: Bounded(vec![DeviceError4 {
+                        deviceid: FixedOpaque(dev),
+                        status: Nfsstat4::NFS4ERR_NXIO,
+                        opnum: 38,
+                    }]),
+                }),
+            ],
+        })
+        .await;
+    assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+    assert_eq!(cl.mds.stale_mirrors(), 1);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(cl.mds.stale_mirrors(), 1, "not rebuilt under an RW layout");
+    assert_eq!(cl.mds.rebuilds().1, 0);
+
     // A hostile client that reports every mirror failed (and a device
     // that is none of ours) cannot take the file's last good copy: one
     // is marked stale, and rebuilt at once since its server answers.
