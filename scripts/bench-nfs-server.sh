@@ -11,7 +11,7 @@
 #   bench   our client, `nfsrdma bench --url` sequential read of the same
 #           size, 1 MiB READs x 4 in flight; MiB/s and server CPU s/GiB
 #   random  `nfsrdma bench --url --pattern random`, 4 KiB READs x 32 in
-#           flight for RAND_SECS (default 3) s; IOPS and p99 latency
+#           flight for RAND_SECS (default 3) s; IOPS, p50 and p99 latency
 #   list    50,000-entry directory listed with READDIRPLUS by libnfs nfs-ls
 #           and by `nfsrdma ls -l`; seconds (every entry must be listed)
 #   meta    `nfsrdma bench --url --pattern meta` in that directory: LOOKUP
@@ -41,7 +41,13 @@
 # release binary is built), BIN (an nfsrdma binary to use instead of
 # building one), PHASES, RAND_SECS, PERF (set: `perf record -g` of each
 # server during the first run of each phase, in $OUT/perf-PHASE-SERVER.data;
-# read with `perf report -i FILE --no-children`).
+# read with `perf report -i FILE --no-children`), BIN_B (a second nfsrdma
+# binary, e.g. the build before a change: served as "oursb" on 12149/12148,
+# its handle index in $OUT/state-b, beside the first and alternated with both in every phase, its medians
+# and ratio to Ganesha in two more columns), PERFSTAT (set: `perf stat`
+# of each server's system calls, context switches and CPU migrations during
+# the first run of each phase, in $OUT/perfstat-PHASE-SERVER.txt; for
+# `random` the counts per READ are printed after the table).
 # Wall time on the 2-core dev VM: about 1 minute for 256 MiB x 3 runs.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,6 +62,8 @@ RAND_SECS=${RAND_SECS:-3}
 LIST_N=50000
 OUR_PORT=12049
 OUR_MOUNT_PORT=12048
+B_PORT=12149
+B_MOUNT_PORT=12148
 
 if [ -z "${BENCH_IN_NS:-}" ]; then
     export OUT=${OUT:-/tmp/bench-nfs-server-$(date +%Y%m%d-%H%M%S)}
@@ -110,6 +118,7 @@ cat "$SRC" > /dev/null
 GPID=; OPID=
 cleanup() {
     [ -n "$OPID" ] && kill -INT "$OPID" 2>/dev/null && wait "$OPID" 2>/dev/null
+    [ -n "${BPID:-}" ] && kill -INT "$BPID" 2>/dev/null && wait "$BPID" 2>/dev/null
     PEERS_STATE=$OUT/ganesha "$PEERS/ganesha-down.sh" 2>/dev/null
     rm -f /dev/shm/nfs-bench-*.out
 }
@@ -123,16 +132,30 @@ OPID=$!
 for _ in $(seq 50); do ss -Hltn "sport = :$OUR_MOUNT_PORT" | grep -q . && break; sleep 0.1; done
 ss -Hltn "sport = :$OUR_MOUNT_PORT" | grep -q . || { cat "$OUT/nfsrdma-serve.log" >&2; exit 1; }
 PID_ours=$OPID
+SERVERS="ours ganesha"
+BPID=
+if [ -n "${BIN_B:-}" ]; then
+    RUST_LOG=warn "$BIN_B" serve "$BENCH_DIR" --transports tcp --addr 127.0.0.1 --port $B_PORT \
+        --mount-port $B_MOUNT_PORT --alias /export --no-root-squash --state-dir "$OUT/state-b" \
+        > "$OUT/nfsrdma-serve-b.log" 2>&1 &
+    BPID=$!
+    for _ in $(seq 50); do ss -Hltn "sport = :$B_MOUNT_PORT" | grep -q . && break; sleep 0.1; done
+    ss -Hltn "sport = :$B_MOUNT_PORT" | grep -q . || { cat "$OUT/nfsrdma-serve-b.log" >&2; exit 1; }
+    SERVERS="ours ganesha oursb"
+fi
+PID_oursb=$BPID
 PID_ganesha=$GPID
 
 # libnfs URL of PATH (under /export) on SERVER
 libnfs_url() {
     if [ "$1" = ours ]; then echo "nfs://127.0.0.1/export/$2?version=3&nfsport=$OUR_PORT&mountport=$OUR_MOUNT_PORT"
+    elif [ "$1" = oursb ]; then echo "nfs://127.0.0.1/export/$2?version=3&nfsport=$B_PORT&mountport=$B_MOUNT_PORT"
     else echo "nfs://127.0.0.1/export/$2?version=3"; fi
 }
 # nfsrdma URL of PATH (under /export) on SERVER
 our_url() {
     if [ "$1" = ours ]; then echo "nfs://127.0.0.1:$OUR_PORT/export/$2?mountport=$OUR_MOUNT_PORT"
+    elif [ "$1" = oursb ]; then echo "nfs://127.0.0.1:$B_PORT/export/$2?mountport=$B_MOUNT_PORT"
     else echo "nfs://127.0.0.1/export/$2?mountport=20048"; fi
 }
 
@@ -183,10 +206,11 @@ phase_random() {
     local t f=$OUT/random-$1-$2.csv; t=$(bench_run "$1" "$2" random client/ --pattern random --read-sizes 4k \
         --in-flight 32 --seconds "$RAND_SECS" --size "${SIZE_MIB}m")
     set -- $t
-    # IOPS, p99 us, and the server's CPU microseconds and context switches per READ
+    # IOPS, p99 us, the server's CPU microseconds and context switches per
+    # READ, p50 us
     awk -v i="$(csv_col "$f" iops)" -v p="$(csv_col "$f" p99_us)" -v r="$(csv_col "$f" reads)" \
-        -v t="$1" -v s="$2" -v h="$TICK" \
-        'BEGIN{printf "%s %s %.1f %.2f\n", i, p, (r > 0 ? t/h*1e6/r : 0), (r > 0 ? s/r : 0)}'
+        -v t="$1" -v s="$2" -v h="$TICK" -v m="$(csv_col "$f" p50_us)" \
+        'BEGIN{printf "%s %s %.1f %.2f %s\n", i, p, (r > 0 ? t/h*1e6/r : 0), (r > 0 ? s/r : 0), m}'
 }
 phase_meta() {
     bench_run "$1" "$2" meta "list-$LIST_N/" --pattern meta --in-flight 32 --seconds "$RAND_SECS" > /dev/null
@@ -214,12 +238,17 @@ printf '%-7s %-8s %-3s %12s %12s %10s %8s %6s\n' phase server run figure1 figure
 declare -A R
 for phase in $PHASES; do
     for i in $(seq "$RUNS"); do
-        # ours first on odd runs, Ganesha first on even ones
-        order="ours ganesha"; [ $((i % 2)) = 0 ] && order="ganesha ours"
+        # in SERVERS order on odd runs, reversed on even ones
+        order=$SERVERS; [ $((i % 2)) = 0 ] && order=$(echo $SERVERS | tr ' ' '\n' | tac | tr '\n' ' ')
         for name in $order; do
             pid=PID_$name; perf_pid=
             if [ -n "${PERF:-}" ] && [ "$i" = 1 ]; then
                 perf record -q -g -p "${!pid}" -o "$OUT/perf-$phase-$name.data" > /dev/null 2>&1 &
+                perf_pid=$!; sleep 0.5
+            fi
+            if [ -n "${PERFSTAT:-}" ] && [ "$i" = 1 ]; then
+                perf stat -x, -e raw_syscalls:sys_enter,context-switches,cpu-migrations -p "${!pid}" \
+                    -o "$OUT/perfstat-$phase-$name.txt" > /dev/null 2>&1 &
                 perf_pid=$!; sleep 0.5
             fi
             r=$("phase_$phase" "$name" "$i")
@@ -235,24 +264,42 @@ median() { sort -g | awk 'NF{v[++k]=$1} END{print (k%2) ? v[(k+1)/2] : (v[k/2]+v
 # med PHASE SERVER FIELD
 med() { printf '%s' "${R[$1/$2]}" | awk -v f="$3" 'NF{print $f}' | median; }
 row() { # LABEL PHASE FIELD
-    local a b; a=$(med "$2" ours "$3"); b=$(med "$2" ganesha "$3")
-    awk -v l="$1" -v a="$a" -v b="$b" 'BEGIN{printf "| %s | %s | %s | %s |\n", l, a, b, (b > 0 ? sprintf("%.2f", a/b) : "-")}'
+    local a b c=; a=$(med "$2" ours "$3"); b=$(med "$2" ganesha "$3")
+    [ -n "$BPID" ] && c=$(med "$2" oursb "$3")
+    awk -v l="$1" -v a="$a" -v b="$b" -v c="$c" 'BEGIN{r = b > 0 ? sprintf("%.2f", a/b) : "-"
+        if (c == "") printf "| %s | %s | %s | %s |\n", l, a, b, r
+        else printf "| %s | %s | %s | %s | %s | %s |\n", l, a, b, r, c, (b > 0 ? sprintf("%.2f", c/b) : "-")}'
 }
 echo
-echo "| medians of $RUNS runs | nfsrdma serve | NFS-Ganesha | ours/Ganesha |"
-echo "|---|---|---|---|"
+if [ -n "$BPID" ]; then
+    echo "| medians of $RUNS runs | nfsrdma serve (BIN) | NFS-Ganesha | ours/Ganesha | BIN_B | BIN_B/Ganesha |"
+    echo "|---|---|---|---|---|---|"
+else
+    echo "| medians of $RUNS runs | nfsrdma serve | NFS-Ganesha | ours/Ganesha |"
+    echo "|---|---|---|---|"
+fi
 for phase in $PHASES; do
     case $phase in
     cp) row "nfs-cp read MB/s" cp 1; row "nfs-cp server CPU s/GiB" cp 2
         row "nfs-cp server context switches/GiB" cp 3 ;;
     bench) row "nfsrdma bench read 1m x 4 MiB/s" bench 1; row "nfsrdma bench server CPU s/GiB" bench 2
         row "nfsrdma bench server context switches/GiB" bench 3 ;;
-    random) row "4k random read x 32 IOPS" random 1; row "4k random read p99 us" random 2
+    random) row "4k random read x 32 IOPS" random 1; row "4k random read p50 us" random 5
+        row "4k random read p99 us" random 2
         row "4k random read server CPU us/READ" random 3
         row "4k random read server context switches/READ" random 4 ;;
     list) row "$LIST_N-entry listing, nfs-ls s" list 1; row "$LIST_N-entry listing, nfsrdma ls -l s" list 2 ;;
     meta) row "LOOKUP+GETATTR x 32 calls/s" meta 1; row "LOOKUP+GETATTR p99 us" meta 2 ;;
     esac
 done
+if [ -n "${PERFSTAT:-}" ] && [[ " $PHASES " == *" random "* ]]; then
+    echo
+    echo "perf stat of the first random run, per READ (reads from its csv):"
+    for name in $SERVERS; do
+        reads=$(csv_col "$OUT/random-$name-1.csv" reads)
+        awk -F, -v n="$name" -v r="$reads" '$3 ~ /sys_enter|context-switches|cpu-migrations/ && r > 0 {
+            printf "  %-8s %-26s %8.2f\n", n, $3, $1 / r }' "$OUT/perfstat-random-$name.txt"
+    done
+fi
 echo
 echo "(ours/Ganesha above 1 is better for MB/s, MiB/s, IOPS and calls/s; below 1 is better for seconds, CPU and latency)"

@@ -321,7 +321,10 @@ pub trait Storage: Send + Sync + 'static {
     /// [`oncrpc::CallContext::sends_files`]) a back end may return
     /// [`ReadData::File`] instead of reading the bytes. The default asks
     /// [`Self::getattr`], [`Self::read`] and [`Self::getattr`]; a back
-    /// end that resolves the handle once overrides it.
+    /// end that resolves the handle once overrides it. The NFSv3 service
+    /// runs a READ inline on its connection's task up to its first wait
+    /// (no yield first, as for the other procedures), so a back end
+    /// yields before any step that would block the thread for long.
     fn read_checked(
         &self,
         fh: &NfsFh3,

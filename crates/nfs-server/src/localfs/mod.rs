@@ -302,7 +302,11 @@ impl Storage for LocalFs {
     }
 
     /// One resolution; the data on this thread when the page cache
-    /// serves it at once ([`rw`]).
+    /// serves it at once ([`rw`]). What would wait for the disk is read
+    /// after a yield: a transport that runs a connection's calls inline
+    /// up to their first wait (the TCP and RPC-over-RDMA shells) moves
+    /// the call to a task of its own there, so the connection's next
+    /// calls are not held up behind the disk.
     async fn read_checked(
         &self,
         fh: &NfsFh3,
@@ -311,7 +315,13 @@ impl Storage for LocalFs {
         may: crate::storage::May<'_>,
         files: bool,
     ) -> ReadDone {
-        self.read_checked_now(fh, offset, count, may, files)
+        match self.read_checked_now(fh, offset, count, may, files) {
+            rw::ReadStep::Done(done) => done,
+            rw::ReadStep::Wait(rest) => {
+                tokio::task::yield_now().await;
+                rest.finish()
+            }
+        }
     }
 
     /// One resolution; an UNSTABLE write on this thread when the kernel

@@ -18,13 +18,16 @@
 //! kernel would block, FILE_SYNC's `fsync`) goes through
 //! [`super::blocking`]: at most one thread hand-off per call, where
 //! there used to be one per step (three for a READ, four for a WRITE).
+//! A READ stops before that step ([`ReadStep::Wait`]) and yields first,
+//! so the NFSv3 service can run READs inline on the connection's task
+//! (no task of their own) and a READ that must wait still moves off it.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use nfs::v3::{NfsFh3, Nfsstat3, StableHow};
+use nfs::v3::{Fattr3, NfsFh3, Nfsstat3, StableHow};
 use rustix::buffer::spare_capacity;
 use rustix::fs::OFlags;
 use rustix::io::{Errno, ReadWriteFlags};
@@ -42,7 +45,41 @@ use crate::storage::{May, ReadData, ReadDone, StorageResult, WriteDone};
 /// in a sequential read).
 pub(crate) const NOWAIT_READ_MAX: usize = 64 * 1024;
 
+/// A READ that could not finish without waiting for the disk: the
+/// opened file and what is read of it so far ([`Self::finish`]).
+pub(crate) struct ReadRest {
+    f: OwnedFd,
+    offset: u64,
+    want: usize,
+    buf: Vec<u8>,
+    size: u64,
+    attrs: Fattr3,
+}
+
+impl ReadRest {
+    /// Reads the rest under [`blocking`] (one thread hand-off).
+    pub(crate) fn finish(mut self) -> ReadDone {
+        let read = read_rest(&self.f, self.offset, self.want, &mut self.buf);
+        let eof = self.offset.saturating_add(self.buf.len() as u64) >= self.size;
+        ReadDone {
+            data: read.map(|()| (ReadData::Bytes(Bytes::from(self.buf)), eof)),
+            attrs: Some(self.attrs),
+        }
+    }
+}
+
+/// How far a READ got on the runtime thread.
+pub(crate) enum ReadStep {
+    /// Done: the bytes (or why none), with the attributes.
+    Done(ReadDone),
+    /// The rest would wait for the disk.
+    Wait(ReadRest),
+}
+
 impl LocalFs {
+    /// A READ as far as it goes without waiting for the disk: the
+    /// handle resolved once, the permission check, the file opened and,
+    /// when the page cache serves them at once, the bytes.
     pub(crate) fn read_checked_now(
         &self,
         fh: &NfsFh3,
@@ -50,45 +87,41 @@ impl LocalFs {
         count: u32,
         may: May<'_>,
         files: bool,
-    ) -> ReadDone {
+    ) -> ReadStep {
         let node = match self.resolve(fh) {
             Ok(n) => n,
             Err(e) => {
-                return ReadDone {
+                return ReadStep::Done(ReadDone {
                     data: Err(e),
                     attrs: None,
-                }
+                })
             }
         };
         let attrs = node.meta.fattr(self.fsid());
         if let Err(e) = may(&attrs) {
-            return ReadDone {
+            return ReadStep::Done(ReadDone {
                 data: Err(e),
                 attrs: Some(attrs),
-            };
+            });
         }
         match self.read_node(&node, offset, count, files) {
-            Ok((data, eof, meta)) => ReadDone {
+            Ok(Now::Read(data, eof, meta)) => ReadStep::Done(ReadDone {
                 data: Ok((data, eof)),
                 attrs: Some(meta.fattr(self.fsid())),
-            },
-            Err(e) => ReadDone {
+            }),
+            Ok(Now::Rest(rest)) => ReadStep::Wait(rest),
+            Err(e) => ReadStep::Done(ReadDone {
                 data: Err(e),
                 attrs: Some(attrs),
-            },
+            }),
         }
     }
 
     /// Up to `count` bytes of regular file `node` at `offset`, whether
-    /// they reach its end, and its attributes when opened. With `files`,
-    /// a large cached range is left in the file ([`held`]).
-    fn read_node(
-        &self,
-        node: &Node,
-        offset: u64,
-        count: u32,
-        files: bool,
-    ) -> StorageResult<(ReadData, bool, Meta)> {
+    /// they reach its end, and its attributes when opened; or what is
+    /// left to read when that would wait. With `files`, a large cached
+    /// range is left in the file ([`held`]).
+    fn read_node(&self, node: &Node, offset: u64, count: u32, files: bool) -> StorageResult<Now> {
         regular(node)?;
         let (f, meta) = node.open_checked(OFlags::RDONLY)?;
         let size = meta.size();
@@ -96,15 +129,26 @@ impl LocalFs {
         let want = usize::try_from(want).unwrap_or(0);
         let f = if files {
             match held::leave_in_file(f, offset, want) {
-                Ok(data) => return Ok((data, offset + want as u64 >= size, meta)),
+                Ok(data) => return Ok(Now::Read(data, offset + want as u64 >= size, meta)),
                 Err(f) => f,
             }
         } else {
             f
         };
-        let buf = read_at(&f, offset, want)?;
-        let eof = offset.saturating_add(buf.len() as u64) >= size;
-        Ok((ReadData::Bytes(Bytes::from(buf)), eof, meta))
+        match read_now(&f, offset, want)? {
+            Ok(buf) => {
+                let eof = offset.saturating_add(buf.len() as u64) >= size;
+                Ok(Now::Read(ReadData::Bytes(Bytes::from(buf)), eof, meta))
+            }
+            Err(buf) => Ok(Now::Rest(ReadRest {
+                f,
+                offset,
+                want,
+                buf,
+                size,
+                attrs: meta.fattr(self.fsid()),
+            })),
+        }
     }
 
     pub(crate) fn write_checked_now(
@@ -218,39 +262,49 @@ fn regular(node: &Node) -> StorageResult<()> {
     }
 }
 
-/// `want` bytes at `offset`, fewer at the end of the file: a small read
-/// first without waiting, the rest under [`blocking`].
-fn read_at(f: &OwnedFd, offset: u64, want: usize) -> StorageResult<Vec<u8>> {
+/// What [`LocalFs::read_node`] got on the runtime thread.
+enum Now {
+    Read(ReadData, bool, Meta),
+    Rest(ReadRest),
+}
+
+/// `want` bytes at `offset` (fewer at the end of the file) when the page
+/// cache serves a small read at once (`preadv2(RWF_NOWAIT)`); else
+/// `Err` with what was read so far, for [`read_rest`].
+fn read_now(f: &OwnedFd, offset: u64, want: usize) -> StorageResult<Result<Vec<u8>, Vec<u8>>> {
     let mut buf = Vec::new();
     if want == 0 {
-        return Ok(buf);
+        return Ok(Ok(buf));
     }
-    if want <= NOWAIT_READ_MAX {
-        buf.resize(want, 0);
-        let flags = ReadWriteFlags::NOWAIT;
-        let got = match rustix::io::preadv2(f, &mut [IoSliceMut::new(&mut buf)], offset, flags) {
-            // The end of the file (it shrank since it was opened).
-            Ok(0) => {
-                buf.clear();
-                return Ok(buf);
-            }
-            Ok(n) => n,
-            Err(Errno::AGAIN | Errno::INTR | Errno::OPNOTSUPP) => 0,
-            Err(e) => return Err(errno_status(e)),
-        };
-        buf.truncate(got);
-        if got == want {
-            return Ok(buf);
+    if want > NOWAIT_READ_MAX {
+        return Ok(Err(buf));
+    }
+    buf.resize(want, 0);
+    let flags = ReadWriteFlags::NOWAIT;
+    let got = match rustix::io::preadv2(f, &mut [IoSliceMut::new(&mut buf)], offset, flags) {
+        // The end of the file (it shrank since it was opened).
+        Ok(0) => {
+            buf.clear();
+            return Ok(Ok(buf));
         }
-    } else {
-        buf.reserve_exact(want);
-    }
-    // pread straight into the spare capacity: no zero-fill of a buffer
-    // the read overwrites.
+        Ok(n) => n,
+        Err(Errno::AGAIN | Errno::INTR | Errno::OPNOTSUPP) => 0,
+        Err(e) => return Err(errno_status(e)),
+    };
+    buf.truncate(got);
+    Ok(if got == want { Ok(buf) } else { Err(buf) })
+}
+
+/// Reads the rest of `want` bytes at `offset` after the `buf.len()`
+/// already read, under [`blocking`], straight into the spare capacity (no
+/// zero-fill of a buffer the read overwrites); fewer at the end of the
+/// file.
+fn read_rest(f: &OwnedFd, offset: u64, want: usize, buf: &mut Vec<u8>) -> StorageResult<()> {
+    buf.reserve_exact(want.saturating_sub(buf.len()));
     blocking(|| {
         while buf.len() < want {
             let at = offset + buf.len() as u64;
-            match rustix::io::pread(f, spare_capacity(&mut buf), at) {
+            match rustix::io::pread(f, spare_capacity(buf), at) {
                 Ok(0) => break,
                 Ok(_) | Err(Errno::INTR) => {}
                 Err(e) => return Err(errno_status(e)),
@@ -259,7 +313,7 @@ fn read_at(f: &OwnedFd, offset: u64, want: usize) -> StorageResult<Vec<u8>> {
         Ok(())
     })?;
     buf.truncate(want);
-    Ok(buf)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -328,6 +382,53 @@ mod tests {
         // Past the end: nothing, eof.
         let done = block(lfs.read_checked(&fh, 1 << 40, 10, &allow, true));
         assert_eq!(done.data, Ok((Bytes::new().into(), true)));
+    }
+
+    /// Whether `f` finishes on its first poll, and its output.
+    fn first_poll<F: core::future::Future>(f: F) -> (bool, F::Output) {
+        let rt = multi_thread();
+        rt.block_on(async {
+            let mut f = std::pin::pin!(f);
+            let first = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(core::future::Future::poll(f.as_mut(), cx))
+            })
+            .await;
+            match first {
+                std::task::Poll::Ready(out) => (true, out),
+                std::task::Poll::Pending => (false, f.await),
+            }
+        })
+    }
+
+    /// A transport runs a call inline up to its first wait: a small READ
+    /// the page cache serves finishes there (no task, no thread of its
+    /// own); one that would block the thread (here a large READ of bytes
+    /// the transport cannot send from the file) yields before it does,
+    /// and still returns the bytes.
+    #[test]
+    fn a_cached_small_read_finishes_on_its_first_poll_and_a_blocking_one_yields_first() {
+        let t = Tmp::new("rw-inline");
+        let data: Vec<u8> = (0..=250u8).cycle().take(MAX_READ as usize + 77).collect();
+        fs::write(t.0.join("f"), &data).unwrap();
+        let lfs = LocalFs::new(&t.0, false).unwrap();
+        let fh = block(lfs.lookup(&lfs.root(), &name("f"))).unwrap();
+        let _ = fs::read(t.0.join("f")).unwrap(); // in the page cache
+        for (offset, count, inline) in [
+            (100u64, 4096u32, true),
+            (0, NOWAIT_READ_MAX as u32, true),
+            (7, MAX_READ, false),
+        ] {
+            let (ready, done) = first_poll(lfs.read_checked(&fh, offset, count, &allow, false));
+            assert_eq!(ready, inline, "{offset} {count}");
+            let end = data.len().min((offset + u64::from(count)) as usize);
+            let want = ReadData::Bytes(Bytes::copy_from_slice(&data[offset as usize..end]));
+            assert_eq!(done.data, Ok((want, end == data.len())), "{offset} {count}");
+        }
+        // Refused before any byte is read: no wait either.
+        let refuse = |_: &Fattr3| Err(Nfsstat3::NFS3ERR_ACCES);
+        let (ready, done) = first_poll(lfs.read_checked(&fh, 0, MAX_READ, &refuse, false));
+        assert!(ready);
+        assert_eq!(done.data, Err(Nfsstat3::NFS3ERR_ACCES));
     }
 
     /// Held by the tests that count held files (one fills the bound).
