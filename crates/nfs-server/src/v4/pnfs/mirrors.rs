@@ -27,15 +27,17 @@
 //! held while their layouts come back are at most the files with layouts
 //! (`max_layouts`), and hold no rebuild slot. One
 //! task ([`rebuilder`]) looks for stale copies every `rebuild_poll` while
-//! there are any, probing each of their data servers once per round.
+//! there are any, probing each of their data servers once per round (one
+//! that does not answer after a pause doubling up to a minute).
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use nfs::v3::{Fattr3, StableHow};
-use oncrpc::limits::Limit;
+use oncrpc::limits::{Backoff, Limit};
 
 use super::control::ControlError;
 use super::layouts::Layout;
@@ -44,6 +46,13 @@ use super::{data_file_name, Mds, DATA_FILE_MODE};
 
 /// Copies waiting for a rebuild while `max_rebuilds` are under way.
 static REBUILDS: Limit = Limit::new("pnfs.rebuilds");
+
+/// The longest pause between probes of a data server that does not
+/// answer (from `rebuild_poll`, doubling).
+const PROBE_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// Data servers that did not answer the last probe: when to probe again.
+type Down = HashMap<usize, (Instant, Backoff)>;
 
 /// Why a rebuild did not finish.
 #[derive(Debug)]
@@ -137,7 +146,7 @@ impl Mds {
     /// is held instead (RW LAYOUTGET refused) and those layouts recalled;
     /// a later round takes it once they are back, so a client slow to
     /// return them holds no rebuild slot. False when there are none left.
-    async fn rebuild_round(self: &Arc<Self>) -> bool {
+    async fn rebuild_round(self: &Arc<Self>, down: &mut Down) -> bool {
         let servers = match self.placement.lock() {
             Ok(p) => p.stale_servers(),
             Err(_) => return false,
@@ -147,7 +156,7 @@ impl Mds {
         }
         let max = self.cfg.max_rebuilds;
         for ds in servers {
-            if self.ds[ds].probe().await.is_err() {
+            if !self.answers(ds, down).await {
                 continue;
             }
             // Those being rebuilt or held are still stale: look past them
@@ -196,6 +205,25 @@ impl Mds {
             ));
         }
         true
+    }
+
+    /// Whether data server `ds` answers a probe; one that did not is
+    /// probed again after a pause doubling from `rebuild_poll` to a
+    /// minute (each failed probe logs a warning in the control path).
+    async fn answers(&self, ds: usize, down: &mut Down) -> bool {
+        if down.get(&ds).is_some_and(|(at, _)| Instant::now() < *at) {
+            return false;
+        }
+        if self.ds[ds].probe().await.is_ok() {
+            down.remove(&ds);
+            return true;
+        }
+        let poll = self.cfg.rebuild_poll;
+        let (at, b) = down
+            .entry(ds)
+            .or_insert_with(|| (Instant::now(), Backoff::new(poll, PROBE_BACKOFF_MAX)));
+        *at = Instant::now() + b.failed();
+        false
     }
 
     fn rebuilding_id(&self, fsid: u64, fileid: u64) -> bool {
@@ -346,9 +374,10 @@ fn conflicts(name: String, target: usize) -> impl Fn(&Bytes, &Layout) -> bool + 
 /// Runs rebuild rounds every `rebuild_poll` while there are stale copies
 /// and the metadata server lives.
 async fn rebuilder(mds: Weak<Mds>) {
+    let mut down = Down::new();
     loop {
         let Some(m) = mds.upgrade() else { return };
-        if !m.rebuild_round().await {
+        if !m.rebuild_round(&mut down).await {
             m.rebuilder_on.store(false, Ordering::Release);
             // A copy marked stale after the round looked: go on unless
             // another rebuilder was started for it.
