@@ -115,6 +115,21 @@ krb5_capture_checks() {
                else fail "krb5-capture/$c: marker not in the capture (the capture check cannot tell)"; fi ;;
         esac
     done < "$G/markers.txt"
+    # The kernel asks SP4_MACH_CRED (state protection by its machine
+    # credential, RFC 8881 §18.35.3) under krb5i and falls back to SP4_NONE
+    # when refused: every EXCHANGE_ID must be answered NFS4_OK.
+    local mach bad
+    mach=$(tshark -n -r "$pcap" -d "tcp.port==$KRB5_NFS_PORT,rpc" -Y 'rpc.msgtyp == 0 && nfs.opcode == 42' \
+        -T fields -E occurrence=f -e nfs.exchange_id.state_protect 2>/dev/null | grep -cx 1)
+    bad=$(tshark -n -r "$pcap" -d "tcp.port==$KRB5_NFS_PORT,rpc" -Y 'rpc.msgtyp == 1 && nfs.opcode == 42' \
+        -T fields -E occurrence=f -e nfs.nfsstat4 2>/dev/null | grep -cvx 0)
+    if [ "$mach" -gt 0 ] && [ "$bad" -eq 0 ]; then
+        pass "krb5-capture/sp4-mach-cred: $mach EXCHANGE_IDs asked SP4_MACH_CRED over TCP, none refused"
+    elif [ "$mach" -eq 0 ]; then
+        echo "INFO krb5-capture/sp4-mach-cred: no EXCHANGE_ID asked SP4_MACH_CRED over TCP"
+    else
+        fail "krb5-capture/sp4-mach-cred: $bad of the EXCHANGE_IDs refused ($mach asked SP4_MACH_CRED)"
+    fi
     tshark -n -r "$pcap" -d "tcp.port==$KRB5_NFS_PORT,rpc" -Y 'rpc.msgtyp == 0 && (nfs.opcode == 42 || nfs.opcode == 43)' \
         -T fields -E occurrence=f -e nfs.opcode -e rpc.auth.flavor -e rpc.authgss.service 2>/dev/null | sort | uniq -c |
         sed 's/^/  krb5 capture: NFSv4.1 lease calls (count, op 42 EXCHANGE_ID or 43 CREATE_SESSION, flavor, GSS service): /'

@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use nfs::v4::session::*;
-use nfs::v4::{Nfsstat4, Res4};
+use nfs::v4::{Bitmap4, Nfsstat4, Res4};
 use oncrpc::limits::Limit;
 use oncrpc::msg::OpaqueAuth;
 use xdr::{Bounded, FixedOpaque, XdrBuf};
@@ -130,6 +130,20 @@ pub(crate) const MIN_BACK_REQUEST: u32 = 256;
 pub(crate) const MIN_BACK_RESPONSE: u32 = 84;
 
 /// CREATE_SESSION flags defined by RFC 8881 §18.36.3.
+/// The operations SP4_MACH_CRED protects (RFC 8881 §18.35.3: the lease
+/// operations, the list Linux's nfsd grants and its client requires):
+/// BIND_CONN_TO_SESSION, EXCHANGE_ID, CREATE_SESSION, DESTROY_SESSION,
+/// DESTROY_CLIENTID. `spo_must_allow` is granted empty: no operation is
+/// let through on the machine credential that its own checks would
+/// refuse.
+pub(crate) const MACH_CRED_ENFORCED: [u32; 5] = [
+    nfs::v4::Opnum4::OP_BIND_CONN_TO_SESSION.0,
+    nfs::v4::Opnum4::OP_EXCHANGE_ID.0,
+    nfs::v4::Opnum4::OP_CREATE_SESSION.0,
+    nfs::v4::Opnum4::OP_DESTROY_SESSION.0,
+    nfs::v4::Opnum4::OP_DESTROY_CLIENTID.0,
+];
+
 const CREATE_SESSION4_FLAGS: u32 = CREATE_SESSION4_FLAG_PERSIST
     | CREATE_SESSION4_FLAG_CONN_BACK_CHAN
     | CREATE_SESSION4_FLAG_CONN_RDMA;
@@ -255,6 +269,10 @@ struct Client {
     principal: Principal,
     /// Reply cache bytes its sessions reserve.
     reserved: u64,
+    /// SP4_MACH_CRED state protection (RFC 8881 §18.35.3): the
+    /// operations in [`MACH_CRED_ENFORCED`] must come from `principal`
+    /// under RPCSEC_GSS integrity or privacy.
+    mach_cred: bool,
     /// The NFSv4.0 part of a record made by SETCLIENTID.
     v40: Option<v40::V40Client>,
 }
@@ -464,17 +482,22 @@ impl ClientTable {
         Ok(())
     }
 
-    /// EXCHANGE_ID (RFC 8881 §18.35.4) from `principal`, for a client
-    /// without state protection: the nine cases of §18.35.4 (see
-    /// [`on_confirmed`] for those with a confirmed record of the owner);
-    /// without one, an update is NFS4ERR_NOENT (case 7) and anything else
-    /// makes a new unconfirmed record (cases 1 and 4). `has_state` says
-    /// whether a client holds stateids or delegations.
+    /// EXCHANGE_ID (RFC 8881 §18.35.4) from `principal` (`protected`:
+    /// under RPCSEC_GSS integrity or privacy): the nine cases of §18.35.4
+    /// (see [`on_confirmed`] for those with a confirmed record of the
+    /// owner); without one, an update is NFS4ERR_NOENT (case 7) and
+    /// anything else makes a new unconfirmed record (cases 1 and 4).
+    /// `has_state` says whether a client holds stateids or delegations.
+    /// State protection (§18.35.3): SP4_NONE, or SP4_MACH_CRED, which
+    /// must come protected (NFS4ERR_INVAL otherwise, as Linux's nfsd
+    /// answers) and binds [`MACH_CRED_ENFORCED`] to the caller; SP4_SSV
+    /// is NFS4ERR_NOTSUPP.
     pub(crate) fn exchange_id(
         &mut self,
         a: &ExchangeId4Args,
         owner_major: &Bytes,
         principal: &Principal,
+        protected: bool,
         has_state: impl Fn(u64) -> bool,
         now: Duration,
     ) -> Res4<ExchangeId4ResOk> {
@@ -486,19 +509,27 @@ impl ClientTable {
         if a.flags & !FLAGS_A != 0 {
             return Res4::Err(Nfsstat4::NFS4ERR_INVAL);
         }
-        if a.state_protect != StateProtect4A::None {
-            return Res4::Err(Nfsstat4::NFS4ERR_NOTSUPP);
-        }
+        let mach = match &a.state_protect {
+            StateProtect4A::None => false,
+            StateProtect4A::MachCred(_) if protected => true,
+            StateProtect4A::MachCred(_) => return Res4::Err(Nfsstat4::NFS4ERR_INVAL),
+            StateProtect4A::Ssv(_) => return Res4::Err(Nfsstat4::NFS4ERR_NOTSUPP),
+        };
         let owner = &a.clientowner.ownerid.0;
         let verf = a.clientowner.verifier.0;
         let update = a.flags & EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0;
         let confirmed = self.owners.get(&(owner.clone(), true)).and_then(|&id| {
             let c = self.clients.get(&id)?;
             let busy = !c.sessions.is_empty() || has_state(id);
-            Some((
-                id,
-                on_confirmed(update, c.principal == *principal, c.verifier == verf, busy),
-            ))
+            let same = c.principal == *principal;
+            // §18.35.3: EXCHANGE_ID is in spo_must_enforce: the owner's
+            // own principal acting on a protected record must be protected.
+            let outcome = if same && c.mach_cred && !protected {
+                Confirmed::Refuse(Nfsstat4::NFS4ERR_WRONG_CRED)
+            } else {
+                on_confirmed(update, same, c.verifier == verf, busy)
+            };
+            Some((id, outcome))
         });
         let id = match confirmed {
             Some((id, Confirmed::Keep)) => id,
@@ -520,18 +551,27 @@ impl ClientTable {
             }
         };
         self.renew(id, now);
-        let Some(c) = self.clients.get(&id) else {
+        let Some(c) = self.clients.get_mut(&id) else {
             return Res4::Err(Nfsstat4::NFS4ERR_SERVERFAULT);
         };
+        c.mach_cred |= mach;
         let mut flags = EXCHGID4_FLAG_USE_NON_PNFS;
         if c.confirmed {
             flags |= EXCHGID4_FLAG_CONFIRMED_R;
         }
+        let state_protect = if c.mach_cred {
+            StateProtect4R::MachCred(StateProtectOps4 {
+                must_enforce: Bitmap4::from_bits(&MACH_CRED_ENFORCED),
+                must_allow: Bitmap4::new(),
+            })
+        } else {
+            StateProtect4R::None
+        };
         Res4::Ok(ExchangeId4ResOk {
             clientid: id,
             sequenceid: c.cs_seq,
             flags,
-            state_protect: StateProtect4R::None,
+            state_protect,
             server_owner: ServerOwner4 {
                 minor_id: 0,
                 major_id: Bounded(owner_major.clone()),
@@ -574,6 +614,7 @@ impl ClientTable {
                 reclaim_complete: false,
                 principal: principal.clone(),
                 reserved: 0,
+                mach_cred: false,
                 v40: None,
             },
         );
@@ -641,6 +682,7 @@ impl ClientTable {
         &mut self,
         a: &CreateSession4Args,
         principal: &Principal,
+        protected: bool,
         now: Duration,
     ) -> Res4<CreateSession4ResOk> {
         let Some(c) = self.clients.get(&a.clientid) else {
@@ -648,6 +690,9 @@ impl ClientTable {
         };
         if !c.confirmed && c.principal != *principal {
             return Res4::Err(Nfsstat4::NFS4ERR_CLID_INUSE);
+        }
+        if let Err(e) = self.mach_cred_check(a.clientid, principal, protected) {
+            return Res4::Err(e);
         }
         if a.sequence == c.cs_seq.wrapping_sub(1) {
             if let Some(r) = &c.cs_reply {
@@ -910,6 +955,41 @@ impl ClientTable {
             .is_some_and(|s| s.conns.contains(&conn))
     }
 
+    /// SP4_MACH_CRED (RFC 8881 §18.35.3): an operation of
+    /// [`MACH_CRED_ENFORCED`] on client `id` from `principal` (`protected`
+    /// as for [`Self::exchange_id`]). A client with that protection takes
+    /// it only from its machine credential: the principal of its
+    /// EXCHANGE_ID under RPCSEC_GSS integrity or privacy; anything else is
+    /// NFS4ERR_WRONG_CRED (§15.1.6.4: a principal not allowed to change
+    /// this state; Linux's nfsd answers the same). An unknown client or
+    /// one without protection passes (the operation decides).
+    pub(crate) fn mach_cred_check(
+        &self,
+        id: u64,
+        principal: &Principal,
+        protected: bool,
+    ) -> Result<(), Nfsstat4> {
+        match self.clients.get(&id) {
+            Some(c) if c.mach_cred && !(protected && c.principal == *principal) => {
+                Err(Nfsstat4::NFS4ERR_WRONG_CRED)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// [`Self::mach_cred_check`] for the client of session `sid`.
+    pub(crate) fn mach_cred_check_session(
+        &self,
+        sid: &[u8; 16],
+        principal: &Principal,
+        protected: bool,
+    ) -> Result<(), Nfsstat4> {
+        match self.sessions.get(sid) {
+            Some(s) => self.mach_cred_check(s.clientid, principal, protected),
+            None => Ok(()),
+        }
+    }
+
     /// DESTROY_SESSION (RFC 8881 §18.37.3).
     pub(crate) fn destroy_session(&mut self, sid: &[u8; 16]) -> Nfsstat4 {
         match self.drop_session(sid) {
@@ -986,7 +1066,7 @@ impl ClientTable {
         owner: &Bytes,
         now: Duration,
     ) -> Res4<ExchangeId4ResOk> {
-        self.exchange_id(a, owner, &Principal::None, |_| false, now)
+        self.exchange_id(a, owner, &Principal::None, false, |_| false, now)
     }
 
     /// CREATE_SESSION from an AUTH_NONE caller.
@@ -995,7 +1075,7 @@ impl ClientTable {
         a: &CreateSession4Args,
         now: Duration,
     ) -> Res4<CreateSession4ResOk> {
-        self.create_session(a, &Principal::None, now)
+        self.create_session(a, &Principal::None, false, now)
     }
 }
 
@@ -1052,6 +1132,104 @@ mod tests {
 mod exchange_tests {
     use super::*;
 
+    /// SP4_MACH_CRED (RFC 8881 §18.35.3) as the Linux client asks it
+    /// under Kerberos: granted to a caller under RPCSEC_GSS integrity or
+    /// privacy, with the lease operations enforced and nothing extra
+    /// allowed; from then on CREATE_SESSION, DESTROY_SESSION,
+    /// BIND_CONN_TO_SESSION, DESTROY_CLIENTID and EXCHANGE_ID of that
+    /// client need the same principal, protected (NFS4ERR_WRONG_CRED);
+    /// another principal's EXCHANGE_ID for the owner stays a collision.
+    #[test]
+    fn sp4_mach_cred_binds_the_lease_operations_to_the_machine_credential() {
+        let mut t = ClientTable::new(SessionLimits::default(), 7);
+        let owner = Bytes::from_static(b"srv");
+        let now = Duration::ZERO;
+        let machine = Principal::Gss("nfs/client@REALM".into());
+        let user = Principal::Gss("alice@REALM".into());
+        let mut a = xid(b"kernel", 1, 0);
+        a.state_protect = StateProtect4A::MachCred(StateProtectOps4 {
+            must_enforce: Bitmap4::from_bits(&MACH_CRED_ENFORCED),
+            must_allow: Bitmap4::from_bits(&[
+                nfs::v4::Opnum4::OP_CLOSE.0,
+                nfs::v4::Opnum4::OP_WRITE.0,
+            ]),
+        });
+        // krb5 (authentication only) is not enough.
+        let r = t.exchange_id(&a, &owner, &machine, false, |_| false, now);
+        assert_eq!(r.status(), Nfsstat4::NFS4ERR_INVAL);
+        let Res4::Ok(ok) = t.exchange_id(&a, &owner, &machine, true, |_| false, now) else {
+            panic!("protected SP4_MACH_CRED refused");
+        };
+        let StateProtect4R::MachCred(ops) = &ok.state_protect else {
+            panic!("granted {:?}", ok.state_protect);
+        };
+        for op in MACH_CRED_ENFORCED {
+            assert!(ops.must_enforce.contains(op), "op {op} not enforced");
+        }
+        assert!(ops.must_allow.0.iter().all(|w| *w == 0));
+        let id = ok.clientid;
+        // Unconfirmed: another principal is a collision (§18.36.4), the
+        // machine's own principal without protection the wrong credential.
+        assert_eq!(
+            t.create_session(&cs(id, 1), &user, true, now).status(),
+            Nfsstat4::NFS4ERR_CLID_INUSE
+        );
+        assert_eq!(
+            t.create_session(&cs(id, 1), &machine, false, now).status(),
+            Nfsstat4::NFS4ERR_WRONG_CRED
+        );
+        let Res4::Ok(sess) = t.create_session(&cs(id, 1), &machine, true, now) else {
+            panic!("the machine credential's CREATE_SESSION refused");
+        };
+        // Confirmed: any other caller is the wrong credential.
+        for (who, protected) in [(&machine, false), (&user, true)] {
+            assert_eq!(
+                t.create_session(&cs(id, 2), who, protected, now).status(),
+                Nfsstat4::NFS4ERR_WRONG_CRED
+            );
+        }
+        let sid = sess.sessionid.0;
+        for (who, protected) in [(&machine, false), (&user, true), (&Principal::None, false)] {
+            assert_eq!(
+                t.mach_cred_check_session(&sid, who, protected),
+                Err(Nfsstat4::NFS4ERR_WRONG_CRED)
+            );
+            assert_eq!(
+                t.mach_cred_check(id, who, protected),
+                Err(Nfsstat4::NFS4ERR_WRONG_CRED)
+            );
+        }
+        assert_eq!(t.mach_cred_check_session(&sid, &machine, true), Ok(()));
+        // The same principal's EXCHANGE_ID again: only protected.
+        let again = t.exchange_id(
+            &xid(b"kernel", 1, 0),
+            &owner,
+            &machine,
+            false,
+            |_| true,
+            now,
+        );
+        assert_eq!(again.status(), Nfsstat4::NFS4ERR_WRONG_CRED);
+        let Res4::Ok(again) =
+            t.exchange_id(&xid(b"kernel", 1, 0), &owner, &machine, true, |_| true, now)
+        else {
+            panic!("the machine credential's EXCHANGE_ID refused");
+        };
+        assert_eq!(again.clientid, id);
+        assert!(matches!(again.state_protect, StateProtect4R::MachCred(_)));
+        // Another principal for the same owner: a collision, as before.
+        let other = t.exchange_id(&xid(b"kernel", 1, 0), &owner, &user, true, |_| true, now);
+        assert_eq!(other.status(), Nfsstat4::NFS4ERR_CLID_INUSE);
+        // A client without protection is not affected.
+        let Res4::Ok(plain) =
+            t.exchange_id(&xid(b"plain", 1, 0), &owner, &user, false, |_| false, now)
+        else {
+            panic!("SP4_NONE refused");
+        };
+        assert_eq!(plain.state_protect, StateProtect4R::None);
+        assert_eq!(t.mach_cred_check(plain.clientid, &machine, false), Ok(()));
+    }
+
     fn xid(owner: &'static [u8], verf: u8, flags: u32) -> ExchangeId4Args {
         ExchangeId4Args {
             clientowner: ClientOwner4 {
@@ -1099,9 +1277,10 @@ mod exchange_tests {
             must_enforce: Default::default(),
             must_allow: Default::default(),
         });
+        // SP4_MACH_CRED from an unprotected caller (AUTH_NONE here).
         assert_eq!(
             t.exchange_none(&a, &owner, now).status(),
-            Nfsstat4::NFS4ERR_NOTSUPP
+            Nfsstat4::NFS4ERR_INVAL
         );
         let upd = xid(b"c", 1, EXCHGID4_FLAG_UPD_CONFIRMED_REC_A);
         assert_eq!(

@@ -274,6 +274,9 @@ struct Cx {
     /// The caller's identity before any squashing: the principal a
     /// client id is bound to.
     principal: principal::Principal,
+    /// Whether RPCSEC_GSS integrity or privacy protects the call (the
+    /// machine credential of SP4_MACH_CRED, RFC 8881 §18.35.3).
+    gss_protected: bool,
     /// The COMPOUND's minor version (callbacks to a session use its
     /// creator's, RFC 8881 §20.9.3 / §16.2.3).
     minor: u32,
@@ -557,6 +560,7 @@ impl<S: Storage> Nfs4Service<S> {
             last: false,
             client40: None,
             principal: principal::Principal::of(&ctx.credential),
+            gss_protected: principal::gss_protected(&ctx.credential),
             minor: 0,
         };
         if let Ok(root) = self.fs.place(&self.fs.root_for(&ctx.peer)) {

@@ -62,7 +62,8 @@ impl<S: Storage> Nfs4Service<S> {
             A::ExchangeId(a) => Z::ExchangeId(match self.state() {
                 Ok(mut st) => {
                     st.expire(now);
-                    let mut r = st.exchange_id(a, &self.owner, &cx.principal, now);
+                    let mut r =
+                        st.exchange_id(a, &self.owner, &cx.principal, cx.gss_protected, now);
                     // RFC 8881 §13.1: a metadata server says so.
                     if let (Res4::Ok(ok), true) = (&mut r, self.mds.is_some()) {
                         ok.flags = (ok.flags & !nfs::v4::session::EXCHGID4_FLAG_USE_NON_PNFS)
@@ -75,7 +76,8 @@ impl<S: Storage> Nfs4Service<S> {
             A::CreateSession(a) => Z::CreateSession(match self.state() {
                 Ok(mut st) => {
                     st.expire(now);
-                    let r = st.create_session(a, &cx.principal, cx.peer.conn_id, now);
+                    let r =
+                        st.create_session(a, &cx.principal, cx.gss_protected, cx.peer.conn_id, now);
                     if let Res4::Ok(ok) = &r {
                         let cb = st.cb_params(&ok.sessionid.0);
                         if let (true, Some(cb)) =
@@ -96,16 +98,21 @@ impl<S: Storage> Nfs4Service<S> {
                 Z::DestroySession(Nfsstat4::NFS4ERR_NOT_ONLY_OP)
             }
             A::DestroySession(a) => Z::DestroySession(match self.state() {
-                Ok(mut st) => st.destroy_session(&a.sessionid.0, cx.peer.conn_id),
+                Ok(mut st) => st.destroy_session(
+                    &a.sessionid.0,
+                    cx.peer.conn_id,
+                    (&cx.principal, cx.gss_protected),
+                ),
                 Err(e) => e,
             }),
             A::DestroyClientid(a) => Z::DestroyClientid(match self.state() {
-                Ok(mut st) => st.destroy_clientid(a.clientid),
+                Ok(mut st) => st.destroy_clientid(a.clientid, (&cx.principal, cx.gss_protected)),
                 Err(e) => e,
             }),
             A::BindConnToSession(a) => Z::BindConnToSession(match self.state() {
                 Ok(mut st) => {
-                    let r = st.bind_conn(a, cx.peer.conn_id, now);
+                    let r =
+                        st.bind_conn(a, cx.peer.conn_id, (&cx.principal, cx.gss_protected), now);
                     if let Res4::Ok(ok) = &r {
                         if ok.dir != ChannelDir4::CDFC4_FORE {
                             if let Some(cb) = st.cb_params(&a.sessid.0) {

@@ -12,7 +12,16 @@
 //! privacy) protects the call, as Linux compares `cr_principal`. A
 //! flavour this server does not interpret is kept as its number.
 
+use oncrpc::gss::GssService;
 use oncrpc::msg::Credential;
+
+/// Whether RPCSEC_GSS integrity or privacy protects a call: what
+/// SP4_MACH_CRED asks of the machine credential besides its principal
+/// (RFC 8881 §18.35.3).
+pub(crate) fn gss_protected(cred: &Credential) -> bool {
+    matches!(cred, Credential::Gss(g)
+        if g.service == GssService::INTEGRITY || g.service == GssService::PRIVACY)
+}
 
 /// Who established a client record.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

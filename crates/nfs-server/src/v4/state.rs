@@ -221,6 +221,7 @@ impl StateTable {
         a: &ExchangeId4Args,
         owner_major: &Bytes,
         principal: &Principal,
+        protected: bool,
         now: Duration,
     ) -> Res4<ExchangeId4ResOk> {
         let (ids, delegs, copies) = (&self.ids, &self.delegs, &self.offloads);
@@ -228,7 +229,7 @@ impl StateTable {
             |id| ids.has_state(id) || delegs.has_delegations(id) || copies.has_copies(id);
         let r = self
             .clients
-            .exchange_id(a, owner_major, principal, has_state, now);
+            .exchange_id(a, owner_major, principal, protected, has_state, now);
         self.sweep();
         r
     }
@@ -239,10 +240,11 @@ impl StateTable {
         &mut self,
         a: &CreateSession4Args,
         principal: &Principal,
+        protected: bool,
         conn: u64,
         now: Duration,
     ) -> Res4<CreateSession4ResOk> {
-        let r = self.clients.create_session(a, principal, now);
+        let r = self.clients.create_session(a, principal, protected, now);
         if let Res4::Ok(ok) = &r {
             self.clients.bind_to(&ok.sessionid.0, conn);
         }
@@ -296,9 +298,19 @@ impl StateTable {
     }
 
     /// DESTROY_SESSION (RFC 8881 §18.37.3) from connection `conn`, which
-    /// must be bound to the session (NFS4ERR_CONN_NOT_BOUND_TO_SESSION);
+    /// must be bound to the session (NFS4ERR_CONN_NOT_BOUND_TO_SESSION),
+    /// and from the machine credential of a client with SP4_MACH_CRED
+    /// (`who`: principal and protection, [`ClientTable::mach_cred_check`]);
     /// callbacks stop using it.
-    pub(crate) fn destroy_session(&mut self, sid: &[u8; 16], conn: u64) -> Nfsstat4 {
+    pub(crate) fn destroy_session(
+        &mut self,
+        sid: &[u8; 16],
+        conn: u64,
+        who: (&Principal, bool),
+    ) -> Nfsstat4 {
+        if let Err(e) = self.clients.mach_cred_check_session(sid, who.0, who.1) {
+            return e;
+        }
         if self.clients.cb_params(sid).is_some() && !self.clients.is_bound(sid, conn) {
             return Nfsstat4::NFS4ERR_CONN_NOT_BOUND_TO_SESSION;
         }
@@ -310,20 +322,33 @@ impl StateTable {
     }
 
     /// DESTROY_CLIENTID (RFC 8881 §18.50.3): only a client without
-    /// sessions or state.
-    pub(crate) fn destroy_clientid(&mut self, id: u64) -> Nfsstat4 {
+    /// sessions or state, and from its machine credential under
+    /// SP4_MACH_CRED (`who` as for [`Self::destroy_session`]).
+    pub(crate) fn destroy_clientid(&mut self, id: u64, who: (&Principal, bool)) -> Nfsstat4 {
+        if let Err(e) = self.clients.mach_cred_check(id, who.0, who.1) {
+            return e;
+        }
         let s = self.clients.destroy_clientid(id, self.ids.has_state(id));
         self.sweep();
         s
     }
 
-    /// BIND_CONN_TO_SESSION (RFC 8881 §18.34.3) of connection `conn`.
+    /// BIND_CONN_TO_SESSION (RFC 8881 §18.34.3) of connection `conn`,
+    /// from the machine credential under SP4_MACH_CRED (`who` as for
+    /// [`Self::destroy_session`]).
     pub(crate) fn bind_conn(
         &mut self,
         a: &BindConnToSession4Args,
         conn: u64,
+        who: (&Principal, bool),
         now: Duration,
     ) -> Res4<BindConnToSession4ResOk> {
+        if let Err(e) = self
+            .clients
+            .mach_cred_check_session(&a.sessid.0, who.0, who.1)
+        {
+            return Res4::Err(e);
+        }
         let r = self.clients.bind_conn(a, now);
         if r.status().is_ok() {
             self.clients.bind_to(&a.sessid.0, conn);
