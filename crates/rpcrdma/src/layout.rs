@@ -60,6 +60,25 @@ impl Layout {
         }
         true
     }
+
+    /// Zeroes the XDR padding after each chunk's data in `buf` (whose
+    /// length must be [`Layout::len`]; RFC 4506 §3: padding bytes are
+    /// zero). With [`Layout::copy_inline`] and the chunk data this writes
+    /// every byte of the message, so a reused buffer shows nothing of an
+    /// earlier one. Returns false if `buf` is too short.
+    pub fn zero_padding(&self, buf: &mut [u8]) -> bool {
+        for p in &self.pieces {
+            if let Piece::Chunk { dst, len, .. } = p {
+                let start = dst + len;
+                let end = (start + pad(*len)).min(self.len);
+                match buf.get_mut(start..end.max(start)) {
+                    Some(d) => d.fill(0),
+                    None => return false,
+                }
+            }
+        }
+        true
+    }
 }
 
 fn pad(n: usize) -> usize {
@@ -187,6 +206,27 @@ mod tests {
             .unwrap()
             .to_bytes();
         assert_eq!(got, &want[..]);
+    }
+
+    /// A buffer full of an earlier message's bytes: inline parts, chunk
+    /// data and zeroed padding leave none of them.
+    #[test]
+    fn inline_chunks_and_padding_cover_every_byte() {
+        let base = [0, 0, 0, 5, 7, 7, 7, 7, 0, 0, 0, 3, 9, 9, 9, 9];
+        let items = [(4u32, 5usize), (20u32, 3usize)];
+        let l = plan_layout(&base, &items).unwrap();
+        let mut buf = vec![0xa5u8; l.len];
+        assert!(l.copy_inline(&base, &mut buf));
+        assert!(l.zero_padding(&mut buf));
+        for p in &l.pieces {
+            if let Piece::Chunk { dst, len, .. } = p {
+                buf[*dst..*dst + *len].fill(0x11);
+            }
+        }
+        assert!(!buf.contains(&0xa5), "{buf:?}");
+        assert_eq!(&buf[9..12], &[0, 0, 0]);
+        assert_eq!(&buf[23..24], &[0]);
+        assert!(!l.zero_padding(&mut buf[..l.len - 5]));
     }
 
     #[test]

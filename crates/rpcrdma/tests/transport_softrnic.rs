@@ -133,3 +133,36 @@ async fn one_socket_write_per_reply_and_per_call() {
     assert_eq!((s.read_chunk_calls, s.write_chunk_replies), (4, 4), "{s:?}");
     client.close();
 }
+
+/// The server reuses the buffers it pulls read chunks into
+/// (`RdmaServerConfig::pull_pool_bytes`): a call shorter than the last one
+/// in the same buffer sees none of the last one's bytes. Its XDR padding
+/// sits where the earlier call's data was, and a non-zero pad is refused
+/// as garbage arguments, so every length here must still echo.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reused_pull_buffers_show_nothing_of_the_previous_call() {
+    let (sdev, cdev) = (
+        SoftDevice::new(SoftConfig::default(), 300),
+        SoftDevice::new(SoftConfig::default(), 301),
+    );
+    let mut server = Server::new();
+    server.register(EchoService::default());
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let listener = RdmaListener::bind(&sdev, &any, Arc::new(server), RdmaServerConfig::default())
+        .await
+        .unwrap();
+    let addr = listener.local_addr();
+    listener.spawn();
+    let client = RdmaClient::connect(&cdev, &addr, RdmaClientConfig::default())
+        .await
+        .unwrap();
+    let echo = EchoClient::new(client.clone());
+    for round in 0..4u8 {
+        for n in [100_003usize, 100_001, 100_002, 99_999, 100_000] {
+            let fill = Bytes::from(vec![0xff ^ round; n]);
+            assert_eq!(echo.echo(fill.clone()).await.unwrap(), fill, "size {n}");
+        }
+    }
+    assert!(client.stats().read_chunk_calls >= 20);
+    client.close();
+}

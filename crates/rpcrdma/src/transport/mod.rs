@@ -45,6 +45,7 @@
 mod bounds;
 mod client;
 mod order;
+mod pool;
 mod pull;
 mod reply;
 mod server;

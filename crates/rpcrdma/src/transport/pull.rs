@@ -6,10 +6,11 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use rnic::{Access, MemoryRegion, ProtectionDomain, QueuePair, ReadWr, Stag, WcStatus};
 use tokio::sync::oneshot;
 
+use super::pool::PullPool;
 use crate::endpoint::reads::ReadPlan;
 
 /// RDMA Reads in flight, by work request id: the completion task hands
@@ -49,20 +50,30 @@ pub(super) enum Refused {
 pub(super) struct Pulling {
     mr: MemoryRegion,
     waits: Vec<oneshot::Receiver<WcStatus>>,
+    pool: PullPool,
+    len: usize,
 }
 
-/// Registers a buffer for the message `plan` rebuilds from `inline`,
-/// copies the inline parts into it and posts the plan's Reads.
+/// Registers a buffer from `pool` for the message `plan` rebuilds from
+/// `inline`, copies the inline parts into it, zeroes the chunks' XDR
+/// padding and posts the plan's Reads, which write the rest: every byte
+/// of the message is written before it is used.
 pub(super) fn start<Q: QueuePair>(
     qp: &Q,
     pd: &ProtectionDomain,
+    pool: &PullPool,
     waiters: &ReadWaiters,
     wr_id: impl Fn() -> u64,
     inline: &Bytes,
     plan: &ReadPlan,
 ) -> Result<Pulling, Refused> {
-    let mut buf = BytesMut::zeroed(plan.layout.len);
-    if !plan.layout.copy_inline(inline, &mut buf) {
+    let len = plan.layout.len;
+    let mut buf = pool.take(len);
+    let Some(msg) = buf.get_mut(..len) else {
+        return Err(Refused::Unusable);
+    };
+    if !plan.layout.copy_inline(inline, msg) || !plan.layout.zero_padding(msg) {
+        pool.give(buf);
         return Err(Refused::Unusable);
     }
     let mr = pd
@@ -84,12 +95,17 @@ pub(super) fn start<Q: QueuePair>(
         if qp.post_read(wr).is_err() {
             waiters.lock().remove(&id);
             // Reads already posted target the region: fence it.
-            drop(mr.invalidate());
+            pool.give(mr.invalidate().buf);
             return Err(Refused::Closed);
         }
         waits.push(rx);
     }
-    Ok(Pulling { mr, waits })
+    Ok(Pulling {
+        mr,
+        waits,
+        pool: pool.clone(),
+        len,
+    })
 }
 
 impl Pulling {
@@ -103,7 +119,11 @@ impl Pulling {
                 break;
             }
         }
-        let buf = self.mr.invalidate().buf.freeze();
-        ok.then_some(buf)
+        let buf = self.mr.invalidate().buf;
+        if !ok {
+            self.pool.give(buf);
+            return None;
+        }
+        Some(self.pool.share(buf, self.len))
     }
 }

@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 
 use super::bounds::{self, ReadBudget, ReplySlots};
 use super::order::{Ticket, Turns};
+use super::pool::PullPool;
 use super::pull::{self, ReadWaiters};
 use super::stats::ConnCounters;
 use crate::credits::RequesterCredits;
@@ -68,6 +69,11 @@ pub struct RdmaServerConfig {
     /// receive buffers are posted for their replies
     /// (draft-ietf-nfsv4-rpcrdma-bidirection-01 §2.2.2).
     pub backchannel_credits: u32,
+    /// Most bytes of idle buffers kept for reuse by calls with read
+    /// chunks, shared by the listener's connections ([`super::pool`]): a
+    /// buffer freed beyond it trips `rdma.pull_pool_bytes`. 0 gives every
+    /// call a fresh, zero-filled buffer. Default 16 MiB.
+    pub pull_pool_bytes: u64,
 }
 
 impl Default for RdmaServerConfig {
@@ -82,6 +88,7 @@ impl Default for RdmaServerConfig {
             read_timeout: Duration::from_secs(30),
             max_version: 2,
             backchannel_credits: 0,
+            pull_pool_bytes: 16 * 1024 * 1024,
         }
     }
 }
@@ -111,6 +118,7 @@ pub struct RdmaListener<D: Device> {
     config: RdmaServerConfig,
     backchannels: Backchannels<D::Qp>,
     conns: Option<Arc<ConnLimiter>>,
+    pool: PullPool,
 }
 
 static CONNS_TOTAL: Limit = Limit::new("rdma.connections");
@@ -143,6 +151,7 @@ impl<D: Device> RdmaListener<D> {
                 map: Arc::new(Mutex::new(HashMap::new())),
             },
             conns: None,
+            pool: PullPool::new(config.pull_pool_bytes),
         })
     }
 
@@ -192,8 +201,9 @@ impl<D: Device> RdmaListener<D> {
             let server = Arc::clone(&self.server);
             let config = self.config;
             let registry = self.backchannels.clone();
+            let pool = self.pool.clone();
             tokio::spawn(async move {
-                let _ = accept(req, pd, server, config, registry).await;
+                let _ = accept(req, (pd, pool), server, config, registry).await;
                 drop(slot);
             });
         }
@@ -233,7 +243,7 @@ fn recv_wr(id: u64, size: u32) -> RecvWr {
 
 async fn accept<R: ConnectRequest>(
     req: R,
-    pd: ProtectionDomain,
+    (pd, pool): (ProtectionDomain, PullPool),
     server: Arc<Server>,
     config: RdmaServerConfig,
     registry: Backchannels<R::Qp>,
@@ -289,6 +299,7 @@ async fn accept<R: ConnectRequest>(
     let conn = Arc::new(Conn {
         qp,
         pd,
+        pool,
         server,
         config,
         endpoint: Mutex::new(endpoint),
@@ -528,6 +539,9 @@ impl<Q> Backchannels<Q> {
 struct Conn<Q> {
     qp: Q,
     pd: ProtectionDomain,
+    /// Buffers for pulled calls, shared with the listener's other
+    /// connections.
+    pool: PullPool,
     server: Arc<Server>,
     config: RdmaServerConfig,
     /// The protocol state: credits, calls outstanding, what the peer
@@ -831,7 +845,8 @@ impl<Q: QueuePair> Conn<Q> {
     ///
     /// The segment lengths come from the peer: their sum is checked against
     /// `max_read_bytes` before anything is allocated, and the buffer (sized
-    /// to the call's actual chunks) is allocated only once the call holds
+    /// to the call's actual chunks, reused from the listener's
+    /// [`PullPool`]) is taken only once the call holds
     /// that many bytes of the connection's read budget, returned with the
     /// record. Reads unanswered after `read_timeout` close the connection.
     async fn pull(
@@ -851,6 +866,7 @@ impl<Q: QueuePair> Conn<Q> {
         let started = pull::start(
             &self.qp,
             &self.pd,
+            &self.pool,
             &self.reads,
             || self.wr_id(),
             &call.inline,

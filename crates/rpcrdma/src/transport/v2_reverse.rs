@@ -191,7 +191,9 @@ pub(super) async fn pull<Q: QueuePair>(
         return None;
     }
     let plan = plan_reads(&inline, &lists.reads)?;
-    let pulling = super::pull::start(qp, pd, waiters, wr_id, &inline, &plan).ok()?;
+    // Reverse calls with chunks are rare: a fresh buffer each, no pool.
+    let pool = super::pool::PullPool::new(0);
+    let pulling = super::pull::start(qp, pd, &pool, waiters, wr_id, &inline, &plan).ok()?;
     pulling.finish().await
 }
 
