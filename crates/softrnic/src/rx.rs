@@ -25,6 +25,7 @@ use tokio::net::tcp::OwnedReadHalf;
 use crate::core::Core;
 use crate::outbox::would_block;
 use crate::shared::{Locked, Shared};
+use crate::tx;
 
 /// Why the receive loop stopped.
 enum RxEnd {
@@ -272,13 +273,20 @@ fn feed(sh: &Shared, bytes: &[u8]) -> Result<(), RxEnd> {
     result
 }
 
-/// Lets the engine post what the bytes just fed produced, releases the
-/// lock, and wakes the transmit task if it has work. Responses (Read
-/// Responses, a Terminate) go out from that task, which batches those of
-/// several inbound FPDUs into one write.
+/// Lets the engine post what the bytes just fed produced and sends the
+/// responses (Read Responses, RFC 5040 §5.2; a Terminate) from this task,
+/// as a consumer's post to an idle queue pair is, then releases the lock.
+/// The transmit task is woken only when it has work left: the socket
+/// did not take everything, bytes were already waiting for room, or the
+/// stream ends. Before, every Read Request woke the transmit task (a task
+/// hop, often a thread wake-up) to write its responses.
 fn pump_and_wake(sh: &Shared, mut st: MutexGuard<'_, Locked>) {
     st.core.pump(&sh.ctx);
-    let wake = needs_tx(&st);
+    let wake = if st.out.is_empty() && st.wr.is_some() && st.core.conn.has_transmit() {
+        tx::flush(&mut st, sh)
+    } else {
+        needs_tx(&st)
+    };
     drop(st);
     if wake {
         sh.tx_wake.notify_one();

@@ -28,13 +28,19 @@ pub(crate) fn flush(st: &mut Locked, sh: &Shared) -> bool {
     loop {
         let mut more = false;
         if !core.local_closed {
-            while !out.full() {
-                let Some(t) = core.conn.poll_transmit() else {
+            // A transmit taken from the engine is always gathered, even
+            // past the cap (by one FPDU at most).
+            let mut next = None;
+            while next.is_some() || !out.full() {
+                let Some(t) = next.take().or_else(|| core.conn.poll_transmit()) else {
                     break;
                 };
-                if gather(sh, core, &t, out, wr.as_deref()).is_err() {
-                    failed = true;
-                    break;
+                match gather(sh, core, &t, out, wr.as_deref()) {
+                    Ok(left) => next = left,
+                    Err(()) => {
+                        failed = true;
+                        break;
+                    }
                 }
             }
             more = out.full();
@@ -64,14 +70,17 @@ pub(crate) fn flush(st: &mut Locked, sh: &Shared) -> bool {
 /// field, ULPDU and pad; zero when CRC is off).
 ///
 /// A Read Response goes to the socket straight from its source region when
-/// everything queued before it is written (see [`send_region`]).
+/// everything queued before it is written, together with the FPDUs that
+/// follow it in the same region (see [`send_region`]); the first transmit
+/// taken from the engine that is not one of them is returned, to be
+/// gathered next.
 fn gather(
     sh: &Shared,
-    core: &Core,
+    core: &mut Core,
     t: &Transmit,
     out: &mut Outbox,
     wr: Option<&OwnedWriteHalf>,
-) -> Result<(), ()> {
+) -> Result<Option<Transmit>, ()> {
     let mut crc = Crc::new();
     if sh.ctx.crc {
         crc.update(&t.head);
@@ -94,7 +103,9 @@ fn gather(
             if let Some(wr) = wr {
                 out.try_flush(wr, &sh.io).map_err(drop)?;
                 if out.is_empty() {
-                    return send_region(sh, wr, t, a, out);
+                    let (run, left) = read_response_run(core, t);
+                    send_region(sh, wr, t, &run, a, out)?;
+                    return Ok(left);
                 }
             }
             let mut copy = BytesMut::with_capacity(len);
@@ -121,45 +132,90 @@ fn gather(
     } else {
         out.push_small(&[0u8; fpdu::CRC_LEN]);
     }
-    Ok(())
+    Ok(None)
 }
 
-/// Writes a Read Response FPDU (RFC 5040 §5.2) with its payload taken from
-/// the source region under the table lock, checked again now: no copy into
-/// a transmit buffer. Only the bytes the socket does not take at once are
-/// copied into `out`, which must be empty.
+/// Most Read Response FPDUs written by one system call.
+const RUN: usize = 16;
+
+/// The Read Responses queued right behind `first` whose payload continues
+/// its payload in the same region (the rest of one RDMA Read, RFC 5040
+/// §5.2), at most [`RUN`] in all, and the first transmit taken that does
+/// not, if any.
+fn read_response_run(core: &mut Core, first: &Transmit) -> (Vec<Transmit>, Option<Transmit>) {
+    let Some(PayloadRef::Region { stag, to, len }) = first.payload else {
+        return (Vec::new(), None);
+    };
+    let mut end = to + len as u64;
+    let mut run = Vec::new();
+    while run.len() + 1 < RUN {
+        let Some(t) = core.conn.poll_transmit() else {
+            break;
+        };
+        match t.payload {
+            Some(PayloadRef::Region { stag: s, to, len }) if s == stag && to == end => {
+                end += len as u64;
+                run.push(t);
+            }
+            _ => return (run, Some(t)),
+        }
+    }
+    (run, None)
+}
+
+/// Writes Read Response FPDUs (RFC 5040 §5.2) — `first` and the `run`
+/// that continues it in the same region — in one vectored write, with
+/// their payload taken from the source region under its lock, checked
+/// again now (`a` covers `first`'s payload; the run's follows it): no
+/// copy into a transmit buffer, one system call for up to [`RUN`] FPDUs
+/// instead of one each. Only the bytes the socket does not take at once
+/// are copied into `out`, which must be empty.
 fn send_region(
     sh: &Shared,
     wr: &OwnedWriteHalf,
-    t: &Transmit,
-    a: TaggedAccess,
+    first: &Transmit,
+    run: &[Transmit],
+    mut a: TaggedAccess,
     out: &mut Outbox,
 ) -> Result<(), ()> {
-    let pad = fpdu::pad_len(t.ulpdu_len());
-    let tl = pad + fpdu::CRC_LEN;
+    let fpdus: Vec<&Transmit> = std::iter::once(first).chain(run).collect();
+    a.len = fpdus
+        .iter()
+        .map(|t| t.payload.map_or(0, |p| p.len()) as u64)
+        .sum();
     let written = sh.ctx.table.fetch(a, |src| {
-        let mut trailer = [0u8; 3 + fpdu::CRC_LEN];
-        if sh.ctx.crc {
-            let mut crc = Crc::new();
-            crc.update(&t.head);
-            crc.update(src);
-            crc.update(&trailer[..pad]);
-            trailer[pad..tl].copy_from_slice(&crc.to_wire());
+        // Pad and CRC of each FPDU (RFC 5044 §4.4; zero when CRC is off).
+        let mut trailers = vec![[0u8; 3 + fpdu::CRC_LEN]; fpdus.len()];
+        let mut spans = Vec::with_capacity(fpdus.len());
+        let mut off = 0;
+        for (t, trailer) in fpdus.iter().zip(trailers.iter_mut()) {
+            let len = t.payload.map_or(0, |p| p.len());
+            let payload = src.get(off..off + len).ok_or(())?;
+            off += len;
+            let pad = fpdu::pad_len(t.ulpdu_len());
+            let tl = pad + fpdu::CRC_LEN;
+            if sh.ctx.crc {
+                let mut crc = Crc::new();
+                crc.update(&t.head);
+                crc.update(payload);
+                crc.update(&trailer[..pad]);
+                trailer[pad..tl].copy_from_slice(&crc.to_wire());
+            }
+            spans.push((payload, tl));
         }
-        let trailer = &trailer[..tl];
-        let pieces = [
-            IoSlice::new(&t.head),
-            IoSlice::new(src),
-            IoSlice::new(trailer),
-        ];
+        let mut pieces: Vec<&[u8]> = Vec::with_capacity(3 * fpdus.len());
+        for ((t, (payload, tl)), trailer) in fpdus.iter().zip(&spans).zip(&trailers) {
+            pieces.extend([&t.head[..], payload, &trailer[..*tl]]);
+        }
+        let slices: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
         sh.io.wrote();
-        let n = match wr.try_write_vectored(&pieces) {
+        let n = match wr.try_write_vectored(&slices) {
             Ok(n) => n,
             Err(e) if would_block(&e) => 0,
             Err(_) => return Err(()),
         };
         let mut skip = n;
-        for piece in [&t.head[..], src, trailer] {
+        for piece in pieces {
             if skip >= piece.len() {
                 skip -= piece.len();
                 continue;

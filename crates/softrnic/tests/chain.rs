@@ -82,3 +82,69 @@ async fn a_write_and_its_send_posted_as_a_chain_cost_one_socket_write() {
     }
     assert_eq!(&target.invalidate().buf[..8000], &data[..]);
 }
+
+/// The Read Response FPDUs of one RDMA Read (RFC 5040 §5.2) leave the
+/// responder in one vectored write when the socket takes them, not one
+/// write per FPDU; the data arrives intact with CRC on and off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_responses_of_one_read_share_a_socket_write() {
+    for crc in [false, true] {
+        read_responses_share_writes(crc).await;
+    }
+}
+
+async fn read_responses_share_writes(crc: bool) {
+    struct Crc(bool);
+    impl Harness for Crc {
+        type Dev = SoftDevice;
+        fn pair(&self) -> (SoftDevice, SoftDevice) {
+            let cfg = SoftConfig {
+                first_send_delay: Duration::ZERO,
+                crc: self.0,
+                ..SoftConfig::default()
+            };
+            (SoftDevice::new(cfg, 1), SoftDevice::new(cfg, 2))
+        }
+        fn listen_addr(&self) -> SocketAddr {
+            SocketAddr::from(([127, 0, 0, 1], 0))
+        }
+    }
+    let p = connect_pair(&Crc(crc), 0, 8).await;
+    // 160 KiB: three FPDUs at the 65532-byte ULPDUs softrnic peers use.
+    const LEN: usize = 160 * 1024;
+    const ROUNDS: u64 = 8;
+    let data: Vec<u8> = (0..LEN as u32).map(|i| (i * 7 + i / 251) as u8).collect();
+    let source = p
+        .server_pd
+        .register(BytesMut::from(&data[..]), Access::REMOTE_READ)
+        .unwrap();
+    let sink = p
+        .client_pd
+        .register(BytesMut::zeroed(LEN), Access::LOCAL_WRITE)
+        .unwrap();
+    let before = p.server.socket_writes();
+    for round in 0..ROUNDS {
+        p.cqp
+            .post_read(rnic::ReadWr {
+                wr_id: round,
+                local_stag: sink.stag(),
+                local_to: 0,
+                len: LEN as u32,
+                remote_stag: source.stag(),
+                remote_to: 0,
+            })
+            .unwrap();
+        let wc = next(p.cqp.send_cq()).await;
+        assert_eq!(
+            (wc.opcode, wc.status),
+            (WcOpcode::RdmaRead, WcStatus::Success)
+        );
+    }
+    let writes = p.server.socket_writes() - before;
+    // One write per FPDU would be 3 per Read.
+    assert!(
+        writes <= 2 * ROUNDS,
+        "crc {crc}: {writes} socket writes for {ROUNDS} Reads of 3 FPDUs"
+    );
+    assert_eq!(&sink.invalidate().buf[..], &data[..]);
+}
