@@ -6,6 +6,7 @@ use bytes::Bytes;
 use oncrpc::client::decode_reply;
 use rnic::MemoryRegion;
 
+use super::pool::PullPool;
 use crate::layout::plan_layout;
 use crate::plan::{chunk_contents, reassemble};
 use crate::wire::{RdmaSegment, WriteChunk};
@@ -51,21 +52,26 @@ pub(super) const WRITE_PREFIX_SLACK: usize = 128;
 /// it and the inline suffix just after its padding, and the result is one
 /// contiguous slice with no copy of the data. When the echoed segment is
 /// not the one advertised, or the prefix does not fit the room, the data
-/// is copied instead. Returns the reply and how the data was placed.
+/// is copied instead. Returns the reply and how the data was placed. The
+/// buffer goes back to `pool` when the reply (or the copy's source) is
+/// dropped.
 pub(super) fn place_reply(
     base: &Bytes,
     echo: &WriteChunk,
     mr: MemoryRegion,
     room: usize,
     off: usize,
+    pool: &PullPool,
 ) -> (Option<Bytes>, Placed) {
     let (stag, base_to, region_len) = (mr.stag(), mr.base_to(), mr.len());
     let mut buf = mr.invalidate().buf;
     let data_len: usize = echo.segments.iter().map(|s| s.length as usize).sum();
     if data_len == 0 {
+        pool.give(buf);
         return (Some(base.clone()), Placed::Nothing);
     }
     let Ok((_, Ok(results))) = decode_reply(base) else {
+        pool.give(buf);
         return (Some(base.clone()), Placed::Copied);
     };
     let pos = base.len() - results.len() + off;
@@ -89,14 +95,13 @@ pub(super) fn place_reply(
                 if let Some(p) = dst.get_mut(pos + data_len..pad_end) {
                     p.fill(0);
                 }
-                return (
-                    Some(buf.freeze().slice(start..start + layout.len)),
-                    Placed::InPlace,
-                );
+                let end = start + layout.len;
+                return (Some(pool.share(buf, end).slice(start..)), Placed::InPlace);
             }
         }
     }
-    let frozen = buf.freeze();
+    let len = buf.len();
+    let frozen = pool.share(buf, len);
     let data = chunk_contents(echo, |s| region_bytes(&frozen, base_to, s));
     let full = data.and_then(|d| {
         reassemble(base.clone(), &[(pos as u32, d)])

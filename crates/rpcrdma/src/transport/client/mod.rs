@@ -21,6 +21,7 @@ mod recv;
 use recv::on_reply;
 
 use super::hdr;
+use super::pool::PullPool;
 use super::reply::{chunk_bytes, fence, place_reply, Placed, WRITE_PREFIX_SLACK};
 use crate::credits::RequesterCredits;
 use crate::endpoint::message::{classify, Kind, Role, Rpc};
@@ -196,7 +197,16 @@ struct Inner<D: Device> {
     next_wr: AtomicU64,
     /// RDMA Reads of reverse-direction calls in flight (GENL).
     reads: super::pull::ReadWaiters,
+    /// Write-chunk buffers, reused once the reply placed in them is
+    /// dropped ([`REPLY_POOL_BYTES`]).
+    pool: PullPool,
 }
+
+/// Most bytes of idle write-chunk buffers one client keeps for reuse:
+/// a 1 MiB READ otherwise zero-fills a fresh 1 MiB buffer. The server
+/// writes into them but can never read them (REMOTE_WRITE only); what it
+/// says it wrote is all a reply exposes, as with a fresh buffer.
+const REPLY_POOL_BYTES: u64 = 8 * 1024 * 1024;
 
 impl<D: Device> Inner<D> {
     fn lock(&self) -> MutexGuard<'_, State<D::Qp>> {
@@ -370,6 +380,7 @@ impl<D: Device> RdmaClient<D> {
             credit_wait: Notify::new(),
             next_wr: AtomicU64::new(0),
             reads: Default::default(),
+            pool: PullPool::new(REPLY_POOL_BYTES),
         });
         let (qp, thresholds) = inner.dial(device, addr).await?;
         let qp = Arc::new(qp);
@@ -546,7 +557,7 @@ fn convey<D: Device>(
                     b.resize(total, 0);
                     b
                 }
-                None => BytesMut::zeroed(total),
+                None => inner.pool.take(total),
             };
             let mr = inner
                 .pd

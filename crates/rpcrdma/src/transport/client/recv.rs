@@ -278,7 +278,7 @@ pub(super) fn on_reply<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, wc: Wo
             }
             match (base, lists.writes.first(), res.write, res.ddp_position) {
                 (Some(base), Some(echo), Some((mr, room)), Some(off)) => {
-                    let (full, placed) = place_reply(&base, echo, mr, room, off);
+                    let (full, placed) = place_reply(&base, echo, mr, room, off, &inner.pool);
                     if placed != Placed::Nothing {
                         st.stats.write_chunk_replies += 1;
                     }
