@@ -235,7 +235,7 @@ async fn session_file_operations_work_over_rpc_over_rdma_with_chunks() {
 async fn session_closes_and_a_new_one_opens_on_the_same_connection() {
     let dir = TempDir::new("close");
     let s = rdma_session(dir.path()).await;
-    let id = *s.sessionid();
+    let id = s.sessionid();
     let rpc = s.transport().clone();
     s.close().await.unwrap();
     // DESTROY_SESSION and DESTROY_CLIENTID both succeeded; a new client id
@@ -243,7 +243,7 @@ async fn session_closes_and_a_new_one_opens_on_the_same_connection() {
     let s2 = Session::establish(rpc, cred(dir.path()), &SessionOptions::default())
         .await
         .unwrap();
-    assert_ne!(s2.sessionid(), &id);
+    assert_ne!(s2.sessionid(), id);
     s2.lookup_path("/").await.unwrap();
     s2.close().await.unwrap();
 }

@@ -391,7 +391,7 @@ impl<T: ClientTransport> V4<T> {
         opts: SessionOptions,
         url: &NfsUrl,
         io: IoOptions,
-        callbacks: Option<&Delegations>,
+        callbacks: Option<&Arc<Delegations>>,
     ) -> anyhow::Result<Self> {
         let cred = nfs_client::process_auth_sys().to_opaque_auth();
         // A slot per call in flight (RFC 8881 §2.10.6.1), at most 64.
@@ -598,8 +598,14 @@ pub(crate) async fn open_fs_with(
                     Some(d) => {
                         let cb = Arc::new(callback_server(d));
                         let seed = rand_seed();
-                        oncrpc::tcp::TcpClient::connect_with_backchannel(
-                            addr, seed, config, tcp, cb,
+                        // A mount keeps trying to reach its server (a
+                        // `hard` mount), so that a restart is recovered.
+                        let hard = oncrpc::tcp::ReconnectPolicy {
+                            max_attempts: u32::MAX,
+                            delay: std::time::Duration::from_millis(500),
+                        };
+                        oncrpc::tcp::TcpClient::connect_with_backchannel_and(
+                            addr, seed, config, tcp, cb, hard,
                         )
                         .await
                     }
@@ -609,7 +615,7 @@ pub(crate) async fn open_fs_with(
             .with_context(|| format!("connecting to {addr}"))?;
             let opts = SessionOptions::default();
             let cb = callbacks.filter(|_| url.client_tls().ok().flatten().is_none());
-            let v = V4::new(rpc, minor, opts, url, io, cb.map(|d| &**d))
+            let v = V4::new(rpc, minor, opts, url, io, cb)
                 .await
                 .with_context(what)?;
             Ok(AnyFs::Tcp(Fs::V4(v)))
@@ -803,7 +809,7 @@ async fn v4_rdma<D: rnic::Device<Addr = SocketAddr>>(
         None => nfs_client::connect_rdma_transport(dev, &url.host, port, ropts).await?,
     };
     let opts = SessionOptions::for_rdma(&ropts.client_config());
-    V4::new(rpc, minor, opts, url, io, callbacks.map(|d| &**d)).await
+    V4::new(rpc, minor, opts, url, io, callbacks).await
 }
 
 /// The RPC server a connection answers the NFS server's calls with: the

@@ -772,6 +772,20 @@ impl TcpClient {
         tcp: TcpConfig,
         callbacks: Arc<Server>,
     ) -> io::Result<Self> {
+        let policy = ReconnectPolicy::default();
+        Self::connect_with_backchannel_and(addr, xid_seed, config, tcp, callbacks, policy).await
+    }
+
+    /// Like [`Self::connect_with_backchannel`], with a reconnection
+    /// policy: each new connection answers the server's calls too.
+    pub async fn connect_with_backchannel_and(
+        addr: SocketAddr,
+        xid_seed: u32,
+        config: ClientConfig,
+        tcp: TcpConfig,
+        callbacks: Arc<Server>,
+        reconnect: ReconnectPolicy,
+    ) -> io::Result<Self> {
         let cb = CallbackService {
             server: callbacks,
             peer: PeerInfo {
@@ -782,8 +796,7 @@ impl TcpClient {
             },
             running: Arc::new(Semaphore::new(MAX_CALLBACKS_PER_CONN)),
         };
-        let policy = ReconnectPolicy::default();
-        Self::open(addr, xid_seed, config, tcp, policy, Some(cb), None).await
+        Self::open(addr, xid_seed, config, tcp, reconnect, Some(cb), None).await
     }
 
     async fn open(

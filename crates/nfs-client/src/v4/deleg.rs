@@ -19,7 +19,7 @@
 //! [`Session::delegreturn`]: super::Session::delegreturn
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use nfs::v4::attr::FileAttrs;
@@ -83,7 +83,7 @@ struct Held {
 pub struct Delegations {
     held: Mutex<HashMap<Bytes, Held>>,
     recalls: mpsc::UnboundedSender<Recall>,
-    session: OnceLock<Sessionid4>,
+    session: Mutex<Option<Sessionid4>>,
     max: usize,
 }
 
@@ -100,7 +100,7 @@ impl Delegations {
         let me = Self {
             held: Mutex::new(HashMap::new()),
             recalls: tx,
-            session: OnceLock::new(),
+            session: Mutex::new(None),
             max,
         };
         (Arc::new(me), rx)
@@ -111,9 +111,10 @@ impl Delegations {
     }
 
     /// Names the session whose back channel this serves: CB_SEQUENCE for
-    /// another is NFS4ERR_BADSESSION (RFC 8881 §20.9.3).
+    /// another is NFS4ERR_BADSESSION (RFC 8881 §20.9.3). A recovered
+    /// session replaces the lost one.
     pub(crate) fn set_session(&self, id: Sessionid4) {
-        let _ = self.session.set(id);
+        *self.session.lock().unwrap_or_else(|p| p.into_inner()) = Some(id);
     }
 
     /// Remembers delegation `d` of file `fh` with the file's `size` and
@@ -220,7 +221,8 @@ impl Delegations {
     /// back channel asked for. Replies are not cached (the operations
     /// answered here are idempotent), so the ids are echoed.
     fn sequence(&self, s: &CbSequence4Args) -> Res4<CbSequence4ResOk> {
-        if self.session.get() != Some(&s.sessionid) {
+        let mine = *self.session.lock().unwrap_or_else(|p| p.into_inner());
+        if mine != Some(s.sessionid) {
             return Res4::Err(Nfsstat4::NFS4ERR_BADSESSION);
         }
         if s.slotid >= BACK_SLOTS || s.highest_slotid >= BACK_SLOTS {

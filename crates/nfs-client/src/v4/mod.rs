@@ -23,6 +23,7 @@ mod error;
 mod fs;
 mod io;
 mod posix;
+mod recover;
 mod session;
 
 pub use deleg::{
@@ -32,4 +33,5 @@ pub use error::{Error, Result};
 pub use fs::{component, Attrs, DirEntry, OpenFile, OpenOptions};
 pub use io::Writer4;
 pub use posix::{Create, FsStats, SetAttrs, OPEN4_SHARE_ACCESS_WANT_NO_DELEG};
+pub use recover::{HeldOpen, Reclaim};
 pub use session::{Session, SessionOptions};

@@ -131,7 +131,7 @@ fn granted(res: &[NfsResop4]) -> Option<Delegation> {
 }
 
 /// The open stateid of the OPEN in `res`.
-fn open_stateid(res: &[NfsResop4]) -> Result<Stateid4> {
+pub(super) fn open_stateid(res: &[NfsResop4]) -> Result<Stateid4> {
     res.iter()
         .find_map(|r| match r {
             NfsResop4::Open(Res4::Ok(o)) => Some(o.stateid),
@@ -376,7 +376,12 @@ impl<T: ClientTransport> Session<T> {
         Ok((file, a, d))
     }
 
-    fn open_op(&self, share_access: u32, openhow: OpenHow4, claim: OpenClaim4) -> NfsArgop4 {
+    pub(super) fn open_op(
+        &self,
+        share_access: u32,
+        openhow: OpenHow4,
+        claim: OpenClaim4,
+    ) -> NfsArgop4 {
         NfsArgop4::Open(Open4Args {
             seqid: 0,
             share_access: if self.has_back_channel() {

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use nfs::v4::session::{
-    CallbackSecParms4, ChannelAttrs4, ClientOwner4, CreateSession4Args, DestroyClientid4Args,
-    DestroySession4Args, ExchangeId4Args, ReclaimComplete4Args, Sequence4Args, StateProtect4A,
-    CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+    CallbackSecParms4, ChannelAttrs4, ClientOwner4, CreateSession4Args, CreateSession4ResOk,
+    DestroyClientid4Args, DestroySession4Args, ExchangeId4Args, ReclaimComplete4Args,
+    Sequence4Args, StateProtect4A, CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
 };
 use nfs::v4::{
     ulb, Compound4Args, Compound4Res, NfsArgop4, NfsResop4, Nfsstat4, Opnum4, Res4, Sessionid4,
@@ -129,12 +129,28 @@ pub(crate) fn compound_hint(args: &Compound4Args, max_response: u32) -> ReplyHin
 /// The slot table of the fore channel (RFC 8881 §2.10.6.1): each slot's
 /// next sequence id, and which slots are free.
 #[derive(Debug)]
-struct Slots {
+pub(super) struct Slots {
     seqids: Vec<u32>,
     /// The slot's last request got no reply: the server may or may not
     /// have executed it under the current sequence id.
     uncertain: Vec<bool>,
     free: Vec<u32>,
+}
+
+impl Slots {
+    /// Slots in the table.
+    pub(super) fn len(&self) -> u32 {
+        self.seqids.len() as u32
+    }
+
+    /// A fresh table of `n` slots, each at sequence id 1.
+    pub(super) fn new(n: u32) -> Self {
+        Self {
+            seqids: vec![1; n as usize],
+            uncertain: vec![false; n as usize],
+            free: (0..n).rev().collect(),
+        }
+    }
 }
 
 /// What a reply (or its absence) does to a slot (RFC 8881 §2.10.6.1).
@@ -148,13 +164,48 @@ enum SlotOutcome {
     Unknown,
 }
 
-/// What every view of one session shares ([`Session::with_credential`]):
-/// the fore channel's slot table, the open-owner counter, and when the
-/// last SEQUENCE succeeded (for lease renewal, RFC 8881 §8.3).
+/// The client id and session the calls use now: both change when the
+/// session is recovered ([`super::recover`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ident {
+    pub(super) clientid: u64,
+    pub(super) sessionid: Sessionid4,
+    /// `csa_sequence` of the next CREATE_SESSION for this client id
+    /// (RFC 8881 §18.36.4).
+    pub(super) next_create: u32,
+    /// Bumped at each recovery: a call that failed under an older
+    /// generation just tries again.
+    pub(super) generation: u64,
+}
+
+/// How the session was made, to make it again: the client owner
+/// (RFC 8881 §2.4: the same `co_ownerid` and verifier, so that a
+/// restarted server lets this client reclaim), the credential of
+/// EXCHANGE_ID (its principal must match, §2.4.3), the channels asked and
+/// the callback table whose back channel it is.
 #[derive(Debug)]
-struct Shared {
-    slots: Mutex<Slots>,
-    slot_wait: Semaphore,
+pub(super) struct Origin {
+    pub(super) owner: (Bytes, [u8; 8]),
+    pub(super) cred: OpaqueAuth,
+    pub(super) fore: ChannelAttrs4,
+    pub(super) back: ChannelAttrs4,
+    pub(super) callbacks: Option<Arc<Delegations>>,
+}
+
+/// What every view of one session shares ([`Session::with_credential`]):
+/// the client id and session, the fore channel's slot table, the
+/// open-owner counter, and when the last SEQUENCE succeeded (for lease
+/// renewal, RFC 8881 §8.3).
+#[derive(Debug)]
+pub(super) struct Shared {
+    pub(super) ident: Mutex<Ident>,
+    pub(super) origin: Origin,
+    /// Held while the session is recovered.
+    pub(super) recovering: tokio::sync::Mutex<()>,
+    /// Opens to reclaim after the client id changed.
+    pub(super) reclaim: Mutex<Option<Arc<dyn super::recover::Reclaim>>>,
+    pub(super) slots: Mutex<Slots>,
+    pub(super) slot_wait: Semaphore,
     slot_wait_total: usize,
     open_owner: AtomicU32,
     /// Milliseconds after `epoch` of the last successful SEQUENCE.
@@ -172,14 +223,12 @@ struct Shared {
 /// channel's slot table. Calls may run concurrently, one per slot.
 #[derive(Debug)]
 pub struct Session<T> {
-    rpc: T,
+    pub(super) rpc: T,
     cred: OpaqueAuth,
-    clientid: u64,
-    sessionid: Sessionid4,
     fore: ChannelAttrs4,
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     delay_retries: u32,
-    minor: u32,
+    pub(super) minor: u32,
 }
 
 /// A client owner name unique to this process and call (RFC 8881 §2.4:
@@ -217,7 +266,7 @@ impl<T: ClientTransport> Session<T> {
         rpc: T,
         cred: OpaqueAuth,
         opts: &SessionOptions,
-        callbacks: &Delegations,
+        callbacks: &Arc<Delegations>,
     ) -> Result<Self> {
         Self::establish_inner(rpc, cred, opts, Some(callbacks)).await
     }
@@ -226,23 +275,11 @@ impl<T: ClientTransport> Session<T> {
         rpc: T,
         cred: OpaqueAuth,
         opts: &SessionOptions,
-        callbacks: Option<&Delegations>,
+        callbacks: Option<&Arc<Delegations>>,
     ) -> Result<Self> {
-        let (ownerid, verifier) = owner_id();
-        let x = NfsArgop4::ExchangeId(ExchangeId4Args {
-            clientowner: ClientOwner4 {
-                verifier: FixedOpaque(verifier),
-                ownerid: Bounded(ownerid),
-            },
-            flags: 0,
-            state_protect: StateProtect4A::None,
-            client_impl_id: Bounded(vec![]),
-        });
+        let owner = owner_id();
         let minor = opts.minor_version;
-        let res = unsequenced(&rpc, &cred, minor, vec![x]).await?;
-        let Some(NfsResop4::ExchangeId(Res4::Ok(xid))) = res.into_iter().next() else {
-            return Err(Error::Protocol("EXCHANGE_ID result missing"));
-        };
+        let (clientid, sequence) = exchange_id(&rpc, &cred, minor, &owner).await?;
         let fore = ChannelAttrs4 {
             headerpadsize: 0,
             maxrequestsize: opts.max_request_size,
@@ -261,23 +298,14 @@ impl<T: ClientTransport> Session<T> {
             maxrequests: if callbacks.is_some() { BACK_SLOTS } else { 1 },
             rdma_ird: Bounded(vec![]),
         };
-        let (flags, cb_program) = match callbacks {
-            Some(_) => (CREATE_SESSION4_FLAG_CONN_BACK_CHAN, CB_PROGRAM),
-            None => (0, 0),
+        let origin = Origin {
+            owner,
+            cred: cred.clone(),
+            fore,
+            back,
+            callbacks: callbacks.cloned(),
         };
-        let cs = NfsArgop4::CreateSession(CreateSession4Args {
-            clientid: xid.clientid,
-            sequence: xid.sequenceid,
-            flags,
-            fore_chan_attrs: fore,
-            back_chan_attrs: back,
-            cb_program,
-            sec_parms: Bounded(vec![CallbackSecParms4::None]),
-        });
-        let res = unsequenced(&rpc, &cred, minor, vec![cs]).await?;
-        let Some(NfsResop4::CreateSession(Res4::Ok(s))) = res.into_iter().next() else {
-            return Err(Error::Protocol("CREATE_SESSION result missing"));
-        };
+        let s = create_session(&rpc, minor, &origin, clientid, sequence).await?;
         let granted = s.fore_chan_attrs.maxrequests.clamp(1, 64);
         let back_channel =
             callbacks.is_some() && s.flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0;
@@ -292,15 +320,18 @@ impl<T: ClientTransport> Session<T> {
         let session = Self {
             rpc,
             cred,
-            clientid: xid.clientid,
-            sessionid: s.sessionid,
             fore: s.fore_chan_attrs,
             shared: Arc::new(Shared {
-                slots: Mutex::new(Slots {
-                    seqids: vec![1; granted as usize],
-                    uncertain: vec![false; granted as usize],
-                    free: (0..granted).rev().collect(),
+                ident: Mutex::new(Ident {
+                    clientid,
+                    sessionid: s.sessionid,
+                    next_create: sequence.wrapping_add(1),
+                    generation: 0,
                 }),
+                origin,
+                recovering: tokio::sync::Mutex::new(()),
+                reclaim: Mutex::new(None),
+                slots: Mutex::new(Slots::new(granted)),
                 slot_wait: Semaphore::new(granted as usize),
                 slot_wait_total: granted as usize,
                 open_owner: AtomicU32::new(0),
@@ -321,14 +352,18 @@ impl<T: ClientTransport> Session<T> {
         Ok(session)
     }
 
-    /// The client id (RFC 8881 §18.35.2).
+    /// The client id (RFC 8881 §18.35.2) now (a recovery may change it).
     pub fn clientid(&self) -> u64 {
-        self.clientid
+        self.ident().clientid
     }
 
-    /// The session id (RFC 8881 §18.36.2).
-    pub fn sessionid(&self) -> &Sessionid4 {
-        &self.sessionid
+    /// The session id (RFC 8881 §18.36.2) now (a recovery changes it).
+    pub fn sessionid(&self) -> Sessionid4 {
+        self.ident().sessionid
+    }
+
+    pub(super) fn ident(&self) -> Ident {
+        *self.shared.ident.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The minor version of this session's COMPOUNDs.
@@ -363,8 +398,6 @@ impl<T: ClientTransport> Session<T> {
         Session {
             rpc: &self.rpc,
             cred,
-            clientid: self.clientid,
-            sessionid: self.sessionid,
             fore: self.fore.clone(),
             shared: Arc::clone(&self.shared),
             delay_retries: self.delay_retries,
@@ -399,22 +432,32 @@ impl<T: ClientTransport> Session<T> {
         Bytes::from(format!("open-owner-{n}"))
     }
 
-    fn take_slot(&self) -> Result<(u32, u32, u32, bool)> {
+    /// A free slot of the current session: the session, the slot, its
+    /// sequence id, the highest slot id, and whether its last request is
+    /// uncertain. The table and the session change together (under the
+    /// table's lock, then the ident's).
+    fn take_slot(&self) -> Result<(Ident, u32, u32, u32, bool)> {
         let mut s = self
             .shared
             .slots
             .lock()
             .map_err(|_| Error::Protocol("slot table poisoned"))?;
+        let id = self.ident();
         let slot = s.free.pop().ok_or(Error::Protocol("no free slot"))?;
         let seqid = s.seqids.get(slot as usize).copied().unwrap_or(1);
         let highest = s.seqids.len().saturating_sub(1) as u32;
         let uncertain = s.uncertain.get(slot as usize).copied().unwrap_or(false);
-        Ok((slot, seqid, highest, uncertain))
+        Ok((id, slot, seqid, highest, uncertain))
     }
 
-    /// Returns `slot` to the table with what its request did to it.
-    fn put_slot(&self, slot: u32, outcome: SlotOutcome) {
+    /// Returns `slot` to the table with what its request did to it,
+    /// unless the session changed since it was taken (the new table has
+    /// all its slots).
+    fn put_slot(&self, slot: u32, outcome: SlotOutcome, generation: u64) {
         if let Ok(mut s) = self.shared.slots.lock() {
+            if self.ident().generation != generation {
+                return;
+            }
             let i = slot as usize;
             if outcome == SlotOutcome::Advance {
                 if let Some(q) = s.seqids.get_mut(i) {
@@ -446,7 +489,38 @@ impl<T: ClientTransport> Session<T> {
     /// Like [`Session::compound`], with the reply built in `dst` on its
     /// first try: an RPC-over-RDMA transport registers `dst` as the Write
     /// chunk of the first READ's data (RFC 8166 §3.4.6).
+    ///
+    /// A SEQUENCE failing because the session or the client id is gone
+    /// (NFS4ERR_BADSESSION, NFS4ERR_DEADSESSION, NFS4ERR_STALE_CLIENTID,
+    /// NFS4ERR_EXPIRED: a server restart or an expired lease) recovers
+    /// the session ([`super::recover`]) and sends the COMPOUND again, at
+    /// most [`MAX_RECOVERIES`] times.
     pub(crate) async fn compound_into(
+        &self,
+        ops: Vec<NfsArgop4>,
+        mut dst: Option<BytesMut>,
+    ) -> Result<Vec<NfsResop4>> {
+        let mut recoveries = 0;
+        loop {
+            let generation = self.ident().generation;
+            match self.compound_retrying(ops.clone(), dst.take()).await {
+                Err(Error::Nfs { op, status })
+                    if op == Opnum4::OP_SEQUENCE
+                        && super::recover::session_lost(status)
+                        && recoveries < MAX_RECOVERIES =>
+                {
+                    recoveries += 1;
+                    tracing::info!(?status, "NFSv4 session lost; recovering");
+                    self.recover(generation).await?;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// [`Session::compound_into`] without recovery: NFS4ERR_DELAY and a
+    /// lost reply's NFS4ERR_RETRY_UNCACHED_REP only.
+    pub(super) async fn compound_retrying(
         &self,
         ops: Vec<NfsArgop4>,
         mut dst: Option<BytesMut>,
@@ -486,10 +560,10 @@ impl<T: ClientTransport> Session<T> {
             .acquire()
             .await
             .map_err(|_| Error::Protocol("slot table closed"))?;
-        let (slot, seqid, highest, uncertain) = self.take_slot()?;
+        let (id, slot, seqid, highest, uncertain) = self.take_slot()?;
         let mut argarray = Vec::with_capacity(ops.len() + 1);
         argarray.push(NfsArgop4::Sequence(Sequence4Args {
-            sessionid: self.sessionid,
+            sessionid: id.sessionid,
             sequenceid: seqid,
             slotid: slot,
             highest_slotid: highest,
@@ -510,7 +584,7 @@ impl<T: ClientTransport> Session<T> {
             // No usable reply: the server may have executed it.
             Err(_) => SlotOutcome::Unknown,
         };
-        self.put_slot(slot, outcome);
+        self.put_slot(slot, outcome, id.generation);
         drop(permit);
         let mut results = check(res?)?;
         match results.first() {
@@ -539,16 +613,75 @@ impl<T: ClientTransport> Session<T> {
     /// Ends the session and the client id (RFC 8881 §18.37, §18.50):
     /// DESTROY_SESSION, then DESTROY_CLIENTID, each alone in a COMPOUND.
     pub async fn close(self) -> Result<()> {
+        let id = self.ident();
         let ds = NfsArgop4::DestroySession(DestroySession4Args {
-            sessionid: self.sessionid,
+            sessionid: id.sessionid,
         });
         unsequenced(&self.rpc, &self.cred, self.minor, vec![ds]).await?;
         let dc = NfsArgop4::DestroyClientid(DestroyClientid4Args {
-            clientid: self.clientid,
+            clientid: id.clientid,
         });
         unsequenced(&self.rpc, &self.cred, self.minor, vec![dc]).await?;
         Ok(())
     }
+}
+
+/// Most session recoveries one COMPOUND goes through before its error is
+/// returned.
+pub(super) const MAX_RECOVERIES: u32 = 3;
+
+/// EXCHANGE_ID with SP4_NONE for client owner `owner` (RFC 8881
+/// §18.35): the client id and the `csa_sequence` of its first
+/// CREATE_SESSION.
+pub(super) async fn exchange_id<T: ClientTransport>(
+    rpc: &T,
+    cred: &OpaqueAuth,
+    minor: u32,
+    (ownerid, verifier): &(Bytes, [u8; 8]),
+) -> Result<(u64, u32)> {
+    let x = NfsArgop4::ExchangeId(ExchangeId4Args {
+        clientowner: ClientOwner4 {
+            verifier: FixedOpaque(*verifier),
+            ownerid: Bounded(ownerid.clone()),
+        },
+        flags: 0,
+        state_protect: StateProtect4A::None,
+        client_impl_id: Bounded(vec![]),
+    });
+    let res = unsequenced(rpc, cred, minor, vec![x]).await?;
+    let Some(NfsResop4::ExchangeId(Res4::Ok(xid))) = res.into_iter().next() else {
+        return Err(Error::Protocol("EXCHANGE_ID result missing"));
+    };
+    Ok((xid.clientid, xid.sequenceid))
+}
+
+/// CREATE_SESSION (RFC 8881 §18.36) for `clientid` with the channels of
+/// `origin`, its back channel on this connection when it has callbacks.
+pub(super) async fn create_session<T: ClientTransport>(
+    rpc: &T,
+    minor: u32,
+    origin: &Origin,
+    clientid: u64,
+    sequence: u32,
+) -> Result<CreateSession4ResOk> {
+    let (flags, cb_program) = match origin.callbacks {
+        Some(_) => (CREATE_SESSION4_FLAG_CONN_BACK_CHAN, CB_PROGRAM),
+        None => (0, 0),
+    };
+    let cs = NfsArgop4::CreateSession(CreateSession4Args {
+        clientid,
+        sequence,
+        flags,
+        fore_chan_attrs: origin.fore.clone(),
+        back_chan_attrs: origin.back.clone(),
+        cb_program,
+        sec_parms: Bounded(vec![CallbackSecParms4::None]),
+    });
+    let res = unsequenced(rpc, &origin.cred, minor, vec![cs]).await?;
+    let Some(NfsResop4::CreateSession(Res4::Ok(s))) = res.into_iter().next() else {
+        return Err(Error::Protocol("CREATE_SESSION result missing"));
+    };
+    Ok(s)
 }
 
 /// Encodes and sends one COMPOUND (RFC 8881 §16.2) and decodes its

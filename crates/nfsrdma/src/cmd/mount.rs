@@ -228,6 +228,7 @@ async fn serve4<T: ClientTransport + Send + Sync + 'static>(
     } else {
         tracing::info!("no back channel: the mount takes no delegations");
     }
+    nfs_fs.reclaim_opens_on_recovery();
     let lease = Duration::from_secs(u64::from(lease.max(3)));
     let renewer = tokio::spawn(fs4::renew_lease(Arc::clone(&session), lease));
     let r = run_fuse(nfs_fs, url, args, opts, dir).await;

@@ -75,6 +75,49 @@ impl ServeChild {
         unreachable!("the last attempt returns or panics")
     }
 
+    /// A shell that, when told ([`Restarter::restart`]), starts this
+    /// server again on the same ports, export and state directory with
+    /// `extra` arguments. Made before the test opens files on a mount of
+    /// the server: a process forked while a FUSE file is open closes it
+    /// at exec, and that FLUSH would wait for the server being started.
+    pub(crate) fn restarter(&self, extra: &[&str]) -> Restarter {
+        let export = self.export.0.clone();
+        let child = Command::new("sh")
+            .args(["-c", "read _ && exec \"$0\" \"$@\"", BIN, "serve"])
+            .arg(&export)
+            .arg("--state-dir")
+            .arg(export.with_extension("state"))
+            .args(["--addr", "127.0.0.1", "--port", &self.nfs.to_string()])
+            .args(["--mount-port", &self.mnt.to_string()])
+            .args(["--rdma-port", &self.rdma.to_string()])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&self.log).unwrap())
+            .spawn()
+            .expect("spawn the restarter");
+        Restarter(Some(child))
+    }
+
+    /// Stops the server (SIGTERM) and has `r` start it again; waits until
+    /// it listens.
+    pub(crate) fn restart(&mut self, r: &mut Restarter) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let _ = self.child.wait();
+        let mut child = r.0.take().expect("one restart per restarter");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("stdin");
+            stdin.write_all(b"go\n").unwrap();
+        }
+        let log = self.log.clone();
+        let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+        let up = wait_listening(&mut child, [self.nfs, self.mnt, self.rdma], &read_log);
+        self.child = child;
+        assert!(up, "serve exited before listening again:\n{}", read_log());
+    }
+
     /// The URL of `file` in the export: `nfs` (TCP) or `nfs+rdma`.
     pub(crate) fn url(&self, scheme: &str, file: &str) -> String {
         let port = if scheme == "nfs" { self.nfs } else { self.rdma };
@@ -182,6 +225,18 @@ fn wait_listening(child: &mut Child, ports: [u16; 3], log: &dyn Fn() -> String) 
         }
     }
     true
+}
+
+/// A server start held back until [`ServeChild::restart`].
+pub(crate) struct Restarter(Option<Child>);
+
+impl Drop for Restarter {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 impl Drop for ServeChild {

@@ -22,6 +22,7 @@
 mod convert;
 mod deleg;
 mod files;
+mod reclaim;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -156,6 +157,16 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
     }
 
     /// The session, with calls made as `cred`.
+    /// Has the session reclaim this mount's opens when it is recovered
+    /// with a new client id (a server restart, an expired lease;
+    /// [`reclaim`]).
+    pub(crate) fn reclaim_opens_on_recovery(&self) {
+        self.session.set_reclaim(Arc::new(reclaim::MountOpens {
+            files: Arc::clone(&self.files),
+            delegs: self.delegs.clone(),
+        }));
+    }
+
     fn as_cred(&self, cred: OpaqueAuth) -> Session<&T> {
         self.session.with_credential(cred)
     }

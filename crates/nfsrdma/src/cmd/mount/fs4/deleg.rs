@@ -42,6 +42,12 @@ impl MountDelegs {
         self.takers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Forgets every delegation (the client id that held them is gone).
+    pub(super) fn forget_all(&self) {
+        self.takers().clear();
+        drop(self.table.drain());
+    }
+
     fn forget(&self, fh: &NfsFh4) -> Option<Delegation> {
         self.takers().remove(fh.as_bytes());
         self.table.remove(fh)

@@ -60,6 +60,24 @@ impl Open4 {
     }
 }
 
+/// Whether I/O through `o` with `used` failed with `e` because its
+/// stateid is no longer valid and the open was reclaimed since (a
+/// session recovery, RFC 8881 §8.4.2): then it is tried again with the
+/// new stateid.
+fn reclaimed_since(o: &Open4, used: &OpenFile, e: &nfs_client::v4::Error) -> bool {
+    use nfs_client::nfs::v4::Nfsstat4;
+    let stale = matches!(
+        e.nfs_status(),
+        Some(
+            Nfsstat4::NFS4ERR_BAD_STATEID
+                | Nfsstat4::NFS4ERR_STALE_STATEID
+                | Nfsstat4::NFS4ERR_EXPIRED
+                | Nfsstat4::NFS4ERR_OLD_STATEID
+        )
+    );
+    stale && o.file().stateid != used.stateid
+}
+
 /// The share access of an open mode (RFC 8881 §18.16.3).
 fn share_access(acc: OpenAccMode) -> u32 {
     match acc {
@@ -224,8 +242,9 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
         let o = self.open_file(fh)?;
         let s = self.as_cred(o.cred.clone());
         let (len, max) = (u64::from(size), self.maxread);
-        match s.read_at(&o.file(), offset, len, max).await {
-            Err(e) if self.reopen_if_gone(&o, &e).await => {
+        let used = o.file();
+        match s.read_at(&used, offset, len, max).await {
+            Err(e) if reclaimed_since(&o, &used, &e) || self.reopen_if_gone(&o, &e).await => {
                 nfs(s.read_at(&o.file(), offset, len, max).await)
             }
             r => nfs(r),
@@ -244,12 +263,15 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
         if let Err(e) = o.writes.write(&t, offset, data).await {
             // The delegation an open served locally wrote under may be
             // gone (the write bookkeeping keeps only the errno): such an
-            // open is reopened on the server and the write tried again.
+            // open is reopened on the server and the write tried again;
+            // so is one whose open was reclaimed meanwhile.
             let probe = nfs_client::v4::Error::Nfs {
                 op: nfs_client::nfs::v4::Opnum4::OP_WRITE,
                 status: nfs_client::nfs::v4::Nfsstat4::NFS4ERR_BAD_STATEID,
             };
-            if !self.reopen_if_gone(&o, &probe).await {
+            let again =
+                reclaimed_since(&o, &t.file, &probe) || self.reopen_if_gone(&o, &probe).await;
+            if !again {
                 return Err(e);
             }
             let t = V4 {
