@@ -1329,25 +1329,7 @@ async fn after_a_restart_layoutget_waits_for_grace_and_writes_are_committed_by_r
     // (RFC 8881 §18.43.3: layouts are not kept across a restart).
     let two = mds_instance("restart-2", export.path(), state.path(), spec).await;
     let mut c = C4::connect(&two.srv).await;
-    let r = c
-        .ops(vec![NfsArgop4::ExchangeId(C4::exchange_id_args(
-            "restart", 1,
-        ))])
-        .await;
-    let Some(NfsResop4::ExchangeId(Res4::Ok(x))) = r.resarray.first() else {
-        panic!("{r:?}")
-    };
-    c.clientid = x.clientid;
-    let r = c
-        .ops(vec![NfsArgop4::CreateSession(C4::create_session_args(
-            x.clientid,
-            x.sequenceid,
-        ))])
-        .await;
-    let Some(NfsResop4::CreateSession(Res4::Ok(s))) = r.resarray.first() else {
-        panic!("{r:?}")
-    };
-    c.session = s.sessionid.0;
+    c.session_only("restart").await;
     let r = c
         .ok(vec![
             NfsArgop4::Putrootfh(()),

@@ -91,28 +91,6 @@ async fn connect(i: &Inst) -> C4 {
     }
 }
 
-/// EXCHANGE_ID and CREATE_SESSION without RECLAIM_COMPLETE (a client
-/// about to reclaim).
-async fn session_only(c: &mut C4, name: &str) {
-    let r = c
-        .ops(vec![NfsArgop4::ExchangeId(C4::exchange_id_args(name, 1))])
-        .await;
-    let Some(NfsResop4::ExchangeId(Res4::Ok(x))) = r.resarray.first() else {
-        panic!("EXCHANGE_ID: {r:?}")
-    };
-    c.clientid = x.clientid;
-    let r = c
-        .ops(vec![NfsArgop4::CreateSession(C4::create_session_args(
-            x.clientid,
-            x.sequenceid,
-        ))])
-        .await;
-    let Some(NfsResop4::CreateSession(Res4::Ok(s))) = r.resarray.first() else {
-        panic!("CREATE_SESSION: {r:?}")
-    };
-    c.session = s.sessionid.0;
-}
-
 fn rc() -> NfsArgop4 {
     NfsArgop4::ReclaimComplete(ReclaimComplete4Args { one_fs: false })
 }
@@ -227,12 +205,12 @@ async fn a_v41_client_reclaims_its_open_and_lock_after_a_restart() {
         ))])
         .await;
     assert_eq!(r.status, Nfsstat4::NFS4ERR_STALE_CLIENTID);
-    session_only(&mut a, "client-a").await;
+    a.session_only("client-a").await;
     a.seq = AtomicU32::new(0);
     // A client the last instance did not record may not reclaim, nor
     // open anew during the grace period.
     let mut b = connect(&two).await;
-    session_only(&mut b, "client-b").await;
+    b.session_only("client-b").await;
     let r = b
         .seq(with(put_file("f"), open_previous(b.clientid, 0)))
         .await;

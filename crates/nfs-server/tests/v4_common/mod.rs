@@ -200,8 +200,28 @@ impl C4 {
         }
     }
 
-    /// EXCHANGE_ID then CREATE_SESSION.
+    /// EXCHANGE_ID then CREATE_SESSION, then RECLAIM_COMPLETE.
     pub async fn establish(&mut self, name: &str) {
+        self.session_only(name).await;
+        // RFC 8881 §18.51.3: before its first OPEN (once per client id:
+        // a second session of the same one has done it).
+        let r = self
+            .seq(vec![NfsArgop4::ReclaimComplete(ReclaimComplete4Args {
+                one_fs: false,
+            })])
+            .await;
+        assert!(
+            matches!(
+                r.status,
+                Nfsstat4::NFS4_OK | Nfsstat4::NFS4ERR_COMPLETE_ALREADY
+            ),
+            "{r:?}"
+        );
+    }
+
+    /// EXCHANGE_ID and CREATE_SESSION without RECLAIM_COMPLETE (a client
+    /// about to reclaim after a server restart).
+    pub async fn session_only(&mut self, name: &str) {
         let r = self
             .ops(vec![NfsArgop4::ExchangeId(Self::exchange_id_args(name, 1))])
             .await;
@@ -220,20 +240,6 @@ impl C4 {
         };
         self.session = s.sessionid.0;
         self.seq.store(0, Ordering::SeqCst);
-        // RFC 8881 §18.51.3: before its first OPEN (once per client id:
-        // a second session of the same one has done it).
-        let r = self
-            .seq(vec![NfsArgop4::ReclaimComplete(ReclaimComplete4Args {
-                one_fs: false,
-            })])
-            .await;
-        assert!(
-            matches!(
-                r.status,
-                Nfsstat4::NFS4_OK | Nfsstat4::NFS4ERR_COMPLETE_ALREADY
-            ),
-            "{r:?}"
-        );
     }
 
     /// RECLAIM_COMPLETE (not for one file system), asserting it succeeded.
