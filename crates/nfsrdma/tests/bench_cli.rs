@@ -296,32 +296,23 @@ fn bench_against_an_external_server_leaves_its_cpu_unknown_and_reuses_the_file()
         export.display()
     );
     let csv = export.join("points.csv");
-    let bench = || {
-        let out = Command::new(BIN)
-            .args([
-                "bench",
-                "--size",
-                "1M",
-                "--read-sizes",
-                "64k",
-                "--in-flight",
-                "2",
-                "--repeat",
-                "1",
-            ])
-            .args(["--ops", "read", "--url", &rdma, "--url", &tcp, "--csv"])
-            .arg(&csv)
-            .output()
-            .expect("run nfsrdma bench");
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        stdout
-    };
-    let stdout = bench();
+    let args = [
+        "--size",
+        "1M",
+        "--read-sizes",
+        "64k",
+        "--in-flight",
+        "2",
+        "--repeat",
+        "1",
+        "--ops",
+        "read",
+        "--url",
+        &rdma,
+        "--url",
+        &tcp,
+    ];
+    let stdout = bench(&args, &csv);
     assert!(stdout.contains("external server"), "{stdout}");
     let file = export.join("nfsrdma-bench-read.bin");
     assert_eq!(std::fs::metadata(&file).unwrap().len(), 1 << 20);
@@ -337,7 +328,7 @@ fn bench_against_an_external_server_leaves_its_cpu_unknown_and_reuses_the_file()
         assert!(f[7].parse::<f64>().unwrap() > 0.0, "{row}");
     }
     // A second run reads the same file without writing it again.
-    bench();
+    bench(&args, &csv);
     assert_eq!(
         std::fs::metadata(&file).unwrap().modified().unwrap(),
         written
