@@ -17,14 +17,19 @@
 //! file is removed, so the file stays bounded by the export's own file
 //! count.
 //!
-//! Writes are batched: new entries wait in a bounded map
-//! ([`PENDING_MAX`]) and go to the store in one transaction when it fills,
-//! when an operation that changed the namespace asks for durability (a
-//! create, rename or link commits at once with `fsync`, so its handle
-//! survives a crash as the file does), and when the index is dropped.
-//! A crash may lose entries recorded only by LOOKUP since the last
-//! commit; the handles they named are STALE after it and the client
-//! looks the names up again.
+//! Writes: in a state directory every change goes to the store file as
+//! it is made (a LOOKUP's or OPEN's entry, or a READDIRPLUS page's, in one
+//! transaction without `fsync`: it reaches the file through the page
+//! cache, so a server killed by SIGTERM or SIGKILL loses none of the
+//! handles it handed out, and a restart on the same state directory
+//! resolves them); an operation that changed the namespace asks for
+//! durability (a create, rename or link commits with `fsync`, so its
+//! handle survives a power loss as the file does). Only a power loss or
+//! kernel crash may lose entries recorded by LOOKUP since the last
+//! `fsync`; the handles they named are then STALE and the client looks
+//! the names up again. The index kept in memory (no state directory)
+//! batches instead: entries wait in a bounded map ([`PENDING_MAX`]) and
+//! go to the store in one transaction when it fills.
 //!
 //! Recording what is already recorded is the common case (every
 //! READDIRPLUS of a directory listed before): a fixed in-memory table
@@ -132,6 +137,9 @@ struct State {
     /// Changes so far: a lookup in the store marks what it found known
     /// only if no change came in between.
     changes: u64,
+    /// Whether changes wait in [`Self::pending`] for a batch (the index
+    /// in memory) rather than go to the store file at once.
+    batch: bool,
 }
 
 impl State {
@@ -150,7 +158,8 @@ impl State {
 
     /// The pending changes when they are due for the store.
     fn due(&mut self, durable: bool) -> Option<Pending> {
-        (durable || self.pending.len() >= PENDING_MAX).then(|| std::mem::take(&mut self.pending))
+        let due = durable || !self.batch || self.pending.len() >= PENDING_MAX;
+        (due && !self.pending.is_empty()).then(|| std::mem::take(&mut self.pending))
     }
 }
 
@@ -180,7 +189,7 @@ impl Index {
             .set_cache_size(CACHE_BYTES)
             .create(path)
             .map_err(db_err)?;
-        Self::with_db(db)
+        Self::with_db(db, false)
     }
 
     /// An index kept in memory only.
@@ -188,10 +197,10 @@ impl Index {
         let db = Database::builder()
             .create_with_backend(InMemoryBackend::new())
             .map_err(db_err)?;
-        Self::with_db(db)
+        Self::with_db(db, true)
     }
 
-    fn with_db(db: Database) -> std::io::Result<Self> {
+    fn with_db(db: Database, batch: bool) -> std::io::Result<Self> {
         let tx = db.begin_write().map_err(db_err)?;
         tx.open_table(TABLE).map_err(db_err)?;
         tx.commit().map_err(db_err)?;
@@ -201,6 +210,7 @@ impl Index {
                 pending: HashMap::new(),
                 known: Known::new(),
                 changes: 0,
+                batch,
             }),
         })
     }
