@@ -326,11 +326,7 @@ impl<S: Storage> Nfs4Service<S> {
                 length = a.length,
                 "pNFS client reports a data server error"
             );
-            if let Some(i) = device_index(&e.deviceid).filter(|&i| i < mds.ds.len()) {
-                if e.status != Nfsstat4::NFS4_OK && !failed.contains(&i) {
-                    failed.push(i);
-                }
-            }
+            note_failed(&mut failed, e, mds.ds.len());
         }
         self.mirrors_failed(mds, cx, &failed).await;
         Ok(())
@@ -544,6 +540,17 @@ fn mirror(i: usize, d: &DataFh) -> FfMirror4 {
     }
 }
 
+/// Adds the data server a device error names to `failed` (once), when it
+/// is one of the `n` and the status is an error: what LAYOUTERROR and a
+/// LAYOUTRETURN's I/O error report both mark stale (RFC 8435 §8.2.3).
+fn note_failed(failed: &mut Vec<usize>, e: &DeviceError4, n: usize) {
+    if let Some(i) = device_index(&e.deviceid).filter(|&i| i < n) {
+        if e.status != Nfsstat4::NFS4_OK && !failed.contains(&i) {
+            failed.push(i);
+        }
+    }
+}
+
 /// RFC 8435 §9.3: logs the `ff_layoutreturn4` of a LAYOUTRETURN (an
 /// empty body is allowed; one that does not decode is logged and
 /// ignored, the return itself stands); the data servers its I/O errors
@@ -569,11 +576,7 @@ fn return_body_errors(c: u64, body: &[u8], n: usize) -> Vec<usize> {
                 op = e.opnum,
                 "pNFS client returned a layout after a data server error"
             );
-            if let Some(i) = device_index(&e.deviceid).filter(|&i| i < n) {
-                if e.status != Nfsstat4::NFS4_OK && !failed.contains(&i) {
-                    failed.push(i);
-                }
-            }
+            note_failed(&mut failed, e, n);
         }
     }
     for s in &r.iostats_report.0 {
