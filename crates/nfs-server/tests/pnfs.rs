@@ -27,7 +27,7 @@ use nfs_server::v4::pnfs::{DataServer, Mds, MdsConfig, DEFAULT_SYNTHETIC_ID};
 use nfs_server::v4::{ManualClock, Nfs4Config, Nfs4Service};
 use nfs_server::{LocalFs, RunningServer, ServerConfig, Storage};
 use oncrpc::client::ClientConfig;
-use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
+use oncrpc::tcp::{TcpClient, TcpConfig};
 use v4_common::*;
 use xdr::{Bounded, FixedOpaque};
 
@@ -107,15 +107,7 @@ async fn cluster_with(
     let mut server = oncrpc::Server::new();
     server.register(svc);
     server.register(nfs3);
-    let tcp = TcpServer::bind(
-        "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
-        Arc::new(server),
-        TcpConfig::default(),
-    )
-    .await
-    .unwrap();
-    let addr = tcp.local_addr().unwrap();
-    tcp.spawn();
+    let (addr, _) = listen(server).await;
     let uid = std::fs::metadata(dir.path()).unwrap().uid();
     Cluster {
         mds,
@@ -1274,15 +1266,7 @@ async fn mds_instance(
     .with_mds(mds);
     let mut server = oncrpc::Server::new();
     server.register(svc);
-    let tcp = TcpServer::bind(
-        "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
-        Arc::new(server),
-        TcpConfig::default(),
-    )
-    .await
-    .unwrap();
-    let addr = tcp.local_addr().unwrap();
-    let task = tcp.spawn();
+    let (addr, task) = listen(server).await;
     let uid = std::fs::metadata(export).unwrap().uid();
     MdsInst {
         srv: Srv {

@@ -17,7 +17,7 @@ use nfs::v4::*;
 use nfs_server::v4::{ManualClock, Nfs4Config, Nfs4Service, Recovery, SessionLimits};
 use nfs_server::LocalFs;
 use oncrpc::client::ClientConfig;
-use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
+use oncrpc::tcp::{TcpClient, TcpConfig};
 use v4_common::*;
 use xdr::Bounded;
 
@@ -59,15 +59,7 @@ async fn start(export: &Path, state: &Path, grace: Duration, max_records: usize)
     );
     let mut server = oncrpc::Server::new();
     server.register_arc(Arc::clone(&svc));
-    let tcp = TcpServer::bind(
-        "127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap(),
-        Arc::new(server),
-        TcpConfig::default(),
-    )
-    .await
-    .unwrap();
-    let addr = tcp.local_addr().unwrap();
-    let task = tcp.spawn();
+    let (addr, task) = listen(server).await;
     let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(export).unwrap());
     Inst {
         addr,

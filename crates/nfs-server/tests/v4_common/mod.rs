@@ -80,15 +80,7 @@ pub async fn serve_with_tcp(
     ));
     let mut server = oncrpc::Server::new();
     server.register_arc(Arc::clone(&svc));
-    let tcp = TcpServer::bind(
-        "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
-        Arc::new(server),
-        tcp_config,
-    )
-    .await
-    .unwrap();
-    let addr = tcp.local_addr().unwrap();
-    tcp.spawn();
+    let (addr, _) = listen_with(server, tcp_config).await;
     let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.path()).unwrap());
     (
         svc,
@@ -412,4 +404,27 @@ pub fn slot0_sequence(session: [u8; 16], seq: &AtomicU32) -> NfsArgop4 {
 /// client's first OPEN), to follow a SEQUENCE.
 pub fn reclaim_complete_op() -> NfsArgop4 {
     NfsArgop4::ReclaimComplete(ReclaimComplete4Args { one_fs: false })
+}
+
+/// Serves `server` on a loopback port: its address and its task.
+pub async fn listen(
+    server: oncrpc::Server,
+) -> (SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>) {
+    listen_with(server, TcpConfig::default()).await
+}
+
+/// [`listen`] with a TCP configuration of the test's own.
+pub async fn listen_with(
+    server: oncrpc::Server,
+    config: TcpConfig,
+) -> (SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let tcp = TcpServer::bind(
+        "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
+        Arc::new(server),
+        config,
+    )
+    .await
+    .unwrap();
+    let addr = tcp.local_addr().unwrap();
+    (addr, tcp.spawn())
 }
