@@ -127,6 +127,17 @@ impl<S: Storage> Nfs4Service<S> {
         }
     }
 
+    /// The server itself is about to change, or just changed, each of
+    /// `files` (a RENAME moves one and may replace another): their
+    /// delegation watches do not take it for a local change
+    /// ([`super::watch`]). Called only once [`Self::deleg_conflict`] let
+    /// the operation through, so it never hides another client's change.
+    fn quiet_all(&self, files: &[&NfsFh3]) {
+        for f in files {
+            self.watch.quiet(&key(f));
+        }
+    }
+
     /// Hands a new object to its creator unless the client chose an owner
     /// (as Linux's nfsd creates with the caller's fsuid). Best effort.
     pub(super) async fn give(&self, fh: &NfsFh3, cx: &Cx, s: &Sattr3) {
@@ -456,7 +467,10 @@ impl<S: Storage> Nfs4Service<S> {
             self.fs.rmdir(&dir, &n).await
         } else {
             self.keep_if_open(&child);
-            self.fs.remove(&dir, &n).await
+            self.watch.quiet(&key(&child));
+            let r = self.fs.remove(&dir, &n).await;
+            self.watch.quiet(&key(&child));
+            r
         };
         r.map_err(st4)?;
         self.pnfs_removed(&child, &child_attr).await;
@@ -477,8 +491,9 @@ impl<S: Storage> Nfs4Service<S> {
         self.allow(&tb, cx, DIR_ADD, false)?;
         // RFC 8881 §10.4.1: renaming a delegated file, or over one, is a
         // conflicting change.
-        if let Ok(f) = self.fs.lookup(&from, &old).await {
-            self.deleg_conflict(&f, cx, true)?;
+        let moved = self.fs.lookup(&from, &old).await.ok();
+        if let Some(f) = &moved {
+            self.deleg_conflict(f, cx, true)?;
         }
         let mut replaced = None;
         if let Ok(f) = self.fs.lookup(&to, &new).await {
@@ -487,7 +502,14 @@ impl<S: Storage> Nfs4Service<S> {
             self.keep_if_open(&f);
             replaced = self.attr(&f).await.ok().map(|a| (f, a));
         }
-        self.fs.rename(&from, &old, &to, &new).await.map_err(st4)?;
+        let touched: Vec<&NfsFh3> = moved
+            .iter()
+            .chain(replaced.iter().map(|(f, _)| f))
+            .collect();
+        self.quiet_all(&touched);
+        let r = self.fs.rename(&from, &old, &to, &new).await;
+        self.quiet_all(&touched);
+        r.map_err(st4)?;
         // A file replaced by the rename lost a link, as by REMOVE: on a
         // metadata server its last link takes its data files with it.
         if let Some((f, fa)) = replaced {
@@ -514,7 +536,10 @@ impl<S: Storage> Nfs4Service<S> {
         let before = self.dir(&dir).await?;
         self.allow(&before, cx, DIR_ADD, false)?;
         self.deleg_conflict(&obj, cx, true)?;
-        self.fs.link(&obj, &dir, &n).await.map_err(st4)?;
+        self.watch.quiet(&key(&obj));
+        let r = self.fs.link(&obj, &dir, &n).await;
+        self.watch.quiet(&key(&obj));
+        r.map_err(st4)?;
         let after = self.attr(&dir).await?;
         Ok(Cinfo4ResOk {
             cinfo: cinfo(&before, &after),

@@ -254,7 +254,12 @@ impl<S: Storage> Nfs4Service<S> {
                 size: Some(size),
                 ..Sattr3::default()
             };
-            self.fs.setattr(&fh, &s, None).await.map_err(st4)?;
+            // The opener's own truncation: not a local change to a file
+            // it holds a delegation on (super::watch).
+            self.watch.quiet(&key(&fh));
+            let r = self.fs.setattr(&fh, &s, None).await;
+            self.watch.quiet(&key(&fh));
+            r.map_err(st4)?;
         }
         let delegation = match reclaim {
             // RFC 8881 §18.16.3: a reclaim names the delegation held
