@@ -117,8 +117,14 @@ fn with_helper<P: Send>(
             HELPERS.trip(format_args!("could not start a listing helper thread"));
             shared.gone();
         }
-        let r = shared.consume(n, &prep, &mut consume);
+        let wake = || {
+            if let Ok(h) = &helper {
+                h.thread().unpark();
+            }
+        };
+        let r = shared.consume(n, &prep, &mut consume, &wake);
         shared.stop.store(true, Ordering::Relaxed);
+        wake();
         // A helper that panicked left its chunk to the caller, which has
         // prepared it: the list is complete, the panic is not passed on.
         if let Ok(h) = helper {
@@ -153,6 +159,9 @@ impl Drop for HelperSlot {
 struct Shared<P> {
     /// The next chunk nobody has claimed.
     claim: AtomicUsize,
+    /// The chunk the caller is consuming: the helper claims none past
+    /// the one after it.
+    at: AtomicUsize,
     /// Set once the caller is done: the helper claims no more.
     stop: AtomicBool,
     /// Chunks the helper prepared and the caller has not taken, and
@@ -165,6 +174,7 @@ impl<P: Send> Shared<P> {
     fn new(chunks: usize) -> Self {
         Self {
             claim: AtomicUsize::new(0),
+            at: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             done: Mutex::new(((0..chunks).map(|_| None).collect(), false)),
             ready: Condvar::new(),
@@ -186,8 +196,7 @@ impl<P: Send> Shared<P> {
         }
         let _gone = Gone(self);
         let chunks = n.div_ceil(CHUNK);
-        while !self.stop.load(Ordering::Relaxed) {
-            let c = self.claim.fetch_add(1, Ordering::AcqRel);
+        while let Some(c) = self.next_claim() {
             if c >= chunks {
                 break;
             }
@@ -196,6 +205,30 @@ impl<P: Send> Shared<P> {
                 *slot = Some(v);
             }
             self.ready.notify_one();
+        }
+    }
+
+    /// The helper's next chunk, claimed once it is at most the one after
+    /// the caller's (the caller unparks the helper as it moves on; the
+    /// timeout only guards against a missed wake-up); `None` once the
+    /// caller is done.
+    fn next_claim(&self) -> Option<usize> {
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            let c = self.claim.load(Ordering::Acquire);
+            if c > self.at.load(Ordering::Acquire) + 1 {
+                std::thread::park_timeout(STALL);
+                continue;
+            }
+            if self
+                .claim
+                .compare_exchange(c, c + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Some(c);
+            }
         }
     }
 
@@ -212,8 +245,11 @@ impl<P: Send> Shared<P> {
         n: usize,
         prep: &(impl Fn(usize) -> P + Sync),
         consume: &mut impl FnMut(usize, P) -> bool,
+        wake: &dyn Fn(),
     ) -> Option<usize> {
         for c in 0..n.div_ceil(CHUNK) {
+            self.at.store(c, Ordering::Release);
+            wake();
             let mine = self
                 .claim
                 .compare_exchange(c, c + 1, Ordering::AcqRel, Ordering::Acquire)
