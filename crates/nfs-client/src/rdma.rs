@@ -156,6 +156,33 @@ pub async fn connect_rdma_transport_with_callbacks<D: Device<Addr = SocketAddr>>
     connect_rdma_inner(device, host, port, opts, Some(callbacks)).await
 }
 
+/// Like [`connect_rdma_transport_with_callbacks`], and the connection is
+/// made again under `policy` when it is lost (a server restart), with
+/// the calls in flight sent again on the new one; a `hard` mount passes
+/// a policy that never gives up. Each new connection answers the
+/// server's calls with `callbacks` too.
+pub async fn connect_rdma_transport_reconnecting<D: Device<Addr = SocketAddr> + Clone>(
+    device: &D,
+    host: &str,
+    port: u16,
+    opts: &RdmaOptions,
+    callbacks: std::sync::Arc<oncrpc::Server>,
+    policy: rpcrdma::transport::ReconnectPolicy,
+) -> Result<RdmaClient<D>> {
+    let addr = resolve_addr(host, port).await?;
+    let config = opts.client_config();
+    let fut = RdmaClient::connect_with_backchannel_and_reconnect(
+        device, &addr, config, callbacks, policy,
+    );
+    match tokio::time::timeout(opts.connect_timeout, fut).await {
+        Ok(r) => r.map_err(|e| cm_error(addr, e)),
+        Err(_) => Err(Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("RDMA connection to {addr} timed out"),
+        ))),
+    }
+}
+
 async fn connect_rdma_inner<D: Device<Addr = SocketAddr>>(
     device: &D,
     host: &str,

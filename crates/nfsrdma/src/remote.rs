@@ -492,9 +492,14 @@ impl<T: ClientTransport> V4<T> {
 }
 
 /// Where the URL's path starts from the root: the whole path when its
-/// first component is in the root (a pseudo file system, RFC 8881 §7.3);
-/// else the root is the export, and the path below the export is asked
-/// of MOUNT (over TCP, as for NFSv3).
+/// first component is in the root (a pseudo file system, RFC 8881 §7.3),
+/// or when it is the path's only component (a name in the root, which
+/// may not exist yet: the file `cp` is to create in a root that is an
+/// export, as the Linux server's `fsid=0` one is); else the root is the
+/// export, and the path below the export is asked of MOUNT (over TCP, as
+/// for NFSv3). A server that does not answer MOUNT (or has no export
+/// holding the path) is taken to have the whole path under its root, so
+/// that the server names what is missing.
 async fn start_of<T: ClientTransport>(
     s: &Session<T>,
     root: &NfsFh4,
@@ -504,6 +509,9 @@ async fn start_of<T: ClientTransport>(
     let Some(first) = comps.first() else {
         return Ok(String::new());
     };
+    if comps.len() == 1 {
+        return Ok(comps.join("/"));
+    }
     match s.lookup(root, first).await {
         Ok(_) => Ok(comps.join("/")),
         Err(e) if e.is_not_found() => {
@@ -511,12 +519,17 @@ async fn start_of<T: ClientTransport>(
                 Scheme::Tcp => url.nfs_port,
                 Scheme::Rdma => None,
             };
-            let (export, rest) =
-                nfs_client::find_export(&url.host, url.mount_port, nfs_port, &url.path)
-                    .await
-                    .with_context(|| format!("{first} is not in the NFSv4 root; asking MOUNT"))?;
-            tracing::debug!(export, "the NFSv4 root is the export");
-            Ok(rest)
+            match nfs_client::find_export(&url.host, url.mount_port, nfs_port, &url.path).await {
+                Ok((export, rest)) => {
+                    tracing::debug!(export, "the NFSv4 root is the export");
+                    Ok(rest)
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "{first} is not in the NFSv4 root and MOUNT \
+                                     does not place it; walking the path from the root");
+                    Ok(comps.join("/"))
+                }
+            }
         }
         Err(e) => Err(e).with_context(|| format!("looking up {first}")),
     }
@@ -791,7 +804,7 @@ async fn gss_rdma<D: rnic::Device<Addr = SocketAddr>>(
 }
 
 /// An NFSv4 session over RPC-over-RDMA on `dev`.
-async fn v4_rdma<D: rnic::Device<Addr = SocketAddr>>(
+async fn v4_rdma<D: rnic::Device<Addr = SocketAddr> + Clone>(
     dev: &D,
     port: u16,
     minor: u32,
@@ -802,8 +815,14 @@ async fn v4_rdma<D: rnic::Device<Addr = SocketAddr>>(
 ) -> anyhow::Result<V4<rpcrdma::transport::RdmaClient<D>>> {
     let rpc = match callbacks {
         Some(d) => {
+            // A mount keeps trying to reach its server (a `hard` mount),
+            // so that a restart is recovered, as over TCP.
             let cb = Arc::new(callback_server(d));
-            nfs_client::connect_rdma_transport_with_callbacks(dev, &url.host, port, ropts, cb)
+            let hard = rpcrdma::transport::ReconnectPolicy {
+                max_attempts: u32::MAX,
+                delay: std::time::Duration::from_millis(500),
+            };
+            nfs_client::connect_rdma_transport_reconnecting(dev, &url.host, port, ropts, cb, hard)
                 .await?
         }
         None => nfs_client::connect_rdma_transport(dev, &url.host, port, ropts).await?,

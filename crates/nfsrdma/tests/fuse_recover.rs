@@ -56,14 +56,20 @@ fn plain(log: &str) -> String {
     out
 }
 
-#[test]
-fn an_open_file_survives_a_server_restart() {
+/// A file held open on a mount over `scheme` (`nfs` or `nfs+rdma`)
+/// with `vers` survives a restart of the server.
+fn an_open_file_survives_a_server_restart_over(scheme: &str, vers: &str) {
+    let tag = if scheme == "nfs" {
+        "v4-restart"
+    } else {
+        "v4-restart-rdma"
+    };
     let data = pattern(1 << 20);
-    let mut srv = ServeChild::start("v4-restart", &["--no-root-squash"], |d| {
+    let mut srv = ServeChild::start(tag, &["--no-root-squash"], |d| {
         std::fs::write(d.join("data"), &data).unwrap();
     });
-    let url = srv.url("nfs", "").replacen("/?", "?", 1);
-    let Some(m) = mount_url(&url, "v4-restart-mnt", &["-o", "vers=4.1"]) else {
+    let url = srv.url(scheme, "").replacen("/?", "?", 1);
+    let Some(m) = mount_url(&url, &format!("{tag}-mnt"), &["-o", vers]) else {
         return;
     };
     let mut restarter = srv.restarter(&["--no-root-squash"]);
@@ -105,6 +111,18 @@ fn an_open_file_survives_a_server_restart() {
     assert!(!log.contains("could not be reclaimed"), "{log}");
     // New opens work after RECLAIM_COMPLETE.
     assert!(std::fs::read(m.path("data")).unwrap() == want);
+}
+
+#[test]
+fn an_open_file_survives_a_server_restart() {
+    an_open_file_survives_a_server_restart_over("nfs", "vers=4.1");
+}
+
+/// Over RPC-over-RDMA (softrnic): the mount's RDMA connection is made
+/// again after the restart and the open reclaimed, as over TCP.
+#[test]
+fn an_open_file_survives_a_server_restart_over_rdma() {
+    an_open_file_survives_a_server_restart_over("nfs+rdma", "vers=4.2");
 }
 
 #[test]

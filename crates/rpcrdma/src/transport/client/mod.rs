@@ -345,6 +345,30 @@ impl<D: Device> RdmaClient<D> {
         Self::connect_inner(device, addr, config, None, Some(dialer)).await
     }
 
+    /// [`RdmaClient::connect_with_backchannel`] and
+    /// [`RdmaClient::connect_with_reconnect`] together: each new
+    /// connection answers the server's reverse-direction calls with
+    /// `service` (an NFSv4.1 client binds its back channel to it again,
+    /// RFC 8881 §2.10.3.1).
+    pub async fn connect_with_backchannel_and_reconnect(
+        device: &D,
+        addr: &D::Addr,
+        config: RdmaClientConfig,
+        service: Arc<Server>,
+        policy: ReconnectPolicy,
+    ) -> Result<Self, CmError>
+    where
+        D: Clone,
+    {
+        let bc = (service, config.backchannel_credits.max(1));
+        let dialer = Dialer {
+            device: device.clone(),
+            addr: addr.clone(),
+            policy,
+        };
+        Self::connect_inner(device, addr, config, Some(bc), Some(dialer)).await
+    }
+
     async fn connect_inner(
         device: &D,
         addr: &D::Addr,
