@@ -263,22 +263,17 @@ fn unknown_mount_options_are_refused_by_name() {
 /// C project built with `make -j2`, run, packed with tar, unpacked and
 /// built again.
 fn a_user_works_on_a_project(rdma: bool) {
-    a_user_works_on_a_project_with(rdma, "");
+    let tag = if rdma { "project-rdma" } else { "project-tcp" };
+    a_user_works_on_a_project_with(tag, rdma, "");
 }
 
-/// [`a_user_works_on_a_project`] with `-o allow_other` plus `vers`
+/// [`a_user_works_on_a_project`] with `-o allow_other` plus `more`
 /// (empty: NFSv3).
-fn a_user_works_on_a_project_with(rdma: bool, vers: &str) {
-    let tag = match (rdma, vers.is_empty()) {
-        (true, true) => "project-rdma",
-        (false, true) => "project-tcp",
-        (true, false) => "project4-rdma",
-        (false, false) => "project4-tcp",
-    };
-    let opts = if vers.is_empty() {
+fn a_user_works_on_a_project_with(tag: &str, rdma: bool, more: &str) {
+    let opts = if more.is_empty() {
         "allow_other".to_owned()
     } else {
-        format!("allow_other,{vers}")
+        format!("allow_other,{more}")
     };
     let Some((srv, m)) = setup(tag, rdma, &opts) else {
         return;
@@ -305,9 +300,10 @@ make -s -C ../untar -B -j2 && ../untar/prog && echo built"#,
     let out = as_user(ALICE, &[], &script);
     assert!(
         out.status.success(),
-        "{}\n{}",
+        "{}\n{}\nmount log:\n{}",
         text(&out.stdout),
-        text(&out.stderr)
+        text(&out.stderr),
+        m.log()
     );
     assert!(
         text(&out.stdout).ends_with("built\n"),
@@ -332,10 +328,23 @@ fn a_user_works_on_a_project_over_rdma() {
 
 #[test]
 fn a_user_works_on_a_project_over_nfs41_tcp() {
-    a_user_works_on_a_project_with(false, "vers=4.1");
+    a_user_works_on_a_project_with("project4-tcp", false, "vers=4.1");
 }
 
 #[test]
 fn a_user_works_on_a_project_over_nfs42_rdma() {
-    a_user_works_on_a_project_with(true, "vers=4.2");
+    a_user_works_on_a_project_with("project4-rdma", true, "vers=4.2");
+}
+
+/// Opens under write delegations served locally (`deleg_opens=write`).
+/// Fails while the server's handle of a file created under one name
+/// goes STALE once that name is removed though another link remains
+/// (git writes `tmp_obj_*`, links the object's name, unlinks the
+/// temporary one): an open served locally reaches the server first at
+/// `fstat`, which gets ESTALE, where an OPEN would have been retried by
+/// the kernel after a fresh LOOKUP (docs/client.md).
+#[test]
+#[ignore = "the server's handle of a hard-linked file goes STALE when its first name is removed"]
+fn a_user_works_on_a_project_over_nfs41_tcp_with_write_delegation_opens() {
+    a_user_works_on_a_project_with("project4w-tcp", false, "vers=4.1,deleg_opens=write");
 }

@@ -67,7 +67,9 @@ pub(crate) struct MountArgs {
     /// timeouts in seconds; defaults 3, 60, 30, 60), rsize=N, wsize=N,
     /// vers=3|4.1|4.2, sec=sys|krb5|krb5i|krb5p (Kerberos: every caller
     /// acts as the principal of the mounting user's ticket, KRB5CCNAME),
-    /// writeback_cache. May be repeated.
+    /// deleg_opens=none|read|write (NFSv4: which opens are served
+    /// locally under a delegation; default read), writeback_cache. May
+    /// be repeated.
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
     /// Mount read-only: every change fails with EROFS (`-o ro`).

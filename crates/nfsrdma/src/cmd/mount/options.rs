@@ -72,12 +72,29 @@ pub(crate) struct MountOpts {
     /// Kerberos ticket, for every caller; `None` (`sec=sys`) is AUTH_SYS
     /// with each caller's ids.
     pub(crate) sec: Option<oncrpc::gss::GssService>,
+    /// `deleg_opens=`: which opens an NFSv4 mount serves locally under
+    /// a delegation it holds.
+    pub(crate) deleg_opens: DelegOpens,
+}
+
+/// Which `open(2)`s of a delegated file an NFSv4 mount serves without an
+/// OPEN on the server (RFC 8881 §10.4), for the credential whose open
+/// took the delegation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum DelegOpens {
+    /// `none`: every open goes to the server.
+    None,
+    /// `read`: opens for reading under a read delegation.
+    #[default]
+    Read,
+    /// `write`: those, and any open under a write delegation.
+    Write,
 }
 
 /// Options accepted, for the error message.
 const KNOWN: &str = "allow_other, default_permissions, ro, rw, ac, noac, actimeo=, acregmin=, \
                      acregmax=, acdirmin=, acdirmax=, rsize=, wsize=, vers=3|4|4.1|4.2, nfsvers=, \
-                     sec=sys|krb5|krb5i|krb5p, writeback_cache, defaults, nosuid, nodev, hard";
+                     sec=sys|krb5|krb5i|krb5p, deleg_opens=none|read|write, writeback_cache, defaults, nosuid, nodev, hard";
 
 fn seconds(k: &str, v: &str) -> Result<Duration, String> {
     match v.parse::<u64>() {
@@ -159,6 +176,12 @@ impl MountOpts {
             ("sec", Some("krb5i")) => self.sec = Some(oncrpc::gss::GssService::INTEGRITY),
             ("sec", Some("krb5p")) => self.sec = Some(oncrpc::gss::GssService::PRIVACY),
             ("sec", Some(v)) => return Err(format!("sec={v}: expected sys, krb5, krb5i or krb5p")),
+            ("deleg_opens", Some("none")) => self.deleg_opens = DelegOpens::None,
+            ("deleg_opens", Some("read")) => self.deleg_opens = DelegOpens::Read,
+            ("deleg_opens", Some("write")) => self.deleg_opens = DelegOpens::Write,
+            ("deleg_opens", Some(v)) => {
+                return Err(format!("deleg_opens={v}: expected none, read or write"))
+            }
             _ => return Err(format!("unknown mount option {opt:?} (known: {KNOWN})")),
         }
         Ok(())
@@ -218,6 +241,15 @@ mod tests {
     }
 
     #[test]
+    fn deleg_opens_defaults_to_read() {
+        let d = |o: &str| MountOpts::parse(&[o]).unwrap().deleg_opens;
+        assert_eq!(d("ro"), DelegOpens::Read);
+        assert_eq!(d("deleg_opens=none"), DelegOpens::None);
+        assert_eq!(d("deleg_opens=write,deleg_opens=read"), DelegOpens::Read);
+        assert_eq!(d("deleg_opens=write"), DelegOpens::Write);
+    }
+
+    #[test]
     fn unknown_and_bad_options_are_refused_by_name() {
         for (bad, says) in [
             ("bogus", "unknown mount option \"bogus\""),
@@ -230,6 +262,7 @@ mod tests {
             ("vers=2", "versions 3, 4.1 and 4.2"),
             ("sec=krb4", "sys, krb5, krb5i or krb5p"),
             ("allow_other,sec=krb5p", "per-caller credentials"),
+            ("deleg_opens=all", "none, read or write"),
         ] {
             let e = MountOpts::parse(&[bad]).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");

@@ -26,6 +26,7 @@ use oncrpc::msg::OpaqueAuth;
 use oncrpc::ClientTransport;
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use super::super::options::DelegOpens;
 use super::files::Open4;
 use super::{NfsFs4, Session};
 
@@ -89,11 +90,12 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
     ) -> Option<OpenFile> {
         let m = self.delegs.as_ref()?;
         let d = m.table.get(fh)?;
-        // Only read delegations serve opens here, for reading: serving
-        // opens under write delegations (files this mount just created)
-        // broke `git commit` on the mount (an object it had written was
-        // reported missing; not yet understood, so not done).
-        if d.write || access != OPEN4_SHARE_ACCESS_READ {
+        let served = match self.opts.deleg_opens {
+            DelegOpens::None => false,
+            DelegOpens::Read => !d.write && access == OPEN4_SHARE_ACCESS_READ,
+            DelegOpens::Write => d.write || access == OPEN4_SHARE_ACCESS_READ,
+        };
+        if !served {
             return None;
         }
         if m.takers().get(fh.as_bytes()) != Some(cred) {
