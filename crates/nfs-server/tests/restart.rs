@@ -3,7 +3,9 @@
 //! process (this test binary, re-run) hands out handles over NFSv4 (LOOKUP
 //! and OPEN) and NFSv3 (LOOKUP), is killed with SIGKILL, and a new one on
 //! the same state directory and export answers them; the handle of a file
-//! removed meanwhile is STALE.
+//! removed meanwhile is STALE. A file with two links keeps its handle
+//! through the other name it was looked up by when the first is renamed
+//! over after the restart, until that one goes too.
 
 mod common;
 mod v4_common;
@@ -169,9 +171,12 @@ async fn handles_survive_a_killed_server() {
         ("d/opened", "opened"),
         ("v3", "v3"),
         ("gone", "gone"),
+        ("d/ln-a", "two links"),
+        ("d/over", "over"),
     ] {
         std::fs::write(export.join(f), data).unwrap();
     }
+    std::fs::hard_link(export.join("d/ln-a"), export.join("d/ln-b")).unwrap();
     let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&export).unwrap());
 
     let (mut first, addr, root) = spawn(&export, &state);
@@ -196,6 +201,26 @@ async fn handles_survive_a_killed_server() {
     let gone = fh(&c
         .ok(vec![putfh(&root), lookup("gone"), NfsArgop4::Getfh(())])
         .await);
+    let linked = fh(&c
+        .ok(vec![
+            putfh(&root),
+            lookup("d"),
+            lookup("ln-a"),
+            NfsArgop4::Getfh(()),
+        ])
+        .await);
+    let other = c
+        .ok(vec![
+            putfh(&root),
+            lookup("d"),
+            lookup("ln-b"),
+            NfsArgop4::Getfh(()),
+        ])
+        .await;
+    assert_eq!(fh(&other), linked);
+    // The first name looked up again (the one a server keeping one name
+    // per file would now have).
+    c.ok(vec![putfh(&root), lookup("d"), lookup("ln-a")]).await;
     let v3c = common::Client::connect(addr).await;
     let root3 = nfs::v3::NfsFh3::new(&root).unwrap();
     let v3 = match v3c.lookup(&root3, "v3").await {
@@ -231,6 +256,31 @@ async fn handles_survive_a_killed_server() {
     }
     let g = nfs::v3::NfsFh3::new(&gone).unwrap();
     assert_eq!(v3c.getattr(&g).await.status(), Nfsstat3::NFS3ERR_STALE);
+    // The name the linked file was first looked up by, renamed over.
+    let d = fh(&c
+        .ok(vec![putfh(&root), lookup("d"), NfsArgop4::Getfh(())])
+        .await);
+    c.ok(vec![
+        putfh(&d),
+        NfsArgop4::Savefh(()),
+        putfh(&d),
+        NfsArgop4::Rename(Rename4Args {
+            oldname: name("over"),
+            newname: name("ln-a"),
+        }),
+    ])
+    .await;
+    let r = c.ok(vec![putfh(&linked), read(100)]).await;
+    assert_eq!(read_data(&r), b"two links");
+    c.ok(vec![
+        putfh(&d),
+        NfsArgop4::Remove(Remove4Args {
+            target: name("ln-b"),
+        }),
+    ])
+    .await;
+    let r = c.seq(vec![putfh(&linked), getattr()]).await;
+    assert_eq!(r.status, Nfsstat4::NFS4ERR_STALE, "{r:?}");
     second.kill().unwrap();
     second.wait().unwrap();
 }

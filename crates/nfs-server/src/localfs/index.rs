@@ -37,6 +37,14 @@
 //! a hash and a table lookup; a READDIRPLUS page checks the others in one
 //! read transaction ([`Index::put_listed`]) and queues only the changed.
 //!
+//! A file with more than one link keeps the name it was first recorded
+//! under in the main table and its other names in a second one
+//! ([`links`], bounded per inode): when the recorded name is renamed over
+//! or removed while another link lives, the handle resolves through one
+//! of those, which then becomes the recorded name ([`Index::promote`]).
+//! A handle whose file lost its last link is STALE: removing the last
+//! link forgets all of its names.
+//!
 //! Without a state directory the store lives in memory (tests, embedded
 //! use): handles then do not survive a restart.
 
@@ -45,9 +53,13 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use redb::{backends::InMemoryBackend, Database, Durability, TableDefinition};
+use redb::{backends::InMemoryBackend, Database, TableDefinition};
 
 use super::known::Known;
+
+mod links;
+#[cfg(test)]
+pub(crate) use links::MAX_NAMES;
 
 /// ino → parent ino (8 bytes), generation (8 bytes), name.
 const TABLE: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("ino");
@@ -104,24 +116,25 @@ fn stored_is(v: &[u8], parent: u64, gen: u64, name: &[u8]) -> bool {
 }
 
 /// The files one READDIRPLUS page found in a directory (inode,
-/// generation, name), recorded in one go by [`Index::put_listed`].
+/// generation, whether it has more than one link, name), recorded in one
+/// go by [`Index::put_listed`].
 #[derive(Debug, Default)]
 pub(crate) struct Listed {
     names: Vec<u8>,
-    files: Vec<(u64, u64, usize, usize)>,
+    files: Vec<(u64, u64, bool, usize, usize)>,
 }
 
 impl Listed {
-    pub(crate) fn push(&mut self, ino: u64, gen: u64, name: &[u8]) {
+    pub(crate) fn push(&mut self, ino: u64, gen: u64, linked: bool, name: &[u8]) {
         let start = self.names.len();
         self.names.extend_from_slice(name);
-        self.files.push((ino, gen, start, self.names.len()));
+        self.files.push((ino, gen, linked, start, self.names.len()));
     }
 
-    fn iter(&self) -> impl Iterator<Item = (u64, u64, &[u8])> {
-        self.files
-            .iter()
-            .map(|&(ino, gen, a, b)| (ino, gen, self.names.get(a..b).unwrap_or_default()))
+    fn iter(&self) -> impl Iterator<Item = (u64, u64, bool, &[u8])> {
+        self.files.iter().map(|&(ino, gen, linked, a, b)| {
+            (ino, gen, linked, self.names.get(a..b).unwrap_or_default())
+        })
     }
 }
 
@@ -179,8 +192,9 @@ fn db_err(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(format!("handle index: {e}"))
 }
 
-/// A file a READDIRPLUS page found, not yet known to be recorded.
-type Unsure<'a> = (u64, u64, &'a [u8], u64);
+/// A file a READDIRPLUS page found, not yet known to be recorded:
+/// inode, generation, name, its [`Known`] hash, whether it is linked.
+type Unsure<'a> = (u64, u64, &'a [u8], u64, bool);
 
 impl Index {
     /// The index stored in `path` (created if missing).
@@ -203,6 +217,7 @@ impl Index {
     fn with_db(db: Database, batch: bool) -> std::io::Result<Self> {
         let tx = db.begin_write().map_err(db_err)?;
         tx.open_table(TABLE).map_err(db_err)?;
+        tx.open_table(links::LINKS).map_err(db_err)?;
         tx.commit().map_err(db_err)?;
         Ok(Self {
             db,
@@ -244,7 +259,7 @@ impl Index {
         }
         let since = st.changes;
         drop(st);
-        let stored = self.not_stored(e.parent, vec![(ino, e.gen, &e.name[..], hash)]);
+        let stored = self.not_stored(e.parent, vec![(ino, e.gen, &e.name[..], hash, false)]);
         let same = stored.is_empty();
         if same {
             if let Ok(mut st) = self.state.lock() {
@@ -257,12 +272,72 @@ impl Index {
     }
 
     /// Records where `ino` lives; `durable` writes it to stable storage
-    /// before returning (with everything pending).
-    pub(crate) fn put(&self, ino: u64, e: Entry, durable: bool) {
+    /// before returning (with everything pending). A `linked` file (more
+    /// than one link) already recorded under another name keeps that
+    /// one and gets `e` as a further name ([`links`]).
+    pub(crate) fn put(&self, ino: u64, e: Entry, durable: bool, linked: bool) {
         if !durable && self.holds(ino, &e) {
             return;
         }
-        self.change(ino, Some(e), durable);
+        if linked {
+            self.put_linked(ino, e, durable);
+        } else {
+            self.change(ino, Some(e), durable);
+        }
+    }
+
+    /// [`Self::put`] of a file with more than one link, not known to be
+    /// recorded as `e` in the main table.
+    fn put_linked(&self, ino: u64, e: Entry, durable: bool) {
+        let other = |p: &Entry| p.gen == e.gen && (p.parent != e.parent || p.name != e.name);
+        if !self.get(ino).is_some_and(|p| other(&p)) {
+            return self.change(ino, Some(e), durable);
+        }
+        if !durable && links::has(&self.db, ino, &e) {
+            return;
+        }
+        if let Err(err) = links::add(&self.db, ino, &e, durable) {
+            tracing::warn!(error = %err, ino, "handle index: a further name was not recorded");
+        }
+    }
+
+    /// `name` in `parent` no longer names `ino` of generation `gen` (a
+    /// REMOVE, or a RENAME over it or away from it); `last`: that was
+    /// its last link. The last link forgets the file; another link's
+    /// removal forgets that name, and when it was the recorded one, a
+    /// further name takes its place (RFC 8881 §4.2.3: the handle stays
+    /// good while the file lives).
+    pub(crate) fn unlinked(&self, ino: u64, gen: u64, parent: u64, name: &[u8], last: bool) {
+        let Some(p) = self.get(ino).filter(|p| p.gen == gen) else {
+            return;
+        };
+        if last {
+            return self.remove(ino);
+        }
+        if p.parent != parent || p.name[..] != *name {
+            if let Err(err) = links::forget(&self.db, ino, parent, name) {
+                tracing::warn!(error = %err, ino, "handle index: a removed name stays recorded");
+            }
+            return;
+        }
+        match links::names(&self.db, ino, gen).into_iter().next() {
+            Some(e) => self.promote(ino, e),
+            None => self.remove(ino),
+        }
+    }
+
+    /// The further names of `ino` recorded for generation `gen`.
+    pub(crate) fn other_names(&self, ino: u64, gen: u64) -> Vec<Entry> {
+        links::names(&self.db, ino, gen)
+    }
+
+    /// Makes the further name `e` of `ino` its recorded one (the
+    /// recorded name no longer holds the file).
+    pub(crate) fn promote(&self, ino: u64, e: Entry) {
+        if let Err(err) = links::forget(&self.db, ino, e.parent, &e.name) {
+            tracing::warn!(error = %err, ino, "handle index: a promoted name stays a further one");
+        }
+        self.change(ino, Some(e), false);
     }
 
     /// Records that the `listed` files live in directory `parent`, as
@@ -279,14 +354,14 @@ impl Index {
             return;
         };
         let mut unsure: Vec<Unsure<'_>> = Vec::new();
-        for (ino, gen, name) in listed.iter() {
+        for (ino, gen, linked, name) in listed.iter() {
             let hash = st.known.hash(ino, parent, gen, name);
             if st.known.is(ino, hash) {
                 continue;
             }
             match st.pending.get(&ino) {
                 Some(Some(e)) if e.is(parent, gen, name) => st.known.set(ino, hash),
-                _ => unsure.push((ino, gen, name, hash)),
+                _ => unsure.push((ino, gen, name, hash, linked)),
             }
         }
         if unsure.is_empty() {
@@ -295,16 +370,22 @@ impl Index {
         let since = st.changes;
         drop(st);
         let changed = self.not_stored(parent, unsure.clone());
+        let mut linked = Vec::new();
         let batch = match self.state.lock() {
             Ok(mut st) => {
                 if st.changes == since {
-                    for &(ino, _, _, hash) in &unsure {
+                    for &(ino, _, _, hash, _) in &unsure {
                         st.known.set(ino, hash);
                     }
                 }
-                for (ino, gen, name, _) in changed {
+                for (ino, gen, name, _, l) in changed {
                     let name = Bytes::copy_from_slice(name);
-                    st.change(ino, Some(Entry { parent, gen, name }));
+                    let e = Entry { parent, gen, name };
+                    if l {
+                        linked.push((ino, e));
+                    } else {
+                        st.change(ino, Some(e));
+                    }
                 }
                 st.due(false)
             }
@@ -312,6 +393,9 @@ impl Index {
         };
         if let Some(b) = batch {
             self.write(b, false);
+        }
+        for (ino, e) in linked {
+            self.put_linked(ino, e, false);
         }
     }
 
@@ -326,7 +410,7 @@ impl Index {
         };
         files
             .into_iter()
-            .filter(|&(ino, gen, name, _)| {
+            .filter(|&(ino, gen, name, _, _)| {
                 !matches!(t.get(ino), Ok(Some(v)) if stored_is(v.value(), parent, gen, name))
             })
             .collect()
@@ -379,18 +463,24 @@ impl Index {
 
     fn try_write(&self, batch: &Pending, durable: bool) -> std::io::Result<()> {
         let mut tx = self.db.begin_write().map_err(db_err)?;
-        tx.set_durability(if durable {
-            Durability::Immediate
-        } else {
-            Durability::Eventual
-        });
+        tx.set_durability(links::durability(durable));
         {
             let mut t = tx.open_table(TABLE).map_err(db_err)?;
+            let mut gone = Vec::new();
             for (ino, e) in batch {
                 match e {
                     Some(e) => t.insert(*ino, e.encode().as_slice()).map_err(db_err)?,
-                    None => t.remove(*ino).map_err(db_err)?,
+                    None => {
+                        gone.push(*ino);
+                        t.remove(*ino).map_err(db_err)?
+                    }
                 };
+            }
+            if !gone.is_empty() {
+                let mut l = tx.open_table(links::LINKS).map_err(db_err)?;
+                for ino in gone {
+                    links::forget_all(&mut l, ino).map_err(db_err)?;
+                }
             }
         }
         tx.commit().map_err(db_err)?;
@@ -420,8 +510,8 @@ mod tests {
     fn listed_entries_are_recorded_and_unchanged_ones_not_written_again() {
         let ix = Index::in_memory().unwrap();
         let mut l = Listed::default();
-        l.push(10, 9, b"a");
-        l.push(11, 9, b"b");
+        l.push(10, 9, false, b"a");
+        l.push(11, 9, false, b"b");
         ix.put_listed(2, &l);
         assert_eq!(ix.get(10), Some(e(2, "a")));
         assert_eq!(ix.get(11), Some(e(2, "b")));
@@ -434,8 +524,8 @@ mod tests {
         assert_eq!(ix.pending_len(), 0);
         // A rename, a new generation, another directory: written.
         let mut m = Listed::default();
-        m.push(10, 9, b"a2");
-        m.push(11, 8, b"b");
+        m.push(10, 9, false, b"a2");
+        m.push(11, 8, false, b"b");
         ix.put_listed(2, &m);
         ix.put_listed(3, &l);
         assert_eq!(ix.get(10), Some(e(3, "a")));
@@ -451,11 +541,11 @@ mod tests {
     fn the_known_table_follows_renames_and_removals() {
         let ix = Index::in_memory().unwrap();
         let mut l = Listed::default();
-        l.push(10, 9, b"a");
+        l.push(10, 9, false, b"a");
         ix.put_listed(2, &l);
         ix.flush();
         // Known now; a rename (durable put) and a removal must be seen.
-        ix.put(10, e(2, "b"), true);
+        ix.put(10, e(2, "b"), true, false);
         ix.put_listed(2, &l);
         assert_eq!(ix.get(10), Some(e(2, "a")));
         ix.flush();
@@ -468,10 +558,77 @@ mod tests {
         assert_eq!(ix.get(10), Some(e(2, "a")));
         // LOOKUP's put goes through the same table.
         ix.flush();
-        ix.put(10, e(2, "a"), false);
+        ix.put(10, e(2, "a"), false, false);
         assert_eq!(ix.pending_len(), 0);
-        ix.put(10, e(4, "a"), false);
+        ix.put(10, e(4, "a"), false, false);
         assert_eq!(ix.get(10), Some(e(4, "a")));
+    }
+
+    #[test]
+    fn a_linked_file_keeps_its_other_names_until_its_last_link_goes() {
+        let ix = Index::in_memory().unwrap();
+        ix.put(10, e(2, "a"), false, true);
+        ix.put(10, e(3, "b"), false, true);
+        ix.put(10, e(3, "b"), true, true);
+        let mut l = Listed::default();
+        l.push(10, 9, true, b"c");
+        ix.put_listed(2, &l);
+        ix.put_listed(2, &l);
+        // The first name stays the recorded one; the others beside it.
+        assert_eq!(ix.get(10), Some(e(2, "a")));
+        assert_eq!(ix.other_names(10, 9), vec![e(2, "c"), e(3, "b")]);
+        assert!(ix.other_names(10, 8).is_empty());
+        // The recorded name goes: another takes its place.
+        ix.unlinked(10, 9, 2, b"a", false);
+        assert_eq!(ix.get(10), Some(e(2, "c")));
+        assert_eq!(ix.other_names(10, 9), vec![e(3, "b")]);
+        // Another name goes: forgotten, the recorded one stays.
+        ix.put(10, e(2, "d"), false, true);
+        ix.unlinked(10, 9, 2, b"d", false);
+        assert_eq!(ix.get(10), Some(e(2, "c")));
+        assert_eq!(ix.other_names(10, 9), vec![e(3, "b")]);
+        // Another file's removal (another generation) changes nothing.
+        ix.unlinked(10, 8, 2, b"c", true);
+        assert_eq!(ix.get(10), Some(e(2, "c")));
+        // The last link: all of it forgotten.
+        ix.unlinked(10, 9, 3, b"b", true);
+        ix.flush();
+        assert_eq!(ix.get(10), None);
+        assert!(ix.other_names(10, 9).is_empty());
+    }
+
+    #[test]
+    fn further_names_are_bounded_per_file_and_the_trip_counted() {
+        let ix = Index::in_memory().unwrap();
+        ix.put(10, e(2, "first"), false, true);
+        // Names of an earlier file with the same inode number go first.
+        let old = Entry {
+            gen: 8,
+            ..e(2, "old")
+        };
+        links::add(&ix.db, 10, &old, false).unwrap();
+        let before = links::NAMES.count();
+        let names: Vec<String> = (0..MAX_NAMES + 20).map(|i| format!("n{i}")).collect();
+        for n in &names {
+            let name = Bytes::copy_from_slice(n.as_bytes());
+            ix.put(
+                10,
+                Entry {
+                    parent: 2,
+                    gen: 9,
+                    name,
+                },
+                false,
+                true,
+            );
+        }
+        assert_eq!(ix.other_names(10, 9).len(), MAX_NAMES);
+        assert!(ix.other_names(10, 8).is_empty());
+        assert!(links::NAMES.count() >= before + 20);
+        // Recorded names still serve: one gone, another takes its place.
+        ix.unlinked(10, 9, 2, b"first", false);
+        assert_eq!(ix.get(10).map(|x| x.gen), Some(9));
+        assert_eq!(ix.other_names(10, 9).len(), MAX_NAMES - 1);
     }
 
     #[test]
@@ -480,16 +637,18 @@ mod tests {
         let _ = std::fs::remove_file(&p);
         {
             let ix = Index::open(&p).unwrap();
-            ix.put(10, e(2, "a"), false);
-            ix.put(11, e(10, "b"), true);
+            ix.put(10, e(2, "a"), false, false);
+            ix.put(11, e(10, "b"), true, false);
             for i in 0..(PENDING_MAX as u64 + 10) {
-                ix.put(1000 + i, e(2, "many"), false);
+                ix.put(1000 + i, e(2, "many"), false, false);
             }
             ix.remove(1000);
             assert_eq!(ix.get(10), Some(e(2, "a")));
             assert_eq!(ix.get(1000), None);
+            ix.put(10, e(3, "a2"), false, true);
         }
         let ix = Index::open(&p).unwrap();
+        assert_eq!(ix.other_names(10, 9), vec![e(3, "a2")]);
         assert_eq!(ix.get(10), Some(e(2, "a")));
         assert_eq!(ix.get(11), Some(e(10, "b")));
         assert_eq!(ix.get(1001), Some(e(2, "many")));

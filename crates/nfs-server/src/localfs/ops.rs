@@ -41,7 +41,8 @@ impl LocalFs {
     }
 
     /// Records that `name` in directory `parent` is `meta`'s file and
-    /// returns its handle.
+    /// returns its handle (a name of a file with several links is kept
+    /// beside the others, `index::links`).
     fn record(&self, parent: u64, name: &[u8], meta: &Meta, durable: bool) -> NfsFh3 {
         if meta.ino() != self.root_ino {
             let e = Entry {
@@ -49,7 +50,7 @@ impl LocalFs {
                 gen: meta.gen(),
                 name: Bytes::copy_from_slice(name),
             };
-            self.index.put(meta.ino(), e, durable);
+            self.index.put(meta.ino(), e, durable, linked(meta));
         }
         self.handle(meta)
     }
@@ -305,25 +306,26 @@ impl LocalFs {
         self.made(&d, &name.0, None)
     }
 
-    /// Unlinks `name` from `d` and forgets its index entry when that
-    /// named it.
+    /// Unlinks `name` from `d` and forgets it in the handle index (the
+    /// file itself with its last link).
     fn unlink(&self, d: &Node, name: &[u8], flags: AtFlags) -> StorageResult<()> {
         let dfd = d.dir()?;
         let gone = Meta::at(&**dfd, name).ok();
         sx(rustix::fs::unlinkat(&**dfd, name, flags))?;
         if let Some(m) = gone {
-            if m.is_dir() {
-                self.forget_dir(m.ino());
-            }
-            let here = self
-                .index
-                .get(m.ino())
-                .is_some_and(|e| e.parent == d.ino && e.name[..] == *name);
-            if here {
-                self.index.remove(m.ino());
-            }
+            self.lost_name(&m, d.ino, name);
         }
         sync_dir(dfd)
+    }
+
+    /// `name` in directory `parent` no longer names the file `m` was
+    /// (removed, or renamed over).
+    fn lost_name(&self, m: &Meta, parent: u64, name: &[u8]) {
+        if m.is_dir() {
+            self.forget_dir(m.ino());
+        }
+        let last = !linked(m);
+        self.index.unlinked(m.ino(), m.gen(), parent, name, last);
     }
 
     pub(crate) fn do_remove(&self, dir: &NfsFh3, name: &Filename3) -> StorageResult<()> {
@@ -356,10 +358,14 @@ impl LocalFs {
         let replaced = Meta::at(&**tfd, &to.0).ok();
         sx(rustix::fs::renameat(&**sfd, &from.0[..], &**tfd, &to.0[..]))?;
         let moved = sx(Meta::at(&**tfd, &to.0))?;
-        if let Some(r) = replaced.filter(|r| r.ino() != moved.ino()) {
-            if r.is_dir() {
-                self.forget_dir(r.ino());
-            }
+        // Two links of one file: rename(2) leaves both in place.
+        let same = replaced.as_ref().is_some_and(|r| r.ino() == moved.ino());
+        if let Some(r) = replaced.filter(|_| !same) {
+            self.lost_name(&r, t.ino, &to.0);
+        }
+        if linked(&moved) && !same {
+            self.index
+                .unlinked(moved.ino(), moved.gen(), s.ino, &from.0, false);
         }
         self.record(t.ino, &to.0, &moved, true);
         sync_dir(sfd)?;
@@ -433,8 +439,8 @@ impl LocalFs {
                     cookie: e.cookie(),
                     plus: Some(r.map(|at| (&fh[..], at))),
                 });
-                if let (true, Some((ino, gen))) = (taken, file) {
-                    listed.push(ino, gen, e.name());
+                if let (true, Some((ino, gen, linked))) = (taken, file) {
+                    listed.push(ino, gen, linked, e.name());
                 }
                 taken
             })
@@ -477,15 +483,15 @@ impl LocalFs {
     /// relative to the open directory (then kept, if the watch covers the
     /// entry); none for ".." at the export root (as Linux) or a mount
     /// point inside the export (not crossed). Also the file (inode,
-    /// generation) to record in the index as a LOOKUP would, if the entry
-    /// is taken.
+    /// generation, whether it has several links) to record in the index
+    /// as a LOOKUP would, if the entry is taken.
     fn entry_plus(
         &self,
         d: &Node,
         e: &CursorEntry<'_>,
         view: Option<&View<'_>>,
         fh: &mut [u8; FH_LEN],
-    ) -> (StorageResult<Fattr3>, Option<(u64, u64)>) {
+    ) -> (StorageResult<Fattr3>, Option<(u64, u64, bool)>) {
         if d.ino == self.root_ino && e.name() == b".." {
             return (Err(Nfsstat3::NFS3ERR_ACCES), None);
         }
@@ -512,7 +518,8 @@ impl LocalFs {
             }
         };
         let ino = kept.attrs.fileid;
-        let file = (!e.is_dot() && ino != self.root_ino).then_some((ino, kept.gen));
+        let linked = kept.attrs.nlink > 1 && kept.attrs.ftype != Ftype3::NF3DIR;
+        let file = (!e.is_dot() && ino != self.root_ino).then_some((ino, kept.gen, linked));
         *fh = Handle {
             export_id: self.export_id,
             ino,
@@ -521,6 +528,12 @@ impl LocalFs {
         .to_bytes(&self.key);
         (Ok(kept.attrs), file)
     }
+}
+
+/// Whether `m` is a file with more than one link (directories' links
+/// are their subdirectories' `..`).
+fn linked(m: &Meta) -> bool {
+    !m.is_dir() && m.nlink() > 1
 }
 
 /// A readable fd of a directory held as `O_PATH`.

@@ -175,6 +175,31 @@ impl LocalFs {
             };
         }
         let own = self.index.get(ino).filter(|e| e.gen == gen).ok_or(STALE)?;
+        match self.resolve_at(ino, gen, own) {
+            Err(STALE) => self.resolve_other_name(ino, gen),
+            r => r,
+        }
+    }
+
+    /// A file with several links whose recorded name no longer holds it,
+    /// through one of its other names recorded in the index, which then
+    /// becomes its recorded name (RFC 8881 §4.2.3: a persistent handle is
+    /// good for the lifetime of its file; Linux's nfsd finds the inode
+    /// itself). STALE when none holds it: its last link is gone.
+    fn resolve_other_name(&self, ino: u64, gen: u64) -> StorageResult<Node> {
+        for e in self.index.other_names(ino, gen) {
+            if let Ok(n) = self.resolve_at(ino, gen, e.clone()) {
+                self.index.promote(ino, e);
+                return Ok(n);
+            }
+        }
+        Err(Nfsstat3::NFS3ERR_STALE)
+    }
+
+    /// The file `ino` of generation `gen` as `own` in the index says,
+    /// checked on the file system.
+    fn resolve_at(&self, ino: u64, gen: u64, own: Entry) -> StorageResult<Node> {
+        const STALE: Nfsstat3 = Nfsstat3::NFS3ERR_STALE;
         // Up from the parent to a directory whose fd is at hand.
         let mut chain: Vec<(u64, Entry)> = Vec::new();
         let mut up = own.parent;

@@ -338,6 +338,51 @@ fn removed_reused_and_moved_files_are_stale() {
 }
 
 #[test]
+fn renames_among_links_keep_the_handle_until_the_last_link_goes() {
+    let t = Tmp::new("links-rename");
+    fs::create_dir(t.0.join("d")).unwrap();
+    fs::write(t.0.join("a"), b"data").unwrap();
+    let lfs = LocalFs::new(&t.0, false).unwrap();
+    let root = lfs.root();
+    let d = block(lfs.lookup(&root, &name("d"))).unwrap();
+    let a = block(lfs.lookup(&root, &name("a"))).unwrap();
+    block(lfs.link(&a, &d, &name("b"))).unwrap();
+    // rename(2) between two links of one file leaves both.
+    block(lfs.rename(&root, &name("a"), &d, &name("b"))).unwrap();
+    assert!(t.0.join("a").exists());
+    // The recorded name moves, then the name it moved to is removed.
+    block(lfs.rename(&root, &name("a"), &d, &name("c"))).unwrap();
+    block(lfs.remove(&d, &name("b"))).unwrap();
+    assert_eq!(&block(lfs.read(&a, 0, 10)).unwrap().0[..], b"data");
+    block(lfs.remove(&d, &name("c"))).unwrap();
+    assert_eq!(block(lfs.getattr(&a)), Err(Nfsstat3::NFS3ERR_STALE));
+}
+
+#[test]
+fn a_client_linking_one_file_many_times_holds_a_bounded_index() {
+    let t = Tmp::new("links-bound");
+    fs::write(t.0.join("f"), b"data").unwrap();
+    let lfs = LocalFs::new(&t.0, false).unwrap();
+    let root = lfs.root();
+    let f = block(lfs.lookup(&root, &name("f"))).unwrap();
+    let links = index::MAX_NAMES + 40;
+    for i in 0..links {
+        let n = name(&format!("l{i}"));
+        block(lfs.link(&f, &root, &n)).unwrap();
+        block(lfs.lookup(&root, &n)).unwrap();
+    }
+    let h = Handle::parse(&f, &lfs.key, lfs.export_id).unwrap();
+    assert_eq!(lfs.index.other_names(h.ino, h.gen).len(), index::MAX_NAMES);
+    // The recorded names serve: the first ones all gone, the file lives.
+    block(lfs.remove(&root, &name("f"))).unwrap();
+    for i in 0..index::MAX_NAMES - 1 {
+        block(lfs.remove(&root, &name(&format!("l{i}")))).unwrap();
+    }
+    assert_eq!(&block(lfs.read(&f, 0, 10)).unwrap().0[..], b"data");
+    assert_eq!(block(lfs.getattr(&f)).unwrap().nlink, 41);
+}
+
+#[test]
 fn modes_are_exactly_those_asked() {
     let t = Tmp::new("modes");
     let lfs = LocalFs::new(&t.0, false).unwrap();
