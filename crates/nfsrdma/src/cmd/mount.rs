@@ -20,6 +20,7 @@ mod cache;
 mod creds;
 mod fs;
 mod fs4;
+mod hide;
 mod options;
 mod silly;
 mod table;

@@ -306,7 +306,7 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
 
     /// Removes what is left of silly renames when the mount ends.
     fn destroy(&mut self) {
-        self.rt.block_on(self.remove_silly_left());
+        self.rt.block_on(self.hider().remove_left());
     }
 
     /// LOOKUP (RFC 1813 §3.3.3).
@@ -466,7 +466,9 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         let r = self.run(async {
             self.writable()?;
             let dir = self.fh(parent)?;
-            self.remove_or_hide(&cred, &dir, name.as_bytes()).await
+            self.hider()
+                .remove_or_hide(&cred, &dir, name.as_bytes())
+                .await
         });
         reply_empty(reply, r);
     }
@@ -526,7 +528,9 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
             self.writable()?;
             let from = self.fh(parent)?;
             let to = self.fh(newparent)?;
-            self.hide_if_open(&cred, &to, newname.as_bytes()).await?;
+            self.hider()
+                .hide_if_open(&cred, &to, newname.as_bytes())
+                .await?;
             let m = self.mount.with_credential(cred.clone());
             nfs(m
                 .client()

@@ -477,7 +477,9 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs4<T> {
         let r = self.run(async {
             self.writable()?;
             let dir = self.fh(parent)?;
-            self.remove_or_hide(&cred, &dir, name.as_bytes()).await
+            self.hider()
+                .remove_or_hide(&cred, &dir, name.as_bytes())
+                .await
         });
         reply_empty(reply, r);
     }
@@ -530,7 +532,9 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs4<T> {
             self.writable()?;
             let from = self.fh(parent)?;
             let to = self.fh(newparent)?;
-            self.hide_if_open(&cred, &to, newname.as_bytes()).await?;
+            self.hider()
+                .hide_if_open(&cred, &to, newname.as_bytes())
+                .await?;
             let utf8 = |n: &OsStr| std::str::from_utf8(n.as_bytes()).map(str::to_owned);
             let (a, b) = (utf8(name), utf8(newname));
             let (Ok(a), Ok(b)) = (a, b) else {

@@ -20,7 +20,7 @@ use nfs_client::Mount;
 use oncrpc::msg::OpaqueAuth;
 use oncrpc::ClientTransport;
 
-use super::super::silly::{next_silly_name, Silly};
+use super::super::hide::{Hider, Names};
 use super::super::unstable::{OpenFile, V3};
 use super::{nfs, NfsFs, Res};
 
@@ -130,105 +130,43 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
             return Err(Errno::EBADF);
         };
         let r = self.commit(&o).await;
-        let silly = {
-            let mut opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
-            opens.closed(o.ino)
-        };
-        if let Some(s) = silly {
-            self.remove_silly(&s).await;
-        }
+        self.hider().closed(o.ino).await;
         r
     }
 
-    async fn remove_silly(&self, s: &Silly<NfsFh3>) {
-        let m = self.mount.with_credential(s.cred.clone());
-        if let Err(e) = m.client().remove(&s.dir, &s.name).await {
-            tracing::warn!(name = %s.name, error = %e, "removing a silly-renamed file failed");
+    /// The silly rename over this mount's open files, its NFSv3 calls
+    /// made as the credential given.
+    pub(super) fn hider<'a>(
+        &'a self,
+    ) -> Hider<'a, NfsFh3, impl Fn(OpaqueAuth) -> V3Names<'a, T> + 'a> {
+        Hider {
+            opens: &self.opens,
+            inodes: &self.inodes,
+            names: move |cred| V3Names(self.mount.with_credential(cred)),
+        }
+    }
+}
+
+/// NFSv3 LOOKUP, RENAME and REMOVE (RFC 1813 §3.3.3, §3.3.14, §3.3.12)
+/// as one caller, for the silly rename.
+pub(super) struct V3Names<'a, T>(Mount<&'a T>);
+
+impl<T: ClientTransport> Names<NfsFh3> for V3Names<'_, T> {
+    async fn fileid(&self, dir: &NfsFh3, name: &[u8]) -> Option<u64> {
+        let c = self.0.client();
+        let l = c.lookup(dir, name).await.ok()?;
+        match l.obj_attributes {
+            Some(a) => Some(a.fileid),
+            None => Some(c.getattr(&l.object).await.ok()?.fileid),
         }
     }
 
-    /// The inode of `name` in `dir` if it is open here and not yet
-    /// renamed away (LOOKUP only while some file is open).
-    async fn open_target(
-        &self,
-        m: &Mount<&T>,
-        dir: &NfsFh3,
-        name: &[u8],
-    ) -> Option<(INodeNo, u64)> {
-        if self
-            .opens
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
-        {
-            return None;
-        }
-        let l = m.client().lookup(dir, name).await.ok()?;
-        let fileid = match l.obj_attributes {
-            Some(a) => a.fileid,
-            None => m.client().getattr(&l.object).await.ok()?.fileid,
-        };
-        let ino = self.inodes.ino(fileid)?;
-        let opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
-        opens.needs_hiding(ino).then_some((ino, fileid))
+    async fn rename(&self, dir: &NfsFh3, from: &[u8], to: &str) -> Res<()> {
+        nfs(self.0.client().rename(dir, from, dir, to).await).map(drop)
     }
 
-    /// Renames `name` in `dir` to a hidden name if it is a file open
-    /// here: it then outlives the unlink or the RENAME over it until its
-    /// last close. Returns whether it did.
-    pub(super) async fn hide_if_open(
-        &self,
-        cred: &OpaqueAuth,
-        dir: &NfsFh3,
-        name: &[u8],
-    ) -> Res<bool> {
-        let m = self.mount.with_credential(cred.clone());
-        let Some((ino, fileid)) = self.open_target(&m, dir, name).await else {
-            return Ok(false);
-        };
-        let hidden = next_silly_name(fileid);
-        nfs(m.client().rename(dir, name, dir, &hidden).await)?;
-        tracing::debug!(hidden, "silly rename of a file open here");
-        let silly = Silly {
-            dir: dir.clone(),
-            name: hidden,
-            cred: cred.clone(),
-        };
-        let orphan = {
-            let mut opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
-            opens.hidden(ino, silly)
-        };
-        if let Some(s) = orphan {
-            self.remove_silly(&s).await;
-        }
-        Ok(true)
-    }
-
-    /// UNLINK: REMOVE (RFC 1813 §3.3.12), or a silly rename of a file
-    /// open here.
-    pub(super) async fn remove_or_hide(
-        &self,
-        cred: &OpaqueAuth,
-        dir: &NfsFh3,
-        name: &[u8],
-    ) -> Res<()> {
-        if self.hide_if_open(cred, dir, name).await? {
-            return Ok(());
-        }
-        let m = self.mount.with_credential(cred.clone());
-        nfs(m.client().remove(dir, name).await).map(drop)
-    }
-
-    /// At unmount: REMOVEs the silly-renamed files whose holders never
-    /// closed them.
-    pub(super) async fn remove_silly_left(&self) {
-        let left = {
-            let mut opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
-            opens.drain_silly()
-        };
-        for s in &left {
-            self.remove_silly(s).await;
-        }
+    async fn remove(&self, dir: &NfsFh3, name: &[u8]) -> Res<()> {
+        nfs(self.0.client().remove(dir, name).await).map(drop)
     }
 }
 

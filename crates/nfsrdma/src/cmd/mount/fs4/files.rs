@@ -17,7 +17,7 @@ use nfs_client::v4::{Create, OpenFile};
 use oncrpc::msg::OpaqueAuth;
 use oncrpc::ClientTransport;
 
-use super::super::silly::{next_silly_name, Silly};
+use super::super::hide::{Hider, Names};
 use super::super::unstable::{self, Target, Verf};
 use super::convert::fattr3;
 use super::{nfs, Entry, NfsFs4, Res, Session};
@@ -315,90 +315,20 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
                 tracing::debug!(error = %e, "CLOSE failed");
             }
         }
-        let silly = {
-            let mut opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
-            opens.closed(o.ino)
-        };
-        if let Some(s) = silly {
-            self.remove_silly(&s).await;
-        }
+        self.hider().closed(o.ino).await;
         r
     }
 
-    async fn remove_silly(&self, s: &Silly<NfsFh4>) {
-        if let Err(e) = self.as_cred(s.cred.clone()).remove(&s.dir, &s.name).await {
-            tracing::warn!(name = %s.name, error = %e, "removing a silly-renamed file failed");
+    /// The silly rename over this mount's open files, its COMPOUNDs
+    /// made as the credential given.
+    pub(super) fn hider<'a>(
+        &'a self,
+    ) -> Hider<'a, NfsFh4, impl Fn(OpaqueAuth) -> V4Names<'a, T> + 'a> {
+        Hider {
+            opens: &self.opens,
+            inodes: &self.inodes,
+            names: move |cred| V4Names(self.as_cred(cred)),
         }
-    }
-
-    /// The inode and file id of `name` in `dir` if it is open here and
-    /// not yet renamed away (LOOKUP only while some file is open).
-    async fn open_target(
-        &self,
-        s: &Session<&T>,
-        dir: &NfsFh4,
-        name: &[u8],
-    ) -> Option<(INodeNo, u64)> {
-        if self
-            .opens
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
-        {
-            return None;
-        }
-        let (_, a) = s.lookup_attrs(dir, name).await.ok()?;
-        let fileid = a.fileid?;
-        let ino = self.inodes.ino(fileid)?;
-        let opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
-        opens.needs_hiding(ino).then_some((ino, fileid))
-    }
-
-    /// Renames `name` in `dir` to a hidden name if it is a file open
-    /// here, so that it outlives the unlink or the RENAME over it until
-    /// its last close. Returns whether it did.
-    pub(super) async fn hide_if_open(
-        &self,
-        cred: &OpaqueAuth,
-        dir: &NfsFh4,
-        name: &[u8],
-    ) -> Res<bool> {
-        let s = self.as_cred(cred.clone());
-        let Some((ino, fileid)) = self.open_target(&s, dir, name).await else {
-            return Ok(false);
-        };
-        let hidden = next_silly_name(fileid);
-        let from = std::str::from_utf8(name).map_err(|_| Errno::EINVAL)?;
-        nfs(s.rename(dir, from, dir, &hidden).await)?;
-        tracing::debug!(hidden, "silly rename of a file open here");
-        let silly = Silly {
-            dir: dir.clone(),
-            name: hidden,
-            cred: cred.clone(),
-        };
-        let orphan = {
-            let mut opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
-            opens.hidden(ino, silly)
-        };
-        if let Some(s) = orphan {
-            self.remove_silly(&s).await;
-        }
-        Ok(true)
-    }
-
-    /// UNLINK: REMOVE (RFC 8881 §18.25), or a silly rename of a file open
-    /// here.
-    pub(super) async fn remove_or_hide(
-        &self,
-        cred: &OpaqueAuth,
-        dir: &NfsFh4,
-        name: &[u8],
-    ) -> Res<()> {
-        if self.hide_if_open(cred, dir, name).await? {
-            return Ok(());
-        }
-        let n = std::str::from_utf8(name).map_err(|_| Errno::EINVAL)?;
-        nfs(self.as_cred(cred.clone()).remove(dir, n).await)
     }
 
     /// At unmount: CLOSEs what the kernel left open and REMOVEs the
@@ -415,13 +345,30 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
             }
         }
         self.return_delegations().await;
-        let silly = {
-            let mut opens = self.opens.lock().unwrap_or_else(|p| p.into_inner());
-            opens.drain_silly()
-        };
-        for s in &silly {
-            self.remove_silly(s).await;
-        }
+        self.hider().remove_left().await;
+    }
+}
+
+/// NFSv4 LOOKUP, RENAME and REMOVE (RFC 8881 §18.13, §18.26, §18.25) as
+/// one caller, for the silly rename.
+pub(super) struct V4Names<'a, T>(Session<&'a T>);
+
+fn utf8(name: &[u8]) -> Res<&str> {
+    std::str::from_utf8(name).map_err(|_| Errno::EINVAL)
+}
+
+impl<T: ClientTransport> Names<NfsFh4> for V4Names<'_, T> {
+    async fn fileid(&self, dir: &NfsFh4, name: &[u8]) -> Option<u64> {
+        let (_, a) = self.0.lookup_attrs(dir, name).await.ok()?;
+        a.fileid
+    }
+
+    async fn rename(&self, dir: &NfsFh4, from: &[u8], to: &str) -> Res<()> {
+        nfs(self.0.rename(dir, utf8(from)?, dir, to).await)
+    }
+
+    async fn remove(&self, dir: &NfsFh4, name: &[u8]) -> Res<()> {
+        nfs(self.0.remove(dir, utf8(name)?).await)
     }
 }
 
