@@ -337,14 +337,13 @@ fn a_user_works_on_a_project_over_nfs42_rdma() {
 }
 
 /// Opens under write delegations served locally (`deleg_opens=write`).
-/// Fails while the server's handle of a file created under one name
-/// goes STALE once that name is removed though another link remains
-/// (git writes `tmp_obj_*`, links the object's name, unlinks the
-/// temporary one): an open served locally reaches the server first at
-/// `fstat`, which gets ESTALE, where an OPEN would have been retried by
-/// the kernel after a fresh LOOKUP (docs/client.md).
+/// git writes `tmp_obj_*`, links the object's name and unlinks the
+/// temporary one; an open served locally reaches the server first at
+/// `fstat`, so this failed (ESTALE) while the server's handle of a file
+/// went STALE once the name it was created under was removed though
+/// another link remained (docs/client.md, docs/hardening.md "Hard
+/// links").
 #[test]
-#[ignore = "the server's handle of a hard-linked file goes STALE when its first name is removed"]
 fn a_user_works_on_a_project_over_nfs41_tcp_with_write_delegation_opens() {
     a_user_works_on_a_project_with("project4w-tcp", false, "vers=4.1,deleg_opens=write");
 }
