@@ -335,15 +335,3 @@ fn a_user_works_on_a_project_over_nfs41_tcp() {
 fn a_user_works_on_a_project_over_nfs42_rdma() {
     a_user_works_on_a_project_with("project4-rdma", true, "vers=4.2");
 }
-
-/// Opens under write delegations served locally (`deleg_opens=write`).
-/// git writes `tmp_obj_*`, links the object's name and unlinks the
-/// temporary one; an open served locally reaches the server first at
-/// `fstat`, so this failed (ESTALE) while the server's handle of a file
-/// went STALE once the name it was created under was removed though
-/// another link remained (docs/client.md, docs/hardening.md "Hard
-/// links").
-#[test]
-fn a_user_works_on_a_project_over_nfs41_tcp_with_write_delegation_opens() {
-    a_user_works_on_a_project_with("project4w-tcp", false, "vers=4.1,deleg_opens=write");
-}

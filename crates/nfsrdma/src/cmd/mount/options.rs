@@ -85,9 +85,9 @@ pub(crate) enum DelegOpens {
     /// `none`: every open goes to the server.
     None,
     /// `read`: opens for reading under a read delegation.
-    #[default]
     Read,
     /// `write`: those, and any open under a write delegation.
+    #[default]
     Write,
 }
 
@@ -241,9 +241,9 @@ mod tests {
     }
 
     #[test]
-    fn deleg_opens_defaults_to_read() {
+    fn deleg_opens_defaults_to_write() {
         let d = |o: &str| MountOpts::parse(&[o]).unwrap().deleg_opens;
-        assert_eq!(d("ro"), DelegOpens::Read);
+        assert_eq!(d("ro"), DelegOpens::Write);
         assert_eq!(d("deleg_opens=none"), DelegOpens::None);
         assert_eq!(d("deleg_opens=write,deleg_opens=read"), DelegOpens::Read);
         assert_eq!(d("deleg_opens=write"), DelegOpens::Write);

@@ -1,14 +1,13 @@
 //! Delegations in the NFSv4 mount (RFC 8881 §10.2, §10.4): the session's
 //! back channel answers CB_RECALL and CB_GETATTR
 //! ([`nfs_client::v4::Delegations`]); OPENs take the delegations the
-//! server offers, and while a read delegation is held the opens for
-//! reading of its file by the process credential that took it are
-//! served here without an OPEN (§10.4), reading with the delegation
-//! stateid (§8.2.1) and keeping the kernel's cached data (no other
-//! client can change the file). Another caller's open still goes to the
-//! server, which checks its access (§18.16.3). Write delegations are
-//! taken (CB_GETATTR answers for them, recalls return them) but opens
-//! under them still go to the server (see [`NfsFs4::delegated_open`]).
+//! server offers, and while one is held the opens of its file by the
+//! process credential that took it are served here without an OPEN
+//! (§10.4): for reading under a read delegation, for any access under a
+//! write delegation (`-o deleg_opens=` narrows that), their I/O with the
+//! delegation stateid (§8.2.1), keeping the kernel's cached data (no
+//! other client can change the file). Another caller's open still goes
+//! to the server, which checks its access (§18.16.3).
 //!
 //! A recall (§10.4.1, §20.2) is handled in the background as Linux's
 //! client does: each open served locally is made real with OPEN
