@@ -28,6 +28,8 @@ pub(crate) struct QpCtx {
     pub(crate) qpn: QpNum,
     pub(crate) attrs: QpAttrs,
     pub(crate) crc: bool,
+    /// The receive side's staging buffer size (`SoftConfig::rx_stage`).
+    pub(crate) rx_stage: usize,
     pub(crate) send_cq: CompletionQueue,
     pub(crate) recv_cq: CompletionQueue,
 }

@@ -98,7 +98,23 @@ pub struct SoftConfig {
     /// (shared/kpeer/README.md, bug B); 200 ms covers it under emulation.
     /// Zero disables the wait.
     pub first_send_delay: Duration,
+    /// Bytes a queue pair's receive side reads from its socket in one
+    /// system call beyond the payload it can place directly: the rest of
+    /// the stream waiting there (trailers, headers, whole later FPDUs) is
+    /// deframed from this buffer, its payload copied to its place. Larger
+    /// means fewer system calls per byte; raised to [`MIN_RX_STAGE`] (a
+    /// 4 KiB Send whole in one read). Each queue pair holds one buffer of
+    /// this size while it runs.
+    pub rx_stage: usize,
 }
+
+/// The default [`SoftConfig::rx_stage`]: 256 KiB, four 64 KiB FPDUs per
+/// read (docs/softrnic.md, "One read per wake-up").
+pub const RX_STAGE: usize = 256 * 1024;
+
+/// The smallest [`SoftConfig::rx_stage`]: an untagged FPDU with 4 KiB of
+/// payload (an RPC-over-RDMA inline message) and the next FPDU's header.
+pub const MIN_RX_STAGE: usize = rx::SMALL_FPDU + rx::LOOKAHEAD;
 
 impl Default for SoftConfig {
     fn default() -> Self {
@@ -114,6 +130,7 @@ impl Default for SoftConfig {
             max_handshakes: 128,
             max_handshakes_per_client: 8,
             first_send_delay: Duration::from_millis(200),
+            rx_stage: RX_STAGE,
         }
     }
 }

@@ -54,6 +54,7 @@ pub(crate) fn prepare(
         qpn: QpNum(dev.inner.next_qp.fetch_add(1, Ordering::Relaxed)),
         attrs,
         crc: est.crc,
+        rx_stage: cfg.rx_stage.max(crate::MIN_RX_STAGE),
         send_cq: config.send_cq,
         recv_cq: config.recv_cq,
     };

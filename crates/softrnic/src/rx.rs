@@ -1,14 +1,20 @@
 //! The receive side of a queue pair.
 //!
-//! It reads each FPDU in pieces — length field and DDP header into a small
-//! header buffer (sized by [`deframe::shape`], the `iwarp` deframer's view
-//! of the framing), then the payload *straight from the socket into its
-//! destination* (the registered region through [`MrTable::place_direct`],
-//! or the posted receive buffer), then pad and CRC — so payload never
-//! passes through a staging buffer (RFC 5041 §3, direct data placement).
+//! Each wake-up reads what the socket holds in one system call. While the
+//! engine waits for payload whose place is known (a registered region at a
+//! validated STag and TO, or a posted receive buffer), the read goes
+//! *straight into that place* through [`MrTable::place_direct`] (RFC 5041
+//! §3, direct data placement) and, in the same vectored read, on into a
+//! staging buffer of `SoftConfig::rx_stage` bytes; otherwise it goes into
+//! the staging buffer alone. Everything staged — trailers, headers, whole
+//! later FPDUs, the first part of the next one's payload — is deframed by
+//! the engine and its payload copied to its place; an FPDU cut by the end of
+//! the read stays with the deframer, and the rest of its payload is read
+//! straight into its place on the next wake-up.
 //!
-//! The last payload piece of an FPDU is read with one vectored read together
-//! with pad, CRC and the next FPDU's first 16 bytes (a whole tagged header).
+//! Before, each FPDU cost its own read (one `readv` per 64 KiB of a bulk
+//! transfer); now a read takes as much of a run of FPDUs as the socket has,
+//! at the price of copying the payload that lands in the staging buffer.
 //!
 //! [`MrTable::place_direct`]: rnic::MrTable::place_direct
 
@@ -16,7 +22,6 @@ use std::io::{self, IoSliceMut};
 use std::sync::{Arc, MutexGuard};
 
 use iwarp::conn::{PlaceTarget, Placement};
-use iwarp::deframe::{self, FpduShape};
 use iwarp::wire::{ddp, fpdu};
 use rnic::{Access, CloseReason, QpEvent, Stag, TaggedAccess};
 use tokio::io::AsyncReadExt;
@@ -48,174 +53,93 @@ pub(crate) async fn rx_task(sh: Arc<Shared>, mut rd: OwnedReadHalf) {
     sh.tx_wake.notify_one();
 }
 
-async fn read_exact(rd: &mut OwnedReadHalf, buf: &mut [u8]) -> Result<(), RxEnd> {
-    rd.read_exact(buf).await.map(drop).map_err(|_| RxEnd::Lost)
-}
+/// The shortest FPDU header (length field and tagged DDP header).
+pub(crate) const LOOKAHEAD: usize = fpdu::LEN_FIELD + ddp::TAGGED_HEADER_LEN;
 
-/// Bytes of the next FPDU read together with the current trailer: the
-/// shortest header (length field and tagged DDP header), so a read never takes
-/// a payload byte before its destination is known; a tagged header arrives
-/// whole with the previous FPDU's trailer.
-const LOOKAHEAD: usize = fpdu::LEN_FIELD + ddp::TAGGED_HEADER_LEN;
-
-/// Pad, CRC and the next FPDU's lookahead, read in the same system call as
-/// the end of the payload.
-const TAIL: usize = 3 + fpdu::CRC_LEN + LOOKAHEAD;
+/// An untagged FPDU with 4 KiB of payload (an RPC-over-RDMA v2 inline
+/// message): the staging buffer takes at least one whole, with the next
+/// header, so a small Send costs one read.
+pub(crate) const SMALL_FPDU: usize = fpdu::fpdu_len(ddp::UNTAGGED_HEADER_LEN + 4096);
 
 async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
-    let mut head = [0u8; iwarp::deframe::MAX_HEADER];
-    let mut tail = [0u8; TAIL];
-    let mut got = 0;
+    let mut stage = vec![0u8; sh.ctx.rx_stage];
     loop {
-        if got == 0 {
-            // Between FPDUs with nothing of the next one read: let the
-            // consumer woken by this FPDU's completion run (and post its
-            // answer) before this task asks the socket again.
-            tokio::task::yield_now().await;
-        }
-        // Length field and the DDP control octet, whose T bit sizes the header.
-        while got < fpdu::LEN_FIELD + 1 {
-            match rd.read(&mut head[got..LOOKAHEAD]).await {
-                Ok(0) if got == 0 => return RxEnd::Eof,
-                Ok(0) | Err(_) => return RxEnd::Lost,
-                Ok(n) => got += n,
+        let (placement, boundary) = {
+            let st = sh.lock();
+            if st.core.finished {
+                return RxEnd::Closed;
             }
-        }
-        // The deframer's view of the FPDU's framing; a ULPDU shorter than
-        // its header goes to the engine, which refuses it (Terminate).
-        let shape = deframe::shape(&head[..got]);
-        if let Some(FpduShape {
-            tagged: false,
-            fpdu_len: total,
-            ..
-        }) = shape.filter(|s| s.fpdu_len <= SMALL_FPDU)
-        {
-            // A short untagged FPDU (a small Send, a Read Request, a
-            // Terminate): the rest of it and the next one's lookahead in
-            // one read.
-            let mut small = [0u8; SMALL_FPDU + LOOKAHEAD];
-            small[..got].copy_from_slice(&head[..got]);
-            let mut filled = got;
-            while filled < total {
-                match rd.read(&mut small[filled..total + LOOKAHEAD]).await {
+            (
+                st.core.conn.poll_placement(),
+                st.core.conn.at_fpdu_boundary(),
+            )
+        };
+        let staged = match placement {
+            Some(p) => match place(sh, rd, p, &mut stage).await {
+                Ok(extra) => extra,
+                Err(e) => return e,
+            },
+            None => {
+                if boundary {
+                    // Between FPDUs: let the consumer woken by the last
+                    // completion run (and post its answer) before this
+                    // task asks the socket again.
+                    tokio::task::yield_now().await;
+                }
+                match rd.read(&mut stage).await {
+                    Ok(0) if boundary => return RxEnd::Eof,
                     Ok(0) | Err(_) => return RxEnd::Lost,
-                    Ok(n) => filled += n,
+                    Ok(n) => n,
                 }
             }
-            if let Err(e) = feed_small(sh, &small[..total]) {
+        };
+        if staged > 0 {
+            if let Err(e) = feed(sh, &stage[..staged]) {
                 return e;
-            }
-            got = filled - total;
-            head[..got].copy_from_slice(&small[total..filled]);
-            continue;
-        }
-        let Some(shape) = shape else {
-            // Refused by the engine: it sends the Terminate.
-            return feed(sh, &head[..got]).err().unwrap_or(RxEnd::Lost);
-        };
-        let head_len = shape.header_len.max(got);
-        if let Err(e) = read_exact(rd, &mut head[got..head_len]).await {
-            return e;
-        }
-        if let Err(e) = feed(sh, &head[..head_len]) {
-            return e;
-        }
-        got = 0;
-        let Some(mut remaining) = shape.fpdu_len.checked_sub(head_len) else {
-            return RxEnd::Lost;
-        };
-        let trailer = shape.trailer_len;
-        while remaining > 0 {
-            let placement = {
-                let st = sh.lock();
-                if st.core.finished {
-                    return RxEnd::Closed;
-                }
-                st.core.conn.poll_placement()
-            };
-            match placement {
-                Some(p) => {
-                    // The last payload piece reads trailer and lookahead too.
-                    let want = p.len.min(remaining);
-                    let t = if want + trailer == remaining {
-                        &mut tail[..trailer + LOOKAHEAD]
-                    } else {
-                        &mut tail[..0]
-                    };
-                    let (n, extra) = match place(sh, rd, p, want, t).await {
-                        Ok(r) => r,
-                        Err(e) => return e,
-                    };
-                    remaining -= n;
-                    if extra > 0 {
-                        let k = extra.min(remaining);
-                        if let Err(e) = feed(sh, &tail[..k]) {
-                            return e;
-                        }
-                        remaining -= k;
-                        got = extra - k;
-                        head[..got].copy_from_slice(&tail[k..extra]);
-                    }
-                }
-                None => {
-                    // Inline body or trailer. The last piece of the FPDU is
-                    // read together with up to LOOKAHEAD bytes of the next one.
-                    let mut buf = [0u8; 256 + LOOKAHEAD];
-                    let want = remaining.min(256);
-                    let limit = if want == remaining {
-                        want + LOOKAHEAD
-                    } else {
-                        want
-                    };
-                    let mut filled = 0;
-                    while filled < want {
-                        match rd.read(&mut buf[filled..limit]).await {
-                            Ok(0) | Err(_) => return RxEnd::Lost,
-                            Ok(n) => filled += n,
-                        }
-                    }
-                    if let Err(e) = feed(sh, &buf[..want]) {
-                        return e;
-                    }
-                    got = filled - want;
-                    head[..got].copy_from_slice(&buf[want..filled]);
-                    remaining -= want;
-                }
             }
         }
     }
 }
 
-/// The largest untagged FPDU read whole into the receive task's buffer: its
-/// Send payload (up to 4 KiB, an RPC-over-RDMA v2 inline message) is then
-/// copied into the receive buffer, which costs less than the two extra
-/// system calls of reading it in place. Tagged payload is never copied.
-const SMALL_FPDU: usize = fpdu::fpdu_len(ddp::UNTAGGED_HEADER_LEN + 4096);
-
-/// Hands a whole short FPDU to the engine, copying Send payload into the
-/// posted receive buffer.
-fn feed_small(sh: &Shared, bytes: &[u8]) -> Result<(), RxEnd> {
+/// Hands staged stream bytes to the engine, copying payload to its place
+/// (the posted receive buffer, or the registered region the engine
+/// validated), then lets the engine's output go.
+fn feed(sh: &Shared, bytes: &[u8]) -> Result<(), RxEnd> {
     let mut st = sh.lock();
-    let core = &mut st.core;
+    let result = feed_locked(sh, &mut st.core, bytes);
+    pump_and_wake(sh, st);
+    result
+}
+
+fn feed_locked(sh: &Shared, core: &mut Core, bytes: &[u8]) -> Result<(), RxEnd> {
     if core.finished {
         return Err(RxEnd::Closed);
     }
     let mut off = 0;
-    let mut result = Ok(());
     while off < bytes.len() {
         if let Some(p) = core.conn.poll_placement() {
-            let PlaceTarget::Recv { wr_id, offset } = p.target else {
-                result = Err(RxEnd::Lost);
-                break;
-            };
-            let Some(data) = bytes.get(off..off + p.len.min(bytes.len() - off)) else {
-                result = Err(RxEnd::Lost);
-                break;
-            };
-            let Core { conn, recvs, .. } = &mut *core;
-            let Some((_, buf)) = recvs.get_mut(&wr_id) else {
-                result = Err(RxEnd::Lost);
-                break;
+            let data = &bytes[off..off + p.len.min(bytes.len() - off)];
+            copy_payload(sh, core, p.target, data)?;
+            core.conn.placed(data).map_err(|_| RxEnd::Closed)?;
+            off += data.len();
+            continue;
+        }
+        match core.with_engine(&sh.ctx, |conn, mem| conn.handle_bytes(&bytes[off..], mem)) {
+            // Only pending payload stops the engine, and that is placed above.
+            Ok(0) => return Err(RxEnd::Lost),
+            Ok(n) => off += n,
+            Err(_) => return Err(RxEnd::Closed),
+        }
+    }
+    Ok(())
+}
+
+/// Copies staged payload to its place.
+fn copy_payload(sh: &Shared, core: &mut Core, to: PlaceTarget, data: &[u8]) -> Result<(), RxEnd> {
+    match to {
+        PlaceTarget::Recv { wr_id, offset } => {
+            let Some((_, buf)) = core.recvs.get_mut(&wr_id) else {
+                return Err(RxEnd::Lost);
             };
             // The engine admitted the segment only if it fits the buffer.
             buf.truncate(offset);
@@ -223,54 +147,21 @@ fn feed_small(sh: &Shared, bytes: &[u8]) -> Result<(), RxEnd> {
                 buf.resize(offset, 0);
             }
             buf.extend_from_slice(data);
-            if conn.placed(data).is_err() {
-                result = Err(RxEnd::Closed);
-                break;
-            }
-            off += data.len();
-            continue;
+            Ok(())
         }
-        match core.with_engine(&sh.ctx, |conn, mem| conn.handle_bytes(&bytes[off..], mem)) {
-            Ok(0) => {
-                result = Err(RxEnd::Lost);
-                break;
-            }
-            Ok(n) => off += n,
-            Err(_) => {
-                result = Err(RxEnd::Closed);
-                break;
-            }
+        PlaceTarget::Tagged { stag, to } => {
+            // The engine checked the access; the table checks again under
+            // its lock, so a region invalidated since is never written.
+            let a = TaggedAccess {
+                pd: sh.ctx.pd,
+                stag,
+                to,
+                len: data.len() as u64,
+                need: Access::empty(),
+            };
+            sh.ctx.table.place_copy(a, data).map_err(|_| RxEnd::Lost)
         }
     }
-    pump_and_wake(sh, st);
-    result
-}
-
-/// Hands header, inline or trailer bytes to the engine.
-fn feed(sh: &Shared, bytes: &[u8]) -> Result<(), RxEnd> {
-    let mut st = sh.lock();
-    let core = &mut st.core;
-    if core.finished {
-        return Err(RxEnd::Closed);
-    }
-    let mut off = 0;
-    let mut result = Ok(());
-    while off < bytes.len() {
-        match core.with_engine(&sh.ctx, |conn, mem| conn.handle_bytes(&bytes[off..], mem)) {
-            Ok(0) => {
-                // Only payload stops the engine, and payload is never fed here.
-                result = Err(RxEnd::Lost);
-                break;
-            }
-            Ok(n) => off += n,
-            Err(_) => {
-                result = Err(RxEnd::Closed);
-                break;
-            }
-        }
-    }
-    pump_and_wake(sh, st);
-    result
 }
 
 /// Lets the engine post what the bytes just fed produced and sends the
@@ -299,17 +190,15 @@ fn needs_tx(st: &Locked) -> bool {
     core.conn.has_transmit() || !core.conn.is_open() || core.finished || !st.out.is_empty()
 }
 
-/// Reads up to `want` payload bytes from the socket straight into their
-/// destination, and after them (when `tail` is not empty, for the end of the
-/// payload) trailer and lookahead bytes into `tail`, in one system call;
-/// returns the payload bytes placed and the `tail` bytes read.
+/// Reads the pending payload from the socket straight into its place and,
+/// in the same system call, what follows it into `stage`; returns the bytes
+/// staged.
 async fn place(
     sh: &Shared,
     rd: &mut OwnedReadHalf,
     p: Placement,
-    want: usize,
-    tail: &mut [u8],
-) -> Result<(usize, usize), RxEnd> {
+    stage: &mut [u8],
+) -> Result<usize, RxEnd> {
     loop {
         rd.readable().await.map_err(|_| RxEnd::Lost)?;
         let mut st = sh.lock();
@@ -319,17 +208,17 @@ async fn place(
         }
         let read = match p.target {
             PlaceTarget::Tagged { stag, to } => {
-                place_tagged(sh, core, rd, stag, to, want, &mut *tail)?
+                place_tagged(sh, core, rd, stag, to, p.len, &mut *stage)?
             }
             PlaceTarget::Recv { wr_id, offset } => {
-                place_recv(core, rd, wr_id, offset, want, &mut *tail)?
+                place_recv(core, rd, wr_id, offset, p.len, &mut *stage)?
             }
         };
         match read {
             Ok((0, _)) => return Err(RxEnd::Lost),
-            Ok(n) => {
+            Ok((_, extra)) => {
                 core.pump(&sh.ctx);
-                return Ok(n);
+                return Ok(extra);
             }
             Err(e) if would_block(&e) => continue,
             Err(_) => return Err(RxEnd::Lost),

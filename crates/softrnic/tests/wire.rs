@@ -13,7 +13,7 @@ use rnic::{
     ReadWr, RecvWr, SendWr, TerminateCause, WcOpcode, WcStatus, WorkCompletion, WriteWr,
 };
 use softrnic::{SoftConfig, SoftDevice};
-use testkit::conformance::{connect_pair, Harness};
+use testkit::conformance::{connect_pair, placed_bytes, Harness};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -42,9 +42,10 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-/// A 1 MiB RDMA Write and a 1 MiB RDMA Read cross many FPDUs (MULPDU 16 KiB
-/// by default) and land byte-exact, every byte placed straight from the
-/// socket: no staging copy on either device.
+/// A 1 MiB RDMA Write and a 1 MiB RDMA Read cross many FPDUs and land
+/// byte-exact, every byte placed once (straight from the socket, or copied
+/// from the receive side's staging buffer when a socket read took it with
+/// the FPDU before).
 #[tokio::test]
 async fn large_write_and_read_are_placed_directly_across_segments() {
     let h = Tcp(SoftConfig {
@@ -102,15 +103,65 @@ async fn large_write_and_read_are_placed_directly_across_segments() {
 
     let server_stats = p.server.mr_table().stats();
     let client_stats = p.client.mr_table().stats();
-    assert_eq!(server_stats.bytes_placed_direct, LEN as u64);
-    assert_eq!(client_stats.bytes_placed_direct, LEN as u64);
-    assert_eq!(
-        server_stats.bytes_copied_staging + client_stats.bytes_copied_staging,
-        0
-    );
+    assert_eq!(placed_bytes(server_stats), LEN as u64);
+    assert_eq!(placed_bytes(client_stats), LEN as u64);
     let written = target.invalidate().buf;
     assert_eq!(&written[..8], &[0u8; 8]);
     assert_eq!(&written[8..], &data[..]);
+    assert_eq!(&sink.invalidate().buf[..], &data[..]);
+}
+
+/// With the smallest staging buffer (`rx_stage` raised to
+/// `MIN_RX_STAGE`, far below a 64 KiB FPDU) every socket read ends inside an
+/// FPDU: the deframer keeps the partial FPDU, and the rest of its payload
+/// goes straight into the region on the next read. A 1 MiB Write and Read
+/// land byte-exact, each byte placed once, most of them directly.
+#[tokio::test]
+async fn a_small_staging_buffer_places_the_rest_of_each_fpdu_directly() {
+    let h = Tcp(SoftConfig {
+        rx_stage: 0,
+        ..SoftConfig::default()
+    });
+    let p = connect_pair(&h, 0, 1).await;
+    const LEN: usize = 1 << 20;
+    let target = p
+        .server_pd
+        .register(
+            BytesMut::zeroed(LEN),
+            Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
+        .unwrap();
+    let data = Bytes::from(pattern(LEN, 3));
+    p.cqp
+        .post_write(WriteWr {
+            wr_id: 1,
+            data: vec![data.clone()],
+            remote_stag: target.stag(),
+            remote_to: 0,
+        })
+        .unwrap();
+    assert_eq!(next(p.cqp.send_cq()).await.status, WcStatus::Success);
+    let sink = p
+        .client_pd
+        .register(BytesMut::zeroed(LEN), Access::LOCAL_WRITE)
+        .unwrap();
+    p.cqp
+        .post_read(ReadWr {
+            wr_id: 2,
+            local_stag: sink.stag(),
+            local_to: 0,
+            len: LEN as u32,
+            remote_stag: target.stag(),
+            remote_to: 0,
+        })
+        .unwrap();
+    let wc = next(p.cqp.send_cq()).await;
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, LEN as u32));
+    for stats in [p.server.mr_table().stats(), p.client.mr_table().stats()] {
+        assert_eq!(placed_bytes(stats), LEN as u64);
+        assert!(stats.bytes_placed_direct > LEN as u64 / 2, "{stats:?}");
+    }
+    assert_eq!(&target.invalidate().buf[..], &data[..]);
     assert_eq!(&sink.invalidate().buf[..], &data[..]);
 }
 

@@ -424,6 +424,12 @@ impl Connection {
         self.deframer.bytes_wanted()
     }
 
+    /// Whether the stream sits between FPDUs (no partial FPDU taken): a
+    /// close of the stream here is an orderly end, elsewhere a loss.
+    pub fn at_fpdu_boundary(&self) -> bool {
+        self.deframer.at_boundary()
+    }
+
     /// Payload the shell must place before `handle_bytes` continues.
     pub fn poll_placement(&self) -> Option<Placement> {
         match self.rx {
