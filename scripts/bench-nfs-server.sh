@@ -10,6 +10,10 @@
 #           to /dev/shm; MB/s and the server's CPU seconds per GiB
 #   bench   our client, `nfsrdma bench --url` sequential read of the same
 #           size, 1 MiB READs x 4 in flight; MiB/s and server CPU s/GiB
+#   write   `nfsrdma bench --url --ops write`: WRITE_MIB (default 256) MiB
+#           of UNSTABLE 1 MiB WRITEs x 4 in flight to a file in BENCH_DIR,
+#           then COMMIT (so the disk's write-back is in the figure); MiB/s
+#           and server CPU s/GiB (not in the default PHASES)
 #   random  `nfsrdma bench --url --pattern random`, 4 KiB READs x 32 in
 #           flight for RAND_SECS (default 3) s; IOPS, p50 and p99 latency
 #   list    50,000-entry directory listed with READDIRPLUS by libnfs nfs-ls
@@ -59,6 +63,7 @@ NFSLS=${NFSLS:-/usr/bin/nfs-ls}
 BENCH_DIR=${BENCH_DIR:-/var/tmp/nfs-bench}
 PHASES=${PHASES:-cp bench random list meta}
 RAND_SECS=${RAND_SECS:-3}
+WRITE_MIB=${WRITE_MIB:-256}
 LIST_N=50000
 OUR_PORT=12049
 OUR_MOUNT_PORT=12048
@@ -76,7 +81,7 @@ if [ -z "${BENCH_IN_NS:-}" ]; then
     [ -x "$NFSCP" ] || { echo "$NFSCP missing (Debian libnfs-utils)" >&2; exit 2; }
     [ -x "$NFSLS" ] || { echo "$NFSLS missing (Debian libnfs-utils)" >&2; exit 2; }
     T0=$(date +%s)
-    BENCH_IN_NS=1 PHASES=$PHASES RAND_SECS=$RAND_SECS unshare --net --mount --propagation private bash "$0" "$@"
+    BENCH_IN_NS=1 PHASES=$PHASES RAND_SECS=$RAND_SECS WRITE_MIB=$WRITE_MIB unshare --net --mount --propagation private bash "$0" "$@"
     rc=$?
     echo "wall time: $(( $(date +%s) - T0 )) s; logs in $OUT" >&2
     exit $rc
@@ -202,6 +207,12 @@ phase_bench() {
     awk -v m="$(csv_col "$OUT/bench-$1-$2.csv" mib_s)" -v t="$3" -v s="$4" -v h="$TICK" -v n="$BYTES" \
         'BEGIN{g=n/1073741824; printf "%.1f %.3f %.0f\n", m, t/h/g, s/g}'
 }
+phase_write() {
+    local t; t=$(bench_run "$1" "$2" write client/ --ops write --read-sizes 1m --in-flight 4 --size "${WRITE_MIB}m")
+    set -- "$1" "$2" $t
+    awk -v m="$(csv_col "$OUT/write-$1-$2.csv" mib_s)" -v t="$3" -v s="$4" -v h="$TICK" -v n="$((WRITE_MIB * 1048576))" \
+        'BEGIN{g=n/1073741824; printf "%.1f %.3f %.0f\n", m, t/h/g, s/g}'
+}
 phase_random() {
     local t f=$OUT/random-$1-$2.csv; t=$(bench_run "$1" "$2" random client/ --pattern random --read-sizes 4k \
         --in-flight 32 --seconds "$RAND_SECS" --size "${SIZE_MIB}m")
@@ -284,6 +295,8 @@ for phase in $PHASES; do
         row "nfs-cp server context switches/GiB" cp 3 ;;
     bench) row "nfsrdma bench read 1m x 4 MiB/s" bench 1; row "nfsrdma bench server CPU s/GiB" bench 2
         row "nfsrdma bench server context switches/GiB" bench 3 ;;
+    write) row "nfsrdma bench write 1m x 4 MiB/s" write 1; row "nfsrdma bench write server CPU s/GiB" write 2
+        row "nfsrdma bench write server context switches/GiB" write 3 ;;
     random) row "4k random read x 32 IOPS" random 1; row "4k random read p50 us" random 5
         row "4k random read p99 us" random 2
         row "4k random read server CPU us/READ" random 3
@@ -292,6 +305,16 @@ for phase in $PHASES; do
     meta) row "LOOKUP+GETATTR x 32 calls/s" meta 1; row "LOOKUP+GETATTR p99 us" meta 2 ;;
     esac
 done
+if [ -n "${PERFSTAT:-}" ]; then
+    echo
+    echo "perf stat of the first run of each phase, system calls and context switches:"
+    for phase in $PHASES; do
+        for name in $SERVERS; do
+            awk -F, -v p="$phase" -v n="$name" '$3 ~ /sys_enter|context-switches/ {
+                printf "  %-7s %-8s %-26s %12d\n", p, n, $3, $1 }' "$OUT/perfstat-$phase-$name.txt" 2>/dev/null || true
+        done
+    done
+fi
 if [ -n "${PERFSTAT:-}" ] && [[ " $PHASES " == *" random "* ]]; then
     echo
     echo "perf stat of the first random run, per READ (reads from its csv):"

@@ -354,8 +354,9 @@ impl<S: Storage> RpcService for Nfs3Service<S> {
         // calls do not yield), except for a READ, which yields itself
         // before it would wait for the disk (`Storage::read_checked`):
         // one whose data is cached is served inline, without a task of
-        // its own.
-        if !matches!(a, Args3::Read(_)) {
+        // its own; and a GETATTR, one `statx` of a name in a directory
+        // held open (`Storage::getattr`), which is cheaper than the task.
+        if !matches!(a, Args3::Read(_) | Args3::Getattr(_)) {
             tokio::task::yield_now().await;
         }
         match self.route(&a, &ctx) {

@@ -45,7 +45,7 @@ pub(super) static HELD_FILES: Limit = Limit::new("nfs.read_held_files");
 
 /// An open file a reply holds until it is sent; counted in [`HELD`].
 #[derive(Debug)]
-struct HeldFile(OwnedFd);
+struct HeldFile(Arc<OwnedFd>);
 
 impl FileSource for HeldFile {
     fn fd(&self) -> BorrowedFd<'_> {
@@ -66,7 +66,11 @@ impl Drop for HeldFile {
 /// `len` bytes of `f` at `offset` left in the file, when the READ is
 /// large enough, the page cache holds its ends and the bound allows;
 /// else `f` back.
-pub(crate) fn leave_in_file(f: OwnedFd, offset: u64, len: usize) -> Result<ReadData, OwnedFd> {
+pub(crate) fn leave_in_file(
+    f: Arc<OwnedFd>,
+    offset: u64,
+    len: usize,
+) -> Result<ReadData, Arc<OwnedFd>> {
     if len <= FILE_READ_MIN || !cached(&f, offset) || !cached(&f, offset + len as u64 - 1) {
         return Err(f);
     }

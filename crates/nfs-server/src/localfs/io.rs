@@ -12,6 +12,7 @@ use rustix::fs::{FallocateFlags, OFlags, SeekFrom};
 use rustix::io::Errno;
 
 use super::attrs::{errno_status, sx, Meta};
+use super::files::Access;
 use super::ops::open_for_listing;
 use super::resolve::Node;
 use super::{LocalFs, MAX_READ};
@@ -120,7 +121,12 @@ impl LocalFs {
         let n = self.resolve(fh)?;
         match &n.dir {
             Some(d) => sync_dir(d),
-            None if n.meta.is_file() => sync_fd(n.open(OFlags::RDONLY)?),
+            // The descriptor the WRITEs went through when it is kept (an
+            // open for writing would break a read delegation's lease).
+            None if n.meta.is_file() => match self.kept(&n, Access::Write) {
+                Some(fd) => sync_fd(&*fd),
+                None => sync_fd(&*self.open_kept(&n, Access::Read)?.0),
+            },
             None => Err(Nfsstat3::NFS3ERR_INVAL),
         }
     }

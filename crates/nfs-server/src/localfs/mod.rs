@@ -30,6 +30,7 @@ mod attrcache;
 mod attrs;
 mod copy;
 mod cursors;
+mod files;
 mod held;
 mod index;
 mod io;
@@ -94,6 +95,8 @@ pub struct LocalFs {
     attrs: AttrCache,
     /// Descriptors of leased files the server's own opens reuse.
     pins: pins::Pins,
+    /// Files kept open for READ, WRITE and COMMIT ([`files`]).
+    files: Arc<files::OpenFiles>,
     /// Whether UNSTABLE writes try `RWF_NOWAIT` first (cleared when the
     /// file system answers `EOPNOTSUPP`; see [`rw`]).
     nowait_writes: AtomicBool,
@@ -176,6 +179,7 @@ impl LocalFs {
             cursors: Cursors::new(cursors::MAX_CURSORS),
             attrs: AttrCache::new(attr_cache_default()),
             pins: pins::Pins::default(),
+            files: files::OpenFiles::new(files::MAX_OPEN_FILES, files::IDLE),
             nowait_writes: AtomicBool::new(true),
         })
     }
@@ -266,8 +270,11 @@ impl Storage for LocalFs {
         self.verifier
     }
 
+    /// On the calling thread, like a READ's resolution ([`rw`]): an
+    /// index lookup and a `statx` of a name in a directory held open, no
+    /// thread hand-off (`block_in_place` costs more than the `statx`).
     async fn getattr(&self, fh: &NfsFh3) -> StorageResult<Fattr3> {
-        blocking(|| Ok(self.resolve(fh)?.meta.fattr(self.fsid())))
+        Ok(self.resolve(fh)?.meta.fattr(self.fsid()))
     }
 
     async fn setattr(
@@ -412,9 +419,16 @@ impl Storage for LocalFs {
         blocking(|| self.do_seek(fh, offset, hole))
     }
 
+    /// Closes the descriptors the server keeps of the file first
+    /// ([`files`]): the descriptor returned is the one a kernel lease is
+    /// taken on, which the kernel refuses while the server holds others.
     fn open_file(&self, fh: &NfsFh3, write: bool) -> StorageResult<std::fs::File> {
         let flags = if write { OFlags::RDWR } else { OFlags::RDONLY };
-        blocking(|| Ok(self.open_regular(fh, flags)?.1.into()))
+        blocking(|| {
+            let (n, fd) = self.open_regular(fh, flags)?;
+            self.files.close(n.ino);
+            Ok(fd.into())
+        })
     }
 
     fn pin(&self, fh: &NfsFh3, fd: &Arc<OwnedFd>) {

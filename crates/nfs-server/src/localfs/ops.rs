@@ -323,6 +323,10 @@ impl LocalFs {
     fn lost_name(&self, m: &Meta, parent: u64, name: &[u8]) {
         if m.is_dir() {
             self.forget_dir(m.ino());
+        } else {
+            // The kept descriptors ([`super::files`]): a removed file's
+            // space is freed once none holds it.
+            self.files.close(m.ino());
         }
         let last = !linked(m);
         self.index.unlinked(m.ino(), m.gen(), parent, name, last);

@@ -25,14 +25,15 @@
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use nfs::v3::{Fattr3, NfsFh3, Nfsstat3, StableHow};
 use rustix::buffer::spare_capacity;
-use rustix::fs::OFlags;
 use rustix::io::{Errno, ReadWriteFlags};
 
 use super::attrs::{errno_status, Meta};
+use super::files::Access;
 use super::io::sync_fd;
 use super::resolve::Node;
 use super::{blocking, held, LocalFs, MAX_READ};
@@ -48,7 +49,7 @@ pub(crate) const NOWAIT_READ_MAX: usize = 64 * 1024;
 /// A READ that could not finish without waiting for the disk: the
 /// opened file and what is read of it so far ([`Self::finish`]).
 pub(crate) struct ReadRest {
-    f: OwnedFd,
+    f: Arc<OwnedFd>,
     offset: u64,
     want: usize,
     buf: Vec<u8>,
@@ -123,7 +124,7 @@ impl LocalFs {
     /// range is left in the file ([`held`]).
     fn read_node(&self, node: &Node, offset: u64, count: u32, files: bool) -> StorageResult<Now> {
         regular(node)?;
-        let (f, meta) = node.open_checked(OFlags::RDONLY)?;
+        let (f, meta) = self.open_kept(node, Access::Read)?;
         let size = meta.size();
         let want = u64::from(count.min(MAX_READ)).min(size.saturating_sub(offset));
         let want = usize::try_from(want).unwrap_or(0);
@@ -202,7 +203,7 @@ impl LocalFs {
         {
             return (Err(Nfsstat3::NFS3ERR_FBIG), None);
         }
-        let f = match node.open_checked(OFlags::WRONLY) {
+        let f = match self.open_kept(node, Access::Write) {
             Ok((f, _)) => f,
             Err(e) => return (Err(e), None),
         };

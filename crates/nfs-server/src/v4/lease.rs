@@ -274,4 +274,36 @@ mod tests {
         let r = Lease::take(open(&p, OFlags::RDWR).unwrap(), true, || {});
         assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EAGAIN));
     }
+
+    /// The server's own descriptors of a file (kept for NFSv3 READ and
+    /// WRITE, `localfs/files.rs`) would make the kernel refuse a
+    /// delegation's lease: the descriptor a lease is taken on is opened
+    /// with them closed.
+    #[test]
+    fn the_servers_kept_files_give_way_to_a_lease() {
+        use crate::storage::Storage;
+        use nfs::v3::{Fattr3, Filename3, StableHow};
+        let p = file("kept");
+        let dir = p.parent().unwrap();
+        let lfs = crate::localfs::LocalFs::new(dir, false).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let fh = rt
+            .block_on(lfs.lookup(&lfs.root(), &Filename3(bytes::Bytes::from_static(b"f"))))
+            .unwrap();
+        let allow = |_: &Fattr3| Ok(());
+        let w = rt.block_on(lfs.write_checked(&fh, 0, b"new", StableHow::UNSTABLE, &allow));
+        assert_eq!(w.written, Ok(StableHow::UNSTABLE));
+        let r = rt.block_on(lfs.read_checked(&fh, 0, 3, &allow, false));
+        assert!(r.data.is_ok());
+        // Kept open: a lease on another descriptor is refused.
+        let r = Lease::take(open(&p, OFlags::RDONLY).unwrap(), false, || {});
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EAGAIN));
+        // Through `open_file`, as a delegation takes it: granted, and a
+        // write lease too.
+        let f = lfs.open_file(&fh, true).unwrap();
+        let l = Lease::take(OwnedFd::from(f), true, || {}).expect("lease granted");
+        drop(l);
+    }
 }
