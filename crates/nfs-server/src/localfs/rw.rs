@@ -2,11 +2,13 @@
 //! [`Storage::write_checked`]; RFC 1813 §3.3.6, §3.3.7).
 //!
 //! The handle is resolved once: the `statx` that checks it gives the
-//! attributes for the permission check and for WRITE's `pre_op_attr`;
+//! attributes for the permission check and for WRITE's `pre_op_attr`.
+//! The file's descriptor is the one kept from an earlier call
+//! ([`super::files`]), whose attributes are those of the resolution, or
 //! the file is opened from its directory, and the `statx` that checks
-//! the opened descriptor is the right inode gives the size the READ is
-//! cut to and READ's `post_op_attr` (taken just before the bytes are
-//! read: a read changes at most the access time).
+//! the opened descriptor is the right inode gives them. They give the
+//! size the READ is cut to and READ's `post_op_attr` (taken just before
+//! the bytes are read: a read changes at most the access time).
 //!
 //! The metadata steps (index lookup, `statx` of a name in a directory
 //! whose descriptor is held open, `openat`) run on the calling runtime
