@@ -29,6 +29,7 @@
 . "$KPEER_IN/guest/lib.sh"
 cd "$KPEER_OUT" || exit 1
 PROTOS=${1:-tcp}; VERSIONS=${2:-4.1 4.2}; FILES=${3:-8}; FILE_MIB=${4:-4}; KNFSD_PORT=${5:-}
+CASES=${6:-basic}; CTL_PORT=${7:-}; RECALL_TIMEOUT=${8:-90}
 SRV=$HOST_IP
 M=/mnt/pnfs
 FAILS=0
@@ -84,60 +85,222 @@ appbytes() {
         /proc/self/mountstats
 }
 
+# case_basic PROTO VERS: write, read back cold, truncate (a recall), append.
+case_basic() {
+    local proto=$1 vers=$2 d=$M/$T ok bad lg rd wr gd sz f op
+    rm -rf "$d"; mkdir -p "$d"
+    ok=1
+    for f in /tmp/src/*; do cp "$f" "$d/" || ok=0; done
+    sync
+    [ "$ok" = 1 ] && pass "$T/write $((FILES + 2)) files" || fail "$T/write"
+    for op in LAYOUTGET GETDEVICEINFO LAYOUTCOMMIT READ WRITE COMMIT; do
+        echo "STATS $T write-phase $op $(opcount $op)"
+    done
+    info "$T/bytes after writing: $(appbytes)"
+    umount "$M" || fail "$T/umount"
+    if ! do_mount "$proto" "$vers"; then fail "$T/remount"; return; fi
+    # A cold cache: the reads below go to the DSes.
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    bad=
+    for f in /tmp/src/*; do cmp -s "$f" "$d/${f##*/}" || bad="$bad ${f##*/}"; done
+    [ -z "$bad" ] && pass "$T/byte-exact after remount" || fail "$T/byte-exact:$bad"
+    lg=$(opcount LAYOUTGET); rd=$(opcount READ); wr=$(opcount WRITE)
+    for op in LAYOUTGET GETDEVICEINFO READ WRITE; do
+        echo "STATS $T read-phase $op $(opcount $op)"
+    done
+    info "$T/bytes after reading: $(appbytes)"
+    # The flex-files driver counts its I/O to the DSes in the MDS
+    # mount's per-op stats too (READ/WRITE below are DS calls); the
+    # host checks the MDS's own counters.
+    gd=$(opcount GETDEVICEINFO)
+    [ "${gd:-0}" -gt 0 ] && pass "$T/GETDEVICEINFO at the MDS: $gd (layouts used)" || fail "$T/no GETDEVICEINFO: layouts not used"
+    info "$T/mountstats LAYOUTGET $lg READ $rd WRITE $wr"
+    # Truncation: the MDS recalls the layout (the host counts it).
+    truncate -s 1000 "$d/big" || fail "$T/truncate"
+    sleep 1
+    umount "$M"; do_mount "$proto" "$vers" || { fail "$T/remount after truncate"; return; }
+    sz=$(stat -c %s "$d/big")
+    if [ "$sz" = 1000 ] && cmp -s <(head -c 1000 /tmp/src/big) "$d/big"; then
+        pass "$T/truncate to 1000 bytes"
+    else
+        fail "$T/truncate: size $sz"
+    fi
+    # write after the recall: a new layout
+    cat /tmp/src/small >> "$d/big" && sync
+    umount "$M"; do_mount "$proto" "$vers" || { fail "$T/remount after append"; return; }
+    if cmp -s <(head -c 1000 /tmp/src/big; cat /tmp/src/small) "$d/big"; then
+        pass "$T/append after the recall"
+    else
+        fail "$T/append after the recall"
+    fi
+    echo "STATS $T final WRITE $(opcount WRITE)"
+}
+
+# ctl CMD...: one command to the host's relay (scripts/pnfs-relay.py),
+# which sits between this guest and the nfsrdma DSes and watches the MDS
+# log; prints its one-line reply.
+ctl() {
+    local r=
+    [ -n "$CTL_PORT" ] || { echo "err no relay"; return 1; }
+    exec 9<> "/dev/tcp/$SRV/$CTL_PORT" || { echo "err relay unreachable"; return 1; }
+    printf '%s\n' "$*" >&9
+    IFS= read -r -t 900 r <&9
+    exec 9>&-
+    echo "$r"
+}
+# logcount TEXT: MDS log lines holding TEXT
+logcount() { local r; r=$(ctl count "$@"); r=${r#ok }; echo "${r:-0}"; }
+# mdsio: READ + WRITE calls the MDS served (NFSv3 and v4)
+mdsio() { local r; r=$(ctl mdsio); set -- $r; echo $(( ${2:-0} + ${3:-0} )); }
+# layout_file NAME: write 1 MiB of /tmp/src/big into $d/NAME through a
+# layout on an nfsrdma DS (the relayed ones: a file that landed on the
+# guest's knfsd DS is left and another tried); prints the name used
+layout_file() {
+    local n ino hex
+    for n in "$1" "$1-b" "$1-c" "$1-d"; do
+        head -c $((1 << 20)) /tmp/src/big > "$d/$n" && sync
+        ino=$(stat -c %i "$d/$n"); hex=$(printf '%x' "$ino")
+        if [ -n "$KNFSD_PORT" ] && ls /srv/pnfs-ds 2>/dev/null | grep -q "\.$hex\$"; then continue; fi
+        echo "$n"; return 0
+    done
+    return 1
+}
+# check_cold FILE EXPECTED_FILE LABEL: remount, drop caches, compare
+check_cold() {
+    umount "$M"; do_mount "$proto" "$vers" || { fail "$3: remount"; return 1; }
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    if cmp -s "$2" "$1"; then pass "$3"; else fail "$3 ($(stat -c %s "$1") bytes, $(cmp "$2" "$1" 2>&1 | head -1))"; fi
+}
+
+# case_chmod: chmod and chown of a file the client holds a layout on
+# (its data just written through it): the MDS recalls the layout
+# (counted in its log), the kernel returns it, the bytes stay.
+case_chmod() {
+    local d=$M/$T/chmod f c0 c1
+    mkdir -p "$d"
+    f=$(layout_file f) || { fail "$T/chmod: no file on an nfsrdma DS"; return; }
+    c0=$(logcount CB_LAYOUTRECALL)
+    chmod 0600 "$d/$f" || fail "$T/chmod: chmod"
+    c1=$(ctl waitfor 30 $((c0 + 1)) CB_LAYOUTRECALL); c1=${c1#ok }
+    # The kernel returned the layout: write again (a new layout) before
+    # the chown.
+    head -c $((2 << 20)) /tmp/src/big | tail -c $((1 << 20)) >> "$d/$f" && sync
+    chown 4242:4243 "$d/$f" || fail "$T/chmod: chown"
+    local c2; c2=$(ctl waitfor 30 $((c1 + 1)) CB_LAYOUTRECALL); c2=${c2#ok }
+    if [ "${c1:-0}" -gt "$c0" ] && [ "${c2:-0}" -gt "${c1:-0}" ]; then
+        pass "$T/chmod and chown each recalled the layout (MDS log CB_LAYOUTRECALL $c0 -> $c1 -> $c2)"
+    else
+        fail "$T/chmod/chown recall: MDS log CB_LAYOUTRECALL $c0 -> $c1 -> $c2"
+    fi
+    # Written again through a new layout after the recalls.
+    head -c $((3 << 20)) /tmp/src/big | tail -c $((1 << 20)) >> "$d/$f" && sync
+    check_cold "$d/$f" <(head -c $((3 << 20)) /tmp/src/big) "$T/chmod: bytes exact after the recalls and new layouts"
+    local m; m=$(stat -c '%a %u %g' "$d/$f")
+    [ "$m" = "600 4242 4243" ] && pass "$T/chmod: mode and owner $m" || fail "$T/chmod: mode and owner $m"
+    rm -rf "$d"
+}
+
+# case_fence: the kernel's WRITE to the DS hangs (the relay freezes: the
+# connection stays, nothing moves), the MDS recalls the layout (chmod by
+# another client: this guest's NFSv3 mount of the MDS), the kernel cannot
+# return it with I/O in flight, the recall times out and the MDS fences
+# the data file (RFC 8435 §2.2; its log says "fenced"). Then the relay
+# thaws: the stuck WRITE reaches the DS with the old ids and is refused;
+# the kernel must recover (new layout or I/O through the MDS) so the
+# file ends byte-exact.
+case_fence() {
+    local d=$M/$T/fence f v3=/mnt/pnfs3 f0 n dd_pid rc t0 lg0 io0 io1
+    mkdir -p "$d" "$v3"
+    f=$(layout_file f) || { fail "$T/fence: no file on an nfsrdma DS"; return; }
+    if ! timeout 120 mount -t nfs -o vers=3,proto=tcp,port=2049,mountport=20048,mountproto=tcp,nolock "$SRV:/export" "$v3"; then
+        fail "$T/fence: NFSv3 mount of the MDS (the second client)"; return
+    fi
+    f0=$(logcount fenced); lg0=$(opcount LAYOUTGET); io0=$(mdsio)
+    info "$T/fence: relay $(ctl freeze)"
+    t0=$(date +%s)
+    # 3 MiB more, then fsync: the WRITEs go to the DS and hang.
+    dd if=/tmp/src/big of="$d/$f" bs=1M skip=1 seek=1 count=3 conv=notrunc,fsync status=none &
+    dd_pid=$!
+    sleep 3
+    chmod 0640 "$v3/$T/fence/$f" || fail "$T/fence: chmod through NFSv3"
+    n=$(ctl waitfor $((RECALL_TIMEOUT * 3 + 30)) $((f0 + 1)) fenced); n=${n#ok }
+    if [ "${n:-0}" -gt "$f0" ]; then
+        pass "$T/fence: recall not answered with the WRITE stuck; the MDS fenced the data file after $(( $(date +%s) - t0 )) s"
+    else
+        fail "$T/fence: no fencing in the MDS log within $((RECALL_TIMEOUT * 3 + 30)) s (the kernel returned the layout?)"
+    fi
+    kill -0 "$dd_pid" 2>/dev/null && info "$T/fence: dd still waiting on its WRITEs when the relay thaws"
+    info "$T/fence: relay $(ctl thaw)"
+    rc=timeout
+    for _ in $(seq 300); do kill -0 "$dd_pid" 2>/dev/null || { wait "$dd_pid"; rc=$?; break; }; sleep 1; done
+    info "$T/fence: dd exit $rc after $(( $(date +%s) - t0 )) s; LAYOUTGET $lg0 -> $(opcount LAYOUTGET), LAYOUTRETURN $(opcount LAYOUTRETURN), LAYOUTERROR $(opcount LAYOUTERROR)"
+    io1=$(mdsio)
+    info "$T/fence: MDS READ+WRITE $io0 -> $io1; MDS log: $(logcount 'data server error') data server error reports"
+    [ "$rc" = 0 ] && pass "$T/fence: the writer finished without an error" || fail "$T/fence: the writer got rc $rc"
+    umount "$v3"
+    check_cold "$d/$f" <(head -c $((4 << 20)) /tmp/src/big) "$T/fence: bytes exact after fencing and recovery"
+    dmesg | grep -iE 'nfs|layout|flexfile' | tail -5 | sed "s|^|INFO $T/fence dmesg: |"
+    rm -rf "$d"
+}
+
+# case_dslost: the DSes go away (the relay drops every connection and
+# closes new ones) while the kernel writes: it must fall back (report
+# the error, I/O through the MDS, whose control path still reaches the
+# DSes) and the bytes stay exact; then the DSes come back.
+case_dslost() {
+    local d=$M/$T/dslost f rc t0 io0 io1 e0 e1 w_pid timeo=/sys/module/nfs_layout_flexfiles/parameters/dataserver_timeo
+    # The flex-files driver's DS timeout (tenths of a second, 600 by
+    # default) is taken when it first connects to a DS: 10 s here, on a
+    # fresh mount (the fence case needs the default).
+    umount "$M"
+    [ -w "$timeo" ] && echo "${DSLOST_TIMEO:-100}" > "$timeo"
+    do_mount "$proto" "$vers" || { fail "$T/dslost: remount"; return; }
+    info "$T/dslost: dataserver_timeo $(cat "$timeo" 2>/dev/null)"
+    mkdir -p "$d"
+    f=$(layout_file f) || { fail "$T/dslost: no file on an nfsrdma DS"; return; }
+    e0=$(logcount 'data server error'); io0=$(mdsio)
+    info "$T/dslost: relay $(ctl down)"
+    t0=$(date +%s)
+    dd if=/tmp/src/big of="$d/$f" bs=1M skip=1 seek=1 count=3 conv=notrunc,fsync status=none &
+    w_pid=$!
+    rc=timeout
+    for _ in $(seq 400); do kill -0 "$w_pid" 2>/dev/null || { wait "$w_pid"; rc=$?; break; }; sleep 1; done
+    io1=$(mdsio); e1=$(logcount 'data server error')
+    info "$T/dslost: dd exit $rc after $(( $(date +%s) - t0 )) s; MDS READ+WRITE $io0 -> $io1; MDS log data server error reports $e0 -> $e1; LAYOUTGET $(opcount LAYOUTGET), LAYOUTRETURN $(opcount LAYOUTRETURN), LAYOUTERROR $(opcount LAYOUTERROR)"
+    [ "$rc" = 0 ] && pass "$T/dslost: the writer finished without an error" || fail "$T/dslost: the writer got rc $rc"
+    [ "$io1" -gt "$io0" ] && pass "$T/dslost: I/O went through the MDS ($((io1 - io0)) READ+WRITE)" || fail "$T/dslost: no I/O through the MDS"
+    [ "${e1:-0}" -gt "${e0:-0}" ] && pass "$T/dslost: the kernel reported the DS error to the MDS" || info "$T/dslost: no DS error report in the MDS log"
+    # Read back while the DSes are still gone (through the MDS), then
+    # with them back.
+    check_cold "$d/$f" <(head -c $((4 << 20)) /tmp/src/big) "$T/dslost: bytes exact while the DSes are gone"
+    info "$T/dslost: relay $(ctl up)"
+    check_cold "$d/$f" <(head -c $((4 << 20)) /tmp/src/big) "$T/dslost: bytes exact with the DSes back"
+    dmesg | grep -iE 'nfs|layout|flexfile' | tail -5 | sed "s|^|INFO $T/dslost dmesg: |"
+    rm -rf "$d"
+    umount "$M"; [ -w "$timeo" ] && echo 600 > "$timeo"
+}
+
 for proto in $PROTOS; do
     for vers in $VERSIONS; do
         T="$proto-v$vers"
         say "$T"
         if ! do_mount "$proto" "$vers"; then fail "$T/mount"; continue; fi
         pass "$T/mount"
-        d=$M/$T
-        rm -rf "$d"; mkdir -p "$d"
-        ok=1
-        for f in /tmp/src/*; do cp "$f" "$d/" || ok=0; done
-        sync
-        [ "$ok" = 1 ] && pass "$T/write $((FILES + 2)) files" || fail "$T/write"
-        for op in LAYOUTGET GETDEVICEINFO LAYOUTCOMMIT READ WRITE COMMIT; do
-            echo "STATS $T write-phase $op $(opcount $op)"
+        for c in $CASES; do
+            case "$c" in
+                basic) io0=$(mdsio 2>/dev/null || echo 0)
+                       case_basic "$proto" "$vers"
+                       [ -n "$CTL_PORT" ] && echo "STATS mds-io-basic $(( $(mdsio) - io0 ))" ;;
+                chmod) case_chmod ;;
+                fence|dslost)
+                    # The relay carries the DSes' TCP ports; over RDMA
+                    # the kernel reaches them directly.
+                    if [ "$proto" != tcp ] || [ -z "$CTL_PORT" ]; then info "$T/$c: skipped (TCP with the relay only)"; continue; fi
+                    "case_$c" ;;
+                *) fail "unknown case $c" ;;
+            esac
+            mountpoint -q "$M" || do_mount "$proto" "$vers" || { fail "$T/remount after $c"; break; }
         done
-        info "$T/bytes after writing: $(appbytes)"
-        umount "$M" || fail "$T/umount"
-        if ! do_mount "$proto" "$vers"; then fail "$T/remount"; continue; fi
-        # A cold cache: the reads below go to the DSes.
-        sync; echo 3 > /proc/sys/vm/drop_caches
-        bad=
-        for f in /tmp/src/*; do cmp -s "$f" "$d/${f##*/}" || bad="$bad ${f##*/}"; done
-        [ -z "$bad" ] && pass "$T/byte-exact after remount" || fail "$T/byte-exact:$bad"
-        lg=$(opcount LAYOUTGET); rd=$(opcount READ); wr=$(opcount WRITE)
-        for op in LAYOUTGET GETDEVICEINFO READ WRITE; do
-            echo "STATS $T read-phase $op $(opcount $op)"
-        done
-        info "$T/bytes after reading: $(appbytes)"
-        # The flex-files driver counts its I/O to the DSes in the MDS
-        # mount's per-op stats too (READ/WRITE below are DS calls); the
-        # host checks the MDS's own counters.
-        gd=$(opcount GETDEVICEINFO)
-        [ "${gd:-0}" -gt 0 ] && pass "$T/GETDEVICEINFO at the MDS: $gd (layouts used)" || fail "$T/no GETDEVICEINFO: layouts not used"
-        info "$T/mountstats LAYOUTGET $lg READ $rd WRITE $wr"
-        # Truncation: the MDS recalls the layout (the host counts it).
-        truncate -s 1000 "$d/big" || fail "$T/truncate"
-        sleep 1
-        umount "$M"; do_mount "$proto" "$vers" || { fail "$T/remount after truncate"; continue; }
-        sz=$(stat -c %s "$d/big")
-        if [ "$sz" = 1000 ] && cmp -s <(head -c 1000 /tmp/src/big) "$d/big"; then
-            pass "$T/truncate to 1000 bytes"
-        else
-            fail "$T/truncate: size $sz"
-        fi
-        # write after the recall: a new layout
-        cat /tmp/src/small >> "$d/big" && sync
-        umount "$M"; do_mount "$proto" "$vers" || { fail "$T/remount after append"; continue; }
-        if cmp -s <(head -c 1000 /tmp/src/big; cat /tmp/src/small) "$d/big"; then
-            pass "$T/append after the recall"
-        else
-            fail "$T/append after the recall"
-        fi
-        wr=$(opcount WRITE)
-        echo "STATS $T final WRITE $wr"
         umount "$M"
     done
 done

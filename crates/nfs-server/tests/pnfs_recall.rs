@@ -107,6 +107,11 @@ struct Cluster {
 }
 
 async fn cluster(tag: &str) -> Cluster {
+    cluster_with(tag, |_| {}).await
+}
+
+/// A cluster whose metadata server settings `tweak` changes.
+async fn cluster_with(tag: &str, tweak: impl FnOnce(&mut MdsConfig)) -> Cluster {
     let mut ds = Vec::new();
     for i in 0..2 {
         let dir = TempDir::new(&format!("{tag}-ds{i}"));
@@ -126,7 +131,9 @@ async fn cluster(tag: &str) -> Cluster {
             advertise: None,
         })
         .collect();
-    let mds = Arc::new(Mds::new(MdsConfig::new(specs)));
+    let mut mds_cfg = MdsConfig::new(specs);
+    tweak(&mut mds_cfg);
+    let mds = Arc::new(Mds::new(mds_cfg));
     let dir = TempDir::new(&format!("{tag}-mds"));
     let clock = Arc::new(ManualClock::new());
     let fs = Arc::new(LocalFs::new(&dir.0, false).unwrap());
@@ -462,6 +469,58 @@ async fn a_truncation_recalls_the_layout_and_layoutreturn_ends_the_recall() {
     )
     .await
     .unwrap();
+}
+
+/// `serve --mds-recall-timeout`: a recall unanswered for the configured
+/// timeout, well within the lease, is fenced then, not a lease later
+/// (RFC 8435 §2.2).
+#[tokio::test]
+async fn a_recall_timeout_shorter_than_the_lease_fences_at_that_timeout() {
+    let cl = cluster_with("fence-soon", |m| {
+        m.recall_timeout = Some(Duration::from_secs(10));
+    })
+    .await;
+    let mut c = Client::connect(&cl, "slow").await;
+    let (fh, open) = c.open("f").await;
+    let l = got(&c, c.layoutget(&fh, open).await).await;
+    let old = nfs3(l.ds, l.user).await;
+    let v3 = nfs3(cl.addr, cl.uid).await;
+    let f3 = v3.lookup(&cl.root, "f").await.unwrap().object;
+    let s = Sattr3 {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    v3.setattr(&f3, s, None).await.unwrap();
+    assert_eq!(
+        recalled_file(&c.recalled().await).stateid.other,
+        l.stateid.other
+    );
+
+    // 9 s after the recall the layout is still out.
+    cl.clock.advance(Duration::from_secs(9));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(cl.mds.layouts_held(), 1);
+    // Past 10 s (a ninth of the lease) it is revoked and fenced.
+    cl.clock.advance(Duration::from_secs(2));
+    let mut fenced = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if cl.mds.layouts_held() == 0 {
+            if let Err(nfs_client::Error::Nfs {
+                status: Nfsstat3::NFS3ERR_ACCES,
+                ..
+            }) = old
+                .write(&l.ds_fh, 0, Bytes::from_static(b"x"), StableHow::FILE_SYNC)
+                .await
+            {
+                fenced = true;
+                break;
+            }
+        }
+    }
+    assert!(fenced, "not fenced at the recall timeout");
+    let new = got(&c, c.layoutget(&fh, open).await).await;
+    assert_eq!(new.user, DEFAULT_SYNTHETIC_ID + 1);
 }
 
 #[tokio::test]

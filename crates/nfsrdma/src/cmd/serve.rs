@@ -292,6 +292,11 @@ pub(crate) struct ServeArgs {
     /// `pnfs.rebuilds`).
     #[arg(long, default_value_t = nfs_server::v4::pnfs::DEFAULT_MAX_REBUILDS)]
     mds_max_rebuilds: usize,
+    /// Seconds a metadata server waits for a recalled layout before it
+    /// revokes it and fences its data files (RFC 8435 §2.2); default:
+    /// the lease (90 s).
+    #[arg(long, value_name = "SECS")]
+    mds_recall_timeout: Option<u64>,
 }
 
 /// The TLS settings of `--tls-cert`, `--tls-key`, `--tls-client-ca`.
@@ -435,6 +440,9 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         mds.mirrors = args.mds_mirrors;
         mds.max_rebuilds = args.mds_max_rebuilds.max(1);
+        mds.recall_timeout = args
+            .mds_recall_timeout
+            .map(|s| std::time::Duration::from_secs(s.max(1)));
         config.mds = Some(mds);
     }
     let server = nfs_server::start(config)

@@ -41,6 +41,7 @@ mod ops;
 mod placement;
 mod proxy;
 mod recall;
+mod written;
 
 pub use proxy::Written;
 pub use recall::{Why, FENCE_IDS};
@@ -109,6 +110,10 @@ pub struct MdsConfig {
     pub max_rebuilds: usize,
     /// How often stale mirrors' data servers are probed.
     pub rebuild_poll: Duration,
+    /// How long a recalled layout may stay unreturned before it is
+    /// revoked and its data files fenced (RFC 8435 §2.2; `serve
+    /// --mds-recall-timeout`). `None`: the lease (RFC 8881 §12.5.5.2).
+    pub recall_timeout: Option<Duration>,
 }
 
 impl MdsConfig {
@@ -123,6 +128,7 @@ impl MdsConfig {
             mirrors: 1,
             max_rebuilds: DEFAULT_MAX_REBUILDS,
             rebuild_poll: Duration::from_secs(1),
+            recall_timeout: None,
         }
     }
 
@@ -158,6 +164,12 @@ pub struct Mds {
     /// Held (shared) by WRITEs through the metadata server; a rebuild
     /// takes it once to let those under way finish.
     gate: tokio::sync::RwLock<()>,
+    /// Files that may hold data written through a layout beyond the
+    /// size known here ([`written`]).
+    written: Mutex<written::Written>,
+    /// Whether the sizes of the files marked by the previous instance
+    /// are being (or were) recovered.
+    recovering: AtomicBool,
 }
 
 impl Mds {
@@ -165,17 +177,18 @@ impl Mds {
     /// placements are kept in memory only (tests; a restart loses them).
     pub fn new(cfg: MdsConfig) -> Self {
         let p = Placement::memory(cfg.data_servers.len(), cfg.copies());
-        Self::with_placement(cfg, p)
+        Self::with_placement(cfg, p, written::Written::memory())
     }
 
     /// A metadata server whose placements are recorded in `state_dir`
     /// ([`placement`]), so files stay where they were across restarts.
     pub fn open(cfg: MdsConfig, state_dir: &std::path::Path) -> std::io::Result<Self> {
         let p = Placement::open(state_dir, cfg.data_servers.len(), cfg.copies())?;
-        Ok(Self::with_placement(cfg, p))
+        let w = written::Written::open(state_dir)?;
+        Ok(Self::with_placement(cfg, p, w))
     }
 
-    fn with_placement(cfg: MdsConfig, placement: Placement) -> Self {
+    fn with_placement(cfg: MdsConfig, placement: Placement, written: written::Written) -> Self {
         let ds = cfg
             .data_servers
             .iter()
@@ -198,6 +211,8 @@ impl Mds {
             peak_rebuilds: AtomicUsize::new(0),
             rebuilder_on: AtomicBool::new(false),
             gate: tokio::sync::RwLock::new(()),
+            written: Mutex::new(written),
+            recovering: AtomicBool::new(false),
         }
     }
 
@@ -232,6 +247,7 @@ impl Mds {
     /// The file `attr` was removed: its placement goes.
     fn unplace(&self, attr: &nfs::v3::Fattr3) {
         self.unhold(attr);
+        self.settle(attr.fsid, attr.fileid);
         if let Ok(mut p) = self.placement.lock() {
             if let Err(e) = blocking(|| p.remove(attr.fsid, attr.fileid)) {
                 tracing::error!(error = %e, "pNFS placement removal not recorded");

@@ -141,6 +141,15 @@ impl<S: Storage> Nfs4Service<S> {
         if ok.encoded_len() > a.maxcount as usize {
             return Err(Nfsstat4::NFS4ERR_TOOSMALL);
         }
+        // RFC 8881 §12.7.4: what the client writes through the layout
+        // reaches the size here only by LAYOUTCOMMIT; the mark lets a
+        // restarted server learn it from the data servers ([`written`]).
+        if rw {
+            mds.mark_written(&attr, &fh).map_err(|e| {
+                tracing::error!(error = %e, "pNFS written mark not recorded");
+                Nfsstat4::NFS4ERR_LAYOUTTRYLATER
+            })?;
+        }
         let mut t = mds
             .layouts
             .lock()
@@ -291,10 +300,43 @@ impl<S: Storage> Nfs4Service<S> {
                 }
             }
         };
+        tracing::debug!(client = c, iomode = a.iomode.0, result = ?r.as_ref().map(|_| ()), "LAYOUTRETURN");
         if r.is_ok() && !failed.is_empty() {
             self.mirrors_failed(mds, cx, &failed).await;
         }
+        if let (Ok(_), Layoutreturn4::File(_)) = (&r, &a.layoutreturn) {
+            self.settle_when_returned(cx).await;
+        }
         r
+    }
+
+    /// After a LAYOUTRETURN of a file: once no read-write layout of it
+    /// is left, its size is compared with its data files' and its mark
+    /// settled ([`written`]), in the background.
+    async fn settle_when_returned(&self, cx: &Cx) {
+        let (Some(mds), Ok(fh)) = (self.mds.clone(), cur(cx)) else {
+            return;
+        };
+        let file = key(&fh);
+        let writers = mds
+            .layouts
+            .lock()
+            .map_or(true, |t| t.any(|f, l| *f == file && l.rw));
+        if writers {
+            return;
+        }
+        let Ok(attr) = self.fs.getattr(&fh).await else {
+            return;
+        };
+        let m = super::written::Marked {
+            fsid: attr.fsid,
+            fileid: attr.fileid,
+            fh: file,
+        };
+        let fs = Arc::clone(&self.fs);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { mds.settle_size(&*fs, &m).await });
+        }
     }
 
     /// The client reported I/O errors on the data servers `failed` for
@@ -430,6 +472,7 @@ impl<S: Storage> Nfs4Service<S> {
                 clock: Arc::clone(&self.clock),
                 mds: Arc::downgrade(mds),
             });
+            mds.recover_sizes(Arc::clone(&self.fs));
         }
     }
 

@@ -12,7 +12,8 @@
 //! §20.3.4). While a file's layouts are being recalled, LAYOUTGET of it
 //! is NFS4ERR_RECALLCONFLICT.
 //!
-//! A recall not ended within the lease (§12.5.5.2) is fenced: the data
+//! A recall not ended within the lease (§12.5.5.2), or the shorter
+//! `recall_timeout` when one is configured, is fenced: the data
 //! file is given to the next synthetic uid and gid (the configured ones
 //! plus 0 to [`FENCE_IDS`] − 1, in turn), so the credentials the old
 //! layout carries fail the data server's permission check (NFS3ERR_ACCES
@@ -268,6 +269,7 @@ async fn send(r: &Recaller, x: &Recalled, changed: bool) -> Sent {
         NfsCbResop4::Layoutrecall(s) => Some(*s),
         _ => None,
     });
+    tracing::debug!(client = x.client, seqid = x.stateid.seqid, status = ?st, "CB_LAYOUTRECALL answered");
     match st {
         Some(Nfsstat4::NFS4_OK) => Sent::Taken,
         Some(Nfsstat4::NFS4ERR_NOMATCHING_LAYOUT) => Sent::NoMatch,
@@ -279,13 +281,15 @@ async fn send(r: &Recaller, x: &Recalled, changed: bool) -> Sent {
 }
 
 /// One recall event: the callbacks, then the watch until each layout is
-/// returned or, a lease after the recall, fenced.
+/// returned or, the recall timeout (the lease unless configured) after
+/// the recall, fenced.
 async fn run(mds: Arc<Mds>, r: Recaller, rs: Vec<Recalled>, changed: bool) {
-    let lease = r
-        .state
-        .lock()
-        .map(|s| s.lease())
-        .unwrap_or(Duration::from_secs(90));
+    let lease = mds.cfg.recall_timeout.unwrap_or_else(|| {
+        r.state
+            .lock()
+            .map(|s| s.lease())
+            .unwrap_or(Duration::from_secs(90))
+    });
     let mut unsent: Vec<&Recalled> = rs.iter().collect();
     let mut first = true;
     loop {
