@@ -1501,3 +1501,67 @@ async fn a_size_written_through_a_layout_but_never_committed_is_recovered_after_
     let log = std::fs::metadata(state.path().join("pnfs-written")).unwrap();
     assert_eq!(log.len(), 0);
 }
+
+/// RFC 8435 §9.1.2: a client that reports a data server unreachable
+/// (NFS4ERR_NXIO) gets NFS4ERR_LAYOUTUNAVAILABLE for files there for
+/// `ds_error_hold`, so it does its I/O through the metadata server (which
+/// still reaches the data server); other clients, and other errors
+/// (NFS4ERR_ACCESS after fencing), are not held.
+#[tokio::test]
+async fn a_client_reporting_a_data_server_unreachable_is_sent_through_the_mds_for_a_while() {
+    let cl = cluster_with(
+        "hold",
+        1,
+        |m| m.ds_error_hold = std::time::Duration::from_secs(60),
+        &[],
+    )
+    .await;
+    let mut c = C4::connect(&cl.srv).await;
+    c.establish("cut-off").await;
+    let (fh, open) = create(&c, "f").await;
+    let (sid, _) = ff_layout(&c, &fh, open, RW).await.unwrap();
+    // An ACCESS error (a fenced layout) holds nothing.
+    layoutreturn(&c, &fh, sid, &[(0, Nfsstat4::NFS4ERR_ACCESS)]).await;
+    let (sid, _) = ff_layout(&c, &fh, open, RW).await.unwrap();
+    layoutreturn(&c, &fh, sid, &[(0, Nfsstat4::NFS4ERR_NXIO)]).await;
+    assert_eq!(
+        ff_layout(&c, &fh, open, RW).await.err(),
+        Some(Nfsstat4::NFS4ERR_LAYOUTUNAVAILABLE)
+    );
+    // Its WRITE through the metadata server reaches the data file.
+    let r = c
+        .ok(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+            NfsArgop4::Write(Write4Args {
+                stateid: open,
+                offset: 0,
+                stable: StableHow4(2),
+                data: xdr::DdpOpaque(Bytes::from_static(b"through the mds")),
+            }),
+        ])
+        .await;
+    assert!(
+        matches!(r.last(), Some(NfsResop4::Write(Res4::Ok(_)))),
+        "{r:?}"
+    );
+    // Another client is not held.
+    let mut other = C4::connect(&cl.srv).await;
+    other.establish("fine").await;
+    let r = other
+        .ok(vec![
+            NfsArgop4::Putrootfh(()),
+            open_create(other.clientid, "f", OPEN4_SHARE_ACCESS_READ, 0),
+        ])
+        .await;
+    assert!(ff_layout(
+        &other,
+        &fh,
+        open_stateid(&r),
+        Layoutiomode4::LAYOUTIOMODE4_READ
+    )
+    .await
+    .is_ok());
+    // Past the hold the first client gets layouts again.
+    cl.srv.clock.advance(std::time::Duration::from_secs(61));
+    assert!(ff_layout(&c, &fh, open, RW).await.is_ok());
+}

@@ -297,6 +297,11 @@ pub(crate) struct ServeArgs {
     /// the lease (90 s).
     #[arg(long, value_name = "SECS")]
     mds_recall_timeout: Option<u64>,
+    /// Seconds a metadata server answers NFS4ERR_LAYOUTUNAVAILABLE to a
+    /// client that reported a data server unreachable, for files there
+    /// (the client does its I/O through the metadata server meanwhile).
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    mds_ds_error_hold: u64,
 }
 
 /// The TLS settings of `--tls-cert`, `--tls-key`, `--tls-client-ca`.
@@ -443,6 +448,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         mds.recall_timeout = args
             .mds_recall_timeout
             .map(|s| std::time::Duration::from_secs(s.max(1)));
+        mds.ds_error_hold = std::time::Duration::from_secs(args.mds_ds_error_hold);
         config.mds = Some(mds);
     }
     let server = nfs_server::start(config)

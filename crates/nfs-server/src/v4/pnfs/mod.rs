@@ -35,6 +35,7 @@
 
 mod control;
 mod events;
+mod holds;
 mod layouts;
 mod mirrors;
 mod ops;
@@ -114,6 +115,10 @@ pub struct MdsConfig {
     /// revoked and its data files fenced (RFC 8435 §2.2; `serve
     /// --mds-recall-timeout`). `None`: the lease (RFC 8881 §12.5.5.2).
     pub recall_timeout: Option<Duration>,
+    /// How long a client that reported a data server unreachable
+    /// (NFS4ERR_NXIO) gets NFS4ERR_LAYOUTUNAVAILABLE for files there
+    /// (`serve --mds-ds-error-hold`; [`holds`]).
+    pub ds_error_hold: Duration,
 }
 
 impl MdsConfig {
@@ -129,6 +134,7 @@ impl MdsConfig {
             max_rebuilds: DEFAULT_MAX_REBUILDS,
             rebuild_poll: Duration::from_secs(1),
             recall_timeout: None,
+            ds_error_hold: Duration::from_secs(120),
         }
     }
 
@@ -170,6 +176,8 @@ pub struct Mds {
     /// Whether the sizes of the files marked by the previous instance
     /// are being (or were) recovered.
     recovering: AtomicBool,
+    /// Data servers clients reported unreachable ([`holds`]).
+    holds: Mutex<holds::Holds>,
 }
 
 impl Mds {
@@ -213,6 +221,7 @@ impl Mds {
             gate: tokio::sync::RwLock::new(()),
             written: Mutex::new(written),
             recovering: AtomicBool::new(false),
+            holds: Mutex::new(holds::Holds::default()),
         }
     }
 

@@ -110,10 +110,15 @@ impl<S: Storage> Nfs4Service<S> {
         if rw && mds.writes_held(&attr) {
             return Err(Nfsstat4::NFS4ERR_LAYOUTTRYLATER);
         }
+        // RFC 8435 §9.1.2: a client that reported every good copy's data
+        // server unreachable does its I/O through the metadata server
+        // for a while ([`super::holds`]).
+        let good_ds: Vec<usize> = good(&placed).collect();
+        if !good_ds.is_empty() && good_ds.iter().all(|&i| mds.held(c, i, self.clock.now())) {
+            return Err(Nfsstat4::NFS4ERR_LAYOUTUNAVAILABLE);
+        }
         let name = data_file_name(attr.fsid, attr.fileid);
-        let (mirrors, at) = self
-            .mirrors(mds, &attr, &name, good(&placed).collect())
-            .await?;
+        let (mirrors, at) = self.mirrors(mds, &attr, &name, good_ds).await?;
         let body = FfLayout4 {
             stripe_unit: 0,
             mirrors: Bounded(mirrors),
@@ -290,7 +295,12 @@ impl<S: Storage> Nfs4Service<S> {
             match &a.layoutreturn {
                 Layoutreturn4::File(f) => {
                     let fh = cur(cx)?;
-                    let failed = return_body_errors(c, &f.body.0, mds.ds.len());
+                    let errors = return_body_errors(c, &f.body.0);
+                    let mut failed = Vec::new();
+                    for e in &errors {
+                        note_failed(&mut failed, e, mds.ds.len());
+                        self.note_unreachable(mds, c, e);
+                    }
                     let sid = resolve_sid(cx, &f.stateid)?;
                     (t.return_file(c, &key(&fh), a.iomode, &sid), failed)
                 }
@@ -352,6 +362,28 @@ impl<S: Storage> Nfs4Service<S> {
         }
     }
 
+    /// A client reported data server `e` unreachable (NFS4ERR_NXIO, RFC
+    /// 8435 §9.1.2): its LAYOUTGETs of files there are refused for a
+    /// while ([`super::holds`]).
+    fn note_unreachable(&self, mds: &Mds, c: u64, e: &DeviceError4) {
+        let Some(i) = device_index(&e.deviceid).filter(|&i| i < mds.ds.len()) else {
+            return;
+        };
+        if e.status != Nfsstat4::NFS4ERR_NXIO {
+            return;
+        }
+        let hold = mds.cfg.ds_error_hold;
+        if let Ok(mut h) = mds.holds.lock() {
+            h.hold(c, i, self.clock.now().saturating_add(hold));
+        }
+        tracing::info!(
+            client = c,
+            ds = i,
+            secs = hold.as_secs(),
+            "pNFS client cannot reach a data server: its layouts of files there are LAYOUTUNAVAILABLE meanwhile (I/O through the metadata server)"
+        );
+    }
+
     /// LAYOUTERROR (RFC 7862 §15.6.3): each device error is logged, and
     /// the mirrors on the data servers named are marked stale (RFC 8435
     /// §8.2.3).
@@ -369,6 +401,7 @@ impl<S: Storage> Nfs4Service<S> {
                 "pNFS client reports a data server error"
             );
             note_failed(&mut failed, e, mds.ds.len());
+            self.note_unreachable(mds, c, e);
         }
         self.mirrors_failed(mds, cx, &failed).await;
         Ok(())
@@ -596,9 +629,8 @@ fn note_failed(failed: &mut Vec<usize>, e: &DeviceError4, n: usize) {
 
 /// RFC 8435 §9.3: logs the `ff_layoutreturn4` of a LAYOUTRETURN (an
 /// empty body is allowed; one that does not decode is logged and
-/// ignored, the return itself stands); the data servers its I/O errors
-/// name.
-fn return_body_errors(c: u64, body: &[u8], n: usize) -> Vec<usize> {
+/// ignored, the return itself stands); the device errors it reports.
+fn return_body_errors(c: u64, body: &[u8]) -> Vec<DeviceError4> {
     let mut failed = Vec::new();
     if body.is_empty() {
         return failed;
@@ -619,7 +651,7 @@ fn return_body_errors(c: u64, body: &[u8], n: usize) -> Vec<usize> {
                 op = e.opnum,
                 "pNFS client returned a layout after a data server error"
             );
-            note_failed(&mut failed, e, n);
+            failed.push(e.clone());
         }
     }
     for s in &r.iostats_report.0 {

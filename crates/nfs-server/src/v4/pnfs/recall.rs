@@ -174,6 +174,9 @@ impl Mds {
     /// layouts only; one fencing task per expired client that could
     /// write, which ends after one SETATTR per file.
     pub(crate) fn client_gone(&self, client: u64) {
+        if let Ok(mut h) = self.holds.lock() {
+            h.forget_client(client);
+        }
         let gone = match self.layouts.lock() {
             Ok(mut t) => t.return_all(client),
             Err(_) => return,
