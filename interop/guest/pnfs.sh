@@ -264,7 +264,7 @@ case_dslost() {
     dd if=/tmp/src/big of="$d/$f" bs=1M skip=1 seek=1 count=3 conv=notrunc,fsync status=none &
     w_pid=$!
     rc=timeout
-    for _ in $(seq 400); do kill -0 "$w_pid" 2>/dev/null || { wait "$w_pid"; rc=$?; break; }; sleep 1; done
+    for _ in $(seq 300); do kill -0 "$w_pid" 2>/dev/null || { wait "$w_pid"; rc=$?; break; }; sleep 1; done
     io1=$(mdsio); e1=$(logcount 'data server error')
     info "$T/dslost: dd exit $rc after $(( $(date +%s) - t0 )) s; MDS READ+WRITE $io0 -> $io1; MDS log data server error reports $e0 -> $e1; LAYOUTGET $(opcount LAYOUTGET), LAYOUTRETURN $(opcount LAYOUTRETURN), LAYOUTERROR $(opcount LAYOUTERROR)"
     [ "$rc" = 0 ] && pass "$T/dslost: the writer finished without an error" || fail "$T/dslost: the writer got rc $rc"
