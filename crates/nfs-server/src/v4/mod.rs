@@ -89,11 +89,11 @@ use bytes::Bytes;
 use nfs::v3::NfsFh3;
 use nfs::v4::*;
 use oncrpc::{CallContext, RpcService, ServiceError};
-use xdr::{Decode, Decoder, Encode, XdrBuf};
+use xdr::{Decode, Decoder, Encode, Encoder, XdrBuf};
 
 use crate::access::{ExportTable, Refusal};
 use crate::perm::Caller;
-use crate::storage::Storage;
+use crate::storage::{ReadData, Storage};
 use crate::LocalFs;
 pub use callback::{backchannel_fn, BackchannelSlot, BackchannelSource, CbTransport};
 pub use clients::SessionLimits;
@@ -280,6 +280,13 @@ struct Cx {
     /// The COMPOUND's minor version (callbacks to a session use its
     /// creator's, RFC 8881 §20.9.3 / §16.2.3).
     minor: u32,
+    /// The transport can send a reply's data from the file it is in
+    /// ([`CallContext::sends_files`]: plain TCP).
+    files: bool,
+    /// The data of the READ just run, left in its file for the transport
+    /// to send from the page cache (its result carries no bytes); taken
+    /// by [`Nfs4Service::compound`] as it encodes the reply.
+    file_data: Option<ReadData>,
 }
 
 impl Cx {
@@ -562,6 +569,8 @@ impl<S: Storage> Nfs4Service<S> {
             principal: principal::Principal::of(&ctx.credential),
             gss_protected: principal::gss_protected(&ctx.credential),
             minor: 0,
+            files: ctx.sends_files(),
+            file_data: None,
         };
         if let Ok(root) = self.fs.place(&self.fs.root_for(&ctx.peer)) {
             self.decide(&mut cx, root, ctx);
@@ -603,6 +612,8 @@ impl<S: Storage> Nfs4Service<S> {
         cx.minor = hdr.minorversion;
         let mut guard = None;
         let mut size = res.encoded_len();
+        // READ data left in its files, by result index.
+        let mut in_files: Vec<(usize, ReadData)> = Vec::new();
         for i in 0..hdr.numops {
             cx.last = i + 1 == hdr.numops;
             let started = Instant::now();
@@ -676,7 +687,9 @@ impl<S: Storage> Nfs4Service<S> {
                     }
                 }
             };
-            let len = r.encoded_len();
+            let file = cx.file_data.take();
+            let in_file = file.as_ref().map_or(0, |d| xdr::padded_len(d.len()));
+            let len = r.encoded_len() + in_file;
             if let Some(sc) = &cx.sess {
                 if size + len > sc.max_response as usize {
                     r = NfsResop4::error(r.opnum(), Nfsstat4::NFS4ERR_REP_TOO_BIG);
@@ -685,6 +698,10 @@ impl<S: Storage> Nfs4Service<S> {
                 }
             }
             size += r.encoded_len();
+            if let (Some(d), NfsResop4::Read(Res4::Ok(_))) = (file, &r) {
+                size += in_file;
+                in_files.push((res.resarray.len(), d));
+            }
             let status = r.status();
             opstats::record(hdr.minorversion, r.opnum(), status, started.elapsed());
             res.resarray.push(r);
@@ -693,7 +710,7 @@ impl<S: Storage> Nfs4Service<S> {
                 break;
             }
         }
-        let buf = xdr::to_xdr_buf(&res);
+        let buf = encode_compound(&res, in_files);
         if let Some(g) = guard {
             let cache = cx.sess.is_some_and(|s| s.cachethis);
             g.finish(cache.then(|| buf.clone()));
@@ -726,5 +743,88 @@ impl<S: Storage> RpcService for Nfs4Service<S> {
         let now = self.clock.now();
         self.state()
             .is_ok_and(|mut st| st.conn_in_session(conn_id, now))
+    }
+}
+
+/// COMPOUND4res (RFC 8881 §16.2.2) as the codec encodes it, except that
+/// the data of the READ results named in `in_files` (by index; their
+/// `data` is empty) goes in as file ranges the TCP sender sends from the
+/// page cache (`sendfile`), as NFSv3 READ's does: READ4resok is `eof`,
+/// then `data<>` (§18.22.2).
+fn encode_compound(res: &Compound4Res, in_files: Vec<(usize, ReadData)>) -> XdrBuf {
+    if in_files.is_empty() {
+        return xdr::to_xdr_buf(res);
+    }
+    let mut out = XdrBuf::new();
+    res.status.encode(&mut out);
+    out.put_opaque(&res.tag);
+    out.put_array_len(res.resarray.len());
+    let mut in_files = in_files.into_iter().peekable();
+    for (i, r) in res.resarray.iter().enumerate() {
+        match (r, in_files.next_if(|(at, _)| *at == i)) {
+            (NfsResop4::Read(Res4::Ok(ok)), Some((_, data))) => {
+                Opnum4::OP_READ.encode(&mut out);
+                Nfsstat4::NFS4_OK.encode(&mut out);
+                ok.eof.encode(&mut out);
+                data.encode_into(&mut out, true);
+            }
+            _ => r.encode(&mut out),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A READ between other results, its data left in a file: once the
+    /// file range is read in, the reply is byte for byte what the codec
+    /// encodes with the data in the result.
+    #[test]
+    fn a_compound_with_read_data_in_a_file_encodes_as_the_codec_does() {
+        #[derive(Debug)]
+        struct Mem(&'static [u8]);
+        impl xdr::FileSource for Mem {
+            fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+                unreachable!("read in, not sent")
+            }
+            fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+                let from = &self.0[offset as usize..];
+                let n = from.len().min(buf.len());
+                buf[..n].copy_from_slice(&from[..n]);
+                Ok(n)
+            }
+        }
+        let data = &b"0123456789abcdefg"[..];
+        let res = |bytes: Bytes| Compound4Res {
+            status: Nfsstat4::NFS4_OK,
+            tag: Bytes::from_static(b"t"),
+            resarray: vec![
+                NfsResop4::Putfh(Nfsstat4::NFS4_OK),
+                NfsResop4::Read(Res4::Ok(Read4ResOk {
+                    eof: true,
+                    data: xdr::DdpOpaque(bytes),
+                })),
+                NfsResop4::Restorefh(Nfsstat4::NFS4_OK),
+            ],
+        };
+        let file = ReadData::File {
+            file: Arc::new(Mem(data)),
+            offset: 3,
+            len: 11,
+        };
+        let mut ours = encode_compound(&res(Bytes::new()), vec![(1, file)]);
+        assert!(ours.has_files());
+        ours.load_files().unwrap();
+        let codec = xdr::to_xdr_buf(&res(Bytes::from_static(&data[3..14])));
+        assert_eq!(ours.to_bytes(), codec.to_bytes());
+        assert_eq!(ours.len(), codec.len());
+        // Nothing in files: the codec's own encoding.
+        let plain = encode_compound(&res(Bytes::from_static(b"xy")), Vec::new());
+        assert_eq!(
+            plain.to_bytes(),
+            xdr::to_xdr_buf(&res(Bytes::from_static(b"xy"))).to_bytes()
+        );
     }
 }

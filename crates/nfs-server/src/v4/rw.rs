@@ -77,8 +77,11 @@ impl<S: Storage> Nfs4Service<S> {
     }
 
     /// READ (RFC 8881 §18.22.4), at most `MAX_READ` bytes and what fits
-    /// the session's `ca_maxresponsesize`.
-    pub(super) async fn read(&self, a: &Read4Args, cx: &Cx) -> R<Read4ResOk> {
+    /// the session's `ca_maxresponsesize`. Over plain TCP, in a session
+    /// whose reply is not cached (`sa_cachethis` false, as clients send
+    /// READs), the data stays in the file: the result carries none and
+    /// [`Cx::file_data`] has it for the reply's encoding.
+    pub(super) async fn read(&self, a: &Read4Args, cx: &mut Cx) -> R<Read4ResOk> {
         if self.mds.is_some() {
             return self.read_pnfs(a, cx).await;
         }
@@ -92,14 +95,19 @@ impl<S: Storage> Nfs4Service<S> {
             refused: OnceLock::new(),
         };
         let check = |attrs: &Fattr3| may.check(attrs);
+        let files = cx.files && cx.sess.is_some_and(|s| !s.cachethis);
         let done = self
             .fs
-            .read_checked(&fh, a.offset, count, &check, false)
+            .read_checked(&fh, a.offset, count, &check, files)
             .await;
         let (data, eof) = done.data.map_err(|e| may.status(e))?;
         let data = match data {
             ReadData::Bytes(b) => b,
-            // Not asked for (`files` false); read in if ever given.
+            d @ ReadData::File { .. } if files => {
+                cx.file_data = Some(d);
+                bytes::Bytes::new()
+            }
+            // Not asked for; read in if ever given.
             ReadData::File { file, offset, len } => {
                 let mut buf = vec![0u8; len];
                 let n = file
