@@ -229,6 +229,17 @@ impl AttrCache {
         })
     }
 
+    /// Whether directory (`ino`, `gen`) is watched with entries kept: a
+    /// listing of it is likely to come from the cache (they may still be
+    /// older than the time-to-live).
+    pub(crate) fn holds(&self, ino: u64, gen: u64) -> bool {
+        self.lock().is_some_and(|i| {
+            i.dirs
+                .peek(&ino)
+                .is_some_and(|d| d.gen == gen && !d.names.is_empty())
+        })
+    }
+
     /// Drops what is kept of `name` in directory `ino` (the server made a
     /// change the watch does not report there, such as a second link).
     pub(crate) fn forget(&self, ino: u64, name: &[u8]) {

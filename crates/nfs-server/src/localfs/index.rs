@@ -340,6 +340,19 @@ impl Index {
         self.change(ino, Some(e), false);
     }
 
+    /// Whether the known-entries table already says the index records
+    /// every one of the `listed` files in `parent`: then
+    /// [`Self::put_listed`] has nothing to do, and no store access to make
+    /// (a READDIRPLUS page served on the runtime thread asks first).
+    pub(crate) fn all_known(&self, parent: u64, listed: &Listed) -> bool {
+        let Ok(st) = self.state.lock() else {
+            return false;
+        };
+        listed
+            .iter()
+            .all(|(ino, gen, _, name)| st.known.is(ino, st.known.hash(ino, parent, gen, name)))
+    }
+
     /// Records that the `listed` files live in directory `parent`, as
     /// [`Self::put`] without durability does for each: those already
     /// known to be recorded so cost a table lookup, the others one read

@@ -37,6 +37,7 @@ mod io;
 mod known;
 mod ops;
 mod pins;
+mod readdir;
 mod resolve;
 mod rw;
 mod sparse;
@@ -398,13 +399,22 @@ impl Storage for LocalFs {
         blocking(|| self.do_link(fh, dir, name))
     }
 
+    /// From memory on this thread as far as it goes ([`readdir`]); the
+    /// rest, if any, after a yield (a transport that runs calls inline
+    /// moves the call to a task of its own there) under [`blocking`].
     async fn readdir(
         &self,
         dir: &NfsFh3,
         req: DirRequest,
         sink: &mut dyn DirSink,
     ) -> StorageResult<DirPage> {
-        blocking(|| self.do_readdir(dir, req, sink))
+        match self.readdir_now(dir, req, sink) {
+            readdir::DirStep::Done(r) => r,
+            readdir::DirStep::Wait(pass) => {
+                tokio::task::yield_now().await;
+                blocking(|| self.readdir_rest(pass, sink))
+            }
+        }
     }
 
     async fn fsstat(&self, fh: &NfsFh3) -> StorageResult<FsStat> {
@@ -502,5 +512,7 @@ impl Storage for LocalFs {
 mod attrcache_tests;
 #[cfg(test)]
 mod listing_tests;
+#[cfg(test)]
+mod readdir_tests;
 #[cfg(test)]
 mod tests;

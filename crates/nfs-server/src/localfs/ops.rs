@@ -8,22 +8,17 @@
 use std::os::fd::{AsFd, OwnedFd};
 
 use bytes::Bytes;
-use nfs::v3::{
-    Createhow3, Fattr3, Filename3, Ftype3, Mknoddata3, NfsFh3, Nfsstat3, Nfstime3, Sattr3,
-};
+use nfs::v3::{Createhow3, Filename3, Ftype3, Mknoddata3, NfsFh3, Nfsstat3, Nfstime3, Sattr3};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps};
 use rustix::io::Errno;
 
-use super::attrcache::{Kept, View};
-use super::attrs::{io_status, sx, Meta};
-use super::cursors::Stamp;
-use super::index::{Entry, Listed};
+use super::attrs::{sx, Meta};
+use super::index::Entry;
 use super::io::{sync_dir, sync_fd};
 use super::resolve::Node;
 use super::LocalFs;
-use crate::dircursor::{CursorError, DirCursor, Entry as CursorEntry};
-use crate::fh::{Handle, FH_LEN};
-use crate::storage::{DirEntry, DirPage, DirRequest, DirSink, StorageResult};
+use crate::fh::Handle;
+use crate::storage::StorageResult;
 
 pub(crate) fn is_dot(name: &[u8]) -> bool {
     name == b"." || name == b".."
@@ -401,136 +396,6 @@ impl LocalFs {
         let meta = sx(Meta::at(&**dfd, &name.0))?;
         self.record(d.ino, &name.0, &meta, true);
         sync_dir(dfd)
-    }
-
-    /// One READDIR page from the directory cursor (RFC 1813 §3.3.16,
-    /// §3.3.17): the directory's attributes to `sink` (its access check,
-    /// from the `statx` that resolves the handle, in the same blocking
-    /// section), then the entries after `req.cookie` until `sink` refuses
-    /// one. The cursor of the listing's last page is taken up again when
-    /// this page resumes where it stopped ([`super::cursors`]); the files
-    /// a READDIRPLUS page returns are recorded in the handle index
-    /// together once the page is done, before the reply.
-    pub(crate) fn do_readdir(
-        &self,
-        dir: &NfsFh3,
-        req: DirRequest,
-        sink: &mut dyn DirSink,
-    ) -> StorageResult<DirPage> {
-        let d = self.resolve_dir(dir)?;
-        sink.dir(&d.meta.fattr(self.fsid()))?;
-        let (gen, stamp) = (d.meta.gen(), Stamp::of(&d.meta));
-        let mut cur = match self.cursors.take(d.ino, gen, req.cookie, stamp) {
-            Some(c) => c,
-            None => DirCursor::new(open_for_listing(&**d.dir()?)?).map_err(|e| io_status(&e))?,
-        };
-        let mut listed = Listed::default();
-        let r = if req.plus {
-            // Attributes kept from an earlier listing, if still coherent
-            // (`attrcache`); the watch is set before any entry is read.
-            let view = self.attrs.open(d.ino, gen, cur.fd());
-            // The entries' `statx` (most of a page's time) runs partly on
-            // a helper thread, ahead of the sink in directory order.
-            let prep = |e: &CursorEntry<'_>| {
-                let mut fh = [0u8; FH_LEN];
-                let (r, file) = self.entry_plus(&d, e, view.as_ref(), &mut fh);
-                (r, file, fh)
-            };
-            cur.read_prepared(req.cookie, req.size_hint, &prep, |e, (r, file, fh)| {
-                let taken = sink.entry(DirEntry {
-                    fileid: self.entry_fileid(&d, e),
-                    name: e.name(),
-                    cookie: e.cookie(),
-                    plus: Some(r.map(|at| (&fh[..], at))),
-                });
-                if let (true, Some((ino, gen, linked))) = (taken, file) {
-                    listed.push(ino, gen, linked, e.name());
-                }
-                taken
-            })
-        } else {
-            cur.read(req.cookie, req.size_hint, |e| {
-                sink.entry(DirEntry {
-                    fileid: self.entry_fileid(&d, e),
-                    name: e.name(),
-                    cookie: e.cookie(),
-                    plus: None,
-                })
-            })
-        };
-        self.index.put_listed(d.ino, &listed);
-        match r {
-            Ok(eof) => {
-                let verf = cur.verifier();
-                if !eof {
-                    self.cursors.keep(d.ino, gen, stamp, cur);
-                }
-                Ok(DirPage { verf, eof })
-            }
-            Err(CursorError::BadCookie) => Err(Nfsstat3::NFS3ERR_BAD_COOKIE),
-            Err(CursorError::Io(e)) => Err(io_status(&e)),
-        }
-    }
-
-    /// A READDIR entry's file id: ".." at the export root is the root
-    /// itself (as Linux).
-    fn entry_fileid(&self, d: &Node, e: &CursorEntry<'_>) -> u64 {
-        if d.ino == self.root_ino && e.name() == b".." {
-            self.root_ino
-        } else {
-            e.ino()
-        }
-    }
-
-    /// A READDIRPLUS entry's attributes, its handle's bytes into `fh`:
-    /// kept in `view` from an earlier listing, or from one `statx`
-    /// relative to the open directory (then kept, if the watch covers the
-    /// entry); none for ".." at the export root (as Linux) or a mount
-    /// point inside the export (not crossed). Also the file (inode,
-    /// generation, whether it has several links) to record in the index
-    /// as a LOOKUP would, if the entry is taken.
-    fn entry_plus(
-        &self,
-        d: &Node,
-        e: &CursorEntry<'_>,
-        view: Option<&View<'_>>,
-        fh: &mut [u8; FH_LEN],
-    ) -> (StorageResult<Fattr3>, Option<(u64, u64, bool)>) {
-        if d.ino == self.root_ino && e.name() == b".." {
-            return (Err(Nfsstat3::NFS3ERR_ACCES), None);
-        }
-        let view = view.filter(|_| !e.is_dot() && e.file_type() != FileType::Directory);
-        let kept = match view.and_then(|v| v.get(e.name())) {
-            Some(k) => k,
-            None => {
-                let m = match d.dir().and_then(|fd| sx(Meta::at(&**fd, e.name()))) {
-                    Ok(m) => m,
-                    Err(s) => return (Err(s), None),
-                };
-                if m.dev() != self.dev {
-                    return (Err(Nfsstat3::NFS3ERR_ACCES), None);
-                }
-                let kept = Kept {
-                    attrs: m.fattr(self.fsid()),
-                    gen: m.gen(),
-                };
-                // What the parent's watch covers (`attrcache`).
-                if let Some(v) = view.filter(|_| !m.is_dir() && m.nlink() == 1) {
-                    v.put(e.name(), kept.clone());
-                }
-                kept
-            }
-        };
-        let ino = kept.attrs.fileid;
-        let linked = kept.attrs.nlink > 1 && kept.attrs.ftype != Ftype3::NF3DIR;
-        let file = (!e.is_dot() && ino != self.root_ino).then_some((ino, kept.gen, linked));
-        *fh = Handle {
-            export_id: self.export_id,
-            ino,
-            gen: kept.gen,
-        }
-        .to_bytes(&self.key);
-        (Ok(kept.attrs), file)
     }
 }
 

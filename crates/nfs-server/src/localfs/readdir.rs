@@ -1,0 +1,407 @@
+//! One READDIR / READDIRPLUS page (RFC 1813 §3.3.16, §3.3.17; NFSv4
+//! READDIR, RFC 8881 §18.23, uses the same call), in two steps.
+//!
+//! A READDIRPLUS page of a directory whose attributes the listing cache
+//! keeps ([`super::attrcache`]) is served on the calling runtime thread
+//! ([`LocalFs::readdir_now`]): the handle's `statx`, the kept cursor (or
+//! an `openat` of the directory), the inotify drain, the entries of the
+//! kept read-ahead or one `getdents64`, each entry's attributes from the
+//! cache. No thread hand-off: a transport that runs a connection's calls
+//! inline up to their first wait (the TCP and RPC-over-RDMA shells)
+//! answers it without a task of its own, as it does a READ the page
+//! cache serves (`rw.rs`). The runtime thread is held for a bounded
+//! time: at most [`NOW_ENTRIES`] entries and [`NOW_STATX`] entries the
+//! cache does not have (subdirectories, changed files, entries older
+//! than the time-to-live) are taken there; at the next one, or if the
+//! handle index would have to read its store for the page's entries,
+//! the page stops ([`DirStep::Wait`]) and the caller yields, then
+//! finishes it under [`super::blocking`] ([`LocalFs::readdir_rest`]),
+//! going on from the cursor where the first step stopped (no entry
+//! repeated, none skipped). READDIR without attributes, and a directory
+//! the cache does not hold, go to that step at once.
+
+use nfs::v3::{Fattr3, Ftype3, NfsFh3, Nfsstat3};
+use rustix::fs::FileType;
+
+use super::attrcache::{Kept, View};
+use super::attrs::{io_status, sx, Meta};
+use super::cursors::Stamp;
+use super::index::Listed;
+use super::ops::open_for_listing;
+use super::resolve::Node;
+use super::LocalFs;
+use crate::dircursor::{CursorError, DirCursor, Entry as CursorEntry};
+use crate::fh::{Handle, FH_LEN};
+use crate::storage::{DirEntry, DirPage, DirRequest, DirSink, StorageResult};
+
+/// Most entries a page takes on the runtime thread (about 0.5 ms of a
+/// warm listing on the dev VM); the rest of a larger page is taken after
+/// a yield, under [`super::blocking`].
+pub(crate) const NOW_ENTRIES: usize = 512;
+
+/// Most `statx` calls (entries the attribute cache does not have) a
+/// page makes on the runtime thread.
+pub(crate) const NOW_STATX: usize = 16;
+
+/// A READDIRPLUS entry's attributes (or why there are none) and the
+/// file (inode, generation, whether it has several links) to record in
+/// the handle index if it is taken.
+type PlusEntry = (StorageResult<Fattr3>, Option<(u64, u64, bool)>);
+
+/// One page on its way: the directory, its cursor once open, the
+/// attribute cache's view and the files the page listed so far.
+pub(crate) struct DirPass<'a> {
+    d: Node,
+    gen: u64,
+    stamp: Stamp,
+    req: DirRequest,
+    cur: Option<DirCursor>,
+    view: Option<View<'a>>,
+    listed: Listed,
+    /// The cookie the entries go on from.
+    from: u64,
+    /// Whether the directory ended, once the entries are all in.
+    ended: Option<Result<bool, CursorError>>,
+}
+
+/// How far a page got on the runtime thread.
+pub(crate) enum DirStep<'a> {
+    /// The whole page (or why there is none).
+    Done(StorageResult<DirPage>),
+    /// The rest would hold the thread too long or wait for the store:
+    /// [`LocalFs::readdir_rest`] it after a yield.
+    Wait(Box<DirPass<'a>>),
+}
+
+impl LocalFs {
+    /// A READDIR page as far as it goes from memory on this thread
+    /// (module docs): the directory resolved and its attributes handed
+    /// to `sink` (its access check), then, for a READDIRPLUS page of a
+    /// directory the attribute cache holds, entries until the page ends
+    /// or one of the bounds is reached.
+    pub(crate) fn readdir_now<'a>(
+        &'a self,
+        dir: &NfsFh3,
+        req: DirRequest,
+        sink: &mut dyn DirSink,
+    ) -> DirStep<'a> {
+        let mut pass = match self.start_page(dir, req, sink) {
+            Ok(p) => p,
+            Err(e) => return DirStep::Done(Err(e)),
+        };
+        if !req.plus || !self.attrs.holds(pass.d.ino, pass.gen) {
+            return DirStep::Wait(Box::new(pass));
+        }
+        if let Err(e) = self.open_cursor(&mut pass) {
+            return DirStep::Done(Err(e));
+        }
+        let ended = match self.entries_now(&mut pass, sink) {
+            Some(r) => r,
+            None => return DirStep::Wait(Box::new(pass)),
+        };
+        if !self.index.all_known(pass.d.ino, &pass.listed) {
+            // The entries are in; recording them reads the store.
+            pass.ended = Some(ended);
+            return DirStep::Wait(Box::new(pass));
+        }
+        DirStep::Done(self.end_page(pass, ended))
+    }
+
+    /// The rest of a page [`Self::readdir_now`] stopped: blocking work
+    /// (run it under [`super::blocking`]). The entries after the cookie
+    /// until `sink` refuses one; the cursor of the listing's last page is
+    /// taken up again when this page resumes where it stopped
+    /// ([`super::cursors`]); the files a READDIRPLUS page returns are
+    /// recorded in the handle index together once the page is done,
+    /// before the reply.
+    pub(crate) fn readdir_rest<'a>(
+        &'a self,
+        mut pass: Box<DirPass<'a>>,
+        sink: &mut dyn DirSink,
+    ) -> StorageResult<DirPage> {
+        if pass.cur.is_none() {
+            self.open_cursor(&mut pass)?;
+        }
+        let ended = match pass.ended.take() {
+            Some(r) => r,
+            None => self.entries(&mut pass, sink),
+        };
+        self.index.put_listed(pass.d.ino, &pass.listed);
+        self.end_page(*pass, ended)
+    }
+
+    /// The directory resolved and its attributes handed to `sink` (its
+    /// access check, from the `statx` that resolves the handle, RFC 1813
+    /// §3.3.16), before any entry is read.
+    fn start_page(
+        &self,
+        dir: &NfsFh3,
+        req: DirRequest,
+        sink: &mut dyn DirSink,
+    ) -> StorageResult<DirPass<'_>> {
+        let d = self.resolve_dir(dir)?;
+        sink.dir(&d.meta.fattr(self.fsid()))?;
+        let (gen, stamp) = (d.meta.gen(), Stamp::of(&d.meta));
+        Ok(DirPass {
+            d,
+            gen,
+            stamp,
+            req,
+            cur: None,
+            view: None,
+            listed: Listed::default(),
+            from: req.cookie,
+            ended: None,
+        })
+    }
+
+    /// The listing's kept cursor at the page's cookie, or the directory
+    /// opened afresh; for READDIRPLUS the attribute cache's view (its
+    /// watch set before any entry is read).
+    fn open_cursor<'a>(&'a self, pass: &mut DirPass<'a>) -> StorageResult<()> {
+        let (ino, gen) = (pass.d.ino, pass.gen);
+        let cur = match self.cursors.take(ino, gen, pass.req.cookie, pass.stamp) {
+            Some(c) => c,
+            None => {
+                DirCursor::new(open_for_listing(&**pass.d.dir()?)?).map_err(|e| io_status(&e))?
+            }
+        };
+        // Attributes kept from an earlier listing, if still coherent
+        // (`attrcache`).
+        if pass.req.plus {
+            pass.view = self.attrs.open(ino, gen, cur.fd());
+        }
+        pass.cur = Some(cur);
+        Ok(())
+    }
+
+    /// The entries on this thread, within [`NOW_ENTRIES`] and
+    /// [`NOW_STATX`]: whether the directory ended, or `None` when the
+    /// page stopped at a bound (then [`DirPass::from`] is where it goes
+    /// on).
+    fn entries_now(
+        &self,
+        pass: &mut DirPass<'_>,
+        sink: &mut dyn DirSink,
+    ) -> Option<Result<bool, CursorError>> {
+        let (mut entries, mut statx) = (NOW_ENTRIES, NOW_STATX);
+        let mut bound = false;
+        let DirPass {
+            d,
+            cur,
+            view,
+            listed,
+            from,
+            req,
+            ..
+        } = pass;
+        let cur = cur.as_mut()?;
+        let r = cur.read(*from, req.size_hint, |e| {
+            let mut fh = [0u8; FH_LEN];
+            let kept = match self.entry_kept(d, e, view.as_ref(), &mut fh) {
+                Some(k) => Some(k),
+                None if statx > 0 && entries > 0 => {
+                    statx -= 1;
+                    None
+                }
+                None => {
+                    bound = true;
+                    return false;
+                }
+            };
+            if entries == 0 {
+                bound = true;
+                return false;
+            }
+            entries -= 1;
+            let (r, file) = match kept {
+                Some(k) => k,
+                None => self.entry_stat(d, e, view.as_ref(), &mut fh),
+            };
+            self.take_plus(sink, d, e, r, file, &fh, listed)
+        });
+        if bound && matches!(r, Ok(false)) {
+            *from = cur.resume_cookie().unwrap_or(*from);
+            return None;
+        }
+        Some(r)
+    }
+
+    /// The entries (all of them blocking work): whether the directory
+    /// ended.
+    fn entries(&self, pass: &mut DirPass<'_>, sink: &mut dyn DirSink) -> Result<bool, CursorError> {
+        let DirPass {
+            d,
+            cur,
+            view,
+            listed,
+            from,
+            req,
+            ..
+        } = pass;
+        let Some(cur) = cur.as_mut() else {
+            return Err(CursorError::Io(std::io::Error::other("no cursor")));
+        };
+        if !req.plus {
+            return cur.read(*from, req.size_hint, |e| {
+                sink.entry(DirEntry {
+                    fileid: self.entry_fileid(d, e),
+                    name: e.name(),
+                    cookie: e.cookie(),
+                    plus: None,
+                })
+            });
+        }
+        let view = view.as_ref();
+        // The entries' `statx` (most of a page's time) runs partly on a
+        // helper thread, ahead of the sink in directory order.
+        let prep = |e: &CursorEntry<'_>| {
+            let mut fh = [0u8; FH_LEN];
+            let (r, file) = self.entry_plus(d, e, view, &mut fh);
+            (r, file, fh)
+        };
+        cur.read_prepared(*from, req.size_hint, &prep, |e, (r, file, fh)| {
+            self.take_plus(sink, d, e, r, file, &fh, listed)
+        })
+    }
+
+    /// Offers a READDIRPLUS entry to `sink`, noting its file in `listed`
+    /// if taken: whether it was.
+    #[allow(clippy::too_many_arguments)]
+    fn take_plus(
+        &self,
+        sink: &mut dyn DirSink,
+        d: &Node,
+        e: &CursorEntry<'_>,
+        r: StorageResult<Fattr3>,
+        file: Option<(u64, u64, bool)>,
+        fh: &[u8],
+        listed: &mut Listed,
+    ) -> bool {
+        let taken = sink.entry(DirEntry {
+            fileid: self.entry_fileid(d, e),
+            name: e.name(),
+            cookie: e.cookie(),
+            plus: Some(r.map(|at| (fh, at))),
+        });
+        if let (true, Some((ino, gen, linked))) = (taken, file) {
+            listed.push(ino, gen, linked, e.name());
+        }
+        taken
+    }
+
+    /// The end of a page: the cursor kept if the directory goes on, the
+    /// verifier its cookies are valid under.
+    fn end_page(
+        &self,
+        pass: DirPass<'_>,
+        ended: Result<bool, CursorError>,
+    ) -> StorageResult<DirPage> {
+        let Some(cur) = pass.cur else {
+            return Err(Nfsstat3::NFS3ERR_SERVERFAULT);
+        };
+        match ended {
+            Ok(eof) => {
+                let verf = cur.verifier();
+                if !eof {
+                    self.cursors.keep(pass.d.ino, pass.gen, pass.stamp, cur);
+                }
+                Ok(DirPage { verf, eof })
+            }
+            Err(CursorError::BadCookie) => Err(Nfsstat3::NFS3ERR_BAD_COOKIE),
+            Err(CursorError::Io(e)) => Err(io_status(&e)),
+        }
+    }
+
+    /// A READDIR entry's file id: ".." at the export root is the root
+    /// itself (as Linux).
+    fn entry_fileid(&self, d: &Node, e: &CursorEntry<'_>) -> u64 {
+        if d.ino == self.root_ino && e.name() == b".." {
+            self.root_ino
+        } else {
+            e.ino()
+        }
+    }
+
+    /// A READDIRPLUS entry's attributes, its handle's bytes into `fh`:
+    /// kept in `view` from an earlier listing ([`Self::entry_kept`]), or
+    /// from one `statx` ([`Self::entry_stat`]). Also the file (inode,
+    /// generation, whether it has several links) to record in the index
+    /// as a LOOKUP would, if the entry is taken.
+    fn entry_plus(
+        &self,
+        d: &Node,
+        e: &CursorEntry<'_>,
+        view: Option<&View<'_>>,
+        fh: &mut [u8; FH_LEN],
+    ) -> PlusEntry {
+        match self.entry_kept(d, e, view, fh) {
+            Some(r) => r,
+            None => self.entry_stat(d, e, view, fh),
+        }
+    }
+
+    /// [`Self::entry_plus`] when it needs no system call: none for ".."
+    /// at the export root (as Linux), or the attributes `view` keeps.
+    fn entry_kept(
+        &self,
+        d: &Node,
+        e: &CursorEntry<'_>,
+        view: Option<&View<'_>>,
+        fh: &mut [u8; FH_LEN],
+    ) -> Option<PlusEntry> {
+        if d.ino == self.root_ino && e.name() == b".." {
+            return Some((Err(Nfsstat3::NFS3ERR_ACCES), None));
+        }
+        let kept = view_of(e, view)?.get(e.name())?;
+        Some(self.entry_of(e, kept, fh))
+    }
+
+    /// [`Self::entry_plus`] by one `statx` relative to the open directory
+    /// (then kept, if the watch covers the entry); none for a mount point
+    /// inside the export (not crossed).
+    fn entry_stat(
+        &self,
+        d: &Node,
+        e: &CursorEntry<'_>,
+        view: Option<&View<'_>>,
+        fh: &mut [u8; FH_LEN],
+    ) -> PlusEntry {
+        let m = match d.dir().and_then(|fd| sx(Meta::at(&**fd, e.name()))) {
+            Ok(m) => m,
+            Err(s) => return (Err(s), None),
+        };
+        if m.dev() != self.dev {
+            return (Err(Nfsstat3::NFS3ERR_ACCES), None);
+        }
+        let kept = Kept {
+            attrs: m.fattr(self.fsid()),
+            gen: m.gen(),
+        };
+        // What the parent's watch covers (`attrcache`).
+        if let Some(v) = view_of(e, view).filter(|_| !m.is_dir() && m.nlink() == 1) {
+            v.put(e.name(), kept.clone());
+        }
+        self.entry_of(e, kept, fh)
+    }
+
+    /// The entry's attributes and handle, and the file to record.
+    fn entry_of(&self, e: &CursorEntry<'_>, kept: Kept, fh: &mut [u8; FH_LEN]) -> PlusEntry {
+        let ino = kept.attrs.fileid;
+        let linked = kept.attrs.nlink > 1 && kept.attrs.ftype != Ftype3::NF3DIR;
+        let file = (!e.is_dot() && ino != self.root_ino).then_some((ino, kept.gen, linked));
+        *fh = Handle {
+            export_id: self.export_id,
+            ino,
+            gen: kept.gen,
+        }
+        .to_bytes(&self.key);
+        (Ok(kept.attrs), file)
+    }
+}
+
+/// The cache's view for an entry it may keep: not "." or "..", not a
+/// directory.
+fn view_of<'v, 'a>(e: &CursorEntry<'_>, view: Option<&'v View<'a>>) -> Option<&'v View<'a>> {
+    view.filter(|_| !e.is_dot() && e.file_type() != FileType::Directory)
+}

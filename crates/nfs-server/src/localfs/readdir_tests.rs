@@ -1,0 +1,170 @@
+//! READDIRPLUS pages served on the runtime thread ([`super::readdir`]):
+//! a page of a directory the attribute cache holds finishes on its first
+//! poll (no thread hand-off), a cold one yields first, and a page that
+//! reaches a bound there goes on after the yield with every entry once,
+//! exactly as a page served in one step.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use nfs::v3::NfsFh3;
+
+use super::attrcache::AttrCacheConfig;
+use super::readdir::{NOW_ENTRIES, NOW_STATX};
+use super::tests::{name, OwnedEntry, Tmp};
+use super::LocalFs;
+use crate::storage::{DirEntry, DirPage, DirRequest, Storage};
+
+/// Whether `f` finishes on its first poll, and its output.
+fn first_poll<F: core::future::Future>(f: F) -> (bool, F::Output) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut f = std::pin::pin!(f);
+        let first = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(core::future::Future::poll(f.as_mut(), cx))
+        })
+        .await;
+        match first {
+            std::task::Poll::Ready(out) => (true, out),
+            std::task::Poll::Pending => (false, f.await),
+        }
+    })
+}
+
+/// One READDIRPLUS page of up to `n` entries after `cookie`: whether it
+/// finished on its first poll, its entries, its end.
+fn page(lfs: &LocalFs, dir: &NfsFh3, cookie: u64, n: usize) -> (bool, Vec<OwnedEntry>, DirPage) {
+    let mut out = Vec::new();
+    let req = DirRequest {
+        cookie,
+        plus: true,
+        size_hint: 64 * 1024,
+    };
+    let mut sink = |e: DirEntry<'_>| {
+        if out.len() == n {
+            return false;
+        }
+        out.push(OwnedEntry::from(e));
+        true
+    };
+    let (now, page) = first_poll(lfs.readdir(dir, req, &mut sink));
+    (now, out, page.unwrap())
+}
+
+/// A whole listing in pages of `n`: how many pages finished on their
+/// first poll, how many there were, the entries.
+fn listing(lfs: &LocalFs, dir: &NfsFh3, n: usize) -> (usize, usize, Vec<OwnedEntry>) {
+    let (mut now, mut pages, mut all, mut cookie) = (0, 0, Vec::new(), 0);
+    loop {
+        let (ready, es, p) = page(lfs, dir, cookie, n);
+        now += usize::from(ready);
+        pages += 1;
+        all.extend(es);
+        if p.eof {
+            return (now, pages, all);
+        }
+        cookie = all.last().unwrap().cookie;
+    }
+}
+
+fn cached(t: &Tmp) -> (LocalFs, NfsFh3) {
+    let cfg = AttrCacheConfig {
+        ttl: Duration::from_secs(3600),
+        ..AttrCacheConfig::default()
+    };
+    let lfs = LocalFs::new(&t.0, false).unwrap().with_attr_cache(cfg);
+    let d = block_lookup(&lfs, "d");
+    (lfs, d)
+}
+
+fn block_lookup(lfs: &LocalFs, n: &str) -> NfsFh3 {
+    super::tests::block(lfs.lookup(&lfs.root(), &name(n))).unwrap()
+}
+
+fn names(es: &[OwnedEntry]) -> Vec<Vec<u8>> {
+    es.iter().map(|e| e.name.0.to_vec()).collect()
+}
+
+#[test]
+fn warm_pages_finish_on_their_first_poll_and_cold_ones_yield() {
+    let t = Tmp::new("rd-now");
+    fs::create_dir_all(t.0.join("d")).unwrap();
+    for i in 0..200 {
+        fs::write(t.0.join(format!("d/f{i}")), vec![b'x'; i]).unwrap();
+    }
+    let (lfs, d) = cached(&t);
+    let (now, pages, cold) = listing(&lfs, &d, 20);
+    assert_eq!(cold.len(), 202);
+    assert!(
+        now < pages,
+        "a cold listing's first page yields ({now} of {pages} at once)"
+    );
+    // Once the cache and the handle index hold the directory, every page
+    // is served at once, and exactly as the cold listing was.
+    let _ = listing(&lfs, &d, 20);
+    let (now, pages, warm) = listing(&lfs, &d, 20);
+    assert_eq!((now, pages), (pages, 11));
+    assert_eq!(warm, cold);
+    // A file changed locally: still at once (one `statx` on the thread),
+    // with the new mode.
+    let f = t.0.join("d/f7");
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+    let (now, pages, after) = listing(&lfs, &d, 20);
+    assert_eq!(now, pages);
+    let e = after.iter().find(|e| &e.name.0[..] == b"f7").unwrap();
+    match &e.plus {
+        Some(Ok((_, a))) => assert_eq!(a.mode & 0o777, 0o600),
+        other => panic!("{other:?}"),
+    }
+    // A READDIR without attributes takes no entry on the thread.
+    let req = DirRequest {
+        cookie: 0,
+        plus: false,
+        size_hint: 4096,
+    };
+    let (ready, r) = first_poll(lfs.readdir(&d, req, &mut |_: DirEntry<'_>| true));
+    assert!(!ready && r.unwrap().eof);
+}
+
+/// A warm page past [`NOW_ENTRIES`] entries, and one with more than
+/// [`NOW_STATX`] entries the cache never keeps (subdirectories), stop on
+/// the runtime thread and go on after the yield: the same entries, in
+/// the same order, with the same cookies, handles and attributes as
+/// small pages give, each once.
+#[test]
+fn a_page_past_a_bound_goes_on_after_the_yield_with_every_entry_once() {
+    let t = Tmp::new("rd-bound");
+    fs::create_dir_all(t.0.join("d")).unwrap();
+    for i in 0..NOW_ENTRIES + 300 {
+        fs::write(t.0.join(format!("d/f{i}")), b"").unwrap();
+    }
+    fs::create_dir_all(t.0.join("s")).unwrap();
+    for i in 0..3 * NOW_STATX {
+        fs::create_dir(t.0.join(format!("s/sub{i}"))).unwrap();
+        fs::write(t.0.join(format!("s/f{i}")), b"y").unwrap();
+    }
+    let (lfs, d) = cached(&t);
+    let s = block_lookup(&lfs, "s");
+    for dir in [&d, &s] {
+        let (_, _, small) = listing(&lfs, dir, 7);
+        let (_, _, again) = listing(&lfs, dir, 7);
+        assert_eq!(again, small);
+        let (ready, whole, p) = page(&lfs, dir, 0, usize::MAX);
+        assert!(!ready, "the page stops at a bound and yields");
+        assert!(p.eof);
+        assert_eq!(whole, small);
+        let mut n = names(&whole);
+        n.sort();
+        n.dedup();
+        assert_eq!(n.len(), whole.len(), "an entry came twice");
+    }
+    // The stop was not at the cookie the page began at: a later page
+    // goes on from a bound in the middle as well.
+    let (_, first, _) = page(&lfs, &d, 0, 100);
+    let (ready, rest, p) = page(&lfs, &d, first.last().unwrap().cookie, usize::MAX);
+    assert!(!ready && p.eof);
+    assert_eq!(first.len() + rest.len(), NOW_ENTRIES + 302);
+}
