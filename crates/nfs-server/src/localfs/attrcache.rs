@@ -55,7 +55,7 @@
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -112,7 +112,101 @@ struct Dir {
     /// Bumped whenever an event of this directory is drained: a `statx`
     /// made before it may predate the change, so is not kept.
     epoch: u64,
-    names: HashMap<Box<[u8]>, Slot>,
+    names: Names,
+}
+
+/// A directory's kept entries in the order they were kept, which is the
+/// order listings visit them (directory order): a listing reads them as
+/// one sequential run, checking the slot after the last one it used
+/// against the entry's inode number, and looks a name up by hash only
+/// when that is not the one (the first entry of a page, an entry kept
+/// out of order).
+#[derive(Debug, Default)]
+struct Names {
+    /// Each kept name's slot.
+    at: HashMap<Box<[u8]>, u32>,
+    /// Slots in the order kept; `None` where an entry was dropped.
+    slots: Vec<Option<Slot>>,
+    /// `None` slots.
+    dead: usize,
+}
+
+impl Names {
+    fn len(&self) -> usize {
+        self.at.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.at.is_empty()
+    }
+
+    /// The slot of `name` (inode `ino`), trying `hint` first; `hint`
+    /// becomes the slot after it.
+    fn get(&self, name: &[u8], ino: u64, hint: &AtomicUsize) -> Option<&Slot> {
+        let h = hint.load(Ordering::Relaxed);
+        let i = match self.slots.get(h) {
+            // A live slot of this inode is this name's: a kept entry has
+            // one link, and its slot is dropped when the name goes.
+            Some(Some(s)) if s.kept.attrs.fileid == ino => h,
+            _ => *self.at.get(name)? as usize,
+        };
+        hint.store(i + 1, Ordering::Relaxed);
+        self.slots.get(i)?.as_ref()
+    }
+
+    /// Keeps `slot` for `name`: whether the name is new.
+    fn put(&mut self, name: &[u8], slot: Slot) -> bool {
+        if let Some(&i) = self.at.get(name) {
+            if let Some(s) = self.slots.get_mut(i as usize) {
+                *s = Some(slot);
+            }
+            return false;
+        }
+        let Ok(i) = u32::try_from(self.slots.len()) else {
+            return false;
+        };
+        self.slots.push(Some(slot));
+        self.at.insert(name.into(), i);
+        true
+    }
+
+    /// Drops `name`: whether it was kept.
+    fn remove(&mut self, name: &[u8]) -> bool {
+        let Some(i) = self.at.remove(name) else {
+            return false;
+        };
+        if let Some(s) = self.slots.get_mut(i as usize) {
+            *s = None;
+            self.dead += 1;
+        }
+        if self.dead > 64 && self.dead > self.slots.len() / 2 {
+            self.compact();
+        }
+        true
+    }
+
+    /// Closes the gaps dropped entries left, keeping the order.
+    fn compact(&mut self) {
+        let mut to = vec![0u32; self.slots.len()];
+        let mut n = 0u32;
+        for (i, s) in self.slots.iter().enumerate() {
+            if s.is_some() {
+                to[i] = n;
+                n += 1;
+            }
+        }
+        self.slots.retain(Option::is_some);
+        for i in self.at.values_mut() {
+            *i = to[*i as usize];
+        }
+        self.dead = 0;
+    }
+
+    fn clear(&mut self) {
+        self.at.clear();
+        self.slots.clear();
+        self.dead = 0;
+    }
 }
 
 #[derive(Debug)]
@@ -166,6 +260,8 @@ pub(crate) struct View<'a> {
     gen: u64,
     epoch: u64,
     now: Instant,
+    /// The slot after the last one read ([`Names::get`]).
+    hint: AtomicUsize,
 }
 
 impl AttrCache {
@@ -226,6 +322,7 @@ impl AttrCache {
             gen,
             epoch,
             now: Instant::now(),
+            hint: AtomicUsize::new(0),
         })
     }
 
@@ -268,11 +365,12 @@ impl AttrCache {
 }
 
 impl View<'_> {
-    /// The kept entry `name`, if it is younger than the time-to-live.
-    pub(crate) fn get(&self, name: &[u8]) -> Option<Kept> {
+    /// The kept entry `name` (inode `ino`, as listed), if it is younger
+    /// than the time-to-live.
+    pub(crate) fn get(&self, name: &[u8], ino: u64) -> Option<Kept> {
         let inner = self.cache.lock()?;
         let d = inner.dirs.peek(&self.ino).filter(|d| d.gen == self.gen)?;
-        let s = d.names.get(name)?;
+        let s = d.names.get(name, ino, &self.hint)?;
         let fresh = self.now.saturating_duration_since(s.at) < self.cache.cfg.ttl;
         if fresh {
             self.cache.hits.fetch_add(1, Ordering::Relaxed);
@@ -293,8 +391,8 @@ impl View<'_> {
         if d.gen != self.gen || d.epoch != self.epoch {
             return;
         }
-        if let Some(s) = d.names.get_mut(name) {
-            *s = slot;
+        if d.names.at.contains_key(name) {
+            d.names.put(name, slot);
             return;
         }
         let here = d.names.len();
@@ -302,8 +400,9 @@ impl View<'_> {
             return;
         }
         if let Some(d) = inner.dirs.peek_mut(&self.ino) {
-            d.names.insert(name.into(), slot);
-            inner.total += 1;
+            if d.names.put(name, slot) {
+                inner.total += 1;
+            }
         }
     }
 }
@@ -364,7 +463,7 @@ impl Inner {
     fn drop_name(&mut self, ino: u64, name: &[u8]) {
         if let Some(d) = self.dirs.peek_mut(&ino) {
             d.epoch += 1;
-            if d.names.remove(name).is_some() {
+            if d.names.remove(name) {
                 self.total -= 1;
             }
         }
@@ -417,7 +516,7 @@ impl Inner {
             gen,
             wd,
             epoch: 0,
-            names: HashMap::new(),
+            names: Names::default(),
         };
         self.dirs.put(ino, dir);
         Some(())
@@ -504,15 +603,15 @@ mod tests {
         let v = c.open(7, 1, rustix::fd::AsFd::as_fd(&fd)).unwrap();
         v.put(b"a", kept(1));
         v.put(b"b", kept(2));
-        assert_eq!((c.len(), v.get(b"a")), (2, Some(kept(1))));
+        assert_eq!((c.len(), v.get(b"a", 1)), (2, Some(kept(1))));
         let wd = c.lock().unwrap().dirs.peek(&7).unwrap().wd;
         c.lock().unwrap().apply(wd, Some(b"a"), ReadFlags::MODIFY);
         assert_eq!(
-            (c.len(), v.get(b"a"), v.get(b"b")),
+            (c.len(), v.get(b"a", 1), v.get(b"b", 2)),
             (1, None, Some(kept(2)))
         );
         c.lock().unwrap().apply(-1, None, ReadFlags::QUEUE_OVERFLOW);
-        assert_eq!((c.len(), v.get(b"b")), (0, None));
+        assert_eq!((c.len(), v.get(b"b", 2)), (0, None));
         let v = c.open(7, 1, rustix::fd::AsFd::as_fd(&fd)).unwrap();
         v.put(b"c", kept(3));
         c.lock().unwrap().apply(wd, None, ReadFlags::IGNORED);
@@ -533,10 +632,54 @@ mod tests {
         std::fs::write(p.join("f"), b"x").unwrap();
         let other = c.open(9, 1, rustix::fd::AsFd::as_fd(&fd)).unwrap();
         page.put(b"f", kept(1));
-        assert_eq!(page.get(b"f"), None);
+        assert_eq!(page.get(b"f", 1), None);
         other.put(b"f", kept(1));
-        assert_eq!(other.get(b"f"), Some(kept(1)));
+        assert_eq!(other.get(b"f", 1), Some(kept(1)));
         let _ = std::fs::remove_dir_all(&p);
+    }
+
+    /// Slots are read in the order kept, found by name when the hint is
+    /// not theirs, and stay right when drops make the slots compact.
+    #[test]
+    fn names_follow_the_listing_order_and_survive_compaction() {
+        let mut n = Names::default();
+        let slot = |ino| Slot {
+            kept: kept(ino),
+            at: Instant::now(),
+        };
+        for i in 0..300u64 {
+            assert!(n.put(format!("f{i}").as_bytes(), slot(i + 10)));
+        }
+        assert!(!n.put(b"f5", slot(15)), "kept again: not new");
+        let hint = AtomicUsize::new(0);
+        for i in 0..300u64 {
+            let s = n.get(format!("f{i}").as_bytes(), i + 10, &hint).unwrap();
+            assert_eq!(s.kept.attrs.fileid, i + 10);
+            assert_eq!(hint.load(Ordering::Relaxed), i as usize + 1);
+        }
+        // Out of order: by name.
+        assert_eq!(n.get(b"f3", 13, &hint).unwrap().kept.attrs.fileid, 13);
+        assert_eq!(hint.load(Ordering::Relaxed), 4);
+        // The hint's slot is another inode's (f4 is inode 14): by name.
+        assert!(n.get(b"f9", 19, &hint).is_some());
+        assert!(
+            n.get(b"gone", 11, &AtomicUsize::new(1))
+                .is_some_and(|s| s.kept.attrs.fileid == 11),
+            "a live slot of the same inode is the name's (kept entries have one link)"
+        );
+        assert!(n.get(b"gone", 99, &AtomicUsize::new(1)).is_none());
+        for i in (0..300u64).filter(|i| i % 3 != 0) {
+            assert!(n.remove(format!("f{i}").as_bytes()));
+        }
+        assert!(!n.remove(b"f1"));
+        assert!(n.slots.len() < 300, "compacted");
+        assert_eq!(n.len(), 100);
+        let hint = AtomicUsize::new(0);
+        for i in (0..300u64).step_by(3) {
+            let s = n.get(format!("f{i}").as_bytes(), i + 10, &hint).unwrap();
+            assert_eq!(s.kept.attrs.fileid, i + 10);
+        }
+        assert!(n.get(b"f1", 11, &AtomicUsize::new(0)).is_none());
     }
 
     #[test]

@@ -353,7 +353,7 @@ impl LocalFs {
         if d.ino == self.root_ino && e.name() == b".." {
             return Some((Err(Nfsstat3::NFS3ERR_ACCES), None));
         }
-        let kept = view_of(e, view)?.get(e.name())?;
+        let kept = view_of(e, view)?.get(e.name(), e.ino())?;
         Some(self.entry_of(e, kept, fh))
     }
 
