@@ -30,6 +30,7 @@ Usage: pnfs-relay.py --control PORT --log FILE --metrics-url URL
 
 import argparse
 import asyncio
+import signal
 import socket
 import struct
 import sys
@@ -197,6 +198,9 @@ async def main():
 
 
 if __name__ == "__main__":
+    # Started in the background by a non-interactive shell, SIGINT
+    # arrives ignored; interop-pnfs.sh stops its servers with it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         asyncio.run(main())
     except KeyboardInterrupt:
