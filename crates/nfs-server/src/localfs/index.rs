@@ -50,7 +50,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use redb::{backends::InMemoryBackend, Database, TableDefinition};
@@ -145,6 +145,8 @@ type Pending = HashMap<u64, Option<Entry>>;
 #[derive(Debug)]
 struct State {
     pending: Pending,
+    /// The batch being written, read as the store until it is in it.
+    writing: Option<Arc<Pending>>,
     /// What the index is known to record ([`Known`]), kept exact.
     known: Known,
     /// Changes so far: a lookup in the store marks what it found known
@@ -169,10 +171,16 @@ impl State {
         self.changes += 1;
     }
 
-    /// The pending changes when they are due for the store.
-    fn due(&mut self, durable: bool) -> Option<Pending> {
-        let due = durable || !self.batch || self.pending.len() >= PENDING_MAX;
-        (due && !self.pending.is_empty()).then(|| std::mem::take(&mut self.pending))
+    /// Whether the pending changes are due for the store.
+    fn due(&self, durable: bool) -> bool {
+        durable || !self.batch || self.pending.len() >= PENDING_MAX
+    }
+
+    /// Where the index says `ino` lives, if a change not yet in the
+    /// store says it.
+    fn unstored(&self, ino: u64) -> Option<&Option<Entry>> {
+        let writing = self.writing.as_deref().and_then(|w| w.get(&ino));
+        self.pending.get(&ino).or(writing)
     }
 }
 
@@ -180,6 +188,9 @@ impl State {
 pub(crate) struct Index {
     db: Database,
     state: Mutex<State>,
+    /// Held while a batch is taken and written: batches reach the store
+    /// one at a time, in the order they were taken.
+    writer: Mutex<()>,
 }
 
 impl core::fmt::Debug for Index {
@@ -223,16 +234,18 @@ impl Index {
             db,
             state: Mutex::new(State {
                 pending: HashMap::new(),
+                writing: None,
                 known: Known::new(),
                 changes: 0,
                 batch,
             }),
+            writer: Mutex::new(()),
         })
     }
 
     /// Where `ino` lives, if recorded.
     pub(crate) fn get(&self, ino: u64) -> Option<Entry> {
-        if let Some(p) = self.state.lock().ok()?.pending.get(&ino) {
+        if let Some(p) = self.state.lock().ok()?.unstored(ino) {
             return p.clone();
         }
         let tx = self.db.begin_read().ok()?;
@@ -402,10 +415,10 @@ impl Index {
                 }
                 st.due(false)
             }
-            Err(_) => None,
+            Err(_) => false,
         };
-        if let Some(b) = batch {
-            self.write(b, false);
+        if batch {
+            self.write_pending(false);
         }
         for (ino, e) in linked {
             self.put_linked(ino, e, false);
@@ -435,15 +448,15 @@ impl Index {
     }
 
     fn change(&self, ino: u64, e: Option<Entry>, durable: bool) {
-        let batch = match self.state.lock() {
+        let due = match self.state.lock() {
             Ok(mut st) => {
                 st.change(ino, e);
                 st.due(durable)
             }
-            Err(_) => None,
+            Err(_) => false,
         };
-        if let Some(b) = batch {
-            self.write(b, durable);
+        if due {
+            self.write_pending(durable);
         }
     }
 
@@ -455,16 +468,35 @@ impl Index {
 
     /// Writes everything pending to stable storage.
     pub(crate) fn flush(&self) {
-        let b = self
-            .state
-            .lock()
-            .map(|mut st| std::mem::take(&mut st.pending))
-            .unwrap_or_default();
-        self.write(b, true);
+        self.write_pending(true);
     }
 
-    fn write(&self, batch: Pending, durable: bool) {
-        if let Err(e) = self.try_write(&batch, durable) {
+    /// Writes what is pending to the store (with `durable`, to stable
+    /// storage, also what earlier batches wrote without). The batch
+    /// stays readable ([`Self::get`]) until the store has it: a handle
+    /// is never STALE because its entry is on its way. Calls that find
+    /// a batch being written wait and then write together what came
+    /// meanwhile (one transaction for all of them).
+    fn write_pending(&self, durable: bool) {
+        let Ok(_w) = self.writer.lock() else {
+            return;
+        };
+        let batch = match self.state.lock() {
+            Ok(mut st) if durable || !st.pending.is_empty() => {
+                let b = Arc::new(std::mem::take(&mut st.pending));
+                st.writing = Some(Arc::clone(&b));
+                b
+            }
+            _ => return,
+        };
+        self.write(&batch, durable);
+        if let Ok(mut st) = self.state.lock() {
+            st.writing = None;
+        }
+    }
+
+    fn write(&self, batch: &Pending, durable: bool) {
+        if let Err(e) = self.try_write(batch, durable) {
             tracing::warn!(error = %e, entries = batch.len(), "handle index write failed");
             // The batch is lost: what the table says of it no longer holds.
             if let Ok(mut st) = self.state.lock() {
@@ -642,6 +674,31 @@ mod tests {
         ix.unlinked(10, 9, 2, b"first", false);
         assert_eq!(ix.get(10).map(|x| x.gen), Some(9));
         assert_eq!(ix.other_names(10, 9).len(), MAX_NAMES - 1);
+    }
+
+    #[test]
+    fn an_entry_being_written_is_still_found() {
+        let ix = std::sync::Arc::new(Index::in_memory().unwrap());
+        ix.put(1, e(2, "dir"), false, false);
+        let writer = {
+            let ix = std::sync::Arc::clone(&ix);
+            std::thread::spawn(move || {
+                for round in 0..20u64 {
+                    // Entry 1 changes in every batch, so each carries it.
+                    let name = if round % 2 == 0 { "d1" } else { "d2" };
+                    ix.put(1, e(2, name), false, false);
+                    for i in 0..PENDING_MAX as u64 {
+                        ix.put(1000 + round * 10_000 + i, e(1, "f"), false, false);
+                    }
+                }
+            })
+        };
+        let mut looks = 0u64;
+        while !writer.is_finished() {
+            assert!(ix.get(1).is_some(), "entry 1 missing after {looks} looks");
+            looks += 1;
+        }
+        writer.join().unwrap();
     }
 
     #[test]
