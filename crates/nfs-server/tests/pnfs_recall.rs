@@ -46,6 +46,8 @@ const LEASE: Duration = Duration::from_secs(90);
 struct CbService {
     answer: Arc<AtomicU32>,
     seen: mpsc::UnboundedSender<CbLayoutrecall4Args>,
+    /// CB_RECALLs (of delegations) received.
+    deleg_recalls: Arc<AtomicU32>,
 }
 
 impl CbService {
@@ -62,7 +64,10 @@ impl CbService {
                 let _ = self.seen.send(a.clone());
                 NfsCbResop4::Layoutrecall(Nfsstat4(self.answer.load(Ordering::SeqCst)))
             }
-            NfsCbArgop4::Recall(_) => NfsCbResop4::Recall(Nfsstat4::NFS4_OK),
+            NfsCbArgop4::Recall(_) => {
+                self.deleg_recalls.fetch_add(1, Ordering::SeqCst);
+                NfsCbResop4::Recall(Nfsstat4::NFS4_OK)
+            }
             NfsCbArgop4::Getattr(_) => NfsCbResop4::Getattr(Res4::Err(Nfsstat4::NFS4ERR_BADHANDLE)),
             NfsCbArgop4::Offload(_) => NfsCbResop4::Offload(Nfsstat4::NFS4_OK),
             NfsCbArgop4::Other(n) => NfsCbResop4::Other(*n, Nfsstat4::NFS4ERR_NOTSUPP),
@@ -192,16 +197,19 @@ struct Client {
     seq: AtomicU32,
     answer: Arc<AtomicU32>,
     recalls: mpsc::UnboundedReceiver<CbLayoutrecall4Args>,
+    deleg_recalls: Arc<AtomicU32>,
 }
 
 impl Client {
     async fn connect(cl: &Cluster, name: &str) -> Self {
         let (tx, recalls) = mpsc::unbounded_channel();
         let answer = Arc::new(AtomicU32::new(0));
+        let deleg_recalls = Arc::new(AtomicU32::new(0));
         let mut cb = oncrpc::Server::new();
         cb.register(CbService {
             answer: Arc::clone(&answer),
             seen: tx,
+            deleg_recalls: Arc::clone(&deleg_recalls),
         });
         let rpc = TcpClient::connect_with_backchannel(
             cl.addr,
@@ -220,6 +228,7 @@ impl Client {
             seq: AtomicU32::new(0),
             answer,
             recalls,
+            deleg_recalls,
         };
         c.establish(name).await;
         c
@@ -469,6 +478,57 @@ async fn a_truncation_recalls_the_layout_and_layoutreturn_ends_the_recall() {
     )
     .await
     .unwrap();
+}
+
+/// A LAYOUTCOMMIT grows the file on the metadata server: the server's
+/// own change, made for the client that wrote the data, so the write
+/// delegation that client holds on the file is not recalled as if a local
+/// process had changed it (v4::watch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holders_layoutcommit_does_not_recall_its_write_delegation() {
+    let cl = cluster("commitdeleg").await;
+    let c = Client::connect(&cl, "committer").await;
+    let (fh, sid) = c.open("grown").await;
+    let l = got(&c, c.layoutget(&fh, sid).await).await;
+    let r = c
+        .seq(vec![
+            NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
+            NfsArgop4::Layoutcommit(Layoutcommit4Args {
+                offset: 0,
+                length: u64::MAX,
+                reclaim: false,
+                stateid: l.stateid,
+                last_write_offset: Some(9999),
+                time_modify: None,
+                layoutupdate: Layoutupdate4 {
+                    layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+                    body: Bounded(Bytes::new()),
+                },
+            }),
+        ])
+        .await;
+    assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");
+    assert_eq!(
+        std::fs::metadata(cl._dir.0.join("grown")).unwrap().len(),
+        10_000
+    );
+    // Past the server's quiet time after its own change (500 ms).
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(c.deleg_recalls.load(Ordering::SeqCst), 0);
+    // A local process's change to the file does recall it (a chmod: no
+    // open, so no kernel lease holds it back until a DELEGRETURN).
+    use std::os::unix::fs::PermissionsExt;
+    let p = std::fs::Permissions::from_mode(0o600);
+    std::fs::set_permissions(cl._dir.0.join("grown"), p).unwrap();
+    let t0 = std::time::Instant::now();
+    while c.deleg_recalls.load(Ordering::SeqCst) == 0 && t0.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        c.deleg_recalls.load(Ordering::SeqCst),
+        1,
+        "a local change recalls"
+    );
 }
 
 /// `serve --mds-recall-timeout`: a recall unanswered for the configured

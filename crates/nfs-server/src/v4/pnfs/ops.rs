@@ -265,10 +265,12 @@ impl<S: Storage> Nfs4Service<S> {
             mtime,
             ..Sattr3::default()
         };
-        self.fs
-            .setattr(&fh, &s, None)
-            .await
-            .map_err(crate::v4::attrs::st4)?;
+        // The server's own change for the layout's holder: not a local
+        // change to a file it may hold a delegation on (v4::watch).
+        self.watch.quiet(&key(&fh));
+        let r = self.fs.setattr(&fh, &s, None).await;
+        self.watch.quiet(&key(&fh));
+        r.map_err(crate::v4::attrs::st4)?;
         Ok(Layoutcommit4ResOk { newsize: size })
     }
 
@@ -344,8 +346,13 @@ impl<S: Storage> Nfs4Service<S> {
             fh: file,
         };
         let fs = Arc::clone(&self.fs);
+        let (watch, k) = (Arc::clone(&self.watch), key(&fh));
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move { mds.settle_size(&*fs, &m).await });
+            rt.spawn(async move {
+                watch.quiet(&k);
+                mds.settle_size(&*fs, &m).await;
+                watch.quiet(&k);
+            });
         }
     }
 
