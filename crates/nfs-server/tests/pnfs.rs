@@ -873,6 +873,29 @@ async fn ff_layout(
 
 /// Per mirror of `ff`: the data server's index (from its device id),
 /// the data file's handle and the uid to write it as.
+/// Creates `file`, takes an RW layout of it (one mirror) and writes `len`
+/// bytes of `byte` at offset 0 of its data file, FILE_SYNC, as the
+/// layout's user: the file's handle, the layout stateid and the data
+/// file's handle. Nothing is committed to the metadata server.
+async fn written_through_layout(
+    c: &C4,
+    ds: SocketAddr,
+    file: &'static str,
+    byte: u8,
+    len: usize,
+) -> (NfsFh4, Stateid4, NfsFh3) {
+    let (fh, open) = create(c, file).await;
+    let (sid, ff) = ff_layout(c, &fh, open, RW).await.unwrap();
+    let [(_, ds_fh, uid)] = &mirrors_of(&ff)[..] else {
+        panic!("{ff:?}")
+    };
+    let v3 = nfs3(ds, *uid).await;
+    v3.write(ds_fh, 0, Bytes::from(vec![byte; len]), StableHow::FILE_SYNC)
+        .await
+        .unwrap();
+    (fh, sid, ds_fh.clone())
+}
+
 fn mirrors_of(ff: &FfLayout4) -> Vec<(usize, NfsFh3, u32)> {
     ff.mirrors
         .0
@@ -1312,15 +1335,7 @@ async fn after_a_restart_layoutget_waits_for_grace_and_writes_are_committed_by_r
     let one = mds_instance("restart-1", export.path(), state.path(), spec.clone()).await;
     let mut c = C4::connect(&one.srv).await;
     c.establish("restart").await;
-    let (fh, open) = create(&c, "f").await;
-    let (old_sid, ff) = ff_layout(&c, &fh, open, RW).await.unwrap();
-    let [(_, ds_fh, uid)] = &mirrors_of(&ff)[..] else {
-        panic!("{ff:?}")
-    };
-    let v3 = nfs3(ds.nfs_addr(), *uid).await;
-    v3.write(ds_fh, 0, Bytes::from(vec![9u8; 5000]), StableHow::FILE_SYNC)
-        .await
-        .unwrap();
+    let (_, old_sid, ds_fh) = written_through_layout(&c, ds.nfs_addr(), "f", 9, 5000).await;
     drop(c);
     drop(one);
 
@@ -1396,7 +1411,7 @@ async fn after_a_restart_layoutget_waits_for_grace_and_writes_are_committed_by_r
     let [(_, new_fh, _)] = &mirrors_of(&ff)[..] else {
         panic!("{ff:?}")
     };
-    assert_eq!(new_fh, ds_fh);
+    assert_eq!(*new_fh, ds_fh);
     // Reclaims are over.
     let r = c.seq(vec![put(), commit(true, sid)]).await;
     assert_eq!(r.status, Nfsstat4::NFS4ERR_NO_GRACE);
@@ -1436,29 +1451,9 @@ async fn a_size_written_through_a_layout_but_never_committed_is_recovered_after_
     c.establish("writer").await;
     // "kept": written through its layout, neither committed nor
     // returned when the server stops.
-    let (fh, open) = create(&c, "kept").await;
-    let (_, ff) = ff_layout(&c, &fh, open, RW).await.unwrap();
-    let [(_, ds_fh, uid)] = &mirrors_of(&ff)[..] else {
-        panic!("{ff:?}")
-    };
-    let v3 = nfs3(ds.nfs_addr(), *uid).await;
-    v3.write(ds_fh, 0, Bytes::from(vec![7u8; 7000]), StableHow::FILE_SYNC)
-        .await
-        .unwrap();
+    written_through_layout(&c, ds.nfs_addr(), "kept", 7, 7000).await;
     // "returned": written, then its layout returned without a commit.
-    let (rfh, ropen) = create(&c, "returned").await;
-    let (rsid, rff) = ff_layout(&c, &rfh, ropen, RW).await.unwrap();
-    let [(_, rds_fh, _)] = &mirrors_of(&rff)[..] else {
-        panic!("{rff:?}")
-    };
-    v3.write(
-        rds_fh,
-        0,
-        Bytes::from(vec![5u8; 3000]),
-        StableHow::FILE_SYNC,
-    )
-    .await
-    .unwrap();
+    let (rfh, rsid, _) = written_through_layout(&c, ds.nfs_addr(), "returned", 5, 3000).await;
     assert_eq!(size_of("returned"), 0);
     c.ok(vec![
         NfsArgop4::Putfh(Putfh4Args {
