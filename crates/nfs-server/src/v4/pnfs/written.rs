@@ -17,7 +17,10 @@
 //! system id and file id (big-endian u64 each: the data file's name),
 //! the handle's length (one byte, at most [`MAX_FH`]) and the metadata
 //! server's file handle. A torn last record is ignored. Opening rewrites
-//! the log with the marks alone. Memory: one entry per marked file
+//! the log with the marks alone, and so does a log grown past
+//! [`COMPACT_AT`] and four times the live marks' records (a client taking
+//! and returning read-write layouts adds two records a cycle: without
+//! this the file would grow until the next start). Memory: one entry per marked file
 //! (files with read-write layouts out, bounded by `--max-layouts`, plus
 //! those whose layouts were revoked or whose clients went before the
 //! next start).
@@ -44,6 +47,10 @@ const MARKED: u8 = 1;
 const SETTLED: u8 = 0;
 const HEAD: usize = 1 + 8 + 8 + 1;
 
+/// The log is rewritten with the live marks alone once it holds more
+/// than this many bytes and four times theirs.
+pub(crate) const COMPACT_AT: u64 = 64 * 1024;
+
 /// A marked file: its data file's ids and the metadata server's handle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Marked {
@@ -56,7 +63,37 @@ pub(crate) struct Marked {
 #[derive(Debug, Default)]
 pub(crate) struct Written {
     marks: HashMap<(u64, u64), Bytes>,
-    log: Option<File>,
+    log: Option<Log>,
+}
+
+/// The log file open for appending, where it is and how long it is.
+#[derive(Debug)]
+struct Log {
+    file: File,
+    path: PathBuf,
+    len: u64,
+}
+
+impl Log {
+    /// A new log holding `marks` alone at `path`.
+    fn rewritten(path: PathBuf, marks: &HashMap<(u64, u64), Bytes>) -> io::Result<Self> {
+        let file = rewrite(&path, marks)?;
+        let len = file.metadata()?.len();
+        Ok(Self { file, path, len })
+    }
+
+    /// Appends `rec`; rewrites the log with `marks` alone when it has
+    /// grown past [`COMPACT_AT`] and four times their records.
+    fn append(&mut self, rec: &[u8], marks: &HashMap<(u64, u64), Bytes>) -> io::Result<()> {
+        self.file.write_all(rec)?;
+        self.len += rec.len() as u64;
+        let live: u64 = marks.values().map(|fh| (HEAD + fh.len()) as u64).sum();
+        if self.len > COMPACT_AT.max(4 * live) {
+            tracing::debug!(bytes = self.len, live, "pNFS written-marks log compacted");
+            *self = Self::rewritten(self.path.clone(), marks)?;
+        }
+        Ok(())
+    }
 }
 
 impl Written {
@@ -87,7 +124,7 @@ impl Written {
             }
             at = next;
         }
-        let log = rewrite(&path, &marks)?;
+        let log = Log::rewritten(path, &marks)?;
         Ok(Self {
             marks,
             log: Some(log),
@@ -101,11 +138,17 @@ impl Written {
         if m.fh.len() > MAX_FH || self.marks.contains_key(&(m.fsid, m.fileid)) {
             return Ok(());
         }
-        if let Some(f) = &mut self.log {
-            f.write_all(&encode(MARKED, m))?;
-            f.sync_data()?;
+        let key = (m.fsid, m.fileid);
+        self.marks.insert(key, m.fh.clone());
+        if let Some(log) = &mut self.log {
+            let r = log
+                .append(&encode(MARKED, m), &self.marks)
+                .and_then(|()| log.file.sync_data());
+            if r.is_err() {
+                self.marks.remove(&key);
+            }
+            r?;
         }
-        self.marks.insert((m.fsid, m.fileid), m.fh.clone());
         Ok(())
     }
 
@@ -115,8 +158,8 @@ impl Written {
         let Some(fh) = self.marks.remove(&(fsid, fileid)) else {
             return Ok(());
         };
-        if let Some(f) = &mut self.log {
-            f.write_all(&encode(SETTLED, &Marked { fsid, fileid, fh }))?;
+        if let Some(log) = &mut self.log {
+            log.append(&encode(SETTLED, &Marked { fsid, fileid, fh }), &self.marks)?;
         }
         Ok(())
     }
@@ -315,6 +358,30 @@ mod tests {
             fileid: id,
             fh: Bytes::from(vec![id as u8; 12]),
         }
+    }
+
+    /// A client taking and returning read-write layouts over and over
+    /// adds two records a cycle; the log stays within its bound and still
+    /// holds the live marks.
+    #[test]
+    fn the_log_of_many_mark_settle_cycles_stays_bounded() {
+        let d = tmpdir("compact");
+        {
+            let mut w = Written::open(&d).unwrap();
+            w.mark(&m(1)).unwrap();
+            for i in 0..2_500 {
+                w.mark(&m(100 + i % 7)).unwrap();
+                w.settle(7, 100 + i % 7).unwrap();
+                let len = fs::metadata(d.join(LOG)).unwrap().len();
+                assert!(len <= COMPACT_AT + 100, "log of {len} bytes");
+            }
+            w.mark(&m(2)).unwrap();
+        }
+        let w = Written::open(&d).unwrap();
+        let mut got: Vec<u64> = w.marked().iter().map(|x| x.fileid).collect();
+        got.sort_unstable();
+        assert_eq!(got, vec![1, 2]);
+        let _ = fs::remove_dir_all(&d);
     }
 
     #[test]
