@@ -42,6 +42,17 @@ struct Cluster {
     relays: Vec<Option<Relay>>,
 }
 
+/// The data server `ds` exporting `dir`, reached over TCP only.
+fn tcp_only(ds: &RunningServer, dir: &TempDir) -> DataServer {
+    DataServer {
+        tcp: ds.nfs_addr(),
+        rdma: None,
+        mount_port: None,
+        export: dir.path().to_str().unwrap().to_owned(),
+        advertise: None,
+    }
+}
+
 async fn data_server(tag: &str) -> (RunningServer, TempDir) {
     let dir = TempDir::new(tag);
     let mut cfg = ServerConfig::new(dir.path());
@@ -1320,13 +1331,7 @@ async fn mds_instance(
 #[tokio::test]
 async fn after_a_restart_layoutget_waits_for_grace_and_writes_are_committed_by_reclaim() {
     let (ds, ds_dir) = data_server("restart-ds").await;
-    let spec = vec![DataServer {
-        tcp: ds.nfs_addr(),
-        rdma: None,
-        mount_port: None,
-        export: ds_dir.path().to_str().unwrap().to_owned(),
-        advertise: None,
-    }];
+    let spec = vec![tcp_only(&ds, &ds_dir)];
     let export = TempDir::new("restart-export");
     let state = TempDir::new("restart-state");
 
@@ -1426,13 +1431,7 @@ async fn after_a_restart_layoutget_waits_for_grace_and_writes_are_committed_by_r
 #[tokio::test]
 async fn a_size_written_through_a_layout_but_never_committed_is_recovered_after_a_restart() {
     let (ds, ds_dir) = data_server("recover-ds").await;
-    let spec = vec![DataServer {
-        tcp: ds.nfs_addr(),
-        rdma: None,
-        mount_port: None,
-        export: ds_dir.path().to_str().unwrap().to_owned(),
-        advertise: None,
-    }];
+    let spec = vec![tcp_only(&ds, &ds_dir)];
     let export = TempDir::new("recover-export");
     let state = TempDir::new("recover-state");
     let size_of = |f: &str| std::fs::metadata(export.path().join(f)).unwrap().len();
