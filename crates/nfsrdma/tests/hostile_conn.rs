@@ -3,9 +3,10 @@
 //! limit, a READ flood that never reads its replies, record marks that
 //! claim 4 MiB and send little, and silent connections to the RDMA port.
 //! Each test then checks that the server is alive, that a normal client
-//! (`nfsrdma ls`, over TCP and over RDMA) is served within a second, that
-//! its memory (VmRSS) stayed within budget, and that the limit that held
-//! was logged by name. The long versions (tens of thousands of
+//! (`nfsrdma ls`, over TCP and over RDMA) is served while the attack still
+//! holds what it took (rather than within a wall-clock second, which a
+//! loaded machine misses on its own), that its memory (VmRSS) stayed
+//! within budget, and that the limit that held was logged by name. The long versions (tens of thousands of
 //! connections) are `scripts/hostile-flood.sh` (docs/hardening.md).
 
 use std::io::{Read, Write};
@@ -36,11 +37,11 @@ impl Serve {
     }
 
     /// `nfsrdma ls` of the export over TCP and over RDMA each succeed and
-    /// list `data`, each within a second.
+    /// list `data` (see [`Serve::assert_lists_data`]).
     fn assert_serves_a_normal_client(&mut self) {
         self.assert_alive();
-        self.assert_lists_data_within_1s("nfs");
-        self.assert_lists_data_within_1s("nfs+rdma");
+        self.assert_lists_data("nfs");
+        self.assert_lists_data("nfs+rdma");
     }
 }
 
@@ -314,19 +315,39 @@ fn record_marks_claiming_4_mib_cost_only_what_was_sent() {
 fn silent_connections_to_the_rdma_port_do_not_lock_out_a_real_client() {
     let mut srv = serve("mpasilent", &[]);
     // 300 silent TCP connections to the RDMA port from one address: it
-    // may hold 8 MPA handshakes (for 5 s each); the rest are closed.
+    // may hold 8 MPA handshakes (for 5 s each); the rest are closed. The
+    // normal client is served while the 8 still hold their places: a
+    // client that had to wait for them would find them timed out. A try
+    // slower than their 5 s (a loaded machine) proves nothing either way
+    // and is made again, twice at most.
     let rdma = srv.addr(srv.rdma);
-    let silent: Vec<TcpStream> = (0..300)
-        .filter_map(|_| connect_from([127, 0, 0, 2], rdma).ok())
-        .collect();
-    let closed = silent
-        .iter()
-        .skip(8)
-        .filter(|s| closed_within(s, Duration::from_millis(300)))
-        .count();
-    assert!(closed >= silent.len() - 8 - 4, "only {closed} closed");
-    srv.assert_serves_a_normal_client();
-    drop(silent);
+    let mut tries = Vec::new();
+    loop {
+        let opened = Instant::now();
+        let silent: Vec<TcpStream> = (0..300)
+            .filter_map(|_| connect_from([127, 0, 0, 2], rdma).ok())
+            .collect();
+        let closed = silent
+            .iter()
+            .skip(8)
+            .filter(|s| closed_within(s, Duration::from_millis(300)))
+            .count();
+        assert!(closed >= silent.len() - 8 - 4, "only {closed} closed");
+        srv.assert_serves_a_normal_client();
+        let held = open_count(&silent);
+        let took = opened.elapsed();
+        drop(silent);
+        if took < Duration::from_millis(4500) {
+            eprintln!("{held} silent handshakes held once served, after {took:?}");
+            assert_eq!(
+                held, 8,
+                "silent handshakes held once served, after {took:?}"
+            );
+            break;
+        }
+        tries.push(took);
+        assert!(tries.len() < 3, "every try took over 4.5 s: {tries:?}");
+    }
     let log = srv.log();
     assert!(log.contains("mpa.handshakes_per_client"), "{log}");
 }

@@ -177,35 +177,48 @@ impl ServeChild {
         }
     }
 
-    /// `nfsrdma ls` of the export's root over `scheme` succeeds, lists
-    /// `data` and takes under a second. The time includes starting the
-    /// `ls` process, which a loaded machine can delay past the second on
-    /// its own: each of up to three tries must succeed, and one of them
-    /// must take under a second (a server still held by an attack fails
-    /// all three).
-    pub(crate) fn assert_lists_data_within_1s(&self, scheme: &str) {
+    /// `nfsrdma ls` of the export's root over `scheme` succeeds and lists
+    /// `data`. A server held by an attack (a listener
+    /// ended, places all taken, a task blocked) leaves the client refused
+    /// or waiting for the attack's own timeouts (minutes: the idle
+    /// timeout is 6): an `ls` not done within [`SERVED_WITHIN`] fails.
+    /// No tighter wall-clock bound is asserted here: process start alone
+    /// passed a second at load 14; a test whose attack holds places for
+    /// less checks that they are still held once the client was served.
+    pub(crate) fn assert_lists_data(&self, scheme: &str) {
         let url = self.url(scheme, "");
         let url = url.replacen("/?", "?", 1);
-        let mut times = Vec::new();
-        for _ in 0..3 {
-            let start = Instant::now();
-            let out = Command::new(BIN).args(["ls", &url]).output().unwrap();
-            let took = start.elapsed();
-            assert!(
-                out.status.success(),
-                "ls {url}: {}\n{}",
-                String::from_utf8_lossy(&out.stderr),
-                self.log()
-            );
-            assert!(String::from_utf8_lossy(&out.stdout).contains("data"));
-            if took < Duration::from_secs(1) {
-                return;
+        let start = Instant::now();
+        let mut child = Command::new(BIN)
+            .args(["ls", &url])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > SERVED_WITHIN {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("ls {url} not served in {SERVED_WITHIN:?}\n{}", self.log());
             }
-            times.push(took);
+            std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("ls {url} took {times:?}: never under a second");
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "ls {url}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("data"));
     }
 }
+
+/// How long [`ServeChild::assert_lists_data`] waits for a normal client
+/// to be served: far beyond a loaded machine's `ls` (seconds at load 27)
+/// and far below the 6-minute idle timeout that would free an attacker's
+/// places.
+pub(crate) const SERVED_WITHIN: Duration = Duration::from_secs(60);
 
 /// Waits until `ports` listen: true when they do, false when `child`
 /// exited first (a port taken meanwhile); panics after 20 s per port.
