@@ -87,7 +87,7 @@ impl<S: Storage> Copier<S> {
         let mut copied = 0u64;
         while copied < j.len {
             let want = (j.len - copied).min(CHUNK);
-            self.watch.quiet(&k);
+            let own = self.watch.changing(&k);
             let r = self
                 .fs
                 .copy_range(
@@ -98,7 +98,7 @@ impl<S: Storage> Copier<S> {
                     want,
                 )
                 .await;
-            self.watch.quiet(&k);
+            drop(own);
             match r {
                 // The source got shorter meanwhile: a short copy.
                 Ok(0) => break,

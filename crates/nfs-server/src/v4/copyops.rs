@@ -88,12 +88,12 @@ impl<S: Storage> Nfs4Service<S> {
                 a.count
             ));
         }
-        self.watch.quiet(&key(&dst));
+        let own = self.watch.changing(&key(&dst));
         let r = self
             .fs
             .copy_range(&src, a.src_offset, &dst, a.dst_offset, a.count)
             .await;
-        self.watch.quiet(&key(&dst));
+        drop(own);
         let count = r.map_err(st4)?;
         Ok(Copy4ResOk {
             response: WriteResponse4 {
@@ -114,12 +114,12 @@ impl<S: Storage> Nfs4Service<S> {
     /// or a file system that cannot, is NFS4ERR_NOTSUPP.
     pub(super) async fn clone_op(&self, a: &Clone4Args, cx: &Cx) -> R<()> {
         let (src, dst, _) = self.copy_ends(&a.src_stateid, &a.dst_stateid, cx).await?;
-        self.watch.quiet(&key(&dst));
+        let own = self.watch.changing(&key(&dst));
         let r = self
             .fs
             .clone_range(&src, a.src_offset, &dst, a.dst_offset, a.count)
             .await;
-        self.watch.quiet(&key(&dst));
+        drop(own);
         r.map_err(st4)
     }
 }

@@ -127,15 +127,13 @@ impl<S: Storage> Nfs4Service<S> {
         }
     }
 
-    /// The server itself is about to change, or just changed, each of
-    /// `files` (a RENAME moves one and may replace another): their
-    /// delegation watches do not take it for a local change
+    /// The server itself is about to change each of `files` (a RENAME
+    /// moves one and may replace another): until the guards are dropped
+    /// their delegation watches do not take it for a local change
     /// ([`super::watch`]). Called only once [`Self::deleg_conflict`] let
     /// the operation through, so it never hides another client's change.
-    fn quiet_all(&self, files: &[&NfsFh3]) {
-        for f in files {
-            self.watch.quiet(&key(f));
-        }
+    fn changing_all(&self, files: &[&NfsFh3]) -> Vec<super::watch::OwnChange<'_>> {
+        files.iter().map(|f| self.watch.changing(&key(f))).collect()
     }
 
     /// Hands a new object to its creator unless the client chose an owner
@@ -338,9 +336,9 @@ impl<S: Storage> Nfs4Service<S> {
         }
         check_setattr(&attr, &cx.caller, &s).map_err(st4)?;
         self.deleg_conflict(&fh, cx, true)?;
-        self.watch.quiet(&key(&fh));
+        let own = self.watch.changing(&key(&fh));
         let r = self.fs.setattr(&fh, &s, None).await.map_err(st4);
-        self.watch.quiet(&key(&fh));
+        drop(own);
         r?;
         self.pnfs_setattr(&fh, &attr, &s).await?;
         Ok(mask)
@@ -467,9 +465,9 @@ impl<S: Storage> Nfs4Service<S> {
             self.fs.rmdir(&dir, &n).await
         } else {
             self.keep_if_open(&child);
-            self.watch.quiet(&key(&child));
+            let own = self.watch.changing(&key(&child));
             let r = self.fs.remove(&dir, &n).await;
-            self.watch.quiet(&key(&child));
+            drop(own);
             r
         };
         r.map_err(st4)?;
@@ -506,9 +504,9 @@ impl<S: Storage> Nfs4Service<S> {
             .iter()
             .chain(replaced.iter().map(|(f, _)| f))
             .collect();
-        self.quiet_all(&touched);
+        let own = self.changing_all(&touched);
         let r = self.fs.rename(&from, &old, &to, &new).await;
-        self.quiet_all(&touched);
+        drop(own);
         r.map_err(st4)?;
         // A file replaced by the rename lost a link, as by REMOVE: on a
         // metadata server its last link takes its data files with it.
@@ -536,9 +534,9 @@ impl<S: Storage> Nfs4Service<S> {
         let before = self.dir(&dir).await?;
         self.allow(&before, cx, DIR_ADD, false)?;
         self.deleg_conflict(&obj, cx, true)?;
-        self.watch.quiet(&key(&obj));
+        let own = self.watch.changing(&key(&obj));
         let r = self.fs.link(&obj, &dir, &n).await;
-        self.watch.quiet(&key(&obj));
+        drop(own);
         r.map_err(st4)?;
         let after = self.attr(&dir).await?;
         Ok(Cinfo4ResOk {

@@ -256,9 +256,9 @@ impl<S: Storage> Nfs4Service<S> {
             };
             // The opener's own truncation: not a local change to a file
             // it holds a delegation on (super::watch).
-            self.watch.quiet(&key(&fh));
+            let own = self.watch.changing(&key(&fh));
             let r = self.fs.setattr(&fh, &s, None).await;
-            self.watch.quiet(&key(&fh));
+            drop(own);
             r.map_err(st4)?;
         }
         let delegation = match reclaim {

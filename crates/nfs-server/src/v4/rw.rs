@@ -155,12 +155,12 @@ impl<S: Storage> Nfs4Service<S> {
         };
         let check = |attrs: &Fattr3| may.check(attrs);
         // The holder's own write: not a local change (super::watch).
-        self.watch.quiet(&key(&fh));
+        let own = self.watch.changing(&key(&fh));
         let done = self
             .fs
             .write_checked(&fh, a.offset, &a.data.0, how, &check)
             .await;
-        self.watch.quiet(&key(&fh));
+        drop(own);
         let committed = done.written.map_err(|e| may.status(e))?;
         Ok(Write4ResOk {
             count,
@@ -175,7 +175,7 @@ impl<S: Storage> Nfs4Service<S> {
         self.deleg_conflict(&fh, cx, true)?;
         let how = StableHow(a.stable.0.min(2));
         let count = u32::try_from(a.data.0.len()).map_err(|_| Nfsstat4::NFS4ERR_INVAL)?;
-        self.watch.quiet(&key(&fh));
+        let own = self.watch.changing(&key(&fh));
         let done = match &self.mds {
             Some(m) => {
                 m.write(&*self.fs, &fh, a.offset, a.data.0.clone(), how)
@@ -190,7 +190,7 @@ impl<S: Storage> Nfs4Service<S> {
                     verf: self.fs.write_verifier(),
                 }),
         };
-        self.watch.quiet(&key(&fh));
+        drop(own);
         let done = done.map_err(st4)?;
         Ok(Write4ResOk {
             count,

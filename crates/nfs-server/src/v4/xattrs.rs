@@ -151,12 +151,12 @@ impl<S: Storage> Nfs4Service<S> {
         let before = self.attr(&fh).await?;
         self.allow(&before, cx, ACCESS3_MODIFY, false)?;
         self.deleg_conflict(&fh, cx, true)?;
-        self.watch.quiet(&key(&fh));
+        let own = self.watch.changing(&key(&fh));
         let r = match change {
             Change::Set(name, value, how) => self.fs.setxattr(&fh, name, value, how).await,
             Change::Remove(name) => self.fs.removexattr(&fh, name).await,
         };
-        self.watch.quiet(&key(&fh));
+        drop(own);
         r.map_err(x4)?;
         let after = self.attr(&fh).await?;
         Ok(Cinfo4ResOk {
