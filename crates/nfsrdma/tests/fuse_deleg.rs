@@ -79,21 +79,24 @@ fn mount_v4(srv: &Server, tag: &str, rdma: bool) -> Option<Mounted> {
 /// data (a mount without delegations sends an OPEN, a CLOSE and, the
 /// server's attributes deciding, READs for each).
 fn granted_and_used(srv: &Server, m: &Mounted, minor: u32) {
-    std::fs::write(srv.dir().join("r.txt"), b"read me often\n").unwrap();
-    let (open0, close0) = (ops(minor, "OPEN").0, ops(minor, "CLOSE").0);
-    assert_eq!(ok("cat", &[s(&m.path("r.txt"))]), "read me often\n");
-    assert_eq!(ops(minor, "OPEN").0, open0 + 1);
-    // The kernel releases the file after close(2) returns: the first
-    // open's CLOSE may come after `cat` has ended (found by CI: counted
-    // among the five below).
-    assert!(wait_for(minor, "CLOSE", close0 + 1), "{}", m.log());
+    let name = delegated("r", |name| {
+        std::fs::write(srv.dir().join(name), b"read me often\n").unwrap();
+        let (open0, close0) = (ops(minor, "OPEN").0, ops(minor, "CLOSE").0);
+        assert_eq!(ok("cat", &[s(&m.path(name))]), "read me often\n");
+        assert_eq!(ops(minor, "OPEN").0, open0 + 1);
+        // The kernel releases the file after close(2) returns: the first
+        // open's CLOSE may come after `cat` has ended (found by CI:
+        // counted among the five below).
+        assert!(wait_for(minor, "CLOSE", close0 + 1), "{}", m.log());
+    });
+    let r = m.path(&name);
     let (open1, read1, close1) = (
         ops(minor, "OPEN").0,
         ops(minor, "READ").0,
         ops(minor, "CLOSE").0,
     );
     for _ in 0..5 {
-        assert_eq!(ok("cat", &[s(&m.path("r.txt"))]), "read me often\n");
+        assert_eq!(ok("cat", &[s(&r)]), "read me often\n");
     }
     let opens = ops(minor, "OPEN").0 - open1;
     let reads = ops(minor, "READ").0 - read1;
@@ -107,12 +110,14 @@ fn granted_and_used(srv: &Server, m: &Mounted, minor: u32) {
 /// cost an OPEN and a CLOSE each), read back what was written, and
 /// their writes reach the server.
 fn write_delegation_serves_opens(srv: &Server, m: &Mounted, minor: u32) {
-    let f = m.path("made.txt");
-    let closed = ops(minor, "CLOSE").0;
-    std::fs::write(&f, b"0\n").unwrap();
-    // The kernel releases the created file after close(2) returns: its
-    // CLOSE comes first.
-    assert!(wait_for(minor, "CLOSE", closed + 1), "{}", m.log());
+    let name = delegated("made", |name| {
+        let closed = ops(minor, "CLOSE").0;
+        std::fs::write(m.path(name), b"0\n").unwrap();
+        // The kernel releases the created file after close(2) returns:
+        // its CLOSE comes first.
+        assert!(wait_for(minor, "CLOSE", closed + 1), "{}", m.log());
+    });
+    let f = m.path(&name);
     let (open0, close0) = (ops(minor, "OPEN").0, ops(minor, "CLOSE").0);
     let back0 = ops(minor, "DELEGRETURN").0;
     let mut want = b"0\n".to_vec();
@@ -126,16 +131,56 @@ fn write_delegation_serves_opens(srv: &Server, m: &Mounted, minor: u32) {
     let opens = ops(minor, "OPEN").0 - open0;
     let closes = ops(minor, "CLOSE").0 - close0;
     let returned = ops(minor, "DELEGRETURN").0 - back0;
-    // A recall the server sends meanwhile (seen once in ~15 runs on a
-    // loaded machine) makes the next open a real one: then one OPEN and
-    // one CLOSE, after the DELEGRETURN.
-    let expect = if returned == 0 { (0, 0) } else { (1, 1) };
-    assert_eq!((opens, closes), expect, "returned {returned}\n{}", m.log());
+    // No recall meanwhile: the holder's own writes are no local change,
+    // however long the server takes over them (a WRITE that ran past the
+    // 500 ms quiet time was judged before it had ended and recalled:
+    // nfs-server v4/watch.rs); and no real OPEN (the delegation declined
+    // at the create: see `delegated`).
+    assert_eq!(
+        (opens, closes, returned),
+        (0, 0, 0),
+        "(OPEN, CLOSE, DELEGRETURN)\n{}",
+        m.log()
+    );
     // Read on the server's side, the file breaks the delegation's lease:
     // it is recalled and returned.
     let back = ops(minor, "DELEGRETURN").0;
-    assert_eq!(std::fs::read(srv.dir().join("made.txt")).unwrap(), want);
+    assert_eq!(std::fs::read(srv.dir().join(&name)).unwrap(), want);
     assert!(wait_for(minor, "DELEGRETURN", back + 1), "{}", m.log());
+}
+
+/// Runs `take` (which makes a file of the name given, `prefix-N.txt`,
+/// and opens it through the mount, taking a delegation) until the server
+/// did not decline the delegation for want of its kernel lease, three
+/// times at most; the name it was made under.
+///
+/// The server runs in this process, and a child another test spawns
+/// meanwhile (`cat`, a mount) holds every descriptor of the process from
+/// its fork to its exec, the file's too: the kernel then refuses the
+/// lease (fcntl(2) F_SETLEASE, EAGAIN) and the OPEN grants no delegation
+/// (RFC 8881 §10.2), counted as the limit `nfs4.delegation_leases`. At
+/// load 10 with both tests running, 4 runs in 20 met it (an OPEN and a
+/// CLOSE in the loop of [`write_delegation_serves_opens`]). A server
+/// in a process of its own forks nothing.
+fn delegated(prefix: &str, take: impl Fn(&str)) -> String {
+    for i in 0..3 {
+        let name = format!("{prefix}-{i}.txt");
+        let refused = limit_trips("nfs4.delegation_leases");
+        take(&name);
+        if limit_trips("nfs4.delegation_leases") == refused {
+            return name;
+        }
+        eprintln!("{name}: the kernel lease was refused; again");
+    }
+    panic!("three delegations declined for want of a kernel lease");
+}
+
+/// Trips of the limit `name` in this process so far.
+fn limit_trips(name: &str) -> u64 {
+    oncrpc::limits::snapshot()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .map_or(0, |(_, c)| c)
 }
 
 /// Waits up to 5 s for `nfs4_ops_total` of `op` to reach `n` successes.
