@@ -103,6 +103,7 @@ static ACCEPT_FAILED: Limit = Limit::new("tcp.accept_failed");
 static CONNS_TOTAL: Limit = Limit::new("tcp.connections");
 static CONNS_PER_CLIENT: Limit = Limit::new("tcp.connections_per_client");
 static IDLE_CLOSED: Limit = Limit::new("tcp.idle_closed");
+static CALLS_PER_CONN: Limit = Limit::new("tcp.calls_per_conn");
 
 /// An RPC server over TCP serving a [`Server`]'s programs.
 #[derive(Debug)]
@@ -422,8 +423,19 @@ async fn serve_records<R: ConnRead>(
                 continue;
             }
         }
-        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-            break;
+        let permit = match Arc::clone(&permits).try_acquire_owned() {
+            Ok(p) => p,
+            Err(tokio::sync::TryAcquireError::Closed) => break,
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                CALLS_PER_CONN.trip(format_args!(
+                    "connection {}: {} calls running; reading waits for one to end",
+                    peer.conn_id, config.max_concurrent_per_conn
+                ));
+                let Ok(p) = Arc::clone(&permits).acquire_owned().await else {
+                    break;
+                };
+                p
+            }
         };
         let accepted = server.accept(&record, &peer);
         let reserve = accepted

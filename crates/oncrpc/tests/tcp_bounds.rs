@@ -299,8 +299,11 @@ async fn calls_running_per_connection_are_bounded() {
         max_concurrent_per_conn: 4,
         ..TcpConfig::default()
     };
+    let before = trips("tcp.calls_per_conn");
     assert_eq!(most_running(tcp, Some(100), 24).await, 4);
     assert_eq!(TcpConfig::default().max_concurrent_per_conn, 128);
+    // The bound tripped (logged and counted) for the calls that waited.
+    assert!(trips("tcp.calls_per_conn") > before);
 }
 
 /// Each call running reserves its reply's bound, not the largest reply:

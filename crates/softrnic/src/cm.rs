@@ -78,6 +78,7 @@ const MAX_READY: usize = 64;
 static ACCEPT_FAILED: Limit = Limit::new("mpa.accept_failed");
 static HANDSHAKES: Limit = Limit::new("mpa.handshakes");
 static HANDSHAKES_PER_CLIENT: Limit = Limit::new("mpa.handshakes_per_client");
+static HANDSHAKE_TIMEOUT: Limit = Limit::new("mpa.handshake_timeout");
 
 pub(crate) async fn listen(dev: SoftDevice, addr: SocketAddr) -> Result<SoftListener, CmError> {
     let listener = TcpListener::bind(addr).await.map_err(|e| match e.kind() {
@@ -119,7 +120,9 @@ async fn handshake(
             return None;
         }
         Err(_) => {
-            tracing::debug!(%peer, "dropping connection: MPA request timed out");
+            HANDSHAKE_TIMEOUT.trip(format_args!(
+                "closed a connection from {peer}: no MPA Request within {timeout:?}"
+            ));
             return None;
         }
     };

@@ -26,6 +26,7 @@ async fn closed_within(s: &mut TcpStream, t: Duration) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_connections_from_one_address_leave_room_for_others() {
+    let timeouts = trips("mpa.handshake_timeout");
     let cfg = SoftConfig {
         max_handshakes_per_client: 4,
         handshake_timeout: Duration::from_millis(500),
@@ -70,10 +71,21 @@ async fn silent_connections_from_one_address_leave_room_for_others() {
     drop(qp);
     acceptor.await.unwrap();
 
-    // The silent four are dropped after the handshake timeout.
+    // The silent four are dropped after the handshake timeout, each
+    // counted.
     for s in silent.iter_mut().take(4) {
         assert!(closed_within(s, Duration::from_secs(2)).await);
     }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(trips("mpa.handshake_timeout") >= timeouts + 4);
+}
+
+/// Trips of the limit `name` in this process so far.
+fn trips(name: &str) -> u64 {
+    limits::snapshot()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .map_or(0, |(_, c)| c)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use nfs::v3::{Fattr3, NfsFh3, Sattr3};
+use oncrpc::limits::Limit;
 
 use super::placement::good;
 use super::{blocking, data_file_name, Mds};
@@ -50,6 +51,10 @@ const HEAD: usize = 1 + 8 + 8 + 1;
 /// The log is rewritten with the live marks alone once it holds more
 /// than this many bytes and four times theirs.
 pub(crate) const COMPACT_AT: u64 = 64 * 1024;
+
+/// The log's bound: tripped (a log line, a counter) each time it is
+/// rewritten with the live marks alone.
+static LOG_BYTES: Limit = Limit::new("pnfs.written_log_bytes");
 
 /// A marked file: its data file's ids and the metadata server's handle.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,7 +94,10 @@ impl Log {
         self.len += rec.len() as u64;
         let live: u64 = marks.values().map(|fh| (HEAD + fh.len()) as u64).sum();
         if self.len > COMPACT_AT.max(4 * live) {
-            tracing::debug!(bytes = self.len, live, "pNFS written-marks log compacted");
+            LOG_BYTES.trip(format_args!(
+                "pNFS written-marks log of {} bytes ({live} live) rewritten with the live marks",
+                self.len
+            ));
             *self = Self::rewritten(self.path.clone(), marks)?;
         }
         Ok(())
@@ -366,6 +374,7 @@ mod tests {
     #[test]
     fn the_log_of_many_mark_settle_cycles_stays_bounded() {
         let d = tmpdir("compact");
+        let trips = LOG_BYTES.count();
         {
             let mut w = Written::open(&d).unwrap();
             w.mark(&m(1)).unwrap();
@@ -377,6 +386,9 @@ mod tests {
             }
             w.mark(&m(2)).unwrap();
         }
+        // 5,000 records of 30 bytes: rewritten at least twice, each time
+        // counted.
+        assert!(LOG_BYTES.count() >= trips + 2);
         let w = Written::open(&d).unwrap();
         let mut got: Vec<u64> = w.marked().iter().map(|x| x.fileid).collect();
         got.sort_unstable();
