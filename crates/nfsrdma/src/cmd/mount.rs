@@ -17,6 +17,7 @@
 //! it is unmounted from outside (`fusermount3 -u DIR`, `umount DIR`).
 
 mod cache;
+mod callbacks;
 mod creds;
 mod fs;
 mod fs4;

@@ -30,12 +30,11 @@ use std::time::{Duration, SystemTime};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, Request,
+    TimeOrNow,
 };
 use nfs_client::nfs::v3::{
     Create3ResOk, Createhow3, Fattr3, Ftype3, Mknoddata3, NfsFh3, Sattr3, SetTime, Specdata3,
-    ACCESS3_DELETE, ACCESS3_EXECUTE, ACCESS3_EXTEND, ACCESS3_LOOKUP, ACCESS3_MODIFY, ACCESS3_READ,
     NFS3_MAXNAMLEN,
 };
 use nfs_client::Mount;
@@ -44,6 +43,9 @@ use oncrpc::ClientTransport;
 use tokio::runtime::Handle;
 
 use super::cache::AttrCache;
+use super::callbacks::{
+    self, access_denied, reply_attr, reply_empty, reply_entry, OpenIo, ACCESS_ALL,
+};
 use super::creds::Creds;
 use super::options::MountOpts;
 use super::table::{decode_dev, errno, file_attr, nfs_time, Inodes};
@@ -233,31 +235,12 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
             self.writable()?;
         }
         let c = m.client();
-        let all = ACCESS3_READ
-            | ACCESS3_LOOKUP
-            | ACCESS3_MODIFY
-            | ACCESS3_EXTEND
-            | ACCESS3_DELETE
-            | ACCESS3_EXECUTE;
-        let r = nfs(c.access(&fh, all).await)?;
+        let r = nfs(c.access(&fh, ACCESS_ALL).await)?;
         let ftype = match r.obj_attributes {
             Some(a) => a.ftype,
             None => nfs(c.getattr(&fh).await)?.ftype,
         };
-        let g = r.access;
-        let write = if ftype == Ftype3::NF3DIR {
-            ACCESS3_MODIFY | ACCESS3_EXTEND | ACCESS3_DELETE
-        } else {
-            ACCESS3_MODIFY | ACCESS3_EXTEND
-        };
-        let exec = if ftype == Ftype3::NF3DIR {
-            ACCESS3_LOOKUP
-        } else {
-            ACCESS3_EXECUTE
-        };
-        let denied = (mask.contains(AccessFlags::R_OK) && g & ACCESS3_READ == 0)
-            || (mask.contains(AccessFlags::W_OK) && g & write == 0)
-            || (mask.contains(AccessFlags::X_OK) && g & exec == 0);
+        let denied = access_denied(mask, r.access, ftype == Ftype3::NF3DIR);
         if denied {
             Err(Errno::EACCES)
         } else {
@@ -266,41 +249,42 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
     }
 }
 
-fn reply_entry(reply: ReplyEntry, r: Res<Entry>) {
-    match r {
-        Ok((_, a, ttl)) => reply.entry(&ttl, &a, Generation(0)),
-        Err(e) => reply.error(e),
+impl<T: ClientTransport + Send + Sync + 'static> OpenIo for NfsFs<T> {
+    fn runtime(&self) -> &Handle {
+        &self.rt
     }
-}
 
-fn reply_attr(reply: ReplyAttr, r: Res<(FileAttr, Duration)>) {
-    match r {
-        Ok((a, ttl)) => reply.attr(&ttl, &a),
-        Err(e) => reply.error(e),
+    fn writable(&self) -> Res<()> {
+        NfsFs::writable(self)
     }
-}
 
-fn reply_empty(reply: ReplyEmpty, r: Res<()>) {
-    match r {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(e),
+    /// WRITE (RFC 1813 §3.3.7) as the opener, UNSTABLE until COMMIT.
+    async fn write_handle(&self, fh: FileHandle, offset: u64, data: &[u8]) -> Res<()> {
+        let o = self.open_file(fh)?;
+        let m = self.mount.with_credential(o.cred.clone());
+        o.file.write(&V3 { m: &m, fh: &o.fh }, offset, data).await
+    }
+
+    /// COMMIT (RFC 1813 §3.3.21) as the opener.
+    async fn commit_handle(&self, fh: FileHandle) -> Res<()> {
+        let o = self.open_file(fh)?;
+        self.commit(&o).await
+    }
+
+    async fn release_handle(&self, fh: FileHandle) -> Res<()> {
+        self.do_release(fh).await
     }
 }
 
 impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
+    callbacks::shared_file_methods!();
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let want = self.mount.write_size().min(MAX_FUSE_WRITE);
-        if let Err(max) = config.set_max_write(want) {
-            let _ = config.set_max_write(max);
-        }
+        callbacks::init(config, want, &self.opts);
         // Directory listings carry attributes and handles (READDIRPLUS).
         let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
         let _ = config.add_capabilities(InitFlags::FUSE_READDIRPLUS_AUTO);
-        if self.opts.writeback_cache && !self.opts.read_only {
-            if let Err(e) = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE) {
-                tracing::warn!("kernel lacks FUSE_WRITEBACK_CACHE ({e:?}): writes go through");
-            }
-        }
         Ok(())
     }
 
@@ -598,79 +582,6 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
         }
     }
 
-    /// WRITE (RFC 1813 §3.3.7) as the opener, UNSTABLE until COMMIT.
-    fn write(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        let r = self.run(async {
-            self.writable()?;
-            let n = u32::try_from(data.len()).map_err(|_| Errno::EFBIG)?;
-            let o = self.open_file(fh)?;
-            let m = self.mount.with_credential(o.cred.clone());
-            o.file.write(&V3 { m: &m, fh: &o.fh }, offset, data).await?;
-            Ok(n)
-        });
-        match r {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    /// `close(2)`: COMMIT (RFC 1813 §3.3.21), so that errors reach the
-    /// closer (the "close" of close-to-open).
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        let r = self.run(async {
-            let o = self.open_file(fh)?;
-            self.commit(&o).await
-        });
-        reply_empty(reply, r);
-    }
-
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply_empty(reply, self.run(self.do_release(fh)));
-    }
-
-    /// `fsync(2)`: COMMIT (RFC 1813 §3.3.21).
-    fn fsync(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        let r = self.run(async {
-            let o = self.open_file(fh)?;
-            self.commit(&o).await
-        });
-        reply_empty(reply, r);
-    }
-
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fh(ino) {
             Ok(_) => {
@@ -749,23 +660,6 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs<T> {
             ),
             Err(e) => reply.error(e),
         }
-    }
-
-    /// NFSv3 has no extended attributes.
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        reply.error(Errno::from_i32(libc::EOPNOTSUPP));
-    }
-
-    /// NFSv3 has no extended attributes.
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::from_i32(libc::EOPNOTSUPP));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {

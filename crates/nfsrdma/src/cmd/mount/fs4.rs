@@ -36,13 +36,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, Request, TimeOrNow,
 };
 use nfs_client::nfs::v4::attr::SetTime4;
 use nfs_client::nfs::v4::{
-    Createtype4, Linktext4, NfsFh4, NfsFtype4, Nfstime4, Specdata4, Stateid4, ACCESS4_DELETE,
-    ACCESS4_EXECUTE, ACCESS4_EXTEND, ACCESS4_LOOKUP, ACCESS4_MODIFY, ACCESS4_READ, NFS4_MAXNAMLEN,
+    Createtype4, Linktext4, NfsFh4, NfsFtype4, Nfstime4, Specdata4, Stateid4, NFS4_MAXNAMLEN,
 };
 use nfs_client::v4::{Attrs, DirEntry, SetAttrs};
 use oncrpc::msg::OpaqueAuth;
@@ -52,6 +50,9 @@ use tokio::runtime::Handle;
 pub(crate) use nfs_client::v4::Session;
 
 use super::cache::AttrCache;
+use super::callbacks::{
+    self, access_denied, reply_attr, reply_empty, reply_entry, OpenIo, ACCESS_ALL,
+};
 use super::creds::Creds;
 use super::options::MountOpts;
 use super::silly::Opens;
@@ -240,23 +241,8 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
         if mask.contains(AccessFlags::W_OK) {
             self.writable()?;
         }
-        let all = ACCESS4_READ
-            | ACCESS4_LOOKUP
-            | ACCESS4_MODIFY
-            | ACCESS4_EXTEND
-            | ACCESS4_DELETE
-            | ACCESS4_EXECUTE;
-        let (g, a) = nfs(s.access(&fh, all).await)?;
-        let dir = a.ftype == NfsFtype4::NF4DIR;
-        let write = if dir {
-            ACCESS4_MODIFY | ACCESS4_EXTEND | ACCESS4_DELETE
-        } else {
-            ACCESS4_MODIFY | ACCESS4_EXTEND
-        };
-        let exec = if dir { ACCESS4_LOOKUP } else { ACCESS4_EXECUTE };
-        let denied = (mask.contains(AccessFlags::R_OK) && g & ACCESS4_READ == 0)
-            || (mask.contains(AccessFlags::W_OK) && g & write == 0)
-            || (mask.contains(AccessFlags::X_OK) && g & exec == 0);
+        let (g, a) = nfs(s.access(&fh, ACCESS_ALL).await)?;
+        let denied = access_denied(mask, g, a.ftype == NfsFtype4::NF4DIR);
         if denied {
             Err(Errno::EACCES)
         } else {
@@ -288,24 +274,31 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
     }
 }
 
-fn reply_entry(reply: ReplyEntry, r: Res<Entry>) {
-    match r {
-        Ok((_, a, ttl)) => reply.entry(&ttl, &a, Generation(0)),
-        Err(e) => reply.error(e),
+impl<T: ClientTransport + Send + Sync + 'static> OpenIo for NfsFs4<T> {
+    fn runtime(&self) -> &Handle {
+        &self.rt
     }
-}
 
-fn reply_attr(reply: ReplyAttr, r: Res<(FileAttr, Duration)>) {
-    match r {
-        Ok((a, ttl)) => reply.attr(&ttl, &a),
-        Err(e) => reply.error(e),
+    fn writable(&self) -> Res<()> {
+        NfsFs4::writable(self)
     }
-}
 
-fn reply_empty(reply: ReplyEmpty, r: Res<()>) {
-    match r {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(e),
+    /// WRITE (RFC 8881 §18.32) with the open stateid, as the opener,
+    /// UNSTABLE until COMMIT.
+    async fn write_handle(&self, fh: FileHandle, offset: u64, data: &[u8]) -> Res<()> {
+        self.do_write(fh, offset, data).await
+    }
+
+    /// COMMIT (RFC 8881 §18.3) as the opener.
+    async fn commit_handle(&self, fh: FileHandle) -> Res<()> {
+        let o = self.open_file(fh)?;
+        self.commit(&o).await
+    }
+
+    /// COMMIT, CLOSE (RFC 8881 §18.2), and the REMOVE a silly rename put
+    /// off.
+    async fn release_handle(&self, fh: FileHandle) -> Res<()> {
+        self.do_release(fh).await
     }
 }
 
@@ -316,15 +309,10 @@ fn entry_type(e: &DirEntry) -> FileType {
 }
 
 impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs4<T> {
+    callbacks::shared_file_methods!();
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        if let Err(max) = config.set_max_write(self.maxwrite) {
-            let _ = config.set_max_write(max);
-        }
-        if self.opts.writeback_cache && !self.opts.read_only {
-            if let Err(e) = config.add_capabilities(fuser::InitFlags::FUSE_WRITEBACK_CACHE) {
-                tracing::warn!("kernel lacks FUSE_WRITEBACK_CACHE ({e:?}): writes go through");
-            }
-        }
+        callbacks::init(config, self.maxwrite, &self.opts);
         Ok(())
     }
 
@@ -592,80 +580,6 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs4<T> {
         }
     }
 
-    /// WRITE (RFC 8881 §18.32) with the open stateid, as the opener,
-    /// UNSTABLE until COMMIT.
-    fn write(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        let r = self.run(async {
-            self.writable()?;
-            let n = u32::try_from(data.len()).map_err(|_| Errno::EFBIG)?;
-            self.do_write(fh, offset, data).await?;
-            Ok(n)
-        });
-        match r {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    /// `close(2)`: COMMIT (RFC 8881 §18.3), so that errors reach the
-    /// closer.
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        let r = self.run(async {
-            let o = self.open_file(fh)?;
-            self.commit(&o).await
-        });
-        reply_empty(reply, r);
-    }
-
-    /// The last close of a handle: COMMIT, CLOSE (RFC 8881 §18.2), and
-    /// the REMOVE a silly rename put off.
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply_empty(reply, self.run(self.do_release(fh)));
-    }
-
-    /// `fsync(2)`: COMMIT (RFC 8881 §18.3).
-    fn fsync(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        let r = self.run(async {
-            let o = self.open_file(fh)?;
-            self.commit(&o).await
-        });
-        reply_empty(reply, r);
-    }
-
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fh(ino) {
             Ok(_) => reply.opened(FileHandle(self.handle()), FopenFlags::empty()),
@@ -738,22 +652,6 @@ impl<T: ClientTransport + Send + Sync + 'static> Filesystem for NfsFs4<T> {
             ),
             Err(e) => reply.error(e),
         }
-    }
-
-    /// Named attributes and NFSv4.2 extended attributes are not offered.
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        reply.error(Errno::from_i32(libc::EOPNOTSUPP));
-    }
-
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::from_i32(libc::EOPNOTSUPP));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
