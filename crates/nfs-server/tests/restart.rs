@@ -5,7 +5,10 @@
 //! the same state directory and export answers them; the handle of a file
 //! removed meanwhile is STALE. A file with two links keeps its handle
 //! through the other name it was looked up by when the first is renamed
-//! over after the restart, until that one goes too.
+//! over after the restart, until that one goes too. The child commits
+//! the handle index durably once an hour only, so the handles it hands
+//! out before the kill come back from the index's log alone
+//! (`localfs/index/log.rs`), READDIRPLUS's among them.
 
 mod common;
 mod v4_common;
@@ -40,6 +43,9 @@ async fn restart_child_server() {
     cfg.mount_addr = None;
     cfg.state_dir = Some(state.into());
     cfg.grace_time = std::time::Duration::from_millis(1);
+    // No durable commit of the index before the kill: what survives is
+    // what the log holds.
+    nfs_server::localfs::set_index_commit_interval(std::time::Duration::from_secs(3600));
     let srv = nfs_server::start(cfg).await.unwrap();
     println!(
         "ADDR {} {}",
@@ -148,6 +154,38 @@ fn read_data(r: &[NfsResop4]) -> Vec<u8> {
         .expect("a READ result")
 }
 
+/// The names (files only) and handles of a whole READDIRPLUS listing of
+/// `dir`, in pages of about 4 KiB.
+async fn readdirplus_all(
+    c: &common::Client,
+    dir: &nfs::v3::NfsFh3,
+) -> Vec<(String, nfs::v3::NfsFh3)> {
+    use nfs::v3::{Nfsproc3, Readdirplus3Args, Readdirplus3Res};
+    let (mut cookie, mut verf, mut out) = (0, [0; 8], Vec::new());
+    loop {
+        let args = Readdirplus3Args {
+            dir: dir.clone(),
+            cookie,
+            cookieverf: xdr::FixedOpaque(verf),
+            dircount: 1024,
+            maxcount: 4096,
+        };
+        let r: Readdirplus3Res = c.nfs(Nfsproc3::READDIRPLUS, &args).await;
+        let page = r.ok().expect("READDIRPLUS");
+        for e in &page.entries {
+            let name = String::from_utf8(e.name.0.to_vec()).unwrap();
+            if name != "." && name != ".." {
+                out.push((name, e.name_handle.clone().expect("a handle")));
+            }
+            cookie = e.cookie;
+        }
+        verf = page.cookieverf.0;
+        if page.eof {
+            return out;
+        }
+    }
+}
+
 async fn client(addr: SocketAddr, uid: u32, tag: &str) -> C4 {
     let srv = Srv {
         addr,
@@ -177,6 +215,10 @@ async fn handles_survive_a_killed_server() {
         std::fs::write(export.join(f), data).unwrap();
     }
     std::fs::hard_link(export.join("d/ln-a"), export.join("d/ln-b")).unwrap();
+    std::fs::create_dir(export.join("many")).unwrap();
+    for i in 0..300 {
+        std::fs::write(export.join(format!("many/f{i:03}")), format!("many {i}")).unwrap();
+    }
     let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&export).unwrap());
 
     let (mut first, addr, root) = spawn(&export, &state);
@@ -227,6 +269,14 @@ async fn handles_survive_a_killed_server() {
         Res3::Ok(ok) => ok.object,
         Res3::Fail(s, _) => panic!("v3 LOOKUP: {s}"),
     };
+    // A fresh directory listed with READDIRPLUS: every entry's handle
+    // goes to the index (and its log) with the page.
+    let many = match v3c.lookup(&root3, "many").await {
+        Res3::Ok(ok) => ok.object,
+        Res3::Fail(s, _) => panic!("v3 LOOKUP: {s}"),
+    };
+    let listed = readdirplus_all(&v3c, &many).await;
+    assert_eq!(listed.len(), 300);
     // A crash: no index flush on the way out.
     first.kill().unwrap();
     first.wait().unwrap();
@@ -256,6 +306,14 @@ async fn handles_survive_a_killed_server() {
     }
     let g = nfs::v3::NfsFh3::new(&gone).unwrap();
     assert_eq!(v3c.getattr(&g).await.status(), Nfsstat3::NFS3ERR_STALE);
+    // Every handle the listing handed out reads its file.
+    for (name, h) in &listed {
+        let want = format!("many {}", name[1..].parse::<usize>().unwrap());
+        match v3c.read(h, 0, 100).await {
+            Res3::Ok(ok) => assert_eq!(&ok.data.0[..], want.as_bytes(), "{name}"),
+            Res3::Fail(s, _) => panic!("v3 READ of listed {name}: {s}"),
+        }
+    }
     // The name the linked file was first looked up by, renamed over.
     let d = fh(&c
         .ok(vec![putfh(&root), lookup("d"), NfsArgop4::Getfh(())])

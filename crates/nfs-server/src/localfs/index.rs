@@ -17,19 +17,22 @@
 //! file is removed, so the file stays bounded by the export's own file
 //! count.
 //!
-//! Writes: in a state directory every change goes to the store file as
-//! it is made (a LOOKUP's or OPEN's entry, or a READDIRPLUS page's, in one
-//! transaction without `fsync`: it reaches the file through the page
-//! cache, so a server killed by SIGTERM or SIGKILL loses none of the
+//! Writes ([`store`]): in a state directory every change goes to the
+//! store as it is made (a LOOKUP's or OPEN's entry, or a READDIRPLUS
+//! page's, in one transaction) without `fsync`, and its record to a log
+//! beside the store ([`log`]) with `write(2)` before the reply: in the
+//! page cache, so a server killed by SIGTERM or SIGKILL loses none of the
 //! handles it handed out, and a restart on the same state directory
-//! resolves them); an operation that changed the namespace asks for
-//! durability (a create, rename or link commits with `fsync`, so its
-//! handle survives a power loss as the file does). Only a power loss or
-//! kernel crash may lose entries recorded by LOOKUP since the last
-//! `fsync`; the handles they named are then STALE and the client looks
-//! the names up again. The index kept in memory (no state directory)
-//! batches instead: entries wait in a bounded map ([`PENDING_MAX`]) and
-//! go to the store in one transaction when it fills.
+//! replays the log and resolves them. An operation that changed the
+//! namespace asks for durability (a create, rename or link syncs the
+//! log, so its handle survives a power loss as the file does). A
+//! background thread commits the store durably every few hundred ms and
+//! starts the log afresh; only a power loss or kernel crash may lose
+//! entries recorded by LOOKUP or READDIRPLUS since then (their handles
+//! are then STALE and the client looks the names up again). The index
+//! kept in memory (no state directory) batches instead: entries wait in
+//! a bounded map ([`PENDING_MAX`]) and go to the store in one
+//! transaction when it fills.
 //!
 //! Recording what is already recorded is the common case (every
 //! READDIRPLUS of a directory listed before): a fixed in-memory table
@@ -56,10 +59,15 @@ use bytes::Bytes;
 use redb::{backends::InMemoryBackend, Database, TableDefinition};
 
 use super::known::Known;
+use log::Record;
+use store::{Committer, Store};
 
 mod links;
+pub mod log;
+mod store;
 #[cfg(test)]
 pub(crate) use links::MAX_NAMES;
+pub use store::{set_commit_interval, COMMIT_INTERVAL};
 
 /// ino → parent ino (8 bytes), generation (8 bytes), name.
 const TABLE: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("ino");
@@ -77,15 +85,16 @@ pub(crate) struct Entry {
     pub(crate) name: Bytes,
 }
 
-impl Entry {
-    fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(16 + self.name.len());
-        v.extend_from_slice(&self.parent.to_be_bytes());
-        v.extend_from_slice(&self.gen.to_be_bytes());
-        v.extend_from_slice(&self.name);
-        v
-    }
+/// The stored form of an entry.
+fn stored(parent: u64, gen: u64, name: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(16 + name.len());
+    v.extend_from_slice(&parent.to_be_bytes());
+    v.extend_from_slice(&gen.to_be_bytes());
+    v.extend_from_slice(name);
+    v
+}
 
+impl Entry {
     fn decode(b: &[u8]) -> Option<Self> {
         let parent = u64::from_be_bytes(b.get(..8)?.try_into().ok()?);
         let gen = u64::from_be_bytes(b.get(8..16)?.try_into().ok()?);
@@ -186,7 +195,10 @@ impl State {
 
 /// The index of one export.
 pub(crate) struct Index {
-    db: Database,
+    store: Arc<Store>,
+    /// Commits the store durably every interval (with a state
+    /// directory); stopped and joined when the index is dropped.
+    _committer: Option<Committer>,
     state: Mutex<State>,
     /// Held while a batch is taken and written: batches reach the store
     /// one at a time, in the order they were taken.
@@ -208,13 +220,26 @@ fn db_err(e: impl std::fmt::Display) -> std::io::Error {
 type Unsure<'a> = (u64, u64, &'a [u8], u64, bool);
 
 impl Index {
-    /// The index stored in `path` (created if missing).
+    /// The index stored in `path` (created if missing), its log beside
+    /// it replayed.
     pub(crate) fn open(path: &Path) -> std::io::Result<Self> {
+        Self::open_with(path, store::LOG_MAX, store::commit_interval())
+    }
+
+    /// [`Self::open`] with a log bound of `log_max` bytes and a durable
+    /// commit every `every`.
+    pub(crate) fn open_with(
+        path: &Path,
+        log_max: u64,
+        every: std::time::Duration,
+    ) -> std::io::Result<Self> {
         let db = Database::builder()
             .set_cache_size(CACHE_BYTES)
             .create(path)
             .map_err(db_err)?;
-        Self::with_db(db, false)
+        let store = Arc::new(Store::open(db, &path.with_extension("log"), log_max)?);
+        let committer = Some(Committer::spawn(Arc::clone(&store), every));
+        Ok(Self::with_store(store, committer, false))
     }
 
     /// An index kept in memory only.
@@ -222,16 +247,13 @@ impl Index {
         let db = Database::builder()
             .create_with_backend(InMemoryBackend::new())
             .map_err(db_err)?;
-        Self::with_db(db, true)
+        Ok(Self::with_store(Arc::new(Store::memory(db)?), None, true))
     }
 
-    fn with_db(db: Database, batch: bool) -> std::io::Result<Self> {
-        let tx = db.begin_write().map_err(db_err)?;
-        tx.open_table(TABLE).map_err(db_err)?;
-        tx.open_table(links::LINKS).map_err(db_err)?;
-        tx.commit().map_err(db_err)?;
-        Ok(Self {
-            db,
+    fn with_store(store: Arc<Store>, committer: Option<Committer>, batch: bool) -> Self {
+        Self {
+            store,
+            _committer: committer,
             state: Mutex::new(State {
                 pending: HashMap::new(),
                 writing: None,
@@ -240,7 +262,7 @@ impl Index {
                 batch,
             }),
             writer: Mutex::new(()),
-        })
+        }
     }
 
     /// Where `ino` lives, if recorded.
@@ -248,7 +270,7 @@ impl Index {
         if let Some(p) = self.state.lock().ok()?.unstored(ino) {
             return p.clone();
         }
-        let tx = self.db.begin_read().ok()?;
+        let tx = self.store.db.begin_read().ok()?;
         let t = tx.open_table(TABLE).ok()?;
         let v = t.get(ino).ok()??;
         Entry::decode(v.value())
@@ -306,10 +328,16 @@ impl Index {
         if !self.get(ino).is_some_and(|p| other(&p)) {
             return self.change(ino, Some(e), durable);
         }
-        if !durable && links::has(&self.db, ino, &e) {
+        if !durable && links::has(&self.store.db, ino, &e) {
             return;
         }
-        if let Err(err) = links::add(&self.db, ino, &e, durable) {
+        let r = Record::Link {
+            ino,
+            parent: e.parent,
+            gen: e.gen,
+            name: &e.name,
+        };
+        if let Err(err) = self.store.write(durable, |c| c.apply(&r)) {
             tracing::warn!(error = %err, ino, "handle index: a further name was not recorded");
         }
     }
@@ -328,12 +356,12 @@ impl Index {
             return self.remove(ino);
         }
         if p.parent != parent || p.name[..] != *name {
-            if let Err(err) = links::forget(&self.db, ino, parent, name) {
+            if let Err(err) = self.forget_name(ino, parent, name) {
                 tracing::warn!(error = %err, ino, "handle index: a removed name stays recorded");
             }
             return;
         }
-        match links::names(&self.db, ino, gen).into_iter().next() {
+        match links::names(&self.store.db, ino, gen).into_iter().next() {
             Some(e) => self.promote(ino, e),
             None => self.remove(ino),
         }
@@ -341,13 +369,19 @@ impl Index {
 
     /// The further names of `ino` recorded for generation `gen`.
     pub(crate) fn other_names(&self, ino: u64, gen: u64) -> Vec<Entry> {
-        links::names(&self.db, ino, gen)
+        links::names(&self.store.db, ino, gen)
+    }
+
+    /// Forgets `name` in `parent` as a further name of `ino`.
+    fn forget_name(&self, ino: u64, parent: u64, name: &[u8]) -> std::io::Result<bool> {
+        let r = Record::Unlink { ino, parent, name };
+        self.store.write(false, |c| c.apply(&r))
     }
 
     /// Makes the further name `e` of `ino` its recorded one (the
     /// recorded name no longer holds the file).
     pub(crate) fn promote(&self, ino: u64, e: Entry) {
-        if let Err(err) = links::forget(&self.db, ino, e.parent, &e.name) {
+        if let Err(err) = self.forget_name(ino, e.parent, &e.name) {
             tracing::warn!(error = %err, ino, "handle index: a promoted name stays a further one");
         }
         self.change(ino, Some(e), false);
@@ -428,7 +462,7 @@ impl Index {
     /// Those of `files` the store does not record in `parent` as given,
     /// looked up in one read transaction.
     fn not_stored<'a>(&self, parent: u64, files: Vec<Unsure<'a>>) -> Vec<Unsure<'a>> {
-        let Ok(tx) = self.db.begin_read() else {
+        let Ok(tx) = self.store.db.begin_read() else {
             return files;
         };
         let Ok(t) = tx.open_table(TABLE) else {
@@ -466,9 +500,19 @@ impl Index {
         self.state.lock().map(|p| p.pending.len()).unwrap_or(0)
     }
 
-    /// Writes everything pending to stable storage.
+    /// Bytes in the log (with a state directory).
+    #[cfg(test)]
+    pub(crate) fn log_len(&self) -> u64 {
+        self.store.log_len()
+    }
+
+    /// Writes everything pending to the store and commits it durably
+    /// (the log starts afresh).
     pub(crate) fn flush(&self) {
-        self.write_pending(true);
+        self.write_pending(false);
+        if let Err(e) = self.store.commit() {
+            tracing::warn!(error = %e, "handle index: durable commit failed");
+        }
     }
 
     /// Writes what is pending to the store (with `durable`, to stable
@@ -507,29 +551,21 @@ impl Index {
     }
 
     fn try_write(&self, batch: &Pending, durable: bool) -> std::io::Result<()> {
-        let mut tx = self.db.begin_write().map_err(db_err)?;
-        tx.set_durability(links::durability(durable));
-        {
-            let mut t = tx.open_table(TABLE).map_err(db_err)?;
-            let mut gone = Vec::new();
-            for (ino, e) in batch {
-                match e {
-                    Some(e) => t.insert(*ino, e.encode().as_slice()).map_err(db_err)?,
-                    None => {
-                        gone.push(*ino);
-                        t.remove(*ino).map_err(db_err)?
-                    }
+        self.store.write(durable, |c| {
+            for (&ino, e) in batch {
+                let r = match e {
+                    Some(e) => Record::Put {
+                        ino,
+                        parent: e.parent,
+                        gen: e.gen,
+                        name: &e.name,
+                    },
+                    None => Record::Remove { ino },
                 };
+                c.apply(&r)?;
             }
-            if !gone.is_empty() {
-                let mut l = tx.open_table(links::LINKS).map_err(db_err)?;
-                for ino in gone {
-                    links::forget_all(&mut l, ino).map_err(db_err)?;
-                }
-            }
-        }
-        tx.commit().map_err(db_err)?;
-        Ok(())
+            Ok(())
+        })
     }
 }
 
@@ -651,7 +687,13 @@ mod tests {
             gen: 8,
             ..e(2, "old")
         };
-        links::add(&ix.db, 10, &old, false).unwrap();
+        let r = Record::Link {
+            ino: 10,
+            parent: old.parent,
+            gen: old.gen,
+            name: &old.name,
+        };
+        ix.store.write(false, |c| c.apply(&r)).unwrap();
         let before = links::NAMES.count();
         let names: Vec<String> = (0..MAX_NAMES + 20).map(|i| format!("n{i}")).collect();
         for n in &names {
@@ -726,5 +768,161 @@ mod tests {
         assert_eq!(ix.get(5), None);
         drop(ix);
         let _ = std::fs::remove_file(&p);
+    }
+
+    /// A directory for one test's store files.
+    fn scratch(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("index-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// What a server killed now leaves on disk (the page cache's view of
+    /// the store and, with `log`, the log), copied to `to`.
+    fn killed_copy(p: &Path, to: &Path, log: bool) {
+        std::fs::copy(p, to).unwrap();
+        if log {
+            std::fs::copy(p.with_extension("log"), to.with_extension("log")).unwrap();
+        }
+    }
+
+    fn listing(n: u64) -> Listed {
+        let mut l = Listed::default();
+        for i in 0..n {
+            l.push(1000 + i, 9, false, format!("f{i}").as_bytes());
+        }
+        l
+    }
+
+    const HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
+
+    #[test]
+    fn a_killed_index_comes_back_from_its_log_and_not_without_it() {
+        let d = scratch("killed");
+        let p = d.join("ix.redb");
+        let ix = Index::open_with(&p, store::LOG_MAX, HOUR).unwrap();
+        ix.put(10, e(2, "a"), false, false);
+        ix.put_listed(2, &listing(500));
+        ix.put(11, e(2, "ln"), false, true);
+        ix.put(11, e(3, "other"), false, true);
+        ix.put(12, e(2, "gone"), false, false);
+        ix.remove(12);
+        ix.put(13, e(2, "last"), false, false);
+        killed_copy(&p, &d.join("k.redb"), true);
+        killed_copy(&p, &d.join("n.redb"), false);
+        killed_copy(&p, &d.join("t.redb"), true);
+        drop(ix);
+
+        let k = Index::open(&d.join("k.redb")).unwrap();
+        assert_eq!(k.get(10), Some(e(2, "a")));
+        for i in 0..500 {
+            let want = Entry {
+                name: Bytes::from(format!("f{i}")),
+                ..e(2, "")
+            };
+            assert_eq!(k.get(1000 + i), Some(want));
+        }
+        assert_eq!(k.get(11), Some(e(2, "ln")));
+        assert_eq!(k.other_names(11, 9), vec![e(3, "other")]);
+        assert_eq!(k.get(12), None);
+        assert_eq!(k.get(13), Some(e(2, "last")));
+        // Replayed into the store durably: the log started afresh.
+        assert_eq!(k.log_len(), log::HEADER_LEN as u64);
+        drop(k);
+        let again = Index::open(&d.join("k.redb")).unwrap();
+        assert_eq!(again.get(13), Some(e(2, "last")));
+        drop(again);
+
+        // The store alone (no durable commit since the start) holds none
+        // of them: the log is what kept them.
+        let n = Index::open(&d.join("n.redb")).unwrap();
+        assert_eq!(n.get(10), None);
+        assert_eq!(n.get(1000), None);
+        drop(n);
+
+        // A torn tail (the last record cut short): the records before it
+        // replayed, the cut one dropped, the tail counted.
+        let log = d.join("t.log");
+        let len = std::fs::metadata(&log).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&log)
+            .unwrap()
+            .set_len(len - 3)
+            .unwrap();
+        let torn = store::TORN.load(std::sync::atomic::Ordering::Relaxed);
+        let t = Index::open(&d.join("t.redb")).unwrap();
+        assert_eq!(t.get(10), Some(e(2, "a")));
+        assert_eq!(t.get(1499).map(|x| x.parent), Some(2));
+        assert_eq!(t.get(12), None);
+        assert_eq!(t.get(13), None);
+        assert!(store::TORN.load(std::sync::atomic::Ordering::Relaxed) > torn);
+        drop(t);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn garbage_for_a_log_is_counted_and_the_store_still_opens() {
+        let d = scratch("garbage");
+        let p = d.join("ix.redb");
+        let ix = Index::open_with(&p, store::LOG_MAX, HOUR).unwrap();
+        ix.put(10, e(2, "a"), false, false);
+        ix.flush();
+        drop(ix);
+        std::fs::write(p.with_extension("log"), b"not a log at all, just bytes").unwrap();
+        let torn = store::TORN.load(std::sync::atomic::Ordering::Relaxed);
+        let ix = Index::open(&p).unwrap();
+        assert!(store::TORN.load(std::sync::atomic::Ordering::Relaxed) > torn);
+        assert_eq!(ix.get(10), Some(e(2, "a")));
+        ix.put(11, e(2, "b"), false, false);
+        drop(ix);
+        let ix = Index::open(&p).unwrap();
+        assert_eq!(ix.get(11), Some(e(2, "b")));
+        drop(ix);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_log_past_its_bound_commits_at_once_and_the_trip_is_counted() {
+        let d = scratch("bound");
+        let p = d.join("ix.redb");
+        let ix = Index::open_with(&p, 4096, HOUR).unwrap();
+        let trips = store::LOG_BYTES.count();
+        // 500 records of about 37 bytes in one page: past 4 KiB.
+        ix.put_listed(2, &listing(500));
+        assert!(store::LOG_BYTES.count() > trips);
+        assert_eq!(ix.log_len(), log::HEADER_LEN as u64);
+        for i in 0..50 {
+            ix.put(5000 + i, e(2, "more"), false, false);
+            assert!(ix.log_len() <= 4096 + 64, "{}", ix.log_len());
+        }
+        // Committed durably: the store alone holds the page.
+        killed_copy(&p, &d.join("n.redb"), false);
+        drop(ix);
+        let n = Index::open(&d.join("n.redb")).unwrap();
+        assert_eq!(n.get(1499).map(|x| x.parent), Some(2));
+        drop(n);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn the_background_commit_makes_the_store_hold_the_log() {
+        let d = scratch("interval");
+        let p = d.join("ix.redb");
+        let ix =
+            Index::open_with(&p, store::LOG_MAX, std::time::Duration::from_millis(20)).unwrap();
+        ix.put(10, e(2, "a"), false, false);
+        let start = std::time::Instant::now();
+        while ix.log_len() > log::HEADER_LEN as u64 {
+            assert!(start.elapsed().as_secs() < 30, "no durable commit");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        killed_copy(&p, &d.join("n.redb"), false);
+        drop(ix);
+        let n = Index::open(&d.join("n.redb")).unwrap();
+        assert_eq!(n.get(10), Some(e(2, "a")));
+        drop(n);
+        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -59,6 +59,12 @@ use rustix::fs::{Mode, OFlags};
 pub use attrcache::{AttrCacheConfig, DEFAULT_TTL as DEFAULT_ATTR_CACHE_TTL};
 pub use attrs::io_status;
 pub(crate) use copy::MAX_COPY;
+/// The handle index log's record codec (for the fuzz target and tools).
+pub use index::log as index_log;
+pub use index::{
+    set_commit_interval as set_index_commit_interval,
+    COMMIT_INTERVAL as DEFAULT_INDEX_COMMIT_INTERVAL,
+};
 
 use crate::fh::{fnv1a, HandleKey};
 use crate::statedir::{random_key, StateDir};

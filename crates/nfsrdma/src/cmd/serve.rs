@@ -125,6 +125,14 @@ pub(crate) struct ServeArgs {
     /// each (limit `readdir.attr_cache_entries`).
     #[arg(long, default_value_t = nfs_server::localfs::AttrCacheConfig::default().max_entries)]
     attr_cache_entries: usize,
+    /// Seconds between durable commits of the handle index in the state
+    /// directory (0.01 to 60). Every handle is in the index's log before
+    /// its reply, so a killed server loses none; a power loss may lose
+    /// those LOOKUP, READDIRPLUS and OPEN handed out in the last interval
+    /// (they are then STALE); those of creates, renames and links are
+    /// synced before the reply (docs/hardening.md).
+    #[arg(long, default_value_t = nfs_server::localfs::DEFAULT_INDEX_COMMIT_INTERVAL.as_secs_f64())]
+    index_commit_interval: f64,
     /// The rpcbind port of NFSv3 client hosts, asked for their status
     /// monitor when the server tells them of its restart (SM_NOTIFY) and
     /// for their lock manager when a blocked lock is granted (GRANTED).
@@ -382,6 +390,13 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_dirs: args.attr_cache_dirs,
         max_entries: args.attr_cache_entries,
     });
+    anyhow::ensure!(
+        (0.01..=60.0).contains(&args.index_commit_interval),
+        "--index-commit-interval must be 0.01 to 60 seconds"
+    );
+    nfs_server::localfs::set_index_commit_interval(Duration::from_secs_f64(
+        args.index_commit_interval,
+    ));
     let tcp = args.transports.contains(&Transport::Tcp);
     let mut config = access_config(&args)?;
     config.read_only = args.read_only;

@@ -24,9 +24,9 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 use oncrpc::limits::Limit;
-use redb::{Database, Durability, ReadableTable, Table, TableDefinition};
+use redb::{Database, ReadableTable, Table, TableDefinition};
 
-use super::{db_err, Entry};
+use super::Entry;
 
 /// (inode, parent, name) → generation.
 pub(super) const LINKS: TableDefinition<'static, &[u8], u64> = TableDefinition::new("links");
@@ -105,46 +105,44 @@ pub(super) fn has(db: &Database, ino: u64, e: &Entry) -> bool {
     matches!(t.get(key(ino, e.parent, &e.name).as_slice()), Ok(Some(g)) if g.value() == e.gen)
 }
 
-/// Records `e` as a further name of `ino`, within [`MAX_NAMES`].
-pub(super) fn add(db: &Database, ino: u64, e: &Entry, durable: bool) -> std::io::Result<()> {
-    let mut tx = db.begin_write().map_err(db_err)?;
-    tx.set_durability(durability(durable));
+/// Records `e` as a further name of `ino` in `t`, within [`MAX_NAMES`]
+/// (the names of another generation purged first); whether it was
+/// added.
+pub(super) fn add_in(
+    t: &mut Table<'_, &'static [u8], u64>,
+    ino: u64,
+    e: &Entry,
+) -> redb::Result<bool> {
+    let (lo, hi) = bytes_of(ino);
+    let gen = e.gen;
+    t.retain_in::<&[u8], _>(span(&lo, &hi), |_, g| g == gen)?;
+    let held = names_in(t, ino);
+    if held
+        .iter()
+        .any(|h| h.parent == e.parent && h.name == e.name)
     {
-        let mut t = tx.open_table(LINKS).map_err(db_err)?;
-        let (lo, hi) = bytes_of(ino);
-        let gen = e.gen;
-        t.retain_in::<&[u8], _>(span(&lo, &hi), |_, g| g == gen)
-            .map_err(db_err)?;
-        let held = names_in(&t, ino);
-        if held
-            .iter()
-            .any(|h| h.parent == e.parent && h.name == e.name)
-        {
-            return Ok(());
-        }
-        if held.len() >= MAX_NAMES {
-            NAMES.trip(format_args!(
-                "inode {ino} has {} names recorded: another one is not",
-                held.len()
-            ));
-            return Ok(());
-        }
-        t.insert(key(ino, e.parent, &e.name).as_slice(), e.gen)
-            .map_err(db_err)?;
+        return Ok(false);
     }
-    tx.commit().map_err(db_err)
+    if held.len() >= MAX_NAMES {
+        NAMES.trip(format_args!(
+            "inode {ino} has {} names recorded: another one is not",
+            held.len()
+        ));
+        return Ok(false);
+    }
+    t.insert(key(ino, e.parent, &e.name).as_slice(), e.gen)?;
+    Ok(true)
 }
 
-/// Forgets `name` in `parent` as a further name of `ino`.
-pub(super) fn forget(db: &Database, ino: u64, parent: u64, name: &[u8]) -> std::io::Result<()> {
-    let mut tx = db.begin_write().map_err(db_err)?;
-    tx.set_durability(Durability::Eventual);
-    {
-        let mut t = tx.open_table(LINKS).map_err(db_err)?;
-        t.remove(key(ino, parent, name).as_slice())
-            .map_err(db_err)?;
-    }
-    tx.commit().map_err(db_err)
+/// Forgets `name` in `parent` as a further name of `ino` in `t`.
+pub(super) fn forget_in(
+    t: &mut Table<'_, &'static [u8], u64>,
+    ino: u64,
+    parent: u64,
+    name: &[u8],
+) -> redb::Result<()> {
+    t.remove(key(ino, parent, name).as_slice())?;
+    Ok(())
 }
 
 /// Forgets every further name of `ino` (its last link is gone), in the
@@ -152,12 +150,4 @@ pub(super) fn forget(db: &Database, ino: u64, parent: u64, name: &[u8]) -> std::
 pub(super) fn forget_all(t: &mut Table<'_, &'static [u8], u64>, ino: u64) -> redb::Result<()> {
     let (lo, hi) = bytes_of(ino);
     t.retain_in::<&[u8], _>(span(&lo, &hi), |_, _| false)
-}
-
-pub(super) fn durability(durable: bool) -> Durability {
-    if durable {
-        Durability::Immediate
-    } else {
-        Durability::Eventual
-    }
 }
