@@ -12,7 +12,8 @@ use nfs_server::localfs::index_log::{Record, Replay, FRAME_LEN, HEADER_LEN};
 
 fn check(r: &Record<'_>, taken: &[u8], epoch: u64) {
     let mut again = Vec::new();
-    r.encode(epoch, &mut again).expect("a decoded record encodes");
+    r.encode(epoch, &mut again)
+        .expect("a decoded record encodes");
     assert_eq!(again.len(), taken.len());
     assert_eq!(again[FRAME_LEN..], taken[FRAME_LEN..], "body round trip");
     let (back, used) = Record::decode(&again, epoch).expect("an encoded record decodes");
