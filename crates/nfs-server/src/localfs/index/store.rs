@@ -33,7 +33,7 @@ use std::time::Duration;
 use oncrpc::limits::Limit;
 use redb::{Database, Durability, Table, TableDefinition, WriteTransaction};
 
-use super::log::{Log, LogError, Record, Replay, FRAME_LEN, MAX_BODY};
+use super::log::{Log, LogError, Record, Replay};
 use super::{db_err, links, stored, Entry, TABLE};
 
 /// key → value: the log epoch whose records the store holds durably.
@@ -43,6 +43,9 @@ const EPOCH: &str = "log_epoch";
 /// The log's bound in bytes (about 170,000 records of 20-byte names):
 /// past it the writer commits the store durably and restarts the log.
 pub(crate) const LOG_MAX: u64 = 8 << 20;
+
+/// Bytes read from a log at replay beyond twice its bound.
+const REPLAY_SLACK: u64 = 64 << 20;
 
 /// Default time between durable commits of the store.
 pub const COMMIT_INTERVAL: Duration = Duration::from_millis(300);
@@ -165,7 +168,10 @@ impl Store {
             let e = t.get(EPOCH).map_err(db_err)?;
             e.map_or(0, |v| v.value())
         };
-        let buf = Log::read(log_path, max + 2 * (FRAME_LEN + MAX_BODY) as u64)?;
+        // The log passes its bound by at most one write (a page's
+        // records: under 1 MiB), so this reads all of any log this code
+        // wrote; a longer file's tail is dropped as torn.
+        let buf = Log::read(log_path, max.saturating_mul(2).saturating_add(REPLAY_SLACK))?;
         let mut next = applied + 1;
         match Replay::new(&buf) {
             Ok(replay) if replay.epoch > applied => {
