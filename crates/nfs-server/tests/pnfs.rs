@@ -363,17 +363,7 @@ async fn layout_write_to_the_data_server_commit_and_size_at_the_mds() {
     let r = c
         .ok(vec![
             NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
-            NfsArgop4::Layoutreturn(Layoutreturn4Args {
-                reclaim: false,
-                layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
-                iomode: Layoutiomode4::LAYOUTIOMODE4_ANY,
-                layoutreturn: Layoutreturn4::File(LayoutreturnFile4 {
-                    offset: 0,
-                    length: u64::MAX,
-                    stateid: lg.stateid,
-                    body: encode_body(&body),
-                }),
-            }),
+            layoutreturn_file(lg.stateid, encode_body(&body)),
         ])
         .await;
     assert!(
@@ -951,17 +941,7 @@ async fn layoutreturn(c: &C4, fh: &NfsFh4, sid: Stateid4, errors: &[(usize, Nfss
     };
     c.ok(vec![
         NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
-        NfsArgop4::Layoutreturn(Layoutreturn4Args {
-            reclaim: false,
-            layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
-            iomode: Layoutiomode4::LAYOUTIOMODE4_ANY,
-            layoutreturn: Layoutreturn4::File(LayoutreturnFile4 {
-                offset: 0,
-                length: u64::MAX,
-                stateid: sid,
-                body: encode_body(&body),
-            }),
-        }),
+        layoutreturn_file(sid, encode_body(&body)),
     ])
     .await;
 }
@@ -1458,17 +1438,7 @@ async fn a_size_written_through_a_layout_but_never_committed_is_recovered_after_
         NfsArgop4::Putfh(Putfh4Args {
             object: rfh.clone(),
         }),
-        NfsArgop4::Layoutreturn(Layoutreturn4Args {
-            reclaim: false,
-            layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
-            iomode: Layoutiomode4::LAYOUTIOMODE4_ANY,
-            layoutreturn: Layoutreturn4::File(LayoutreturnFile4 {
-                offset: 0,
-                length: u64::MAX,
-                stateid: rsid,
-                body: Bounded(Bytes::new()),
-            }),
-        }),
+        layoutreturn_file(rsid, Bounded(Bytes::new())),
     ])
     .await;
     assert!(

@@ -35,7 +35,8 @@ use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
 use oncrpc::{CallContext, ClientTransport, RpcService, ServiceError};
 use tokio::sync::mpsc;
 use v4_common::{
-    open_session, reclaim_complete_op, slot0_sequence, SessionAsk, TempDir, CB_PROGRAM,
+    layoutreturn_file, open_session, reclaim_complete_op, slot0_sequence, SessionAsk, TempDir,
+    CB_PROGRAM,
 };
 use xdr::{Bounded, XdrBuf};
 
@@ -343,17 +344,7 @@ impl Client {
         let r = self
             .seq(vec![
                 NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
-                NfsArgop4::Layoutreturn(Layoutreturn4Args {
-                    reclaim: false,
-                    layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
-                    iomode: Layoutiomode4::LAYOUTIOMODE4_ANY,
-                    layoutreturn: Layoutreturn4::File(LayoutreturnFile4 {
-                        offset: 0,
-                        length: u64::MAX,
-                        stateid: sid,
-                        body: Bounded(Bytes::new()),
-                    }),
-                }),
+                layoutreturn_file(sid, Bounded(Bytes::new())),
             ])
             .await;
         r.status

@@ -297,6 +297,23 @@ pub fn open_create(clientid: u64, file: &'static str, access: u32, deny: u32) ->
     })
 }
 
+/// LAYOUTRETURN (RFC 8881 §18.44) of the whole current file, any iomode,
+/// under `stateid`, with the layout type's return `body` (RFC 8435 §10
+/// for flex files; empty for none).
+pub fn layoutreturn_file(stateid: Stateid4, body: nfs::v4::pnfs::LayoutBody) -> NfsArgop4 {
+    NfsArgop4::Layoutreturn(Layoutreturn4Args {
+        reclaim: false,
+        layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+        iomode: Layoutiomode4::LAYOUTIOMODE4_ANY,
+        layoutreturn: Layoutreturn4::File(LayoutreturnFile4 {
+            offset: 0,
+            length: u64::MAX,
+            stateid,
+            body,
+        }),
+    })
+}
+
 pub fn open_stateid(r: &[NfsResop4]) -> Stateid4 {
     r.iter()
         .find_map(|x| match x {
