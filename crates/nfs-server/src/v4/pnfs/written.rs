@@ -68,6 +68,9 @@ pub(crate) struct Marked {
 #[derive(Debug, Default)]
 pub(crate) struct Written {
     marks: HashMap<(u64, u64), Bytes>,
+    /// The bytes the live marks' records take in the log (kept as marks
+    /// come and go, so an append does not walk them).
+    live: u64,
     log: Option<Log>,
 }
 
@@ -88,11 +91,16 @@ impl Log {
     }
 
     /// Appends `rec`; rewrites the log with `marks` alone when it has
-    /// grown past [`COMPACT_AT`] and four times their records.
-    fn append(&mut self, rec: &[u8], marks: &HashMap<(u64, u64), Bytes>) -> io::Result<()> {
+    /// grown past [`COMPACT_AT`] and four times their records (`live`
+    /// bytes).
+    fn append(
+        &mut self,
+        rec: &[u8],
+        marks: &HashMap<(u64, u64), Bytes>,
+        live: u64,
+    ) -> io::Result<()> {
         self.file.write_all(rec)?;
         self.len += rec.len() as u64;
-        let live: u64 = marks.values().map(|fh| (HEAD + fh.len()) as u64).sum();
         if self.len > COMPACT_AT.max(4 * live) {
             LOG_BYTES.trip(format_args!(
                 "pNFS written-marks log of {} bytes ({live} live) rewritten with the live marks",
@@ -133,8 +141,10 @@ impl Written {
             at = next;
         }
         let log = Log::rewritten(path, &marks)?;
+        let live = marks.values().map(record_len).sum();
         Ok(Self {
             marks,
+            live,
             log: Some(log),
         })
     }
@@ -148,12 +158,14 @@ impl Written {
         }
         let key = (m.fsid, m.fileid);
         self.marks.insert(key, m.fh.clone());
+        self.live += record_len(&m.fh);
         if let Some(log) = &mut self.log {
             let r = log
-                .append(&encode(MARKED, m), &self.marks)
+                .append(&encode(MARKED, m), &self.marks, self.live)
                 .and_then(|()| log.file.sync_data());
             if r.is_err() {
                 self.marks.remove(&key);
+                self.live -= record_len(&m.fh);
             }
             r?;
         }
@@ -166,8 +178,13 @@ impl Written {
         let Some(fh) = self.marks.remove(&(fsid, fileid)) else {
             return Ok(());
         };
+        self.live -= record_len(&fh);
         if let Some(log) = &mut self.log {
-            log.append(&encode(SETTLED, &Marked { fsid, fileid, fh }), &self.marks)?;
+            log.append(
+                &encode(SETTLED, &Marked { fsid, fileid, fh }),
+                &self.marks,
+                self.live,
+            )?;
         }
         Ok(())
     }
@@ -291,6 +308,11 @@ impl Mds {
     }
 }
 
+/// The bytes of the log record of a mark with handle `fh`.
+fn record_len(fh: &Bytes) -> u64 {
+    (HEAD + fh.len()) as u64
+}
+
 fn encode(kind: u8, m: &Marked) -> Vec<u8> {
     let mut r = Vec::with_capacity(HEAD + m.fh.len());
     r.push(kind);
@@ -385,11 +407,15 @@ mod tests {
                 assert!(len <= COMPACT_AT + 100, "log of {len} bytes");
             }
             w.mark(&m(2)).unwrap();
+            // The running count of the live marks' bytes is their sum.
+            let sum: u64 = w.marks.values().map(record_len).sum();
+            assert_eq!((w.live, sum), (2 * record_len(&m(1).fh), sum));
         }
         // 5,000 records of 30 bytes: rewritten at least twice, each time
         // counted.
         assert!(LOG_BYTES.count() >= trips + 2);
         let w = Written::open(&d).unwrap();
+        assert_eq!(w.live, 2 * record_len(&m(1).fh));
         let mut got: Vec<u64> = w.marked().iter().map(|x| x.fileid).collect();
         got.sort_unstable();
         assert_eq!(got, vec![1, 2]);
