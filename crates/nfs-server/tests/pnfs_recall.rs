@@ -427,6 +427,15 @@ async fn a_truncation_recalls_the_layout_and_layoutreturn_ends_the_recall() {
     let (fh, open) = c.open("f").await;
     let l = got(&c, c.layoutget(&fh, open).await).await;
     assert_eq!(l.user, DEFAULT_SYNTHETIC_ID);
+    let old = nfs3(l.ds, l.user).await;
+    old.write(
+        &l.ds_fh,
+        0,
+        Bytes::from_static(b"data"),
+        StableHow::UNSTABLE,
+    )
+    .await
+    .unwrap();
 
     // Another client truncates the file through the metadata server.
     let v3 = nfs3(cl.addr, cl.uid).await;
@@ -453,14 +462,34 @@ async fn a_truncation_recalls_the_layout_and_layoutreturn_ends_the_recall() {
         c.layoutget(&fh, open).await,
         Layoutget4Res::Err(Nfsstat4::NFS4ERR_RECALLCONFLICT)
     ));
-    // LAYOUTRETURN ends it; a lease later nothing is fenced.
+    // The data file was fenced before the recall went out: a WRITE the
+    // client still had in flight under the layout is refused, not
+    // landed after the truncation (RFC 8435 §2.2).
+    assert!(
+        matches!(
+            old.write(
+                &l.ds_fh,
+                0,
+                Bytes::from_static(b"stale"),
+                StableHow::FILE_SYNC
+            )
+            .await,
+            Err(nfs_client::Error::Nfs {
+                status: Nfsstat3::NFS3ERR_ACCES,
+                ..
+            })
+        ),
+        "a WRITE under the recalled layout's ids reached the truncated data file"
+    );
+    // LAYOUTRETURN ends the recall; a lease later nothing more is fenced:
+    // the next layout names the ids of the fencing at the recall.
     assert_eq!(c.layoutreturn(&fh, f.stateid).await, Nfsstat4::NFS4_OK);
     assert_eq!(cl.mds.layouts_held(), 0);
     pass_lease(&cl, &c).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let again = got(&c, c.layoutget(&fh, open).await).await;
-    assert_eq!(again.user, DEFAULT_SYNTHETIC_ID);
-    let ds = nfs3(again.ds, DEFAULT_SYNTHETIC_ID).await;
+    assert_eq!(again.user, DEFAULT_SYNTHETIC_ID + 1);
+    let ds = nfs3(again.ds, again.user).await;
     ds.write(
         &again.ds_fh,
         0,
@@ -570,8 +599,10 @@ async fn a_recall_timeout_shorter_than_the_lease_fences_at_that_timeout() {
         }
     }
     assert!(fenced, "not fenced at the recall timeout");
+    // Fenced at the recall (the mode changed under a read-write layout)
+    // and again at the timeout.
     let new = got(&c, c.layoutget(&fh, open).await).await;
-    assert_eq!(new.user, DEFAULT_SYNTHETIC_ID + 1);
+    assert_eq!(new.user, DEFAULT_SYNTHETIC_ID + 2);
 }
 
 #[tokio::test]
@@ -632,9 +663,10 @@ async fn an_unanswered_recall_is_fenced_after_the_lease() {
     }
     assert!(fenced, "the stale layout's WRITE was not refused");
 
-    // A new layout names the new synthetic ids, which write.
+    // A new layout names the new synthetic ids (fenced at the recall and
+    // again at the revocation), which write.
     let new = got(&c, c.layoutget(&fh, open).await).await;
-    assert_eq!(new.user, DEFAULT_SYNTHETIC_ID + 1);
+    assert_eq!(new.user, DEFAULT_SYNTHETIC_ID + 2);
     let fresh = nfs3(new.ds, new.user).await;
     fresh
         .write(

@@ -63,6 +63,8 @@ pub(crate) struct Recalled {
     pub(crate) file: Bytes,
     pub(crate) stateid: Stateid4,
     pub(crate) data: Vec<DataFile>,
+    /// Whether it is a read-write layout.
+    pub(crate) rw: bool,
 }
 
 /// Every layout handed out, keyed by (client, file): ordered, so one
@@ -268,6 +270,7 @@ impl LayoutTable {
                 file: f.clone(),
                 stateid: l.stateid,
                 data: l.data.clone(),
+                rw: l.rw,
             });
         }
         out

@@ -23,8 +23,10 @@
 //! - READ, WRITE and COMMIT through the metadata server, of any NFS
 //!   version, reach the data file ([`proxy`]).
 //! - CB_LAYOUTRECALL on truncation, chmod/chown, removal and the loss of
-//!   a data server; fencing by rotating the synthetic ids when a recall
-//!   is not answered within the lease ([`recall`]).
+//!   a data server; fencing by rotating the synthetic ids when a
+//!   read-write layout is recalled for a truncation or chmod/chown (I/O
+//!   still in flight under it is refused) and when a recall is not
+//!   answered within the lease ([`recall`]).
 //!
 //! - Mirroring (RFC 8435 §8, [`mirrors`]): with `mirrors` = 2 every file
 //!   has a copy on two data servers, both in its layouts; a copy a client

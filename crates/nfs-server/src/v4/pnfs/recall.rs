@@ -12,6 +12,12 @@
 //! §20.3.4). While a file's layouts are being recalled, LAYOUTGET of it
 //! is NFS4ERR_RECALLCONFLICT.
 //!
+//! When the recall is for a change of the file's size, mode, owner or
+//! group and a read-write layout is recalled, its data file is fenced
+//! (below) before the callbacks go out: the Linux client returns a
+//! recalled layout while its WRITEs through it are still in flight, and
+//! those must not land after the change (see [`run`]).
+//!
 //! A recall not ended within the lease (§12.5.5.2), or the shorter
 //! `recall_timeout` when one is configured, is fenced: the data
 //! file is given to the next synthetic uid and gid (the configured ones
@@ -80,6 +86,20 @@ impl core::fmt::Debug for Recaller {
     }
 }
 
+/// Why data files are fenced (RFC 8435 §2.2, §14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fence {
+    /// A read-write layout of it is recalled because its size or
+    /// attributes changed: I/O the client still has in flight must not
+    /// land afterwards.
+    Recalled,
+    /// A recall was not answered within the recall timeout: the layout
+    /// is revoked.
+    Unanswered,
+    /// The client holding a read-write layout went.
+    Gone,
+}
+
 /// What one CB_LAYOUTRECALL came to.
 enum Sent {
     /// The client took it (it will LAYOUTRETURN).
@@ -117,11 +137,14 @@ impl Mds {
         self.recaller.read().ok()?.clone()
     }
 
-    /// Recalls every layout of the file `fh` (RFC 8881 §12.5.5.1).
+    /// Recalls every layout of the file `fh` (RFC 8881 §12.5.5.1). When
+    /// its size or attributes changed and a read-write layout is among
+    /// them, the data file is fenced first (see [`run`]).
     pub fn recall_file(&self, fh: &NfsFh3, why: Why) {
         let file = key(fh);
         let pick = move |f: &Bytes, _: &Layout| *f == file;
-        self.start_recall(pick, why != Why::Attrs, why == Why::Remove);
+        let gone = why == Why::Remove;
+        self.start_recall(pick, why != Why::Attrs, gone, !gone);
     }
 
     /// The control path could not reach data server `ds`: every layout
@@ -129,16 +152,22 @@ impl Mds {
     /// server or asks again later).
     pub(crate) fn ds_lost(&self, ds: usize) {
         let pick = move |_: &Bytes, l: &Layout| l.data.iter().any(|d| d.ds == ds);
-        self.start_recall(pick, true, false);
+        self.start_recall(pick, true, false, false);
     }
 
     /// Recalls the layouts `pick` chooses (RFC 8881 §12.5.5.1), with
     /// `clora_changed` = `changed`.
     pub(crate) fn start_recall_where(&self, pick: impl Fn(&Bytes, &Layout) -> bool, changed: bool) {
-        self.start_recall(pick, changed, false);
+        self.start_recall(pick, changed, false, false);
     }
 
-    fn start_recall(&self, pick: impl Fn(&Bytes, &Layout) -> bool, changed: bool, gone: bool) {
+    fn start_recall(
+        &self,
+        pick: impl Fn(&Bytes, &Layout) -> bool,
+        changed: bool,
+        gone: bool,
+        fence: bool,
+    ) {
         let Some(r) = self.recaller() else { return };
         let Some(me) = r.mds.upgrade() else { return };
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
@@ -161,7 +190,7 @@ impl Mds {
             return;
         }
         tracing::info!(layouts = rs.len(), changed, "CB_LAYOUTRECALL");
-        rt.spawn(async move { run(me, r, rs, changed).await });
+        rt.spawn(async move { run(me, r, rs, changed, fence).await });
     }
 
     /// The client `client` went (its lease expired, it was replaced or
@@ -196,6 +225,7 @@ impl Mds {
                 file,
                 stateid: l.stateid,
                 data: l.data,
+                rw: true,
             })
             .collect();
         let Some(me) = self.recaller().and_then(|r| r.mds.upgrade()) else {
@@ -205,13 +235,13 @@ impl Mds {
             return;
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move { me.fence(&writable).await });
+            rt.spawn(async move { me.fence(&writable, Fence::Gone).await });
         }
     }
 
-    /// Fences the data files of `due` (revoked layouts): each gets the
-    /// next synthetic uid and gid.
-    async fn fence(&self, due: &[Recalled]) {
+    /// Fences the data files of `due` (revoked or recalled layouts): each
+    /// gets the next synthetic uid and gid.
+    async fn fence(&self, due: &[Recalled], why: Fence) {
         let mut files: Vec<&DataFile> = due.iter().flat_map(|r| &r.data).collect();
         files.sort_by(|a, b| (a.ds, &a.name).cmp(&(b.ds, &b.name)));
         files.dedup();
@@ -223,7 +253,7 @@ impl Mds {
             {
                 Ok(cur) => cur,
                 Err(e) => {
-                    tracing::warn!(ds = d.ds, file = %d.name, error = ?e, "pNFS layout revoked, data file not fenced");
+                    tracing::warn!(ds = d.ds, file = %d.name, error = ?e, reason = ?why, "pNFS data file not fenced");
                     continue;
                 }
             };
@@ -232,15 +262,23 @@ impl Mds {
                 next_id(self.cfg.gid, cur.gid),
             );
             match ds.set_owner(&d.name, uid, gid).await {
+                Ok(_) if why == Fence::Recalled => tracing::info!(
+                    ds = d.ds,
+                    file = %d.name,
+                    uid,
+                    gid,
+                    "pNFS read-write layout recalled for a change of size or attributes: data file fenced (I/O still in flight under the old layout is refused)"
+                ),
                 Ok(_) => tracing::warn!(
                     ds = d.ds,
                     file = %d.name,
                     uid,
                     gid,
-                    "pNFS layout recall not answered within the lease: layout revoked, data file fenced"
+                    reason = ?why,
+                    "pNFS layout revoked, data file fenced"
                 ),
                 Err(e) => {
-                    tracing::warn!(ds = d.ds, file = %d.name, error = ?e, "pNFS layout revoked, data file not fenced")
+                    tracing::warn!(ds = d.ds, file = %d.name, error = ?e, reason = ?why, "pNFS data file not fenced")
                 }
             }
         }
@@ -285,8 +323,28 @@ async fn send(r: &Recaller, x: &Recalled, changed: bool) -> Sent {
 
 /// One recall event: the callbacks, then the watch until each layout is
 /// returned or, the recall timeout (the lease unless configured) after
-/// the recall, fenced.
-async fn run(mds: Arc<Mds>, r: Recaller, rs: Vec<Recalled>, changed: bool) {
+/// the recall, revoked and fenced.
+///
+/// With `fence_first` (the file's size or attributes changed) the data
+/// files of the read-write layouts among `rs` are fenced before the
+/// callbacks go out. A returned layout does not mean no I/O under it is
+/// left: the Linux flex-files client answers CB_LAYOUTRECALL and sends
+/// LAYOUTRETURN at once while its WRITEs to the data server are still in
+/// flight (seen in the VM, docs/pnfs.md), and a loosely coupled data
+/// server knows nothing of layouts (RFC 8435 §2.2), so such a WRITE would
+/// land after the truncation or permission change under credentials the
+/// metadata server no longer stands by. With the ids rotated it is
+/// refused (NFS3ERR_ACCES) and the client sends it again under a new
+/// layout, which LAYOUTGET hands out only once the recall ended
+/// (NFS4ERR_RECALLCONFLICT meanwhile, RFC 8881 §12.5.5.2), i.e. with the
+/// new ids.
+async fn run(mds: Arc<Mds>, r: Recaller, rs: Vec<Recalled>, changed: bool, fence_first: bool) {
+    if fence_first {
+        let writable: Vec<Recalled> = rs.iter().filter(|x| x.rw).cloned().collect();
+        if !writable.is_empty() {
+            mds.fence(&writable, Fence::Recalled).await;
+        }
+    }
     let lease = mds.cfg.recall_timeout.unwrap_or_else(|| {
         r.state
             .lock()
@@ -321,7 +379,7 @@ async fn run(mds: Arc<Mds>, r: Recaller, rs: Vec<Recalled>, changed: bool) {
             Err(_) => return,
         };
         if !due.is_empty() {
-            mds.fence(&due).await;
+            mds.fence(&due, Fence::Unanswered).await;
         }
         let left = mds
             .layouts
