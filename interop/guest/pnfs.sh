@@ -200,45 +200,86 @@ case_chmod() {
     rm -rf "$d"
 }
 
-# case_fence: the kernel's WRITE to the DS hangs (the relay freezes: the
-# connection stays, nothing moves), the MDS recalls the layout (chmod by
-# another client: this guest's NFSv3 mount of the MDS), the kernel cannot
-# return it with I/O in flight, the recall times out and the MDS fences
-# the data file (RFC 8435 §2.2; its log says "fenced"). Then the relay
-# thaws: the stuck WRITE reaches the DS with the old ids and is refused;
-# the kernel must recover (new layout or I/O through the MDS) so the
-# file ends byte-exact.
+# case_fence: the kernel's WRITEs to the DS hang (the relay freezes and
+# holds what the kernel sends: the connection stays, nothing reaches the
+# DS), another client changes the file's mode (this guest's NFSv3 mount
+# of the MDS), so the MDS recalls the layout. The Linux client returns a
+# recalled layout at once even with WRITEs in flight (seen in the VM), so
+# the MDS fences the data file when it recalls a read-write layout for a
+# change of mode, owner, group or size (RFC 8435 §2.2: the next synthetic
+# ids; its log says "data file fenced"), and a recall left unanswered is
+# fenced again at the recall timeout. Then the relay thaws: the held
+# WRITEs reach the DS under the old ids and must be refused (the relay
+# counts the DS's NFSv3 WRITE replies by status: ACCES or PERM), and the
+# kernel must recover with a new layout (a successful LAYOUTGET at the MDS
+# after the fencing, WRITEs the DS accepts: one more MiB is written after
+# dd), the file byte-exact.
 case_fence() {
-    local d=$M/$T/fence f v3=/mnt/pnfs3 f0 n dd_pid rc t0 lg0 io0 io1
+    local d=$M/$T/fence f v3=/mnt/pnfs3 f0 n dd_pid rc t0 lg0 io0 io1 w0 w1 g0 g1 c0 c1=0
     mkdir -p "$d" "$v3"
     f=$(layout_file f) || { fail "$T/fence: no file on an nfsrdma DS"; return; }
     if ! timeout 120 mount -t nfs -o vers=3,proto=tcp,port=2049,mountport=20048,mountproto=tcp,nolock "$SRV:/export" "$v3"; then
         fail "$T/fence: NFSv3 mount of the MDS (the second client)"; return
     fi
-    f0=$(logcount fenced); lg0=$(opcount LAYOUTGET); io0=$(mdsio)
+    f0=$(logcount 'data file fenced'); lg0=$(opcount LAYOUTGET); io0=$(mdsio)
+    c0=$(ctl dscalls 7); c0=${c0#ok }
     info "$T/fence: relay $(ctl freeze)"
     t0=$(date +%s)
-    # 3 MiB more, then fsync: the WRITEs go to the DS and hang.
+    # 3 MiB more, then fsync: the WRITEs go to the DS and hang (the relay
+    # holds them). The recall must find them in flight: the kernel
+    # returns an idle layout at once (seen in the VM).
     dd if=/tmp/src/big of="$d/$f" bs=1M skip=1 seek=1 count=3 conv=notrunc,fsync status=none &
     dd_pid=$!
-    sleep 3
+    for _ in $(seq 60); do
+        c1=$(ctl dscalls 7); c1=${c1#ok }
+        [ "${c1:-0}" -gt "${c0:-0}" ] && break
+        sleep 1
+    done
+    info "$T/fence: $((c1 - c0)) WRITEs held at the relay after $(( $(date +%s) - t0 )) s"
+    # What the DSes answered and the MDS granted before the recall (the
+    # kernel asks for a new layout within a second of returning the
+    # recalled one, before the relay thaws).
+    w0=$(ctl dsreplies 7); g0=$(ctl mdsop LAYOUTGET)
+    info "$T/fence: before the chmod: DS WRITE replies (ok refused other) ${w0#ok }; MDS LAYOUTGET (all ok) ${g0#ok }; WRITEs by uid:gid $(ctl dscreds 7 | sed 's/^ok //')"
     chmod 0640 "$v3/$T/fence/$f" || fail "$T/fence: chmod through NFSv3"
-    n=$(ctl waitfor $((RECALL_TIMEOUT * 3 + 30)) $((f0 + 1)) fenced); n=${n#ok }
+    n=$(ctl waitfor $((RECALL_TIMEOUT * 3 + 60)) $((f0 + 1)) 'data file fenced'); n=${n#ok }
     if [ "${n:-0}" -gt "$f0" ]; then
-        pass "$T/fence: recall not answered with the WRITE stuck; the MDS fenced the data file after $(( $(date +%s) - t0 )) s"
+        pass "$T/fence: the layout recalled with WRITEs in flight; the MDS fenced the data file $(( $(date +%s) - t0 )) s after the freeze"
     else
-        fail "$T/fence: no fencing in the MDS log within $((RECALL_TIMEOUT * 3 + 30)) s (the kernel returned the layout?)"
+        fail "$T/fence: no fencing in the MDS log within $((RECALL_TIMEOUT * 3 + 60)) s"
     fi
     kill -0 "$dd_pid" 2>/dev/null && info "$T/fence: dd still waiting on its WRITEs when the relay thaws"
+    sleep 2
+    info "$T/fence: before the thaw: DS WRITE replies (ok refused other) $(ctl dsreplies 7 | sed 's/^ok //'); MDS LAYOUTGET (all ok) $(ctl mdsop LAYOUTGET | sed 's/^ok //'); WRITEs by uid:gid $(ctl dscreds 7 | sed 's/^ok //')"
     info "$T/fence: relay $(ctl thaw)"
     rc=timeout
     for _ in $(seq 300); do kill -0 "$dd_pid" 2>/dev/null || { wait "$dd_pid"; rc=$?; break; }; sleep 1; done
+    info "$T/fence: when dd ended: DS WRITE replies (ok refused other) $(ctl dsreplies 7 | sed 's/^ok //'); MDS LAYOUTGET (all ok) $(ctl mdsop LAYOUTGET | sed 's/^ok //')"
+    # One more MiB after the recovery: through a new layout.
+    dd if=/tmp/src/big of="$d/$f" bs=1M skip=4 seek=4 count=1 conv=notrunc,fsync status=none || fail "$T/fence: the write after the recovery"
+    w1=$(ctl dsreplies 7); g1=$(ctl mdsop LAYOUTGET)
+    info "$T/fence: the WRITE calls to the DSes by AUTH_SYS uid:gid so far: $(ctl dscreds 7 | sed 's/^ok //')"
     info "$T/fence: dd exit $rc after $(( $(date +%s) - t0 )) s; LAYOUTGET $lg0 -> $(opcount LAYOUTGET), LAYOUTRETURN $(opcount LAYOUTRETURN), LAYOUTERROR $(opcount LAYOUTERROR)"
+    info "$T/fence: after: DS WRITE replies (ok refused other) ${w1#ok }; MDS LAYOUTGET (all ok) ${g1#ok }"
     io1=$(mdsio)
     info "$T/fence: MDS READ+WRITE $io0 -> $io1; MDS log: $(logcount 'data server error') data server error reports"
     [ "$rc" = 0 ] && pass "$T/fence: the writer finished without an error" || fail "$T/fence: the writer got rc $rc"
+    # shellcheck disable=SC2086
+    set -- ${w0#ok } ${w1#ok } ${g0#ok } ${g1#ok }
+    if [ "$#" = 10 ] && [ "$5" -gt "$2" ]; then
+        pass "$T/fence: stale I/O failed: the DS refused $(($5 - $2)) WRITEs sent under the fenced ids once the relay thawed"
+    else
+        fail "$T/fence: no WRITE refused by the DS after the fencing (replies ok/refused/other ${w0#ok } -> ${w1#ok })"
+    fi
+    # The 3 MiB of dd and the MiB after it, under a layout taken after
+    # the recall: at least 4 WRITEs the DS accepted.
+    if [ "$#" = 10 ] && [ "${10}" -gt "$8" ] && [ "$4" -ge $(($1 + 4)) ]; then
+        pass "$T/fence: recovered with a new layout: $((${10} - $8)) LAYOUTGET granted after the recall, $(($4 - $1)) WRITEs accepted by the DS"
+    else
+        fail "$T/fence: no recovery through a new layout (MDS LAYOUTGET ok ${g0#ok } -> ${g1#ok }, DS WRITE ok ${w0#ok } -> ${w1#ok })"
+    fi
     umount "$v3"
-    check_cold "$d/$f" <(head -c $((4 << 20)) /tmp/src/big) "$T/fence: bytes exact after fencing and recovery"
+    check_cold "$d/$f" <(head -c $((5 << 20)) /tmp/src/big) "$T/fence: bytes exact after fencing and recovery"
     dmesg | grep -iE 'nfs|layout|flexfile' | tail -5 | sed "s|^|INFO $T/fence dmesg: |"
     rm -rf "$d"
 }
