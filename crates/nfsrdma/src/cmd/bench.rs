@@ -89,6 +89,11 @@ pub(crate) struct BenchArgs {
     /// Seconds each random-read run lasts.
     #[arg(long, default_value_t = 2.0)]
     seconds: f64,
+    /// With `--pattern random`: end each run after this many READs in all
+    /// instead of after `--seconds` (a fixed amount of work, to compare
+    /// instruction counts under `valgrind --tool=callgrind`).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    calls: Option<u64>,
     /// Transports to compare.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "rdma,tcp")]
     transports: Vec<Transport>,
@@ -124,6 +129,17 @@ pub(crate) struct BenchArgs {
     /// Address the embedded server listens on and the client connects to.
     #[arg(long, default_value = "127.0.0.1")]
     addr: std::net::IpAddr,
+}
+
+impl BenchArgs {
+    /// When a random-read run ends: after `--calls` READs, else after
+    /// `--seconds`.
+    fn random_stop(&self) -> random::Stop {
+        match self.calls {
+            Some(n) => random::Stop::Calls(n),
+            None => random::Stop::After(Duration::from_secs_f64(self.seconds)),
+        }
+    }
 }
 
 /// Parses `1g`, `64m`, `8M`, `4096`.
@@ -527,6 +543,7 @@ async fn run_slot<T: ClientTransport>(
     let what = || format!("{op} over {transport} at {rs} x {nf}");
     let seed = (u64::from(rep) << 32) ^ u64::from(rs) ^ nf as u64;
     let run_for = Duration::from_secs_f64(args.seconds);
+    let stop = args.random_stop();
     if op == Op::Meta {
         let r = meta::point(
             m.mount.client(),
@@ -552,7 +569,7 @@ async fn run_slot<T: ClientTransport>(
             fh,
             (effective, nf),
             args.size,
-            run_for,
+            stop,
             seed,
             clocks,
         )

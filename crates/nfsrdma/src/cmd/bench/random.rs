@@ -1,8 +1,10 @@
 //! The random-read mode: `in_flight` workers each keep one READ of
 //! `count` bytes outstanding at a uniformly random aligned offset of the
-//! file until the run's time is up; every READ's latency goes into a
-//! histogram (microseconds). Reports IOPS and latency percentiles.
+//! file until the run's time is up (or, with `--calls`, until that many
+//! READs were issued); every READ's latency goes into a histogram
+//! (microseconds). Reports IOPS and latency percentiles.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -43,21 +45,69 @@ impl SplitMix {
     }
 }
 
+/// When a run ends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Stop {
+    /// No READ starts after this long.
+    After(Duration),
+    /// This many READs in all, shared by the workers: a fixed amount of
+    /// work, so that instruction counts (`valgrind --tool=callgrind`) of
+    /// two runs differ by the cost of the calls alone.
+    Calls(u64),
+}
+
+/// What the workers of one run share to know whether to start another
+/// READ.
+struct Budget {
+    deadline: Option<Instant>,
+    calls: Option<AtomicU64>,
+}
+
+impl Budget {
+    fn new(stop: Stop, t0: Instant) -> Self {
+        match stop {
+            Stop::After(d) => Self {
+                deadline: Some(t0 + d),
+                calls: None,
+            },
+            Stop::Calls(n) => Self {
+                deadline: None,
+                calls: Some(AtomicU64::new(n)),
+            },
+        }
+    }
+
+    /// Whether one more READ may start (taking it from the count).
+    fn take(&self) -> bool {
+        if let Some(d) = self.deadline {
+            if Instant::now() >= d {
+                return false;
+            }
+        }
+        match &self.calls {
+            Some(left) => left
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok(),
+            None => true,
+        }
+    }
+}
+
 /// One random-read run's figures.
 pub(super) struct RandomSample {
     pub(super) sample: Sample,
     pub(super) latency: Option<Latency>,
 }
 
-/// Random NFSv3 READs of `count` bytes, `in_flight` at a time, for
-/// `run_for`, over a file of `file_size` bytes; every READ must return
+/// Random NFSv3 READs of `count` bytes, `in_flight` at a time, until
+/// `stop`, over a file of `file_size` bytes; every READ must return
 /// `count` bytes.
 pub(super) async fn point<T: ClientTransport>(
     nfs: &Nfs3Client<T>,
     fh: &NfsFh3,
     shape: (u32, usize),
     file_size: u64,
-    run_for: Duration,
+    stop: Stop,
     seed: u64,
     clocks: &Clocks,
 ) -> anyhow::Result<RandomSample> {
@@ -65,7 +115,7 @@ pub(super) async fn point<T: ClientTransport>(
         let r = nfs.read(fh, off, count).await?;
         Ok(r.count)
     };
-    point_with(&read, shape, file_size, run_for, seed, clocks).await
+    point_with(&read, shape, file_size, stop, seed, clocks).await
 }
 
 /// Random READs through `read` (offset, count: the bytes it returned),
@@ -74,7 +124,7 @@ pub(super) async fn point_with<F, Fut>(
     read: &F,
     shape: (u32, usize),
     file_size: u64,
-    run_for: Duration,
+    stop: Stop,
     seed: u64,
     clocks: &Clocks,
 ) -> anyhow::Result<RandomSample>
@@ -88,10 +138,10 @@ where
     }
     let (c0, s0) = clocks.now()?;
     let t0 = Instant::now();
-    let deadline = t0 + run_for;
+    let budget = Budget::new(stop, t0);
     let workers = (0..in_flight).map(|w| {
         let rng = SplitMix::new(seed ^ (w as u64).wrapping_mul(0xa076_1d64_78bd_642f));
-        worker(read, count, file_size, deadline, rng)
+        worker(read, count, file_size, &budget, rng)
     });
     let hists = futures::future::try_join_all(workers).await?;
     let secs = t0.elapsed().as_secs_f64();
@@ -111,12 +161,12 @@ where
     })
 }
 
-/// One worker: READ after READ until `deadline`.
+/// One worker: READ after READ while the budget lasts.
 async fn worker<F, Fut>(
     read: &F,
     count: u32,
     file_size: u64,
-    deadline: Instant,
+    budget: &Budget,
     mut rng: SplitMix,
 ) -> anyhow::Result<Histogram<u64>>
 where
@@ -124,7 +174,7 @@ where
     Fut: std::future::Future<Output = anyhow::Result<u32>>,
 {
     let mut h = histogram()?;
-    while Instant::now() < deadline {
+    while budget.take() {
         let Some(off) = rng.offset(count, file_size) else {
             bail!("no READ of {count} bytes fits in {file_size}");
         };
@@ -165,6 +215,31 @@ mod tests {
         }
         assert_eq!(r.offset(4096, 4095), None);
         assert_eq!(r.offset(0, 4096), None);
+    }
+
+    #[test]
+    fn a_call_budget_is_shared_and_exact() {
+        let b = Budget::new(Stop::Calls(3), Instant::now());
+        assert!(b.take() && b.take() && b.take());
+        assert!(!b.take());
+        assert!(!b.take());
+        let t = Budget::new(Stop::After(Duration::ZERO), Instant::now());
+        assert!(!t.take());
+    }
+
+    #[tokio::test]
+    async fn a_run_with_a_call_count_makes_exactly_that_many_reads() {
+        let made = AtomicU64::new(0);
+        let read = |_off: u64, count: u32| {
+            made.fetch_add(1, Ordering::Relaxed);
+            async move { Ok(count) }
+        };
+        let clocks = Clocks::new(None).unwrap();
+        let r = point_with(&read, (4096, 7), 1 << 20, Stop::Calls(100), 1, &clocks)
+            .await
+            .unwrap();
+        assert_eq!(made.load(Ordering::Relaxed), 100);
+        assert_eq!(r.sample.bytes, 100 * 4096);
     }
 
     #[test]

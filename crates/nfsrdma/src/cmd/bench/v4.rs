@@ -250,7 +250,15 @@ pub(super) async fn run_slot<T: ClientTransport>(
                     Ok(u32::try_from(data.len())?)
                 }
             };
-            let r = random::point_with(&read, (count, nf), args.size, run_for, seed, clocks).await;
+            let r = random::point_with(
+                &read,
+                (count, nf),
+                args.size,
+                args.random_stop(),
+                seed,
+                clocks,
+            )
+            .await;
             s.close_file(f).await?;
             Ok((r?, count))
         }
