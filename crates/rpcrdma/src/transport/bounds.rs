@@ -98,7 +98,8 @@ impl ReplySlots {
 
     /// Takes a slot for a reply about to be posted (given back by
     /// [`ReplySlots::sent`]); `false` when the connection closed meanwhile.
-    pub(super) async fn take(&self, peer: &str) -> bool {
+    /// `peer` is formatted only when the limit trips.
+    pub(super) async fn take(&self, peer: &(dyn std::fmt::Display + Sync)) -> bool {
         let permit = match self.slots.try_acquire() {
             Ok(p) => p,
             Err(tokio::sync::TryAcquireError::Closed) => return false,
