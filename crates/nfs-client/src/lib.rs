@@ -62,8 +62,8 @@ pub use mountproto::MountClient;
 #[cfg(feature = "tokio")]
 pub use rdma::{
     connect_rdma, connect_rdma_gss, connect_rdma_transport, connect_rdma_transport_reconnecting,
-    connect_rdma_transport_with_callbacks, RdmaMount, RdmaOptions, RdmaTarget, DEFAULT_MOUNT_PORT,
-    DEFAULT_RDMA_PORT,
+    connect_rdma_transport_with_callbacks, RdmaMount, RdmaOptions, RdmaTarget, DEFAULT_INLINE_SIZE,
+    DEFAULT_MOUNT_PORT, DEFAULT_RDMA_PORT,
 };
 #[cfg(feature = "tokio")]
 pub use tcp::{

@@ -68,7 +68,8 @@ pub struct RdmaOptions {
     /// reads or writes in flight are asked in any case.
     pub max_requests: u32,
     /// Inline send and receive size offered in the connection's private
-    /// data (RFC 8797 §4).
+    /// data (RFC 8797 §4), and the size of each posted receive buffer.
+    /// Default [`DEFAULT_INLINE_SIZE`].
     pub inline_size: u32,
     /// Time allowed for each connection attempt (MOUNT's TCP connection
     /// and the RDMA connection's MPA exchange).
@@ -79,6 +80,18 @@ pub struct RdmaOptions {
     pub send_with_invalidate: bool,
 }
 
+/// The inline size a mount offers (RFC 8797 §4): 8 KiB, so that a 4 KiB
+/// READ's reply (4,252 bytes with its headers) comes inline in the Send
+/// from a server that sends as much (`nfsrdma serve` does by default),
+/// without a Write chunk to register, write and invalidate (RFC 8166
+/// §3.5.1: a reply that fits the requester's receive buffers needs no
+/// chunk; the Linux client likewise inlines replies below its threshold).
+/// Each end sends at most the smaller of its send size and the peer's
+/// receive size, so toward a server that advertises 4 KiB (Linux knfsd)
+/// or none (1 KiB, RFC 8797 §5) nothing changes on the wire; only the
+/// receive buffers are larger (credits x 8 KiB).
+pub const DEFAULT_INLINE_SIZE: u32 = 8192;
+
 impl Default for RdmaOptions {
     fn default() -> Self {
         let rdma = RdmaClientConfig::default();
@@ -86,7 +99,7 @@ impl Default for RdmaOptions {
             io: IoOptions::default(),
             version: Version::V1,
             max_requests: rdma.max_requests,
-            inline_size: rdma.inline_size,
+            inline_size: DEFAULT_INLINE_SIZE,
             connect_timeout: Duration::from_secs(10),
             send_with_invalidate: rdma.send_with_invalidate_ok,
         }

@@ -152,9 +152,10 @@ pub(crate) struct ServeArgs {
     /// sent inline up to the smaller of this and the client's receive
     /// size, so a larger value changes nothing for a client that keeps
     /// the default 4096 (Linux `sunrpc.rdma_max_inline_read`); one that
-    /// raises it gets replies up to this size (a 4 KiB READ) inline,
-    /// without registering memory for a write chunk.
-    #[arg(long, default_value_t = 4096,
+    /// raises it (this project's client offers 8192) gets replies up to
+    /// this size (a 4 KiB READ) inline, without registering memory for a
+    /// write chunk.
+    #[arg(long, default_value_t = 8192,
           value_parser = clap::value_parser!(u32).range(1024..=65536))]
     rdma_inline_size: u32,
     /// Bytes the calls of one RDMA connection may be pulling by RDMA Read
