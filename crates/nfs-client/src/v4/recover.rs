@@ -97,6 +97,17 @@ impl<T: ClientTransport> Session<T> {
             .unwrap_or_else(|p| p.into_inner()) = Some(r);
     }
 
+    /// Waits until no recovery is in progress: once it returns, the
+    /// opens a recovery under way reclaimed have their new stateids
+    /// ([`Reclaim::reclaimed`]). I/O that failed with a stale stateid
+    /// calls it before asking whether its open was reclaimed: a call made
+    /// on the new session while the opens were still being reclaimed
+    /// fails with the old stateid, and its open gets the new one only
+    /// when the reclaim ends.
+    pub async fn settled(&self) {
+        drop(self.shared.recovering.lock().await);
+    }
+
     /// How many times the session was recovered.
     pub fn recoveries(&self) -> u64 {
         self.ident().generation
