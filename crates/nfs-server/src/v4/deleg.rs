@@ -35,6 +35,7 @@ use super::cbslots::{CbParams, CbSlots};
 use super::lease::Lease;
 
 static DELEGS: Limit = Limit::new("nfs4.delegations");
+static REVOKED: Limit = Limit::new("nfs4.revoked_delegations");
 
 /// SEQ4_STATUS_RECALLABLE_STATE_REVOKED (RFC 8881 §18.46.3).
 pub(crate) const SEQ4_STATUS_RECALLABLE_STATE_REVOKED: u32 = 0x0000_0040;
@@ -438,6 +439,11 @@ impl DelegTable {
             if self.revoked.len() < MAX_REVOKED {
                 self.revoked.insert(k, c);
                 *self.revoked_of.entry(c).or_default() += 1;
+            } else {
+                REVOKED.trip(format_args!(
+                    "{MAX_REVOKED} revoked delegations remembered; client {c}'s not \
+                     (no RECALLABLE_STATE_REVOKED flag for it)"
+                ));
             }
             tracing::info!(
                 clientid = c,
@@ -621,6 +627,7 @@ mod tests {
         }
         assert_eq!(t.held(), 0);
         assert_eq!(t.revoked.len(), MAX_REVOKED, "remembered up to the bound");
+        assert!(REVOKED.count() >= 100, "those beyond it counted");
         assert_eq!(t.status_flags(1), SEQ4_STATUS_RECALLABLE_STATE_REVOKED);
         // A remembered one answers DELEG_REVOKED; one beyond the bound is
         // simply unknown.

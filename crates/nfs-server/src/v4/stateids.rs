@@ -25,6 +25,7 @@ use xdr::{Bounded, FixedOpaque};
 static STATES: Limit = Limit::new("nfs4.stateids");
 static STATES_PER_CLIENT: Limit = Limit::new("nfs4.stateids_per_client");
 static RANGES: Limit = Limit::new("nfs4.lock_ranges");
+static EXPIRED: Limit = Limit::new("nfs4.expired_clients");
 
 /// One past the last byte: a lock "to the end of file".
 const INF: u128 = 1 << 64;
@@ -169,6 +170,10 @@ impl StateIds {
         }
         if expired {
             if self.expired.len() >= MAX_EXPIRED {
+                EXPIRED.trip(format_args!(
+                    "{MAX_EXPIRED} expired client ids remembered: forgotten \
+                     (their stateids now answer NFS4ERR_BAD_STATEID, not EXPIRED)"
+                ));
                 self.expired.clear();
             }
             self.expired.insert(clientid);
@@ -862,10 +867,12 @@ mod tests {
     #[test]
     fn remembers_a_bounded_number_of_expired_clients() {
         let mut t = table();
+        let trips = EXPIRED.count();
         for id in 0..(MAX_EXPIRED as u64 + 10) {
             t.purge_client(id, true);
         }
         assert!(t.expired.len() <= MAX_EXPIRED);
+        assert_eq!(EXPIRED.count(), trips + 1, "the forgetting counted");
         assert!(t.expired.contains(&(MAX_EXPIRED as u64 + 9)));
     }
 }
