@@ -21,4 +21,4 @@ mod limit;
 
 pub use backoff::Backoff;
 pub use conns::{ConnLimiter, ConnLimits, ConnSlot, Refused};
-pub use limit::{snapshot, Limit};
+pub use limit::{snapshot, trips, Limit};

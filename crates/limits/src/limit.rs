@@ -103,6 +103,16 @@ pub fn snapshot() -> Vec<(&'static str, u64)> {
         .unwrap_or_default()
 }
 
+/// Trips of the limit named `name` in this process so far (0 when it
+/// never tripped): what a test reads to see that a bound held.
+pub fn trips(name: &str) -> u64 {
+    REGISTRY
+        .lock()
+        .ok()
+        .and_then(|r| r.iter().find(|l| l.name == name).map(|l| l.count()))
+        .unwrap_or(0)
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -128,6 +138,8 @@ mod tests {
         let snap = snapshot();
         assert!(snap.contains(&("test.a", 1000)));
         assert!(snap.contains(&("test.b", 1)));
+        assert_eq!((trips("test.a"), trips("test.b")), (1000, 1));
+        assert_eq!(trips("test.never"), 0);
         // A flood logs once a second, the rest are counted as suppressed.
         assert!(A.suppressed.load(Ordering::Relaxed) >= 998);
     }

@@ -18,6 +18,7 @@ use nfs::v3::NfsFh3;
 use nfs::v4::*;
 use nfs_server::nlm::NlmLimits;
 use oncrpc::client::{ClientConfig, RpcError};
+use oncrpc::limits::trips;
 use oncrpc::tcp::{TcpClient, TcpConfig};
 use v4_common::{open_create, open_stateid, owner, sys_cred, C4};
 use xdr::{Bounded, FixedOpaque};
@@ -407,13 +408,6 @@ async fn nsm_monitors_a_bounded_list_and_reports_its_state() {
             "room again after SM_UNMON_ALL"
         );
     }
-}
-
-fn trips(name: &str) -> u64 {
-    oncrpc::limits::snapshot()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, c)| c)
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ use nfs::v4::session::*;
 use nfs::v4::*;
 use nfs_server::v4::{Nfs4Service, SessionLimits};
 use oncrpc::client::{ClientConfig, ClientTransport};
+use oncrpc::limits::trips;
 use oncrpc::tcp::{TcpClient, TcpConfig};
 use v4_common::*;
 use xdr::FixedOpaque;
@@ -180,13 +181,6 @@ async fn clients_caching_big_replies_stay_within_the_reply_cache_budget() {
     let mut late = client(&s.srv).await;
     assert!(matches!(new_session(&mut late, "late").await, Res4::Ok(_)));
     assert!(s.svc.state_stats().reply_cache_reserved <= BUDGET);
-}
-
-fn trips(name: &str) -> u64 {
-    oncrpc::limits::snapshot()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, c)| c)
 }
 
 /// Another connection of `c`'s client and session (its own slot use is

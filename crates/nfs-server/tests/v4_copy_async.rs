@@ -16,6 +16,7 @@ use nfs::v4::*;
 use nfs_server::v4::{BackchannelSlot, ManualClock, Nfs4Config, Nfs4Service, SessionLimits};
 use nfs_server::LocalFs;
 use oncrpc::client::{ClientConfig, ReplyHint, RpcCall};
+use oncrpc::limits::trips;
 use oncrpc::msg::{AuthSys, OpaqueAuth};
 use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
 use oncrpc::{CallContext, ClientTransport, RpcService, ServiceError};
@@ -305,13 +306,6 @@ fn assert_sync(r: &Res4<Copy4ResOk>, count: u64) {
         }
         Res4::Err(e) => panic!("COPY: {e:?}"),
     }
-}
-
-fn trips(name: &str) -> u64 {
-    oncrpc::limits::snapshot()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, c)| c)
 }
 
 /// RFC 7862 §15.2.3, §16.1: a long COPY the client lets run

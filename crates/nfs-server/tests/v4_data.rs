@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use nfs::v4::*;
 use nfs_server::v4::SessionLimits;
+use oncrpc::limits::trips;
 use v4_common::*;
 
 /// A COMPOUND in minor version `minor` on `me`'s session: SEQUENCE,
@@ -249,13 +250,6 @@ async fn clone_whole_files_or_notsupp() {
     assert_eq!(r.status, Nfsstat4::NFS4ERR_NOTSUPP);
     let r = v42(&me, 2, between("src", "dst", clone(0, 9000))).await;
     assert_eq!(r.status, Nfsstat4::NFS4ERR_INVAL);
-}
-
-fn trips(name: &str) -> u64 {
-    oncrpc::limits::snapshot()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, c)| c)
 }
 
 /// The bound on one COPY (64 MiB, limit `nfs4.copy_bytes`): a longer copy

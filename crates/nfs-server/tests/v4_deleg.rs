@@ -22,6 +22,7 @@ use nfs_server::v4::{
 };
 use nfs_server::LocalFs;
 use oncrpc::client::{ReplyHint, RpcCall};
+use oncrpc::limits::trips;
 use oncrpc::msg::{AuthSys, OpaqueAuth};
 use oncrpc::{CallContext, ClientTransport, RpcService, ServiceError};
 use rnic::loopback::{LoopbackDevice, LoopbackNetwork};
@@ -935,13 +936,6 @@ async fn nfsv3_rename_of_a_delegated_file_recalls_and_the_holder_finds_the_new_n
     assert_eq!(r.status, Nfsstat4::NFS4ERR_NOENT);
     let (_, _, fh2) = opened(&a.open("new", OPEN4_SHARE_ACCESS_READ).await);
     assert_eq!(fh2, fh);
-}
-
-fn trips(name: &str) -> u64 {
-    oncrpc::limits::snapshot()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, c)| c)
 }
 
 /// A read-only OPEN of `file`: its delegation stateid, if one was granted.

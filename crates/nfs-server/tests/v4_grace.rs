@@ -17,6 +17,7 @@ use nfs::v4::*;
 use nfs_server::v4::{ManualClock, Nfs4Config, Nfs4Service, Recovery, SessionLimits};
 use nfs_server::LocalFs;
 use oncrpc::client::ClientConfig;
+use oncrpc::limits::trips;
 use oncrpc::tcp::{TcpClient, TcpConfig};
 use v4_common::*;
 use xdr::Bounded;
@@ -380,13 +381,6 @@ async fn client_records_are_bounded() {
     assert_eq!(srv.svc.state_stats().client_records, 3);
     assert_eq!(records_on_disk(state.path()), 3);
     assert!(trips("nfs4.client_records") >= before + 3);
-}
-
-fn trips(name: &str) -> u64 {
-    oncrpc::limits::snapshot()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, c)| c)
 }
 
 async fn v40(c: &C4, ops: Vec<NfsArgop4>) -> Compound4Res {

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use nfs::v4::attr::{Bitmap4, FileAttrs, FATTR4_CHANGE, FATTR4_XATTR_SUPPORT};
 use nfs::v4::*;
 use nfs_server::v4::SessionLimits;
+use oncrpc::limits::trips;
 use v4_common::*;
 use xdr::Bounded;
 
@@ -67,13 +68,6 @@ fn local(path: &std::path::Path, key: &str) -> Option<Vec<u8>> {
 
 fn last(r: &Compound4Res) -> &NfsResop4 {
     r.resarray.last().unwrap()
-}
-
-fn trips(name: &str) -> u64 {
-    oncrpc::limits::snapshot()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, c)| c)
 }
 
 /// RFC 8276 §8.4.2, §8.4.1, §8.4.4: SETXATTR with each option, GETXATTR

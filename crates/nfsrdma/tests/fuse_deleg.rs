@@ -33,6 +33,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 mod support;
 
+use oncrpc::limits::trips as limit_trips;
 use support::fuse::*;
 use support::Server;
 
@@ -173,14 +174,6 @@ fn delegated(prefix: &str, take: impl Fn(&str)) -> String {
         eprintln!("{name}: the kernel lease was refused; again");
     }
     panic!("three delegations declined for want of a kernel lease");
-}
-
-/// Trips of the limit `name` in this process so far.
-fn limit_trips(name: &str) -> u64 {
-    oncrpc::limits::snapshot()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, c)| c)
 }
 
 /// Waits up to 5 s for `nfs4_ops_total` of `op` to reach `n` successes.

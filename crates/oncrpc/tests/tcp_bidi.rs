@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use limits::trips as count;
 use oncrpc::client::{ClientConfig, RpcError};
 use oncrpc::echo::{EchoClient, EchoService};
 use oncrpc::limits;
@@ -87,14 +88,6 @@ async fn the_server_calls_the_client_on_its_own_connection_with_many_in_flight()
     }
     assert!(bcs.get(id).is_none());
     assert!(matches!(back.null().await, Err(RpcError::ConnectionClosed)));
-}
-
-/// How often the limit called `name` has tripped.
-fn count(name: &str) -> u64 {
-    limits::snapshot()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, c)| c)
 }
 
 fn reply_record(xid: u32) -> Bytes {

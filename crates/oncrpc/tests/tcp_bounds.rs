@@ -10,6 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use oncrpc::client::ClientConfig;
 use oncrpc::echo::{EchoClient, EchoService, ECHO_PROGRAM, ECHO_VERSION, PROC_ECHO};
+use oncrpc::limits::trips;
 use oncrpc::limits::{ConnLimiter, ConnLimits};
 use oncrpc::msg::{CallHeader, OpaqueAuth};
 use oncrpc::record::fragment_header;
@@ -61,13 +62,6 @@ async fn closed_by_server(s: &mut TcpStream) -> bool {
         tokio::time::timeout(Duration::from_secs(1), s.read(&mut b)).await,
         Ok(Ok(0) | Err(_))
     )
-}
-
-fn trips(name: &str) -> u64 {
-    oncrpc::limits::snapshot()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, c)| c)
 }
 
 #[tokio::test]

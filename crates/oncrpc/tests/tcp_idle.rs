@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use oncrpc::client::ClientConfig;
 use oncrpc::echo::{EchoClient, EchoService};
+use oncrpc::limits::trips;
 use oncrpc::limits::{ConnLimiter, ConnLimits};
 use oncrpc::msg::{CallHeader, OpaqueAuth};
 use oncrpc::record::fragment_header;
@@ -62,13 +63,6 @@ async fn start(holds: bool, limits: ConnLimits) -> SocketAddr {
     let addr = srv.local_addr().unwrap();
     srv.spawn();
     addr
-}
-
-fn trips(name: &str) -> u64 {
-    oncrpc::limits::snapshot()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, c)| c)
 }
 
 /// Waits up to `t` for the server to close `s`: the time it took, or

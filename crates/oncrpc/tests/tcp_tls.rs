@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use oncrpc::client::{ClientConfig, RpcError};
 use oncrpc::echo::{EchoClient, EchoService};
+use oncrpc::limits::trips as tripped;
 use oncrpc::msg::{AuthStat, Rejected, ReplyBody, ReplyHeader};
 use oncrpc::record::RecordDecoder;
 use oncrpc::tcp::{ClientTls, ReconnectPolicy, ServerTls, TcpClient, TcpConfig, TcpServer};
@@ -98,13 +99,6 @@ fn pattern(len: usize, seed: u8) -> Bytes {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
-}
-
-fn tripped(name: &str) -> u64 {
-    oncrpc::limits::snapshot()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, c)| c)
 }
 
 #[tokio::test]

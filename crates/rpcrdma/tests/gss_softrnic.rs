@@ -17,6 +17,7 @@ use oncrpc::client::{CallSigner, RpcCall, RpcError};
 use oncrpc::echo::{EchoClient, EchoService, ECHO_PROGRAM, ECHO_VERSION};
 use oncrpc::gss::fake::{FakeAcceptor, FakeInitiator};
 use oncrpc::gss::{GssClient, GssConfig, GssServer, GssService};
+use oncrpc::limits::trips;
 use oncrpc::msg::{AuthStat, OpaqueAuth};
 use oncrpc::{ClientTransport, Server};
 use rpcrdma::plan::Version;
@@ -232,14 +233,6 @@ impl<T: ClientTransport> ClientTransport for Tamper<T> {
             }
         }
     }
-}
-
-/// Trips of the named limit so far in this process.
-fn trips(name: &str) -> u64 {
-    oncrpc::limits::snapshot()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, c)| c)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

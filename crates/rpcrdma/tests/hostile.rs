@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use oncrpc::echo::{EchoClient, EchoService, ECHO_PROGRAM, ECHO_VERSION, PROC_ECHO};
+use oncrpc::limits::trips;
 use oncrpc::Server;
 use rnic::{
     Access, CompletionQueue, Device, MemoryRegion, ProtectionDomain, QpConfig, QpState, QueuePair,
@@ -40,14 +41,6 @@ async fn serve(seed: u64, config: RdmaServerConfig) -> SocketAddr {
     let addr = listener.local_addr();
     listener.spawn();
     addr
-}
-
-/// Trips of the named limit so far in this process.
-fn trips(name: &str) -> u64 {
-    oncrpc::limits::snapshot()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, c)| c)
 }
 
 /// An echo call of `n` bytes, AUTH_NONE, as the RPC message.

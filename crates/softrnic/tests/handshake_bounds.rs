@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use limits::trips;
 use rnic::{CompletionQueue, ConnectRequest, Device, Listener, QpConfig};
 use softrnic::{SoftConfig, SoftDevice};
 use tokio::io::AsyncReadExt;
@@ -78,14 +79,6 @@ async fn silent_connections_from_one_address_leave_room_for_others() {
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(trips("mpa.handshake_timeout") >= timeouts + 4);
-}
-
-/// Trips of the limit `name` in this process so far.
-fn trips(name: &str) -> u64 {
-    limits::snapshot()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, c)| c)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
