@@ -55,6 +55,10 @@ static EXPIRED_LAYOUTS: Limit = Limit::new("pnfs.expired_layouts");
 /// How many synthetic ids fencing rotates through.
 pub const FENCE_IDS: u32 = 1024;
 
+/// How long a recall for a change of size or attributes waits for the
+/// fencing of its data files before the callbacks go out regardless.
+const FENCE_FIRST_WAIT: Duration = Duration::from_secs(5);
+
 /// How often a recall task looks at its layouts (and retries callbacks
 /// that found no back channel).
 const POLL: Duration = Duration::from_millis(100);
@@ -342,7 +346,19 @@ async fn run(mds: Arc<Mds>, r: Recaller, rs: Vec<Recalled>, changed: bool, fence
     if fence_first {
         let writable: Vec<Recalled> = rs.iter().filter(|x| x.rw).cloned().collect();
         if !writable.is_empty() {
-            mds.fence(&writable, Fence::Recalled).await;
+            // The control path has no call timeout over TCP: a data
+            // server that hangs must not hold the recall back for good.
+            let m = Arc::clone(&mds);
+            let fencing = tokio::spawn(async move { m.fence(&writable, Fence::Recalled).await });
+            if tokio::time::timeout(FENCE_FIRST_WAIT, fencing)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    layouts = rs.len(),
+                    "pNFS data file fencing still waiting on its data server: recalling meanwhile"
+                );
+            }
         }
     }
     let lease = mds.cfg.recall_timeout.unwrap_or_else(|| {
