@@ -600,6 +600,7 @@ async fn a_holder_that_never_answers_gets_cb_path_down_and_the_conflict_proceeds
     let (deleg, _) = opened(&a.open("s", OPEN4_SHARE_ACCESS_BOTH).await);
     write_deleg(&deleg);
     a.st.stall.store(true, Ordering::SeqCst);
+    let timeouts = oncrpc::limits::trips("nfs4.callback_timeout");
     let r = b.open("s", OPEN4_SHARE_ACCESS_READ).await;
     assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
     let t0 = std::time::Instant::now();
@@ -607,6 +608,8 @@ async fn a_holder_that_never_answers_gets_cb_path_down_and_the_conflict_proceeds
         assert!(t0.elapsed() < Duration::from_secs(5), "no CB_PATH_DOWN");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The bound that held is logged and counted.
+    assert!(oncrpc::limits::trips("nfs4.callback_timeout") > timeouts);
     assert!(t0.elapsed() >= CB_BOUND / 2, "marked down by the bound");
     let r = b.open("s", OPEN4_SHARE_ACCESS_READ).await;
     assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY, "within the lease");

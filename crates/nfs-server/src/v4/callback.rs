@@ -37,6 +37,7 @@ use nfs::v4::{
     NfsFh4, NfsResop4, Nfsace4, Nfsstat4, OpenDelegation4, Res4, SpaceLimit4, WND4_NOT_WANTED,
 };
 use oncrpc::client::{ReplyHint, RpcCall};
+use oncrpc::limits::Limit;
 use oncrpc::{ClientTransport, PeerInfo, RpcError};
 use xdr::{Bounded, FixedOpaque, XdrBuf};
 
@@ -46,6 +47,10 @@ use super::deleg::{CbPath, PathStatus, Recall, OPEN4_SHARE_ACCESS_WANT_NO_DELEG}
 use super::fileops::{cur, key, resolve_sid};
 use super::state::StateTable;
 use super::{Cx, Nfs4Service};
+
+/// A client's callback service did not answer within the callback bound
+/// ([`CB_TIMEOUT`]): its back channel is marked down.
+static TIMED_OUT: Limit = Limit::new("nfs4.callback_timeout");
 
 /// How long one callback may take before the path counts as down.
 pub(crate) const CB_TIMEOUT: Duration = Duration::from_secs(5);
@@ -316,7 +321,11 @@ impl Callbacks {
                 return Err(CbFailure::Down);
             }
             Err(_) => {
-                tracing::info!(clientid, conn = p.conn.conn_id, "CB_COMPOUND timed out");
+                TIMED_OUT.trip(format_args!(
+                    "client {clientid}: CB_COMPOUND unanswered in {:?} on connection {}; \
+                     back channel marked down",
+                    self.timeout, p.conn.conn_id
+                ));
                 set_status(state, clientid, p.conn, PathStatus::Down);
                 return Err(CbFailure::Down);
             }
@@ -385,7 +394,13 @@ impl Callbacks {
         let reply = match reply {
             Ok(Some(r)) => r,
             Ok(None) => return Err(down("no connection or no reply")),
-            Err(_) => return Err(down("timed out")),
+            Err(_) => {
+                TIMED_OUT.trip(format_args!(
+                    "NFSv4.0 client {clientid}: CB_COMPOUND unanswered in {:?}",
+                    self.timeout
+                ));
+                return Err(down("timed out"));
+            }
         };
         let res = xdr::from_slice::<CbCompound4Res>(&reply).map_err(|e| {
             tracing::info!(error = %e, "CB_COMPOUND reply undecodable");
