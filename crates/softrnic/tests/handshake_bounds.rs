@@ -59,15 +59,17 @@ async fn silent_connections_from_one_address_leave_room_for_others() {
     }
     assert!(closed >= 190, "only {closed} of 196 over the cap closed");
 
-    // A real client from 127.0.0.1 still connects, within a second.
+    // A real client from 127.0.0.1 still connects (its address has all
+    // its places; 20 s is only a bound on a hang: a loaded machine took
+    // over the second this once asked for).
     let client = SoftDevice::new(SoftConfig::default(), 2);
     let pd = client.alloc_pd();
     let qp = tokio::time::timeout(
-        Duration::from_secs(1),
+        Duration::from_secs(20),
         client.connect(&pd, &addr, QpConfig::new(CompletionQueue::new(16))),
     )
     .await
-    .expect("connected within 1 s")
+    .expect("connected")
     .expect("connected");
     drop(qp);
     acceptor.await.unwrap();
@@ -83,9 +85,13 @@ async fn silent_connections_from_one_address_leave_room_for_others() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_connections_from_many_addresses_make_way_for_a_real_client() {
+    // Handshakes time out after 60 s here: a real client that had to
+    // wait for silent ones to time out would not connect within 20 s,
+    // however loaded the machine.
     let cfg = SoftConfig {
         max_handshakes: 16,
         max_handshakes_per_client: 8,
+        handshake_timeout: Duration::from_secs(60),
         ..SoftConfig::default()
     };
     let server = SoftDevice::new(cfg, 3);
@@ -113,11 +119,11 @@ async fn silent_connections_from_many_addresses_make_way_for_a_real_client() {
     let client = SoftDevice::new(SoftConfig::default(), 4);
     let pd = client.alloc_pd();
     tokio::time::timeout(
-        Duration::from_secs(1),
+        Duration::from_secs(20),
         client.connect(&pd, &addr, QpConfig::new(CompletionQueue::new(16))),
     )
     .await
-    .expect("connected within 1 s")
+    .expect("connected before any silent handshake timed out")
     .expect("the oldest silent handshake made room");
     acceptor.await.unwrap();
     // The oldest silent ones were closed to make room.
