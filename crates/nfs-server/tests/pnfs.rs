@@ -1183,12 +1183,7 @@ async fn a_lost_mirror_is_left_out_then_rebuilt_byte_exact_with_bounded_rebuilds
     // recalled; meanwhile RW LAYOUTGET of it is refused, and a WRITE
     // through the metadata server still reaches its good copy (the copy
     // has not begun), so the rebuilt one has it too.
-    let limit = || {
-        oncrpc::limits::snapshot()
-            .into_iter()
-            .find(|(n, _)| *n == "pnfs.rebuilds")
-            .map_or(0, |(_, c)| c)
-    };
+    let limit = || oncrpc::limits::trips("pnfs.rebuilds");
     let tripped = limit();
     relay.restore();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);

@@ -711,12 +711,7 @@ async fn an_expired_clients_layouts_are_dropped_and_its_data_files_fenced() {
     let (sfh, sopen) = stays.open("s").await;
     let kept = got(&stays, stays.layoutget(&sfh, sopen).await).await;
     assert_eq!(cl.mds.layouts_held(), 3);
-    let count = || {
-        oncrpc::limits::snapshot()
-            .into_iter()
-            .find(|(n, _)| *n == "pnfs.expired_layouts")
-            .map_or(0, |(_, c)| c)
-    };
+    let count = || oncrpc::limits::trips("pnfs.expired_layouts");
     let before = count();
 
     // "vanishes" stops renewing; once its lease has run out (seen at the
