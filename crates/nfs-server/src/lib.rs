@@ -65,7 +65,7 @@ use nfs::nsm::{SM_PROGRAM, SM_V1};
 use nfs::v3::{NfsFh3, NFS_PROGRAM, NFS_V3};
 use oncrpc::drc::DrcConfig;
 use oncrpc::limits::{ConnLimiter, ConnLimits};
-use oncrpc::tcp::{ServerReplyBudget, TcpBackchannels, TcpConfig, TcpServer};
+use oncrpc::tcp::{ServerReceiveBudget, ServerReplyBudget, TcpBackchannels, TcpConfig, TcpServer};
 use tokio::task::JoinHandle;
 
 pub use localfs::LocalFs;
@@ -580,6 +580,7 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
     }
     let conns = ConnLimiter::new(config.connections);
     let replies = ServerReplyBudget::new(config.tcp.max_server_reply_bytes);
+    let receives = ServerReceiveBudget::new(config.tcp.max_server_receive_reserve);
     // NFSv4.1 callbacks over TCP go on a connection the client opened and
     // bound to the back channel (RFC 8881 §2.10.3.1).
     let tcp_back = TcpBackchannels::new();
@@ -588,6 +589,7 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
         let server = Arc::clone(&server);
         let conns = Arc::clone(&conns);
         let replies = Arc::clone(&replies);
+        let receives = Arc::clone(&receives);
         let tcp_back = tcp_back.clone();
         let tls = config.tls.clone();
         async move {
@@ -595,6 +597,7 @@ pub async fn start(config: ServerConfig) -> io::Result<RunningServer> {
             let l = l
                 .with_conn_limiter(conns)
                 .with_reply_budget(replies)
+                .with_receive_budget(receives)
                 .with_backchannels(tcp_back);
             Ok::<_, io::Error>(match tls {
                 Some(tls) => l.with_tls(tls),

@@ -50,7 +50,9 @@ pub fn parse_fragment_header(h: [u8; 4]) -> (usize, bool) {
 /// record is returned without copying. The record size bound is checked on
 /// each fragment header, before the fragment is accepted, so memory use
 /// stays below the bound plus one read; below that, the buffers hold only
-/// the bytes received (nothing is reserved from a header's claim).
+/// the bytes received: the decoder reserves nothing from a header's claim
+/// itself. A shell may ([`RecordDecoder::fragment_missing`],
+/// [`RecordDecoder::reserve_input`]) within a budget of its own.
 #[derive(Debug)]
 pub struct RecordDecoder {
     max_record: usize,
@@ -85,6 +87,38 @@ impl RecordDecoder {
     /// `read_buf`). Bytes appended here are treated like [`Self::feed`].
     pub fn read_buf(&mut self) -> &mut BytesMut {
         &mut self.input
+    }
+
+    /// Bytes the fragment whose header is buffered still needs beyond what
+    /// is buffered (its header included), or `None` when no fragment
+    /// header is buffered or the fragment would exceed the record bound
+    /// (the next [`Self::next_record`] fails then). The length is the
+    /// peer's claim: a shell that makes room for it up front
+    /// ([`Self::reserve_input`]) must bound what it reserves so.
+    pub fn fragment_missing(&self) -> Option<usize> {
+        let h = self.input.get(..4)?;
+        let (len, _) = parse_fragment_header([h[0], h[1], h[2], h[3]]);
+        if self.partial.len() as u64 + len as u64 > self.max_record as u64 {
+            return None;
+        }
+        Some((4 + len).saturating_sub(self.input.len()))
+    }
+
+    /// Makes room for `n` more input bytes in one step, so a record read
+    /// into the room is neither moved nor copied as it arrives: the input
+    /// buffer is reused if it has the room (or gets it back by moving the
+    /// few bytes it holds to its start), else replaced by a new buffer of
+    /// exactly the bytes held plus `n`, the bytes held copied once.
+    /// `BytesMut::reserve` would instead double a buffer it can reclaim
+    /// (copying a returned record's dead bytes with it) and grow a shared
+    /// one from 64 KiB, moving the record at each step.
+    pub fn reserve_input(&mut self, n: usize) {
+        if self.input.capacity() - self.input.len() >= n || self.input.try_reclaim(n) {
+            return;
+        }
+        let mut fresh = BytesMut::with_capacity(self.input.len().saturating_add(n));
+        fresh.extend_from_slice(&self.input);
+        self.input = fresh;
     }
 
     /// Bytes buffered but not yet returned (input plus partial record).
@@ -221,6 +255,47 @@ mod tests {
     fn constructs_fragment_header() {
         assert_eq!(fragment_header(40, true), [0x80, 0, 0, 0x28]);
         assert_eq!(fragment_header(5, false), [0, 0, 0, 5]);
+    }
+
+    #[test]
+    fn fragment_missing_is_the_claim_less_what_arrived() {
+        let mut d = RecordDecoder::new(1 << 20);
+        assert_eq!(d.fragment_missing(), None);
+        d.feed(&[0x80, 0]);
+        assert_eq!(d.fragment_missing(), None);
+        d.feed(&[0x10, 0, 1, 2]);
+        assert_eq!(d.fragment_missing(), Some(4096 + 4 - 6));
+        // A claim over the bound is not reported as bytes to make room for.
+        let mut d = RecordDecoder::new(100);
+        d.feed(&fragment_header(101, true));
+        assert_eq!(d.fragment_missing(), None);
+        assert!(d.next_record().is_err());
+    }
+
+    #[test]
+    fn a_record_read_into_reserved_room_is_not_moved() {
+        let len = 1 << 20;
+        let mut d = RecordDecoder::new(2 << 20);
+        d.feed(&[0; 100]); // a returned record's bytes, held by its call
+        d.feed(&fragment_header(len, true));
+        d.feed(&[7; 1000]);
+        d.read_buf().advance(100);
+        let held = d.read_buf().split_to(0).freeze();
+        let missing = d.fragment_missing().unwrap();
+        assert_eq!(missing, len + 4 - 1004);
+        d.reserve_input(missing);
+        let start = d.read_buf().as_ptr();
+        assert!(d.read_buf().capacity() >= len + 4);
+        for _ in 0..missing / 1000 {
+            d.feed(&[7; 1000]);
+        }
+        d.feed(&vec![7; missing % 1000]);
+        assert_eq!(d.read_buf().as_ptr(), start, "moved while arriving");
+        let r = d.next_record().unwrap().unwrap();
+        assert_eq!(r.len(), len);
+        assert_eq!(r.as_ptr(), start.wrapping_add(4));
+        assert!(r.iter().all(|&b| b == 7));
+        drop(held);
     }
 
     #[test]

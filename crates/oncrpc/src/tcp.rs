@@ -23,12 +23,15 @@ use crate::record::RecordDecoder;
 use crate::server::{PeerInfo, Server, TransportKind};
 
 mod budget;
+mod receive;
 mod reverse;
 mod tls;
 mod write;
 
 pub use budget::ServerReplyBudget;
 use budget::{Charge, ReplyBudget};
+use receive::RecordRoom;
+pub use receive::ServerReceiveBudget;
 use reverse::Outgoing;
 pub use reverse::{classify, Direction, TcpBackchannel, TcpBackchannels, MAX_REVERSE_IN_FLIGHT};
 use tls::Upgraded;
@@ -79,6 +82,17 @@ pub struct TcpConfig {
     /// Linux server (`svc_age_temp_xprts`, every `svc_conn_age_period`).
     /// Trips the `tcp.idle_closed` limit.
     pub idle_timeout: Option<Duration>,
+    /// Bytes of room all connections of a server may make for records
+    /// ahead of their bytes' arrival. A record longer than 64 KiB is read
+    /// into room made for its whole length when its header arrives, not
+    /// moved as its buffer grows; a peer's header claims the length, so
+    /// the room is charged here until the record is complete or the
+    /// connection ends. Past it a record is received as it arrives (no
+    /// call is refused or delayed) and the `tcp.receive_reserve_bytes`
+    /// limit trips. Read by [`TcpServer::bind`]; share one
+    /// [`ServerReceiveBudget`] between listeners with
+    /// [`TcpServer::with_receive_budget`].
+    pub max_server_receive_reserve: usize,
 }
 
 impl Default for TcpConfig {
@@ -91,6 +105,7 @@ impl Default for TcpConfig {
             reply_reserve: 1024 * 1024 + 4096,
             max_server_reply_bytes: 256 * 1024 * 1024,
             idle_timeout: Some(Duration::from_secs(6 * 60)),
+            max_server_receive_reserve: 64 * 1024 * 1024,
         }
     }
 }
@@ -113,6 +128,7 @@ pub struct TcpServer {
     config: TcpConfig,
     conns: Arc<ConnLimiter>,
     replies: Arc<ServerReplyBudget>,
+    receives: Arc<ServerReceiveBudget>,
     backchannels: TcpBackchannels,
     tls: Option<Arc<ServerTls>>,
 }
@@ -131,6 +147,7 @@ impl TcpServer {
             config,
             conns: ConnLimiter::new(ConnLimits::default()),
             replies: ServerReplyBudget::new(config.max_server_reply_bytes),
+            receives: ServerReceiveBudget::new(config.max_server_receive_reserve),
             backchannels: TcpBackchannels::new(),
             tls: None,
         })
@@ -169,6 +186,20 @@ impl TcpServer {
     /// any listener sharing the budget).
     pub fn reply_budget(&self) -> Arc<ServerReplyBudget> {
         Arc::clone(&self.replies)
+    }
+
+    /// Charges the room this listener's connections make for records
+    /// ahead of their arrival to `receives` (share one budget between
+    /// listeners to bound it for all).
+    pub fn with_receive_budget(mut self, receives: Arc<ServerReceiveBudget>) -> Self {
+        self.receives = receives;
+        self
+    }
+
+    /// The room for records this listener's connections have made ahead
+    /// of their arrival (with that of any listener sharing the budget).
+    pub fn receive_budget(&self) -> Arc<ServerReceiveBudget> {
+        Arc::clone(&self.receives)
     }
 
     /// Counts this listener's connections in `conns` (share one limiter
@@ -227,6 +258,7 @@ impl TcpServer {
         let server = Arc::clone(&self.server);
         let config = self.config;
         let replies = Arc::clone(&self.replies);
+        let receives = Arc::clone(&self.receives);
         let bcs = self.backchannels.clone();
         let tls = self.tls.clone();
         tokio::spawn(async move {
@@ -234,6 +266,7 @@ impl TcpServer {
                 server,
                 config,
                 replies,
+                receives,
                 bcs: &bcs,
             };
             match tls {
@@ -284,6 +317,7 @@ pub async fn serve_connection(
         server,
         config,
         replies,
+        receives: ServerReceiveBudget::new(config.max_server_receive_reserve),
         bcs: &bcs,
     };
     conn.plain(stream, addr).await;
@@ -304,6 +338,7 @@ struct Conn<'a> {
     server: Arc<Server>,
     config: TcpConfig,
     replies: Arc<ServerReplyBudget>,
+    receives: Arc<ServerReceiveBudget>,
     /// The connection's reverse direction is in here while it is open:
     /// REPLY records go to the server's own calls ([`TcpBackchannel`]),
     /// CALL records to `server`.
@@ -327,7 +362,8 @@ impl Conn<'_> {
         let reverse = TcpBackchannel::new(peer.conn_id, tx.clone(), seed);
         self.bcs.insert(reverse.clone());
         let (server, config, replies) = (self.server, self.config, self.replies);
-        let clean = serve_records(&mut r, &peer, server, config, replies, &reverse, tx).await;
+        let room = RecordRoom::new(self.receives, peer.conn_id);
+        let clean = serve_records(&mut r, &peer, server, config, replies, room, &reverse, tx).await;
         self.bcs.remove(peer.conn_id);
         reverse.close();
         if !clean {
@@ -366,22 +402,22 @@ impl ConnRead for TlsRead {
     /// `read_buf` is cancel-safe, and what rustls decrypted but did not
     /// hand out yet stays in its session.
     async fn read_some(&mut self, deframer: &mut RecordDecoder, chunk: usize) -> bool {
+        grow(deframer, chunk);
         let buf = deframer.read_buf();
-        if buf.capacity() - buf.len() < MIN_READ {
-            buf.reserve(buf.len().clamp(MIN_READ, chunk.max(MIN_READ)));
-        }
         matches!(self.0.read_buf(buf).await, Ok(n) if n > 0)
     }
 }
 
 /// The read loop of a server connection: false when it ends on a record
 /// over the bound (pending replies are not written then).
+#[allow(clippy::too_many_arguments)]
 async fn serve_records<R: ConnRead>(
     r: &mut R,
     peer: &PeerInfo,
     server: Arc<Server>,
     config: TcpConfig,
     replies: Arc<ServerReplyBudget>,
+    mut room: RecordRoom,
     reverse: &TcpBackchannel,
     tx: mpsc::UnboundedSender<Outgoing>,
 ) -> bool {
@@ -392,8 +428,12 @@ async fn serve_records<R: ConnRead>(
     let mut turn = 0usize;
     loop {
         let record = match deframer.next_record() {
-            Ok(Some(record)) => record,
+            Ok(Some(record)) => {
+                room.record_done();
+                record
+            }
             Ok(None) => {
+                room.prepare(&mut deframer);
                 let idle = Idle {
                     timeout: config.idle_timeout,
                     permits: &permits,
@@ -533,6 +573,19 @@ async fn read_or_idle<R: ConnRead>(
 /// Smallest room made in a connection's receive buffer for a read.
 const MIN_READ: usize = 4096;
 
+/// Makes room in the receive buffer for a read when less than
+/// [`MIN_READ`] is left and the fragment being received does not fit in
+/// what is left (room made for a whole record is not grown again: growing
+/// would copy the record).
+fn grow(deframer: &mut RecordDecoder, chunk: usize) {
+    let missing = deframer.fragment_missing();
+    let buf = deframer.read_buf();
+    let spare = buf.capacity() - buf.len();
+    if spare < MIN_READ && missing.is_none_or(|m| m > spare) {
+        buf.reserve(buf.len().clamp(MIN_READ, chunk.max(MIN_READ)));
+    }
+}
+
 /// Reads what the socket has into the deframer. The buffer grows with what
 /// has arrived (room for as many bytes again, from 4 KiB up to `chunk`),
 /// so a peer that sends a few bytes and falls silent costs a few KiB, not
@@ -543,10 +596,8 @@ async fn read_some(r: &OwnedReadHalf, deframer: &mut RecordDecoder, chunk: usize
         if r.readable().await.is_err() {
             return false;
         }
+        grow(deframer, chunk);
         let buf = deframer.read_buf();
-        if buf.capacity() - buf.len() < MIN_READ {
-            buf.reserve(buf.len().clamp(MIN_READ, chunk.max(MIN_READ)));
-        }
         match r.try_read_buf(buf) {
             Ok(0) => return false,
             Ok(_) => return true,

@@ -314,3 +314,78 @@ async fn small_replies_reserve_little_of_the_connection_budget() {
     assert_eq!(most_running(tcp, None, 24).await, 4);
     assert_eq!(most_running(tcp, Some(100), 24).await, 24);
 }
+
+/// An ECHO of `len` bytes by a normal client, within 5 s.
+async fn echoed(addr: SocketAddr, len: usize) {
+    let run = async {
+        let c = TcpClient::connect(addr, 9, ClientConfig::default(), TcpConfig::default())
+            .await
+            .unwrap();
+        let c = EchoClient::new(c);
+        let data = Bytes::from(vec![0x3c; len]);
+        assert_eq!(c.echo(data.clone()).await.unwrap(), data);
+    };
+    tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("an ECHO is served within 5 s");
+}
+
+/// `TcpConfig::max_server_receive_reserve`: peers that send the header of
+/// a 2 MiB record and fall silent make the server reserve room for at
+/// most the budget together; past it records are received as they arrive,
+/// so a normal client's large call is still served, and the room comes
+/// back when the connections end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn room_reserved_for_claimed_records_stays_within_the_server_budget() {
+    const BUDGET: usize = 5 << 20;
+    const CLAIM: usize = 2 << 20;
+    let tcp = TcpConfig {
+        max_server_receive_reserve: BUDGET,
+        ..TcpConfig::default()
+    };
+    let mut server = Server::new();
+    server.register(EchoService::new(4 << 20));
+    let srv = TcpServer::bind("127.0.0.1:0", Arc::new(server), tcp)
+        .await
+        .unwrap();
+    let addr = srv.local_addr().unwrap();
+    let receives = srv.receive_budget();
+    srv.spawn();
+    assert_eq!(TcpConfig::default().max_server_receive_reserve, 64 << 20);
+    // Large records are served with room made ahead, which is given back.
+    echoed(addr, CLAIM).await;
+    assert_eq!(receives.reserved(), 0);
+    let before = trips("tcp.receive_reserve_bytes");
+    let mut silent = Vec::new();
+    for _ in 0..6 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&fragment_header(CLAIM, true)).await.unwrap();
+        s.write_all(&[0; 100]).await.unwrap();
+        silent.push(s);
+    }
+    let wait = async {
+        while trips("tcp.receive_reserve_bytes") < before + 4 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(2), wait)
+        .await
+        .expect("the four claims past the budget trip the limit");
+    let held = receives.reserved();
+    assert!(held <= BUDGET, "{held} bytes reserved, budget {BUDGET}");
+    assert!(
+        held >= 2 * (CLAIM - 100),
+        "{held} bytes reserved for two claims"
+    );
+    // A normal client's 2 MiB call is received as it arrives and served.
+    echoed(addr, CLAIM).await;
+    drop(silent);
+    let freed = async {
+        while receives.reserved() != 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(2), freed)
+        .await
+        .expect("the room comes back when the connections end");
+}

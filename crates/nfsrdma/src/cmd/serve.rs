@@ -208,6 +208,12 @@ pub(crate) struct ServeArgs {
     /// are written (one holding none may still run one call).
     #[arg(long, default_value_t = TcpConfig::default().max_server_reply_bytes)]
     max_server_reply_bytes: usize,
+    /// Bytes of room all TCP connections together may make for records
+    /// (1 MiB WRITEs) ahead of their arrival, so a record is read into one
+    /// buffer instead of being moved as it grows; past it records are
+    /// received as they arrive.
+    #[arg(long, default_value_t = TcpConfig::default().max_server_receive_reserve)]
+    max_server_receive_reserve: usize,
     /// Seconds a TCP connection may stay silent with no call in progress
     /// before the server closes it (0: never). A connection bound to an
     /// NFSv4.1 session is kept while the session lives.
@@ -409,6 +415,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     config.gss = server_gss(&args, &config)?;
     config.tcp.max_queued_reply_bytes = args.max_queued_reply_bytes;
     config.tcp.max_server_reply_bytes = args.max_server_reply_bytes;
+    config.tcp.max_server_receive_reserve = args.max_server_receive_reserve;
     config.tcp.idle_timeout =
         (args.tcp_idle_timeout_secs > 0).then(|| Duration::from_secs(args.tcp_idle_timeout_secs));
     config.mount_list_max = args.mount_list_max;
