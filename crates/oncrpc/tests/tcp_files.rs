@@ -7,6 +7,7 @@ use std::ops::RangeInclusive;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use oncrpc::client::{ClientConfig, ClientTransport, ReplyHint, RpcCall};
@@ -151,6 +152,18 @@ async fn file_ranges_arrive_byte_exact_over_tcp_many_at_once() {
     // The connection is still in step.
     let results = c.call(call(10, 10)).await.unwrap();
     assert_eq!(&parse(&results).1[..], &want[10..20]);
+    // A reply's headers are sent with MSG_MORE, held for the file's data
+    // that follows them: replies with an empty range and with one wholly
+    // past the end (sendfile sends nothing) still arrive whole.
+    for (offset, len) in [(10, 0), (FILE_LEN as u32 + 100, 8)] {
+        let reply = tokio::time::timeout(Duration::from_secs(2), c.call(call(offset, len)))
+            .await
+            .expect("the reply is sent, not held")
+            .unwrap();
+        let (_, got) = parse(&reply);
+        assert_eq!(got.len(), len as usize);
+        assert!(got.iter().all(|&b| b == 0));
+    }
 }
 
 #[tokio::test]

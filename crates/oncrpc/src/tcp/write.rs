@@ -13,6 +13,7 @@
 
 use std::io;
 
+use rustix::net::SendFlags;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
@@ -106,7 +107,13 @@ async fn write_records<W: RecordWrite>(w: &mut W, msgs: &mut [&mut XdrBuf]) -> i
                 _ => None,
             })
             .collect();
-        write_slices(w, &mut slices).await?;
+        match w.socket() {
+            // A file range of no bytes would leave the held bytes unsent.
+            Some(sock) if matches!(after.first(), Some(Part::File(f)) if f.len > 0) => {
+                write_slices_more(sock, &mut slices).await?;
+            }
+            _ => write_slices(w, &mut slices).await?,
+        }
         rest = match after.split_first() {
             Some((Part::File(f), after)) => {
                 send_file(w, f).await?;
@@ -116,6 +123,64 @@ async fn write_records<W: RecordWrite>(w: &mut W, msgs: &mut [&mut XdrBuf]) -> i
         };
     }
     Ok(())
+}
+
+/// Writes every byte of `slices`, which a file range follows, with
+/// `sendmsg(MSG_MORE)`: the bytes (a READ reply's headers) are held and
+/// leave in the first segment of the file's data instead of in a small
+/// segment of their own, which the socket's `TCP_NODELAY` would send at
+/// once, costing a segment and a wakeup of the receiver per reply.
+async fn write_slices_more(sock: &TcpStream, slices: &mut [&[u8]]) -> io::Result<()> {
+    let mut first = 0usize;
+    let mut io: Vec<io::IoSlice<'_>> = Vec::new();
+    while first < slices.len() {
+        io.clear();
+        io.extend(
+            slices
+                .get(first..)
+                .unwrap_or(&[])
+                .iter()
+                .take(MAX_IOVECS)
+                .map(|s| io::IoSlice::new(s)),
+        );
+        let sent = sock.try_io(Interest::WRITABLE, || {
+            Ok(rustix::net::sendmsg(
+                sock,
+                &io,
+                &mut rustix::net::SendAncillaryBuffer::default(),
+                SendFlags::MORE | SendFlags::NOSIGNAL,
+            )?)
+        });
+        match sent {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => first = advance(slices, first, n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => sock.writable().await?,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Drops the first `n` bytes written from `slices[first..]`; returns the
+/// index of the first slice with bytes left.
+fn advance(slices: &mut [&[u8]], mut first: usize, mut n: usize) -> usize {
+    while n > 0 {
+        let Some(s) = slices.get_mut(first) else {
+            break;
+        };
+        if n >= s.len() {
+            n -= s.len();
+            first += 1;
+        } else {
+            *s = s.get(n..).unwrap_or(&[]);
+            n = 0;
+        }
+    }
+    while slices.get(first).is_some_and(|s| s.is_empty()) {
+        first += 1;
+    }
+    first
 }
 
 /// Writes every byte of `slices` with vectored writes.
@@ -132,25 +197,11 @@ async fn write_slices<W: AsyncWrite + Unpin>(w: &mut W, slices: &mut [&[u8]]) ->
                 .take(MAX_IOVECS)
                 .map(|s| io::IoSlice::new(s)),
         );
-        let mut n = w.write_vectored(&io).await?;
+        let n = w.write_vectored(&io).await?;
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
-        while n > 0 {
-            let Some(s) = slices.get_mut(first) else {
-                break;
-            };
-            if n >= s.len() {
-                n -= s.len();
-                first += 1;
-            } else {
-                *s = s.get(n..).unwrap_or(&[]);
-                n = 0;
-            }
-        }
-        while slices.get(first).is_some_and(|s| s.is_empty()) {
-            first += 1;
-        }
+        first = advance(slices, first, n);
     }
     Ok(())
 }
