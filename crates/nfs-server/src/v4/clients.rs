@@ -51,6 +51,7 @@ static UNCONFIRMED: Limit = Limit::new("nfs4.unconfirmed_clients");
 static SESSIONS: Limit = Limit::new("nfs4.sessions_per_client");
 static REPLY_CACHE: Limit = Limit::new("nfs4.reply_cache_bytes");
 static SESSION_CONNS: Limit = Limit::new("nfs4.session_connections");
+static SLOTS: Limit = Limit::new("nfs4.session_slots");
 
 /// Server limits offered in CREATE_SESSION (RFC 8881 §18.36).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -626,6 +627,12 @@ impl ClientTable {
 
     fn grant(&self, want: &ChannelAttrs4) -> ChannelAttrs4 {
         let l = &self.limits;
+        if want.maxrequests > l.max_slots {
+            SLOTS.trip(format_args!(
+                "CREATE_SESSION asked for {} slots; granted {}",
+                want.maxrequests, l.max_slots
+            ));
+        }
         ChannelAttrs4 {
             headerpadsize: 0,
             maxrequestsize: want.maxrequestsize.min(l.max_request),
@@ -1311,10 +1318,13 @@ mod exchange_tests {
         let Res4::Ok(r) = t.exchange_none(&xid(b"c", 1, 0), &Bytes::new(), Duration::ZERO) else {
             panic!()
         };
+        let slots = SLOTS.count();
         let Res4::Ok(s) = t.create_session_none(&cs(r.clientid, r.sequenceid), Duration::ZERO)
         else {
             panic!()
         };
+        // 1000 slots asked, 64 granted: counted.
+        assert!(SLOTS.count() > slots);
         let l = SessionLimits::default();
         let f = &s.fore_chan_attrs;
         assert_eq!(f.maxrequestsize, l.max_request);
