@@ -21,6 +21,7 @@ mod callbacks;
 mod creds;
 mod fs;
 mod fs4;
+mod handles;
 mod hide;
 mod options;
 mod silly;

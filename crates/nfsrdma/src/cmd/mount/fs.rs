@@ -47,6 +47,7 @@ use super::callbacks::{
     self, access_denied, reply_attr, reply_empty, reply_entry, OpenIo, ACCESS_ALL,
 };
 use super::creds::Creds;
+use super::handles::OpenHandles;
 use super::options::MountOpts;
 use super::table::{decode_dev, errno, file_attr, nfs_time, Inodes};
 
@@ -79,7 +80,7 @@ pub(crate) struct NfsFs<T> {
     inodes: Inodes,
     creds: Creds,
     ac: AttrCache,
-    files: Mutex<HashMap<u64, Arc<Open>>>,
+    files: OpenHandles<Open>,
     opens: Mutex<Opens<NfsFh3>>,
     dirs: Mutex<HashMap<u64, dir::OpenDir>>,
     next_handle: AtomicU64,
@@ -124,7 +125,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
             inodes: Inodes::new(root.fileid, root_fh),
             creds: Creds::new(me.machinename, me.stamp),
             ac: AttrCache::new(opts.ac),
-            files: Mutex::new(HashMap::new()),
+            files: OpenHandles::default(),
             opens: Mutex::new(Opens::default()),
             dirs: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
@@ -171,8 +172,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
     }
 
     fn open_file(&self, fh: FileHandle) -> Res<Arc<Open>> {
-        let files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-        files.get(&fh.0).cloned().ok_or(Errno::EBADF)
+        self.files.get(fh)
     }
 
     /// Attributes for an object handed to the kernel, which then holds

@@ -54,6 +54,7 @@ use super::callbacks::{
     self, access_denied, reply_attr, reply_empty, reply_entry, OpenIo, ACCESS_ALL,
 };
 use super::creds::Creds;
+use super::handles::OpenHandles;
 use super::options::MountOpts;
 use super::silly::Opens;
 use super::table::{decode_dev, file_attr, file_type, Inodes};
@@ -80,7 +81,7 @@ pub(crate) struct NfsFs4<T> {
     inodes: Inodes<NfsFh4>,
     creds: Creds,
     ac: AttrCache,
-    files: Arc<Mutex<HashMap<u64, Arc<Open4>>>>,
+    files: OpenHandles<Open4>,
     /// The delegations held, when the session has a back channel.
     delegs: Option<Arc<deleg::MountDelegs>>,
     opens: Mutex<Opens<NfsFh4>>,
@@ -141,7 +142,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
             rt,
             creds: Creds::new(me.machinename, me.stamp),
             ac: AttrCache::new(opts.ac),
-            files: Arc::new(Mutex::new(HashMap::new())),
+            files: OpenHandles::default(),
             delegs: None,
             opens: Mutex::new(Opens::default()),
             dirs: Mutex::new(HashMap::new()),
@@ -163,7 +164,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
     /// [`reclaim`]).
     pub(crate) fn reclaim_opens_on_recovery(&self) {
         self.session.set_reclaim(Arc::new(reclaim::MountOpens {
-            files: Arc::clone(&self.files),
+            files: self.files.clone(),
             delegs: self.delegs.clone(),
         }));
     }

@@ -10,8 +10,6 @@
 //! counter (hex) in the same directory, and REMOVEs that name when the
 //! last open handle is released (or the mount ends).
 
-use std::sync::Arc;
-
 use fuser::{Errno, FileHandle, FopenFlags, INodeNo, OpenAccMode};
 use nfs_client::nfs::v3::{
     Fattr3, NfsFh3, ACCESS3_EXECUTE, ACCESS3_EXTEND, ACCESS3_MODIFY, ACCESS3_READ,
@@ -62,20 +60,13 @@ fn granted(granted: u32, all: u32, any: u32) -> bool {
 
 impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
     pub(super) fn new_open_file(&self, fh: NfsFh3, ino: INodeNo, cred: OpaqueAuth) -> FileHandle {
-        let id = self.handle();
-        let o = Arc::new(Open {
+        let o = Open {
             fh,
             file: OpenFile::default(),
             ino,
             cred,
-        });
-        self.opens
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .opened(ino);
-        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-        files.insert(id, o);
-        FileHandle(id)
+        };
+        self.files.open(self.handle(), o, ino, &self.opens)
     }
 
     /// OPEN: ACCESS (RFC 1813 §3.3.4) as the caller for the open mode
@@ -122,13 +113,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs<T> {
     /// The last close of a handle: COMMIT, then the REMOVE a silly rename
     /// put off, if this was the file's last handle.
     pub(super) async fn do_release(&self, fh: FileHandle) -> Res<()> {
-        let o = {
-            let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-            files.remove(&fh.0)
-        };
-        let Some(o) = o else {
-            return Err(Errno::EBADF);
-        };
+        let o = self.files.take(fh)?;
         let r = self.commit(&o).await;
         self.hider().closed(o.ino).await;
         r

@@ -25,6 +25,7 @@ use oncrpc::msg::OpaqueAuth;
 use oncrpc::ClientTransport;
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use super::super::handles::OpenHandles;
 use super::super::options::DelegOpens;
 use super::files::Open4;
 use super::{NfsFs4, Session};
@@ -54,7 +55,7 @@ impl MountDelegs {
     }
 }
 
-type Files = Arc<Mutex<HashMap<u64, Arc<Open4>>>>;
+type Files = OpenHandles<Open4>;
 
 impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
     /// Takes delegations (the session has a back channel: `table` is
@@ -70,12 +71,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
             takers: Mutex::new(HashMap::new()),
         });
         self.delegs = Some(Arc::clone(&m));
-        let task = serve_recalls(
-            Arc::clone(&self.session),
-            Arc::clone(&self.files),
-            m,
-            recalls,
-        );
+        let task = serve_recalls(Arc::clone(&self.session), self.files.clone(), m, recalls);
         (self, task)
     }
 
@@ -205,7 +201,7 @@ async fn recall<T: ClientTransport>(
 ) {
     tracing::debug!(write = r.deleg.write, "delegation recalled");
     let opens: Vec<Arc<Open4>> = {
-        let files = files.lock().unwrap_or_else(|p| p.into_inner());
+        let files = files.lock();
         let mine = files
             .values()
             .filter(|o| o.is_local() && o.file().fh == r.fh);

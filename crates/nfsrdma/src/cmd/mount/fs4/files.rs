@@ -133,8 +133,7 @@ impl<U: ClientTransport> Target for V4<'_, U> {
 
 impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
     pub(super) fn open_file(&self, fh: FileHandle) -> Res<Arc<Open4>> {
-        let files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-        files.get(&fh.0).cloned().ok_or(Errno::EBADF)
+        self.files.get(fh)
     }
 
     fn new_open(
@@ -144,21 +143,14 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
         ino: INodeNo,
         cred: OpaqueAuth,
     ) -> FileHandle {
-        let id = self.handle();
-        let o = Arc::new(Open4 {
+        let o = Open4 {
             file: Mutex::new((file, local)),
             access,
             writes: unstable::OpenFile::default(),
             ino,
             cred,
-        });
-        self.opens
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .opened(ino);
-        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-        files.insert(id, o);
-        FileHandle(id)
+        };
+        self.files.open(self.handle(), o, ino, &self.opens)
     }
 
     /// OPEN by handle (CLAIM_FH) as the caller, for the access asked (the
@@ -316,13 +308,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
     /// The last close of a handle: COMMIT, CLOSE, then the REMOVE a silly
     /// rename put off if this was the file's last handle.
     pub(super) async fn do_release(&self, fh: FileHandle) -> Res<()> {
-        let o = {
-            let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-            files.remove(&fh.0)
-        };
-        let Some(o) = o else {
-            return Err(Errno::EBADF);
-        };
+        let o = self.files.take(fh)?;
         let r = self.commit(&o).await;
         if !o.is_local() {
             let closed = self.as_cred(o.cred.clone()).close_file(o.file()).await;
@@ -349,10 +335,7 @@ impl<T: ClientTransport + Send + Sync + 'static> NfsFs4<T> {
     /// At unmount: CLOSEs what the kernel left open and REMOVEs the
     /// silly-renamed files whose holders never closed them.
     pub(super) async fn close_all(&self) {
-        let left: Vec<Arc<Open4>> = {
-            let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-            files.drain().map(|(_, o)| o).collect()
-        };
+        let left = self.files.drain();
         for o in left {
             let _ = self.commit(&o).await;
             if !o.is_local() {

@@ -7,25 +7,24 @@
 //! locally under a delegation become real opens: the delegations of the
 //! old client id are gone, so they are forgotten.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use nfs_client::v4::{Error, HeldOpen, OpenFile, Reclaim};
 
+use super::super::handles::OpenHandles;
 use super::deleg::MountDelegs;
 use super::files::Open4;
 
 /// The mount's open files, as [`Reclaim`] sees them.
 #[derive(Debug)]
 pub(super) struct MountOpens {
-    pub(super) files: Arc<Mutex<HashMap<u64, Arc<Open4>>>>,
+    pub(super) files: OpenHandles<Open4>,
     pub(super) delegs: Option<Arc<MountDelegs>>,
 }
 
 impl MountOpens {
     fn get(&self, key: u64) -> Option<Arc<Open4>> {
-        let files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-        files.get(&key).cloned()
+        self.files.lock().get(&key).cloned()
     }
 }
 
@@ -34,8 +33,8 @@ impl Reclaim for MountOpens {
         if let Some(m) = &self.delegs {
             m.forget_all();
         }
-        let files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-        files
+        self.files
+            .lock()
             .iter()
             .map(|(&key, o)| HeldOpen {
                 key,
