@@ -155,6 +155,22 @@ impl Names {
     }
 
     /// Keeps `slot` for `name`: whether the name is new.
+    /// Puts `slot` in place of the one [`Self::get`] read last (before
+    /// `hint`) if that one is of the same inode, without hashing the
+    /// name: an entry read again after its time-to-live. A live slot of
+    /// the inode is the name's, as in [`Self::get`]. `Err`: not that
+    /// slot (put it by name).
+    fn refresh(&mut self, hint: &AtomicUsize, slot: Slot) -> Result<(), Slot> {
+        let last = hint.load(Ordering::Relaxed).checked_sub(1);
+        match last.and_then(|i| self.slots.get_mut(i)) {
+            Some(s) if s.as_ref().map(|s| s.kept.attrs.fileid) == Some(slot.kept.attrs.fileid) => {
+                *s = Some(slot);
+                Ok(())
+            }
+            _ => Err(slot),
+        }
+    }
+
     fn put(&mut self, name: &[u8], slot: Slot) -> bool {
         if let Some(&i) = self.at.get(name) {
             if let Some(s) = self.slots.get_mut(i as usize) {
@@ -391,6 +407,10 @@ impl View<'_> {
         if d.gen != self.gen || d.epoch != self.epoch {
             return;
         }
+        // Most often the entry `get` just found too old.
+        let Err(slot) = d.names.refresh(&self.hint, slot) else {
+            return;
+        };
         if d.names.at.contains_key(name) {
             d.names.put(name, slot);
             return;
@@ -668,6 +688,41 @@ mod tests {
             "a live slot of the same inode is the name's (kept entries have one link)"
         );
         assert!(n.get(b"gone", 99, &AtomicUsize::new(1)).is_none());
+        // Read again after its time-to-live: the slot `get` read is
+        // replaced in place, nothing added; the hint at another inode's
+        // slot, or at none, refuses.
+        let hint = AtomicUsize::new(0);
+        n.get(b"f7", 17, &hint).unwrap();
+        let later = Instant::now() + Duration::from_secs(5);
+        assert!(n
+            .refresh(
+                &hint,
+                Slot {
+                    kept: kept(17),
+                    at: later
+                }
+            )
+            .is_ok());
+        assert_eq!(n.get(b"f7", 17, &AtomicUsize::new(0)).unwrap().at, later);
+        assert_eq!((n.len(), n.slots.len()), (300, 300));
+        assert!(n
+            .refresh(
+                &hint,
+                Slot {
+                    kept: kept(18),
+                    at: later
+                }
+            )
+            .is_err());
+        assert!(n
+            .refresh(
+                &AtomicUsize::new(0),
+                Slot {
+                    kept: kept(10),
+                    at: later
+                }
+            )
+            .is_err());
         for i in (0..300u64).filter(|i| i % 3 != 0) {
             assert!(n.remove(format!("f{i}").as_bytes()));
         }
