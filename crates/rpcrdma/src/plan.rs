@@ -306,6 +306,39 @@ pub struct WritePlan {
     pub data: Bytes,
 }
 
+/// Bytes that follow the transport header in one Send, as
+/// reference-counted pieces (a gather list): a reply's data is sent from
+/// where the service put it, not copied to join its header.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Pieces(pub Vec<Bytes>);
+
+impl Pieces {
+    /// Bytes in all.
+    pub fn len(&self) -> usize {
+        self.0.iter().map(Bytes::len).sum()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(Bytes::is_empty)
+    }
+
+    /// The pieces joined (one copy unless there is at most one piece).
+    pub fn to_bytes(&self) -> Bytes {
+        match self.0.as_slice() {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => {
+                let mut out = bytes::BytesMut::with_capacity(self.len());
+                for p in many {
+                    out.extend_from_slice(p);
+                }
+                out.freeze()
+            }
+        }
+    }
+}
+
 /// How a reply is conveyed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplyPlan {
@@ -313,7 +346,7 @@ pub struct ReplyPlan {
     /// chunk (as Linux svcrdma does, kpeer README).
     pub proc_: Proc,
     /// Bytes after the transport header in the Send.
-    pub inline: Bytes,
+    pub inline: Pieces,
     /// RDMA Writes to post first, in order.
     pub writes: Vec<WritePlan>,
     /// Chunk lists for the reply header: the call's write chunks with each
@@ -392,12 +425,15 @@ pub fn plan_reply(
         let (_, echo) = scatter(&Bytes::new(), chunk);
         echoed.push(echo);
     }
-    let reduced = reply.reduced_bytes_with(|i| i.ddp_eligible && moved.contains(&i.position));
+    // RFC 8166 §3.5.1: what is not moved goes inline, by reference (a 4 KiB
+    // READ reply's data is not copied next to its header).
+    let inline =
+        Pieces(reply.reduced_pieces_with(|i| i.ddp_eligible && moved.contains(&i.position)));
     let seg_counts: Vec<usize> = echoed.iter().map(|c| c.segments.len()).collect();
-    if header_len(version, 0, &seg_counts, None) + reduced.len() <= send {
+    if header_len(version, 0, &seg_counts, None) + inline.len() <= send {
         return Ok(ReplyPlan {
             proc_: Proc::RDMA_MSG,
-            inline: reduced,
+            inline,
             writes,
             chunks: ChunkLists {
                 reads: Vec::new(),
@@ -406,14 +442,14 @@ pub fn plan_reply(
             },
         });
     }
-    let needed = u32_len(reduced.len())?;
+    let needed = u32_len(inline.len())?;
     match &call.reply {
         Some(rc) if rc.total_len() >= u64::from(needed) => {
-            let (w, echo) = scatter(&reduced, rc);
+            let (w, echo) = scatter(&inline.to_bytes(), rc);
             writes.extend(w);
             Ok(ReplyPlan {
                 proc_: Proc::RDMA_NOMSG,
-                inline: Bytes::new(),
+                inline: Pieces::default(),
                 writes,
                 chunks: ChunkLists {
                     reads: Vec::new(),
@@ -783,8 +819,9 @@ mod tests {
         // Inline: the first and third results with their data, the second
         // with its length word only.
         assert_eq!(p.inline.len(), reply.len() - 3000);
-        assert!(p.inline.windows(100).any(|w| w.iter().all(|&b| b == 0xa1)));
-        assert!(p.inline.windows(50).any(|w| w.iter().all(|&b| b == 0xc3)));
+        let inline = p.inline.to_bytes();
+        assert!(inline.windows(100).any(|w| w.iter().all(|&b| b == 0xa1)));
+        assert!(inline.windows(50).any(|w| w.iter().all(|&b| b == 0xc3)));
     }
 
     #[test]

@@ -172,7 +172,7 @@ proptest! {
         let header = Header { xid: 7, credits: 64, body };
         let mut wire = vec![0u8; header.buffer_len()];
         header.emit(&mut wire).unwrap();
-        wire.extend_from_slice(&plan.inline);
+        wire.extend_from_slice(&plan.inline.to_bytes());
         prop_assert!(wire.len() <= send, "Send of {} > {}", wire.len(), send);
 
         // Requester: decode, collect chunk contents, splice.

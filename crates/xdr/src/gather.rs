@@ -12,6 +12,9 @@ use crate::pad_len;
 
 const ZEROS: [u8; 4] = [0; 4];
 
+/// XDR padding as `'static` bytes, for [`XdrBuf::reduced_pieces_with`].
+static PAD: [u8; 4] = [0; 4];
+
 /// A bulk payload held by reference inside an [`XdrBuf`].
 ///
 /// It is the data of one variable-length opaque item (RFC 4506 §4.10);
@@ -335,6 +338,32 @@ impl XdrBuf {
         out.freeze()
     }
 
+    /// The same stream as [`Self::reduced_bytes_with`], as reference-counted
+    /// pieces instead of one copy: the inline segments, the data of the
+    /// bulk items kept and their padding, in order (a gather list for a
+    /// vectored Send). Only the unsealed tail, the bytes after the last
+    /// bulk item, is copied.
+    pub fn reduced_pieces_with(&self, mut remove: impl FnMut(&BulkItem) -> bool) -> Vec<Bytes> {
+        let mut out = Vec::with_capacity(2 * self.segs.len() + 1);
+        for s in &self.segs {
+            match s {
+                Seg::Inline(b) => out.push(b.clone()),
+                Seg::Bulk(item) if remove(item) => {}
+                Seg::Bulk(item) => {
+                    out.push(item.data.clone());
+                    out.push(Bytes::from_static(&PAD[..item.pad()]));
+                }
+                // Read in by `load_files` before the bytes are taken.
+                Seg::File(_) => {}
+            }
+        }
+        if !self.tail.is_empty() {
+            out.push(Bytes::copy_from_slice(&self.tail));
+        }
+        out.retain(|b| !b.is_empty());
+        out
+    }
+
     /// Appends another stream, shifting its bulk positions by this
     /// stream's length. Bulk data is moved, not copied.
     pub fn append(&mut self, other: XdrBuf) {
@@ -524,6 +553,33 @@ mod tests {
         assert_eq!(b.reduced_bytes().as_ref(), want.as_slice());
         let none = b.reduced_bytes_with(|_| false);
         assert_eq!(none.as_ref(), &FULL);
+    }
+
+    #[test]
+    fn reduced_pieces_are_the_reduced_stream_by_reference() {
+        let hello = Bytes::from_static(b"hello");
+        let b = sample(&hello, &Bytes::from_static(b"ab"));
+        for ddp_out in [true, false] {
+            let pieces = b.reduced_pieces_with(|i| ddp_out && i.ddp_eligible);
+            let joined: Vec<u8> = pieces.iter().flat_map(|p| p.iter().copied()).collect();
+            let want = b.reduced_bytes_with(|i| ddp_out && i.ddp_eligible);
+            assert_eq!(joined, want.as_ref(), "ddp_out {ddp_out}");
+            assert!(pieces.iter().all(|p| !p.is_empty()));
+            // The kept data is the caller's, not a copy.
+            assert_eq!(
+                pieces.iter().any(|p| p.as_ptr() == hello.as_ptr()),
+                !ddp_out
+            );
+        }
+        // An unsealed tail after the last bulk item is part of it.
+        let mut t = sample(&hello, &Bytes::from_static(b"ab"));
+        t.put_u32(0xabcd);
+        let joined: Vec<u8> = t
+            .reduced_pieces_with(|_| false)
+            .iter()
+            .flat_map(|p| p.iter().copied())
+            .collect();
+        assert_eq!(joined, t.to_bytes().as_ref());
     }
 
     #[test]

@@ -19,7 +19,7 @@ use super::encode;
 use super::message::{classify, Kind, Message, Role, Rpc};
 use super::reads::{plan_reads, read_total, ReadPlan};
 use crate::credits::ResponderCredits;
-use crate::plan::{plan_reply, Version, WritePlan};
+use crate::plan::{plan_reply, Pieces, Version, WritePlan};
 use crate::wire::v1::Proc;
 use crate::wire::v2::{self, Properties, RvReqSup};
 use crate::wire::{ChunkLists, Limits};
@@ -136,8 +136,8 @@ pub struct Answer {
     pub writes: Vec<WritePlan>,
     /// Its transport header.
     pub header: Bytes,
-    /// What follows the header in the Send.
-    pub inline: Bytes,
+    /// What follows the header in the Send, in pieces.
+    pub inline: Pieces,
     /// The STag to name in a Send With Invalidate.
     pub invalidate: Option<u32>,
 }
@@ -377,7 +377,7 @@ impl Answer {
         Self {
             writes: Vec::new(),
             header,
-            inline: Bytes::new(),
+            inline: Pieces::default(),
             invalidate: None,
         }
     }
@@ -488,7 +488,7 @@ mod tests {
         let m = seen(&a.header);
         assert_eq!((m.xid, m.credits), (5, 4));
         assert!(matches!(m.kind, Kind::Reply(ref rpc) if rpc.lists.is_empty()));
-        assert_eq!(&a.inline[..], &[0, 0, 0, 5, 0, 0, 0, 1]);
+        assert_eq!(&a.inline.to_bytes()[..], &[0, 0, 0, 5, 0, 0, 0, 1]);
         assert!(a.writes.is_empty());
         assert_eq!(a.invalidate, None);
     }

@@ -778,9 +778,12 @@ impl<Q: QueuePair> Conn<Q> {
             .collect();
         self.stats
             .sent(&a.header, a.inline.len() as u64, a.invalidate.is_some());
+        let mut data = Vec::with_capacity(1 + a.inline.0.len());
+        data.push(a.header);
+        data.extend(a.inline.0);
         chain.push(ChainWr::Send(SendWr {
             wr_id: self.wr_id() | bounds::REPLY_TAG,
-            data: vec![a.header, a.inline],
+            data,
             solicited: false,
             invalidate: a.invalidate.map(Stag),
         }));

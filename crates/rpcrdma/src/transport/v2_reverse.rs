@@ -240,9 +240,12 @@ pub(super) fn send_reply<Q: QueuePair>(
         .collect();
     let nomsg = plan.proc_ == crate::wire::v1::Proc::RDMA_NOMSG;
     let header = hdr::encode_rpc(Version::V2, xid, credits, true, nomsg, plan.chunks, 0);
+    let mut data = Vec::with_capacity(1 + plan.inline.0.len());
+    data.push(header);
+    data.extend(plan.inline.0);
     chain.push(ChainWr::Send(SendWr {
         wr_id: wr_id(),
-        data: vec![header, plan.inline],
+        data,
         solicited: false,
         invalidate: (call.inv_handle != 0).then_some(Stag(call.inv_handle)),
     }));
