@@ -729,7 +729,7 @@ async fn read_replies(
 ) -> bool {
     let mut deframer = RecordDecoder::new(max_record);
     loop {
-        deframer.read_buf().reserve(read_chunk);
+        reserve_for_reply(&mut deframer, read_chunk);
         match r.read_buf(deframer.read_buf()).await {
             Ok(0) | Err(_) => return true,
             Ok(_) => {}
@@ -762,6 +762,21 @@ async fn read_replies(
                 }
             }
         }
+    }
+}
+
+/// Makes room before a read on a client connection: for the whole rest of
+/// a large reply whose fragment header has arrived (a 1 MiB READ reply is
+/// then read into place, not moved as the buffer grows: the server side's
+/// [`RecordRoom`] for the client), else `read_chunk`. The length is the
+/// server's claim, bounded by the client's own `max_record` (a larger
+/// claim fails the connection at [`RecordDecoder::next_record`]); a
+/// connection holds one record, so this is at most the room the record
+/// would take anyway once its bytes arrived.
+fn reserve_for_reply(deframer: &mut RecordDecoder, read_chunk: usize) {
+    match deframer.fragment_missing() {
+        Some(missing) if missing > receive::SMALL_RECORD => deframer.reserve_input(missing),
+        _ => deframer.read_buf().reserve(read_chunk),
     }
 }
 
@@ -1047,5 +1062,31 @@ impl ClientTransport for Arc<TcpClient> {
         signer: Arc<dyn CallSigner>,
     ) -> impl core::future::Future<Output = Result<Bytes, RpcError>> + Send {
         self.as_ref().do_call(call, Some(signer))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::fragment_header;
+
+    #[test]
+    fn a_large_reply_gets_room_for_all_of_it_a_small_one_a_read_chunk() {
+        let mut d = RecordDecoder::new(2 << 20);
+        d.feed(&fragment_header(1 << 20, true));
+        d.feed(&[0; 100]);
+        reserve_for_reply(&mut d, 4096);
+        assert!(d.read_buf().capacity() >= (1 << 20) + 4);
+        let mut d = RecordDecoder::new(2 << 20);
+        d.feed(&fragment_header(1000, true));
+        reserve_for_reply(&mut d, 4096);
+        assert!(d.read_buf().capacity() < 64 * 1024);
+        // A claim past the client's own bound gets no room: the next
+        // record read fails the connection instead.
+        let mut d = RecordDecoder::new(1 << 20);
+        d.feed(&fragment_header(4 << 20, true));
+        reserve_for_reply(&mut d, 4096);
+        assert!(d.read_buf().capacity() < 64 * 1024);
+        assert!(d.next_record().is_err());
     }
 }
