@@ -267,9 +267,9 @@ impl<S: Storage> Nfs4Service<S> {
         };
         // The server's own change for the layout's holder: not a local
         // change to a file it may hold a delegation on (v4::watch).
-        self.watch.quiet(&key(&fh));
+        let own = self.watch.changing(&key(&fh));
         let r = self.fs.setattr(&fh, &s, None).await;
-        self.watch.quiet(&key(&fh));
+        drop(own);
         r.map_err(crate::v4::attrs::st4)?;
         Ok(Layoutcommit4ResOk { newsize: size })
     }
@@ -349,9 +349,9 @@ impl<S: Storage> Nfs4Service<S> {
         let (watch, k) = (Arc::clone(&self.watch), key(&fh));
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                watch.quiet(&k);
+                let own = watch.changing(&k);
                 mds.settle_size(&*fs, &m).await;
-                watch.quiet(&k);
+                drop(own);
             });
         }
     }
