@@ -134,15 +134,7 @@ async fn write_slices_more(sock: &TcpStream, slices: &mut [&[u8]]) -> io::Result
     let mut first = 0usize;
     let mut io: Vec<io::IoSlice<'_>> = Vec::new();
     while first < slices.len() {
-        io.clear();
-        io.extend(
-            slices
-                .get(first..)
-                .unwrap_or(&[])
-                .iter()
-                .take(MAX_IOVECS)
-                .map(|s| io::IoSlice::new(s)),
-        );
+        fill_iovecs(&mut io, slices, first);
         let sent = sock.try_io(Interest::WRITABLE, || {
             Ok(rustix::net::sendmsg(
                 sock,
@@ -160,6 +152,19 @@ async fn write_slices_more(sock: &TcpStream, slices: &mut [&[u8]]) -> io::Result
         }
     }
     Ok(())
+}
+
+/// Refills `io` with up to [`MAX_IOVECS`] of `slices[first..]`.
+fn fill_iovecs<'a>(io: &mut Vec<io::IoSlice<'a>>, slices: &[&'a [u8]], first: usize) {
+    io.clear();
+    io.extend(
+        slices
+            .get(first..)
+            .unwrap_or(&[])
+            .iter()
+            .take(MAX_IOVECS)
+            .map(|s| io::IoSlice::new(s)),
+    );
 }
 
 /// Drops the first `n` bytes written from `slices[first..]`; returns the
@@ -188,15 +193,7 @@ async fn write_slices<W: AsyncWrite + Unpin>(w: &mut W, slices: &mut [&[u8]]) ->
     let mut first = 0usize;
     let mut io: Vec<io::IoSlice<'_>> = Vec::new();
     while first < slices.len() {
-        io.clear();
-        io.extend(
-            slices
-                .get(first..)
-                .unwrap_or(&[])
-                .iter()
-                .take(MAX_IOVECS)
-                .map(|s| io::IoSlice::new(s)),
-        );
+        fill_iovecs(&mut io, slices, first);
         let n = w.write_vectored(&io).await?;
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
