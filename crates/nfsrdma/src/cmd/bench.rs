@@ -437,7 +437,7 @@ fn report_all(args: &BenchArgs, grid: &Grid, points: &[Point]) -> anyhow::Result
         report::print_table(
             &mut std::io::stdout().lock(),
             *op,
-            (args.size, args.seconds),
+            (args.size, args.seconds, args.calls),
             &aggs,
             known_server,
         )?;

@@ -351,11 +351,16 @@ fn range(s: &Spread, prec: usize) -> String {
 }
 
 /// What the table of `op` is headed with.
-fn title(op: Op, size: u64, random_secs: f64) -> String {
+fn title(op: Op, size: u64, random_secs: f64, calls: Option<u64>) -> String {
     let mib = size as f64 / MIB;
-    match op {
-        Op::RandomRead => format!("random read in a {mib:.0} MiB file, {random_secs:.1} s per run"),
-        Op::Meta => format!("LOOKUP + GETATTR of random names, {random_secs:.1} s per run"),
+    match (op, calls) {
+        (Op::RandomRead, Some(n)) => {
+            format!("random read in a {mib:.0} MiB file, {n} READs per run")
+        }
+        (Op::RandomRead, None) => {
+            format!("random read in a {mib:.0} MiB file, {random_secs:.1} s per run")
+        }
+        (Op::Meta, _) => format!("LOOKUP + GETATTR of random names, {random_secs:.1} s per run"),
         _ => format!("sequential {op} of {mib:.0} MiB"),
     }
 }
@@ -368,7 +373,7 @@ fn title(op: Op, size: u64, random_secs: f64) -> String {
 pub(crate) fn print_table(
     out: &mut impl Write,
     op: Op,
-    (size, random_secs): (u64, f64),
+    (size, random_secs, calls): (u64, f64, Option<u64>),
     aggs: &[Agg],
     server_known: bool,
 ) -> std::io::Result<()> {
@@ -379,7 +384,7 @@ pub(crate) fn print_table(
     writeln!(
         out,
         "{}: {} run(s) per point, transports interleaved; median [min-max]{}",
-        title(op, size, random_secs),
+        title(op, size, random_secs, calls),
         first.runs,
         if server_known {
             ""
@@ -729,7 +734,14 @@ mod tests {
         p.io_size = 4 << 20;
         p.effective_io_size = 1 << 20;
         let mut out = Vec::new();
-        print_table(&mut out, Op::Read, (1 << 30, 0.0), &aggregate(&[p]), false).unwrap();
+        print_table(
+            &mut out,
+            Op::Read,
+            (1 << 30, 0.0, None),
+            &aggregate(&[p]),
+            false,
+        )
+        .unwrap();
         let s = String::from_utf8(out).unwrap();
         let row = s.lines().nth(2).unwrap();
         assert!(row.starts_with("tcp") && row.contains(" 1m* "), "{s}");
@@ -770,7 +782,7 @@ mod tests {
         assert_eq!(aggs[0].server, Some(20.0));
         assert_eq!(point_ratio(&aggs[0], &aggs), "2.00x cpu 0.75x");
         let mut out = Vec::new();
-        print_table(&mut out, Op::Meta, (0, 1.0), &aggs, true).unwrap();
+        print_table(&mut out, Op::Meta, (0, 1.0, None), &aggs, true).unwrap();
         let s = String::from_utf8(out).unwrap();
         assert!(
             s.starts_with("LOOKUP + GETATTR of random names, 1.0 s per run"),
@@ -801,8 +813,8 @@ mod tests {
         print_table(
             &mut out,
             Op::RandomRead,
-            (1 << 30, 2.0),
-            &aggregate(&[p]),
+            (1 << 30, 2.0, None),
+            &aggregate(&[p.clone()]),
             true,
         )
         .unwrap();
@@ -810,6 +822,15 @@ mod tests {
         assert!(
             s.starts_with("random read in a 1024 MiB file, 2.0 s per run"),
             "{s}"
+        );
+        // With --calls the run is a number of READs, not a time.
+        let mut calls = Vec::new();
+        let run = (1 << 30, 2.0, Some(20_000));
+        print_table(&mut calls, Op::RandomRead, run, &aggregate(&[p]), true).unwrap();
+        let c = String::from_utf8(calls).unwrap();
+        assert!(
+            c.starts_with("random read in a 1024 MiB file, 20000 READs per run"),
+            "{c}"
         );
         let row = s.lines().nth(2).unwrap();
         assert!(row.contains("10000 [10000-10000]"), "{s}");
