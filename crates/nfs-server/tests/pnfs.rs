@@ -329,18 +329,7 @@ async fn layout_write_to_the_data_server_commit_and_size_at_the_mds() {
     let r = c
         .ok(vec![
             NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
-            NfsArgop4::Layoutcommit(Layoutcommit4Args {
-                offset: 0,
-                length: u64::MAX,
-                reclaim: false,
-                stateid: lg.stateid,
-                last_write_offset: Some(end - 1),
-                time_modify: None,
-                layoutupdate: Layoutupdate4 {
-                    layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
-                    body: Bounded(Bytes::new()),
-                },
-            }),
+            layoutcommit_file(lg.stateid, false, end - 1),
         ])
         .await;
     let Some(NfsResop4::Layoutcommit(Res4::Ok(lc))) = r.last() else {
@@ -1339,20 +1328,7 @@ async fn after_a_restart_layoutget_waits_for_grace_and_writes_are_committed_by_r
 
     // §18.42.3: the client commits what it wrote by a reclaiming
     // LAYOUTCOMMIT; the size is the metadata server's from then on.
-    let commit = |reclaim: bool, sid: Stateid4| {
-        NfsArgop4::Layoutcommit(Layoutcommit4Args {
-            offset: 0,
-            length: u64::MAX,
-            reclaim,
-            stateid: sid,
-            last_write_offset: Some(4999),
-            time_modify: None,
-            layoutupdate: Layoutupdate4 {
-                layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
-                body: Bounded(Bytes::new()),
-            },
-        })
-    };
+    let commit = |reclaim: bool, sid: Stateid4| layoutcommit_file(sid, reclaim, 4999);
     let put = || NfsArgop4::Putfh(Putfh4Args { object: fh.clone() });
     // The old layout stateid means nothing to this instance.
     let r = c.seq(vec![put(), commit(false, old_sid)]).await;

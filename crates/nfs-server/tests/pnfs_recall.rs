@@ -35,8 +35,8 @@ use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
 use oncrpc::{CallContext, ClientTransport, RpcService, ServiceError};
 use tokio::sync::mpsc;
 use v4_common::{
-    layoutreturn_file, open_session, reclaim_complete_op, slot0_sequence, SessionAsk, TempDir,
-    CB_PROGRAM,
+    layoutcommit_file, layoutreturn_file, open_session, reclaim_complete_op, slot0_sequence,
+    SessionAsk, TempDir, CB_PROGRAM,
 };
 use xdr::{Bounded, XdrBuf};
 
@@ -513,18 +513,7 @@ async fn the_holders_layoutcommit_does_not_recall_its_write_delegation() {
     let r = c
         .seq(vec![
             NfsArgop4::Putfh(Putfh4Args { object: fh.clone() }),
-            NfsArgop4::Layoutcommit(Layoutcommit4Args {
-                offset: 0,
-                length: u64::MAX,
-                reclaim: false,
-                stateid: l.stateid,
-                last_write_offset: Some(9999),
-                time_modify: None,
-                layoutupdate: Layoutupdate4 {
-                    layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
-                    body: Bounded(Bytes::new()),
-                },
-            }),
+            layoutcommit_file(l.stateid, false, 9999),
         ])
         .await;
     assert_eq!(r.status, Nfsstat4::NFS4_OK, "{r:?}");

@@ -314,6 +314,24 @@ pub fn layoutreturn_file(stateid: Stateid4, body: nfs::v4::pnfs::LayoutBody) -> 
     })
 }
 
+/// LAYOUTCOMMIT (RFC 8881 §18.42) of the whole current file under
+/// `stateid`, the last byte written at `last_write_offset`, no time and
+/// an empty flex-files update body (RFC 8435 §12: none is defined).
+pub fn layoutcommit_file(stateid: Stateid4, reclaim: bool, last_write_offset: u64) -> NfsArgop4 {
+    NfsArgop4::Layoutcommit(Layoutcommit4Args {
+        offset: 0,
+        length: u64::MAX,
+        reclaim,
+        stateid,
+        last_write_offset: Some(last_write_offset),
+        time_modify: None,
+        layoutupdate: Layoutupdate4 {
+            layout_type: Layouttype4::LAYOUT4_FLEX_FILES,
+            body: Bounded(Bytes::new()),
+        },
+    })
+}
+
 pub fn open_stateid(r: &[NfsResop4]) -> Stateid4 {
     r.iter()
         .find_map(|x| match x {
