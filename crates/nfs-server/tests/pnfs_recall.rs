@@ -11,7 +11,7 @@ mod v4_common;
 
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -118,6 +118,54 @@ async fn cluster(tag: &str) -> Cluster {
 
 /// A cluster whose metadata server settings `tweak` changes.
 async fn cluster_with(tag: &str, tweak: impl FnOnce(&mut MdsConfig)) -> Cluster {
+    cluster_via(tag, tweak, None).await
+}
+
+/// A TCP relay to `to`: forwards both ways until `silent` is set, then
+/// reads what comes and forwards nothing (a data server that keeps the
+/// connection and never answers).
+async fn relay(to: SocketAddr, silent: Arc<AtomicBool>) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn pipe(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        silent: Arc<AtomicBool>,
+    ) {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) if !silent.load(Ordering::SeqCst) => {
+                    if to.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((a, _)) = l.accept().await {
+            let Ok(b) = tokio::net::TcpStream::connect(to).await else {
+                continue;
+            };
+            let ((ar, aw), (br, bw)) = (a.into_split(), b.into_split());
+            tokio::spawn(pipe(ar, bw, Arc::clone(&silent)));
+            tokio::spawn(pipe(br, aw, Arc::clone(&silent)));
+        }
+    });
+    addr
+}
+
+/// A cluster whose metadata server reaches its data servers through
+/// [`relay`]s silenced by `silent`, when given.
+async fn cluster_via(
+    tag: &str,
+    tweak: impl FnOnce(&mut MdsConfig),
+    silent: Option<Arc<AtomicBool>>,
+) -> Cluster {
     let mut ds = Vec::new();
     for i in 0..2 {
         let dir = TempDir::new(&format!("{tag}-ds{i}"));
@@ -127,16 +175,20 @@ async fn cluster_with(tag: &str, tweak: impl FnOnce(&mut MdsConfig)) -> Cluster 
         cfg.set_squash(Squash::None);
         ds.push((nfs_server::start(cfg).await.unwrap(), dir));
     }
-    let specs = ds
-        .iter()
-        .map(|(s, d)| DataServer {
-            tcp: s.nfs_addr(),
+    let mut specs = Vec::new();
+    for (s, d) in &ds {
+        let tcp = match &silent {
+            Some(q) => relay(s.nfs_addr(), Arc::clone(q)).await,
+            None => s.nfs_addr(),
+        };
+        specs.push(DataServer {
+            tcp,
             rdma: None,
             mount_port: None,
             export: d.0.to_str().unwrap().to_owned(),
             advertise: None,
-        })
-        .collect();
+        });
+    }
     let mut mds_cfg = MdsConfig::new(specs);
     tweak(&mut mds_cfg);
     let mds = Arc::new(Mds::new(mds_cfg));
@@ -352,7 +404,12 @@ impl Client {
 
     /// The next CB_LAYOUTRECALL this client is sent (within 5 s).
     async fn recalled(&mut self) -> CbLayoutrecall4Args {
-        tokio::time::timeout(Duration::from_secs(5), self.recalls.recv())
+        self.recalled_within(Duration::from_secs(5)).await
+    }
+
+    /// The next CB_LAYOUTRECALL this client is sent within `wait`.
+    async fn recalled_within(&mut self, wait: Duration) -> CbLayoutrecall4Args {
+        tokio::time::timeout(wait, self.recalls.recv())
             .await
             .expect("a CB_LAYOUTRECALL")
             .unwrap()
@@ -592,6 +649,56 @@ async fn a_recall_timeout_shorter_than_the_lease_fences_at_that_timeout() {
     // and again at the timeout.
     let new = got(&c, c.layoutget(&fh, open).await).await;
     assert_eq!(new.user, DEFAULT_SYNTHETIC_ID + 2);
+}
+
+/// A data server that keeps the control path's connection and never
+/// answers holds the fencing before a recall for a chmod no longer than
+/// `fence_wait` (limit `pnfs.fence_wait`): every recall reaches its
+/// client, and however many recalls there are, fencing holds one task
+/// per data server and one queued name per data file (before: one task
+/// per recall, each waiting for good).
+#[tokio::test]
+async fn a_data_server_that_never_answers_delays_recalls_by_the_fence_wait_only() {
+    const FILES: [&str; 12] = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"];
+    let silent = Arc::new(AtomicBool::new(false));
+    let cl = cluster_via(
+        "fence-hung",
+        |m| m.fence_wait = Duration::from_millis(300),
+        Some(Arc::clone(&silent)),
+    )
+    .await;
+    let mut c = Client::connect(&cl, "hung-ds").await;
+    let mut layouts = std::collections::HashMap::new();
+    for f in FILES {
+        let (fh, open) = c.open(f).await;
+        let l = got(&c, c.layoutget(&fh, open).await).await;
+        layouts.insert(l.stateid.other, fh);
+    }
+    assert_eq!(cl.mds.fencing(), (0, 0));
+    silent.store(true, Ordering::SeqCst);
+
+    let trips = oncrpc::limits::trips("pnfs.fence_wait");
+    let v3 = nfs3(cl.addr, cl.uid).await;
+    for f in FILES {
+        let f3 = v3.lookup(&cl.root, f).await.unwrap().object;
+        let s = Sattr3 {
+            mode: Some(0o600),
+            ..Default::default()
+        };
+        v3.setattr(&f3, s, None).await.unwrap();
+    }
+    // Every layout is recalled (the guard is generous: a loaded machine).
+    for _ in FILES {
+        let r = c.recalled_within(Duration::from_secs(60)).await;
+        assert!(layouts.remove(&recalled_file(&r).stateid.other).is_some());
+    }
+    assert!(layouts.is_empty());
+    assert!(oncrpc::limits::trips("pnfs.fence_wait") > trips);
+    // One fencing task per data server, held by the silent one; the
+    // other files wait in its queue.
+    let (tasks, queued) = cl.mds.fencing();
+    assert!((1..=2).contains(&tasks), "{tasks} fencing tasks");
+    assert_eq!(tasks + queued, FILES.len());
 }
 
 #[tokio::test]

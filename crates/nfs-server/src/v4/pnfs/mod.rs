@@ -37,6 +37,7 @@
 
 mod control;
 mod events;
+mod fencing;
 mod holds;
 mod layouts;
 mod mirrors;
@@ -47,7 +48,7 @@ mod recall;
 mod written;
 
 pub use proxy::Written;
-pub use recall::{Why, FENCE_IDS};
+pub use recall::{Why, DEFAULT_FENCE_WAIT, FENCE_IDS};
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -121,6 +122,10 @@ pub struct MdsConfig {
     /// (NFS4ERR_NXIO) gets NFS4ERR_LAYOUTUNAVAILABLE for files there
     /// (`serve --mds-ds-error-hold`; [`holds`]).
     pub ds_error_hold: Duration,
+    /// How long a recall for a change of size or attributes waits for the
+    /// fencing of its read-write layouts' data files before its callbacks
+    /// go out regardless (limit `pnfs.fence_wait`; [`fencing`]).
+    pub fence_wait: Duration,
 }
 
 impl MdsConfig {
@@ -137,6 +142,7 @@ impl MdsConfig {
             rebuild_poll: Duration::from_secs(1),
             recall_timeout: None,
             ds_error_hold: Duration::from_secs(120),
+            fence_wait: DEFAULT_FENCE_WAIT,
         }
     }
 
@@ -154,6 +160,8 @@ impl MdsConfig {
 pub struct Mds {
     cfg: MdsConfig,
     ds: Vec<DsControl>,
+    /// Each data server's fencing queue ([`fencing`]).
+    fencers: Vec<fencing::Fencer>,
     layouts: Mutex<LayoutTable>,
     /// Which data server holds each file.
     placement: Mutex<Placement>,
@@ -209,9 +217,15 @@ impl Mds {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u32);
         let layouts = Mutex::new(LayoutTable::new(cfg.max_layouts, boot));
+        let fencers = cfg
+            .data_servers
+            .iter()
+            .map(|_| fencing::Fencer::default())
+            .collect();
         Self {
             cfg,
             ds,
+            fencers,
             layouts,
             placement: Mutex::new(placement),
             grow: tokio::sync::Mutex::new(()),

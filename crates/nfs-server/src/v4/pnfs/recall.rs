@@ -41,7 +41,7 @@ use nfs::v4::cb::{
 use nfs::v4::{Layoutiomode4, Layouttype4, NfsFh4, Nfsstat4};
 use oncrpc::limits::Limit;
 
-use super::layouts::{DataFile, Layout, Recalled};
+use super::layouts::{Layout, Recalled};
 use super::Mds;
 use crate::v4::callback::Callbacks;
 use crate::v4::coherence::key;
@@ -55,9 +55,10 @@ static EXPIRED_LAYOUTS: Limit = Limit::new("pnfs.expired_layouts");
 /// How many synthetic ids fencing rotates through.
 pub const FENCE_IDS: u32 = 1024;
 
-/// How long a recall for a change of size or attributes waits for the
-/// fencing of its data files before the callbacks go out regardless.
-const FENCE_FIRST_WAIT: Duration = Duration::from_secs(5);
+/// How long a recall for a change of size or attributes waits by default
+/// for the fencing of its data files before the callbacks go out
+/// regardless (`MdsConfig::fence_wait`, limit `pnfs.fence_wait`).
+pub const DEFAULT_FENCE_WAIT: Duration = Duration::from_secs(5);
 
 /// How often a recall task looks at its layouts (and retries callbacks
 /// that found no back channel).
@@ -92,7 +93,7 @@ impl core::fmt::Debug for Recaller {
 
 /// Why data files are fenced (RFC 8435 §2.2, §14).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fence {
+pub(super) enum Fence {
     /// A read-write layout of it is recalled because its size or
     /// attributes changed: I/O the client still has in flight must not
     /// land afterwards.
@@ -115,7 +116,7 @@ enum Sent {
 }
 
 /// The uid or gid after `cur` in the fencing rotation from `base`.
-fn next_id(base: u32, cur: u32) -> u32 {
+pub(super) fn next_id(base: u32, cur: u32) -> u32 {
     let off = cur.wrapping_sub(base);
     let next = if off < FENCE_IDS {
         (off + 1) % FENCE_IDS
@@ -204,8 +205,8 @@ impl Mds {
     /// it can no longer write to them with the credentials it was given.
     /// Other holders of those files find their ids refused too and get
     /// the new ones with their next LAYOUTGET. Work: that client's
-    /// layouts only; one fencing task per expired client that could
-    /// write, which ends after one SETATTR per file.
+    /// layouts only; its writable data files join their data servers'
+    /// fencing queues ([`super::fencing`]).
     pub(crate) fn client_gone(&self, client: u64) {
         if let Ok(mut h) = self.holds.lock() {
             h.forget_client(client);
@@ -238,54 +239,8 @@ impl Mds {
         if writable.is_empty() {
             return;
         }
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move { me.fence(&writable, Fence::Gone).await });
-        }
-    }
-
-    /// Fences the data files of `due` (revoked or recalled layouts): each
-    /// gets the next synthetic uid and gid.
-    async fn fence(&self, due: &[Recalled], why: Fence) {
-        let mut files: Vec<&DataFile> = due.iter().flat_map(|r| &r.data).collect();
-        files.sort_by(|a, b| (a.ds, &a.name).cmp(&(b.ds, &b.name)));
-        files.dedup();
-        for d in files {
-            let ds = &self.ds[d.ds];
-            let cur = match ds
-                .ensure(&d.name, self.cfg.uid, self.cfg.gid, super::DATA_FILE_MODE)
-                .await
-            {
-                Ok(cur) => cur,
-                Err(e) => {
-                    tracing::warn!(ds = d.ds, file = %d.name, error = ?e, reason = ?why, "pNFS data file not fenced");
-                    continue;
-                }
-            };
-            let (uid, gid) = (
-                next_id(self.cfg.uid, cur.uid),
-                next_id(self.cfg.gid, cur.gid),
-            );
-            match ds.set_owner(&d.name, uid, gid).await {
-                Ok(_) if why == Fence::Recalled => tracing::info!(
-                    ds = d.ds,
-                    file = %d.name,
-                    uid,
-                    gid,
-                    "pNFS read-write layout recalled for a change of size or attributes: data file fenced (I/O still in flight under the old layout is refused)"
-                ),
-                Ok(_) => tracing::warn!(
-                    ds = d.ds,
-                    file = %d.name,
-                    uid,
-                    gid,
-                    reason = ?why,
-                    "pNFS layout revoked, data file fenced"
-                ),
-                Err(e) => {
-                    tracing::warn!(ds = d.ds, file = %d.name, error = ?e, reason = ?why, "pNFS data file not fenced")
-                }
-            }
-        }
+        // Queued; nobody waits for it.
+        me.fence(&writable, Fence::Gone);
     }
 }
 
@@ -348,17 +303,9 @@ async fn run(mds: Arc<Mds>, r: Recaller, rs: Vec<Recalled>, changed: bool, fence
         if !writable.is_empty() {
             // The control path has no call timeout over TCP: a data
             // server that hangs must not hold the recall back for good.
-            let m = Arc::clone(&mds);
-            let fencing = tokio::spawn(async move { m.fence(&writable, Fence::Recalled).await });
-            if tokio::time::timeout(FENCE_FIRST_WAIT, fencing)
-                .await
-                .is_err()
-            {
-                tracing::warn!(
-                    layouts = rs.len(),
-                    "pNFS data file fencing still waiting on its data server: recalling meanwhile"
-                );
-            }
+            let t = mds.fence(&writable, Fence::Recalled);
+            let what = format!("{} recalled read-write layouts", writable.len());
+            mds.fenced(t, mds.cfg.fence_wait, &what).await;
         }
     }
     let lease = mds.cfg.recall_timeout.unwrap_or_else(|| {
@@ -395,7 +342,11 @@ async fn run(mds: Arc<Mds>, r: Recaller, rs: Vec<Recalled>, changed: bool, fence
             Err(_) => return,
         };
         if !due.is_empty() {
-            mds.fence(&due, Fence::Unanswered).await;
+            // Fenced before the loop looks again, unless the data server
+            // hangs (then the fencing stays queued and the task goes on).
+            let t = mds.fence(&due, Fence::Unanswered);
+            let what = format!("{} revoked layouts", due.len());
+            mds.fenced(t, mds.cfg.fence_wait, &what).await;
         }
         let left = mds
             .layouts
