@@ -51,6 +51,8 @@ struct CbState {
     nulls: AtomicU32,
     /// CB_COMPOUND never answers (a dead back channel).
     stall: AtomicBool,
+    /// CB_GETATTRs left unanswered so far.
+    stalled_getattrs: AtomicUsize,
     /// CB_RECALL answers only after this long.
     recall_delay_ms: AtomicU32,
     /// CB_RECALL answers only once this many CB_COMPOUNDs run at once
@@ -113,6 +115,15 @@ impl CbService {
 
     async fn compound(&self, ctx: CallContext, args: Bytes) -> Result<XdrBuf, ServiceError> {
         if self.st.stall.load(Ordering::SeqCst) {
+            if let Ok(a) = xdr::from_slice::<CbCompound4Args>(&args) {
+                let n = a
+                    .argarray
+                    .iter()
+                    .filter(|o| matches!(o, NfsCbArgop4::Getattr(_)));
+                self.st
+                    .stalled_getattrs
+                    .fetch_add(n.count(), Ordering::SeqCst);
+            }
             std::future::pending::<()>().await;
         }
         let a: CbCompound4Args = xdr::from_slice(&args).map_err(ServiceError::GarbageArgs)?;
@@ -176,6 +187,11 @@ struct Srv {
 /// The NFSv4.1 (and NFSv3) server over TCP, callbacks on the clients'
 /// connections, each bounded by [`CB_BOUND`].
 async fn serve(tag: &str) -> Srv {
+    serve_with(tag, CB_BOUND).await
+}
+
+/// A server whose bound on one callback is `cb_bound`.
+async fn serve_with(tag: &str, cb_bound: Duration) -> Srv {
     static N: AtomicU32 = AtomicU32::new(0);
     let n = N.fetch_add(1, Ordering::SeqCst);
     let p = std::env::temp_dir().join(format!("nfs4-cbtcp-{tag}-{}-{n}", std::process::id()));
@@ -195,7 +211,7 @@ async fn serve(tag: &str) -> Srv {
         },
     )
     .with_backchannels(slot.clone())
-    .with_callback_timeout(CB_BOUND);
+    .with_callback_timeout(cb_bound);
     let delegs = v4.delegations().with_wait(Duration::from_millis(300));
     let locks = NlmLocks::new(NlmLimits::default());
     let v4 = v4.with_nlm_locks(locks.clone());
@@ -586,6 +602,30 @@ async fn cb_getattr_answers_the_size_the_write_delegation_holder_reports() {
             break;
         }
     }
+}
+
+/// RFC 8881 §10.4.3: a write-delegation holder that never answers
+/// CB_GETATTR holds another client's GETATTR of size for the CB_GETATTR
+/// wait only (500 ms, limit `nfs4.cb_getattr_wait`, counted when it runs
+/// out): the GETATTR is answered NFS4ERR_DELAY and the delegation is
+/// recalled, so the next GETATTR asks no one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_never_answers_cb_getattr_trips_the_wait_and_is_recalled() {
+    // The server's default callback bound (5 s): the CB_GETATTR wait
+    // ends first.
+    let srv = serve_with("getattr-stall", Duration::from_secs(5)).await;
+    let a = Client::connect(&srv, "client-a", Setup::default()).await;
+    let b = Client::connect(&srv, "client-b", Setup::default()).await;
+    let (deleg, fh) = opened(&a.open("g", OPEN4_SHARE_ACCESS_BOTH).await);
+    write_deleg(&deleg);
+    a.st.stall.store(true, Ordering::SeqCst);
+    let waits = oncrpc::limits::trips("nfs4.cb_getattr_wait");
+    assert_eq!(b.getattr(&fh).await, Err(Nfsstat4::NFS4ERR_DELAY));
+    assert!(oncrpc::limits::trips("nfs4.cb_getattr_wait") > waits);
+    assert_eq!(a.st.stalled_getattrs.load(Ordering::SeqCst), 1);
+    // Being recalled: DELAY again, without a CB_GETATTR.
+    assert_eq!(b.getattr(&fh).await, Err(Nfsstat4::NFS4ERR_DELAY));
+    assert_eq!(a.st.stalled_getattrs.load(Ordering::SeqCst), 1);
 }
 
 /// RFC 8881 §18.46.3 (SEQ4_STATUS_CB_PATH_DOWN), §10.2, §8.4: a holder

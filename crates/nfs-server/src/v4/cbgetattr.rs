@@ -3,7 +3,10 @@
 //! written data the server has not seen, so the server asks it for size
 //! and change and answers with those. A holder that does not answer
 //! within [`CB_GETATTR_WAIT`] gets its delegation recalled and the
-//! GETATTR is answered NFS4ERR_DELAY, as the Linux server does.
+//! GETATTR is answered NFS4ERR_DELAY, as the Linux server does; the
+//! wait running out is logged and counted (`nfs4.cb_getattr_wait`), and a
+//! GETATTR of a file whose delegation is being recalled asks no one, so a
+//! holder that never answers costs each of its delegations one wait.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +15,7 @@ use nfs::v3::NfsFh3;
 use nfs::v4::attr::{Bitmap4, FileAttrs, FATTR4_CHANGE, FATTR4_SIZE};
 use nfs::v4::cb::{CbGetattr4Args, NfsCbArgop4, NfsCbResop4};
 use nfs::v4::{NfsFh4, Nfsstat4, Res4};
+use oncrpc::limits::Limit;
 
 use super::callback::Callbacks;
 use super::fileops::key;
@@ -20,8 +24,12 @@ use super::{Cx, Nfs4Service};
 use crate::storage::Storage;
 
 /// How long a GETATTR waits for the holder's CB_GETATTR reply before it
-/// recalls the delegation instead.
+/// recalls the delegation instead (limit `nfs4.cb_getattr_wait`).
 pub(crate) const CB_GETATTR_WAIT: Duration = Duration::from_millis(500);
+
+/// A holder did not answer CB_GETATTR within [`CB_GETATTR_WAIT`]: its
+/// delegation is recalled, and later GETATTRs do not ask it again.
+static WAIT: Limit = Limit::new("nfs4.cb_getattr_wait");
 
 /// Asks `holder` for the size and change of `fh` (CB_GETATTR, RFC 8881
 /// §20.1); `None` if it did not answer them.
@@ -42,11 +50,14 @@ async fn ask_holder(
     // holder is marked down by it while this GETATTR gives up sooner.
     let (cbs, state) = (cbs.clone(), Arc::clone(state));
     let task = tokio::spawn(async move { cbs.compound(&state, holder, vec![op]).await });
-    let res = tokio::time::timeout(CB_GETATTR_WAIT, task)
-        .await
-        .ok()?
-        .ok()?
-        .ok()?;
+    let Ok(res) = tokio::time::timeout(CB_GETATTR_WAIT, task).await else {
+        WAIT.trip(format_args!(
+            "client {holder:#x} did not answer CB_GETATTR within {CB_GETATTR_WAIT:?}: \
+             recalling its write delegation"
+        ));
+        return None;
+    };
+    let res = res.ok()?.ok()?;
     let Some(NfsCbResop4::Getattr(Res4::Ok(fattr))) = res.resarray.0.get(1) else {
         return None;
     };
@@ -81,7 +92,7 @@ impl<S: Storage> Nfs4Service<S> {
             }
             tracing::info!(
                 holder = h.clientid,
-                "CB_GETATTR unanswered: recalling the write delegation"
+                "CB_GETATTR not answered with size and change: recalling the write delegation"
             );
         }
         self.deleg_conflict(fh, cx, true).map(|()| None)
