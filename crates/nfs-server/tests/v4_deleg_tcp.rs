@@ -628,6 +628,50 @@ async fn a_holder_that_never_answers_cb_getattr_trips_the_wait_and_is_recalled()
     assert_eq!(a.st.stalled_getattrs.load(Ordering::SeqCst), 1);
 }
 
+/// RFC 8881 §20.9.3: a client that holds its one back-channel slot
+/// (never replies) makes the server's other callbacks to it wait for the
+/// slot, at most 64 of them per session (limit `nfs4.cb_slot_waiters`:
+/// one more is refused at once) and each for one callback bound (limit
+/// `nfs4.cb_slot_wait`), then tried again later; before, each waited for
+/// good and their number had no bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callbacks_waiting_for_a_held_back_channel_slot_are_bounded() {
+    const FILES: usize = 100;
+    // A callback bound long enough that all recalls start while the
+    // first holds the slot, on a loaded machine too.
+    let srv = serve_with("slot-held", Duration::from_secs(3)).await;
+    let setup = Setup {
+        back_slots: 1,
+        ..Setup::default()
+    };
+    let a = Client::connect(&srv, "client-a", setup).await;
+    let b = Client::connect(&srv, "client-b", Setup::default()).await;
+    let names: Vec<&'static str> = (0..FILES)
+        .map(|i| &*Box::leak(format!("h{i}").into_boxed_str()))
+        .collect();
+    for n in &names {
+        write_deleg(&opened(&a.open(n, OPEN4_SHARE_ACCESS_BOTH).await).0);
+    }
+    a.st.stall.store(true, Ordering::SeqCst);
+    let (crowded, waited) = (
+        oncrpc::limits::trips("nfs4.cb_slot_waiters"),
+        oncrpc::limits::trips("nfs4.cb_slot_wait"),
+    );
+    // Each conflicting OPEN starts a recall: FILES callbacks for one
+    // slot the client holds.
+    for n in &names {
+        let r = b.open(n, OPEN4_SHARE_ACCESS_READ).await;
+        assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
+    }
+    let t0 = std::time::Instant::now();
+    while oncrpc::limits::trips("nfs4.cb_slot_waiters") == crowded
+        || oncrpc::limits::trips("nfs4.cb_slot_wait") == waited
+    {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no slot bound held");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// RFC 8881 §18.46.3 (SEQ4_STATUS_CB_PATH_DOWN), §10.2, §8.4: a holder
 /// whose connection never answers callbacks has its path marked down
 /// after the callback bound, and the conflicting OPEN proceeds once the

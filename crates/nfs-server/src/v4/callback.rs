@@ -14,7 +14,11 @@
 //!   [`super::cbslots::MAX_CB_SLOTS`]), never server-wide: a dead back
 //!   channel stalls only its own client's callbacks, each bounded by
 //!   [`CB_TIMEOUT`], and the conflicting operations of other clients are
-//!   answered NFS4ERR_DELAY at once rather than waiting on it.
+//!   answered NFS4ERR_DELAY at once rather than waiting on it. Callbacks
+//!   waiting for a slot the client holds are bounded too: at most
+//!   [`MAX_SLOT_WAITERS`] per session (limit `nfs4.cb_slot_waiters`), each
+//!   for one callback bound (limit `nfs4.cb_slot_wait`); either way the
+//!   callback fails [`CbFailure::Busy`] and its caller tries again later.
 //! - Over ONC RPC on TCP the back channel is the reverse direction of a
 //!   connection the client opened and bound to it (RFC 8881 §2.10.3.1;
 //!   `oncrpc::tcp::TcpBackchannels`), over RPC-over-RDMA that of its RDMA
@@ -42,7 +46,7 @@ use oncrpc::{ClientTransport, PeerInfo, RpcError};
 use xdr::{Bounded, FixedOpaque, XdrBuf};
 
 use super::cb40::{Dialer, V40Target};
-use super::cbslots::SlotOutcome;
+use super::cbslots::{SlotOutcome, SlotWait, MAX_SLOT_WAITERS};
 use super::deleg::{CbPath, PathStatus, Recall, OPEN4_SHARE_ACCESS_WANT_NO_DELEG};
 use super::fileops::{cur, key, resolve_sid};
 use super::state::StateTable;
@@ -51,6 +55,13 @@ use super::{Cx, Nfs4Service};
 /// A client's callback service did not answer within the callback bound
 /// ([`CB_TIMEOUT`]): its back channel is marked down.
 static TIMED_OUT: Limit = Limit::new("nfs4.callback_timeout");
+
+/// [`MAX_SLOT_WAITERS`] callbacks of a session already waited for a
+/// back-channel slot: one more was refused.
+static SLOT_WAITERS: Limit = Limit::new("nfs4.cb_slot_waiters");
+
+/// A callback waited a callback bound for a back-channel slot and gave up.
+static SLOT_WAIT: Limit = Limit::new("nfs4.cb_slot_wait");
 
 /// How long one callback may take before the path counts as down.
 pub(crate) const CB_TIMEOUT: Duration = Duration::from_secs(5);
@@ -188,6 +199,9 @@ pub(crate) enum CbFailure {
     Down,
     /// The reply did not decode.
     Garbage,
+    /// Every back-channel slot stayed in use (the client holds them):
+    /// the callback was not sent; try again later.
+    Busy,
 }
 
 impl Callbacks {
@@ -293,9 +307,27 @@ impl Callbacks {
             set_status(state, clientid, p.conn, PathStatus::Down);
             return Err(CbFailure::NoPath);
         };
-        // Waiting for a slot is bounded by the callbacks holding them,
-        // each by the callback bound that starts once it has its slot.
-        let mut slot = p.slots.take().await.ok_or(CbFailure::NoPath)?;
+        // A client that never replies holds its slots, each for a
+        // callback bound; the callbacks waiting for one are bounded in
+        // number and each waits one callback bound at most (its caller
+        // tries again later, as after any failure).
+        let mut slot = match p.slots.take(self.timeout).await {
+            Ok(slot) => slot,
+            Err(SlotWait::Crowded) => {
+                SLOT_WAITERS.trip(format_args!(
+                    "client {clientid}: {MAX_SLOT_WAITERS} callbacks already wait for a \
+                     back-channel slot; one more refused"
+                ));
+                return Err(CbFailure::Busy);
+            }
+            Err(SlotWait::TimedOut) => {
+                SLOT_WAIT.trip(format_args!(
+                    "client {clientid}: no back-channel slot came free within {:?}",
+                    self.timeout
+                ));
+                return Err(CbFailure::Busy);
+            }
+        };
         let deadline = tokio::time::Instant::now() + self.timeout;
         let mut argarray = vec![NfsCbArgop4::Sequence(CbSequence4Args {
             sessionid: FixedOpaque(p.sessionid),

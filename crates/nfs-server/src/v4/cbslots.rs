@@ -7,17 +7,24 @@
 //!
 //! The table has `min(ca_maxrequests of the back channel, MAX_CB_SLOTS)`
 //! slots; a callback waits for a free one, so the callbacks a session
-//! has in flight never exceed what the client granted. A slot's sequence
+//! has in flight never exceed what the client granted. A client that
+//! holds its slots (never replies) makes callbacks wait: at most
+//! [`MAX_SLOT_WAITERS`] wait per session (one more is refused at once,
+//! [`SlotWait::Crowded`]), each at most the wait its caller gives
+//! ([`SlotWait::TimedOut`]); the caller counts both (limits
+//! `nfs4.cb_slot_waiters`, `nfs4.cb_slot_wait`). A slot's sequence
 //! id advances when the client answered CB_SEQUENCE, starts over after
 //! the client refused it (a misordered id), and stays when no reply came
 //! (the next callback on the slot then is a retry the client can
 //! recognise).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use nfs::v4::session::CallbackSecParms4;
 use oncrpc::msg::{AuthSys, OpaqueAuth};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
 /// What CREATE_SESSION or BACKCHANNEL_CTL set for a session's callbacks.
 #[derive(Debug, Clone)]
@@ -57,6 +64,19 @@ pub(crate) fn cb_cred(parms: &[CallbackSecParms4]) -> Option<OpaqueAuth> {
 /// client grants.
 pub(crate) const MAX_CB_SLOTS: u32 = 16;
 
+/// Callbacks that may wait for a free slot of one session at once
+/// (four for each slot there can be).
+pub(crate) const MAX_SLOT_WAITERS: usize = 4 * MAX_CB_SLOTS as usize;
+
+/// Why no slot was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotWait {
+    /// [`MAX_SLOT_WAITERS`] callbacks wait already.
+    Crowded,
+    /// No slot came free within the wait.
+    TimedOut,
+}
+
 /// How a callback on a slot ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SlotOutcome {
@@ -79,6 +99,17 @@ struct Table {
 pub(crate) struct CbSlots {
     room: Arc<Semaphore>,
     table: Mutex<Table>,
+    /// Callbacks waiting for a free slot now.
+    waiting: AtomicUsize,
+}
+
+/// One callback counted in [`CbSlots::waiting`] while it waits.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A slot taken for one callback; given back on drop as
@@ -107,6 +138,7 @@ impl CbSlots {
                 seqids: vec![0; n as usize],
                 free: (0..n).rev().collect(),
             }),
+            waiting: AtomicUsize::new(0),
         })
     }
 
@@ -120,14 +152,40 @@ impl CbSlots {
         self.lock().seqids.len()
     }
 
-    /// Takes a free slot, waiting while all are in use.
-    pub(crate) async fn take(self: &Arc<Self>) -> Option<CbSlot> {
-        let room = Arc::clone(&self.room).acquire_owned().await.ok()?;
+    /// Callbacks waiting for a free slot now.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Takes a free slot, waiting at most `wait` while all are in use
+    /// (and not at all when [`MAX_SLOT_WAITERS`] wait already).
+    pub(crate) async fn take(self: &Arc<Self>, wait: Duration) -> Result<CbSlot, SlotWait> {
+        let room = match Arc::clone(&self.room).try_acquire_owned() {
+            Ok(room) => room,
+            // The semaphore is never closed.
+            Err(TryAcquireError::Closed) => return Err(SlotWait::TimedOut),
+            Err(TryAcquireError::NoPermits) => {
+                if self.waiting.fetch_add(1, Ordering::Relaxed) >= MAX_SLOT_WAITERS {
+                    self.waiting.fetch_sub(1, Ordering::Relaxed);
+                    return Err(SlotWait::Crowded);
+                }
+                let _counted = Waiting(&self.waiting);
+                match tokio::time::timeout(wait, Arc::clone(&self.room).acquire_owned()).await {
+                    Ok(Ok(room)) => room,
+                    Ok(Err(_)) | Err(_) => return Err(SlotWait::TimedOut),
+                }
+            }
+        };
         let mut t = self.lock();
-        let slot = t.free.pop()?;
-        let seq = t.seqids.get(slot as usize)?.wrapping_add(1);
+        let slot = t.free.pop().ok_or(SlotWait::TimedOut)?;
+        let seq = t
+            .seqids
+            .get(slot as usize)
+            .ok_or(SlotWait::TimedOut)?
+            .wrapping_add(1);
         let highest = u32::try_from(t.seqids.len().saturating_sub(1)).unwrap_or(0);
-        Some(CbSlot {
+        Ok(CbSlot {
             slots: Arc::clone(self),
             slot,
             seq,
@@ -163,31 +221,66 @@ impl Drop for CbSlot {
 mod tests {
     use super::*;
 
+    const LONG: Duration = Duration::from_secs(60);
+
     #[tokio::test]
     async fn slots_bound_the_callbacks_in_flight_and_keep_their_own_sequence() {
         let t = CbSlots::new(2);
-        let mut a = t.take().await.unwrap();
-        let b = t.take().await.unwrap();
+        let mut a = t.take(LONG).await.unwrap();
+        let b = t.take(LONG).await.unwrap();
         assert_ne!(a.slot, b.slot);
         assert_eq!((a.seq, b.seq, a.highest), (1, 1, 1));
         // A third waits for a free slot.
-        let waiting = tokio::time::timeout(std::time::Duration::from_millis(20), t.take()).await;
+        let waiting = tokio::time::timeout(Duration::from_millis(20), t.take(LONG)).await;
         assert!(waiting.is_err());
+        assert_eq!(t.waiting(), 0, "a waiter that went is not counted");
         let a_slot = a.slot;
         a.finish(SlotOutcome::Sequenced);
         drop(a);
-        let mut c = t.take().await.unwrap();
+        let mut c = t.take(LONG).await.unwrap();
         assert_eq!((c.slot, c.seq), (a_slot, 2));
         // Refused: the slot starts over; no reply: the id is reused.
         c.finish(SlotOutcome::Refused);
         drop(c);
-        let d = t.take().await.unwrap();
+        let d = t.take(LONG).await.unwrap();
         assert_eq!((d.slot, d.seq), (a_slot, 1));
         drop(d);
-        let e = t.take().await.unwrap();
+        let e = t.take(LONG).await.unwrap();
         assert_eq!(e.seq, 1);
         drop((b, e));
         assert_eq!(CbSlots::new(1000).len(), MAX_CB_SLOTS as usize);
         assert_eq!(CbSlots::new(0).len(), 1);
+    }
+
+    /// A client that holds its only slot (never replies): the callbacks
+    /// waiting for it are bounded in number and in time.
+    #[tokio::test]
+    async fn waiting_for_a_held_slot_is_bounded_in_number_and_time() {
+        let t = CbSlots::new(1);
+        let held = t.take(LONG).await.unwrap();
+        let mut waiters = Vec::new();
+        for _ in 0..MAX_SLOT_WAITERS {
+            let t = Arc::clone(&t);
+            waiters.push(tokio::spawn(async move { t.take(LONG).await.map(|_| ()) }));
+        }
+        while t.waiting() < MAX_SLOT_WAITERS {
+            tokio::task::yield_now().await;
+        }
+        // One more is refused at once.
+        assert_eq!(t.take(LONG).await.err(), Some(SlotWait::Crowded));
+        assert_eq!(t.waiting(), MAX_SLOT_WAITERS);
+        for w in &waiters {
+            w.abort();
+        }
+        for w in waiters {
+            let _ = w.await;
+        }
+        assert_eq!(t.waiting(), 0);
+        // A waiter gives up after its wait.
+        let short = Duration::from_millis(20);
+        assert_eq!(t.take(short).await.err(), Some(SlotWait::TimedOut));
+        assert_eq!(t.waiting(), 0);
+        drop(held);
+        assert!(t.take(short).await.is_ok());
     }
 }
