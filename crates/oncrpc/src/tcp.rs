@@ -33,7 +33,10 @@ use budget::{Charge, ReplyBudget};
 use receive::RecordRoom;
 pub use receive::ServerReceiveBudget;
 use reverse::Outgoing;
-pub use reverse::{classify, Direction, TcpBackchannel, TcpBackchannels, MAX_REVERSE_IN_FLIGHT};
+pub use reverse::{
+    classify, Direction, TcpBackchannel, TcpBackchannels, DEFAULT_REVERSE_REPLY_WAIT,
+    MAX_REVERSE_IN_FLIGHT, MAX_REVERSE_WAITERS,
+};
 use tls::Upgraded;
 pub use tls::{ClientTls, ServerTls, DEFAULT_HANDSHAKE_TIMEOUT};
 use write::{reply_writer, writer_task, RecordWrite};
@@ -93,6 +96,14 @@ pub struct TcpConfig {
     /// [`ServerReceiveBudget`] between listeners with
     /// [`TcpServer::with_receive_budget`].
     pub max_server_receive_reserve: usize,
+    /// How long a call the server makes to a client on the client's
+    /// connection (an NFSv4.1 callback, [`TcpBackchannel`]) waits for its
+    /// reply, its wait to go out included; then it fails with
+    /// [`crate::client::RpcError::TimedOut`] and trips the
+    /// `tcp.reverse_reply_wait` limit. Default 30 s
+    /// ([`DEFAULT_REVERSE_REPLY_WAIT`]), above the NFSv4.1
+    /// server's own 5 s callback bound.
+    pub reverse_reply_wait: Duration,
 }
 
 impl Default for TcpConfig {
@@ -106,6 +117,7 @@ impl Default for TcpConfig {
             max_server_reply_bytes: 256 * 1024 * 1024,
             idle_timeout: Some(Duration::from_secs(6 * 60)),
             max_server_receive_reserve: 64 * 1024 * 1024,
+            reverse_reply_wait: reverse::DEFAULT_REVERSE_REPLY_WAIT,
         }
     }
 }
@@ -359,7 +371,12 @@ impl Conn<'_> {
         let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
         let writer = tokio::spawn(reply_writer(w, rx));
         let seed = (peer.conn_id as u32).wrapping_mul(0x9e37_79b9);
-        let reverse = TcpBackchannel::new(peer.conn_id, tx.clone(), seed);
+        let reverse = TcpBackchannel::new(
+            peer.conn_id,
+            tx.clone(),
+            seed,
+            self.config.reverse_reply_wait,
+        );
         self.bcs.insert(reverse.clone());
         let (server, config, replies) = (self.server, self.config, self.replies);
         let room = RecordRoom::new(self.receives, peer.conn_id);

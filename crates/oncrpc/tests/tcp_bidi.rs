@@ -13,7 +13,9 @@ use oncrpc::echo::{EchoClient, EchoService};
 use oncrpc::limits;
 use oncrpc::msg::{Accepted, CallHeader, OpaqueAuth, ReplyHeader};
 use oncrpc::record::{encode_record, RecordDecoder};
-use oncrpc::tcp::{TcpBackchannels, TcpClient, TcpConfig, TcpServer};
+use oncrpc::tcp::{
+    TcpBackchannels, TcpClient, TcpConfig, TcpServer, MAX_REVERSE_IN_FLIGHT, MAX_REVERSE_WAITERS,
+};
 use oncrpc::Server;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -22,9 +24,13 @@ use xdr::{Encode, Encoder, XdrBuf};
 /// An echo server over TCP and the registry of its connections' reverse
 /// directions.
 async fn start() -> (std::net::SocketAddr, TcpBackchannels) {
+    start_with(TcpConfig::default()).await
+}
+
+async fn start_with(config: TcpConfig) -> (std::net::SocketAddr, TcpBackchannels) {
     let mut server = Server::new();
     server.register(EchoService::default());
-    let srv = TcpServer::bind("127.0.0.1:0", Arc::new(server), TcpConfig::default())
+    let srv = TcpServer::bind("127.0.0.1:0", Arc::new(server), config)
         .await
         .unwrap();
     let addr = srv.local_addr().unwrap();
@@ -277,4 +283,58 @@ async fn a_server_flooding_callbacks_trips_the_per_connection_bound() {
     // The connection still serves callbacks after the flood.
     s.write_all(&echo_call(7, b"")).await.unwrap();
     assert_eq!(read_replies(&mut s, &mut dec, 1).await, vec![7]);
+}
+
+/// A client that never answers the server's calls on its connection:
+/// the calls waiting to go out behind the 64 in flight are bounded (one
+/// more fails at once, `tcp.reverse_waiters`), and every call, waiting
+/// included, ends after `reverse_reply_wait` (`tcp.reverse_reply_wait`)
+/// though its caller set no bound; before, each waited for good.
+#[tokio::test]
+async fn calls_to_a_client_that_never_answers_are_bounded_in_number_and_time() {
+    let wait = Duration::from_secs(20);
+    let (addr, bcs) = start_with(TcpConfig {
+        reverse_reply_wait: wait,
+        ..TcpConfig::default()
+    })
+    .await;
+    let _silent = TcpStream::connect(addr).await.unwrap();
+    let bc = bcs.get(only_conn(&bcs).await).unwrap();
+    let full = MAX_REVERSE_IN_FLIGHT + MAX_REVERSE_WAITERS;
+    let mut calls = Vec::new();
+    for _ in 0..full {
+        let back = EchoClient::new(bc.clone());
+        calls.push(tokio::spawn(async move { back.null().await }));
+    }
+    let t0 = std::time::Instant::now();
+    while bc.in_flight() < MAX_REVERSE_IN_FLIGHT || bc.waiting() < MAX_REVERSE_WAITERS {
+        assert!(t0.elapsed() < wait / 2, "calls did not queue");
+        tokio::task::yield_now().await;
+    }
+    let crowded = count("tcp.reverse_waiters");
+    let r = EchoClient::new(bc.clone()).null().await;
+    assert!(matches!(r, Err(RpcError::TooManyInFlight)), "{r:?}");
+    assert_eq!(count("tcp.reverse_waiters"), crowded + 1);
+    assert_eq!(bc.waiting(), MAX_REVERSE_WAITERS);
+    for c in calls {
+        c.abort();
+        let _ = c.await;
+    }
+    assert_eq!((bc.in_flight(), bc.waiting()), (0, 0));
+
+    // The time bound, on a server with a short one.
+    let short = Duration::from_millis(200);
+    let (addr, bcs) = start_with(TcpConfig {
+        reverse_reply_wait: short,
+        ..TcpConfig::default()
+    })
+    .await;
+    let _silent = TcpStream::connect(addr).await.unwrap();
+    let bc = bcs.get(only_conn(&bcs).await).unwrap();
+    let timed_out = count("tcp.reverse_reply_wait");
+    let guard = Duration::from_secs(60);
+    let r = tokio::time::timeout(guard, EchoClient::new(bc.clone()).null()).await;
+    assert!(matches!(r, Ok(Err(RpcError::TimedOut))), "{r:?}");
+    assert!(count("tcp.reverse_reply_wait") > timed_out);
+    assert_eq!(bc.in_flight(), 0, "its entry went with it");
 }

@@ -10,14 +10,22 @@
 //! replies by xid; a REPLY no call waits for (a late one, or one the
 //! client made up) is dropped and trips `tcp.unexpected_reply`, and a
 //! record that is neither trips `tcp.garbage_record`.
+//!
+//! A client that never answers holds the server's calls: at most
+//! [`MAX_REVERSE_IN_FLIGHT`] go out at once, at most [`MAX_REVERSE_WAITERS`]
+//! more wait for one of those to end (one more fails at once with
+//! [`RpcError::TooManyInFlight`], limit `tcp.reverse_waiters`), and each
+//! call, waiting included, ends after `TcpConfig::reverse_reply_wait`
+//! ([`RpcError::TimedOut`], limit `tcp.reverse_reply_wait`), whatever
+//! bound its caller keeps or forgets to keep.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore, SemaphorePermit, TryAcquireError};
 use xdr::XdrBuf;
 
 use super::QueuedReply;
@@ -29,8 +37,18 @@ use crate::msg::{parse_prefix, MsgType};
 /// back channel (`ca_maxrequests`) is bounded below this by its user.
 pub const MAX_REVERSE_IN_FLIGHT: usize = 64;
 
+/// Reverse-direction calls that may wait, per connection, for one of the
+/// [`MAX_REVERSE_IN_FLIGHT`] to end.
+pub const MAX_REVERSE_WAITERS: usize = 4 * MAX_REVERSE_IN_FLIGHT;
+
+/// How long a reverse-direction call waits for its reply by default
+/// (`TcpConfig::reverse_reply_wait`), its wait to go out included.
+pub const DEFAULT_REVERSE_REPLY_WAIT: Duration = Duration::from_secs(30);
+
 static UNEXPECTED_REPLY: Limit = Limit::new("tcp.unexpected_reply");
 static GARBAGE: Limit = Limit::new("tcp.garbage_record");
+static WAITERS: Limit = Limit::new("tcp.reverse_waiters");
+static REPLY_WAIT: Limit = Limit::new("tcp.reverse_reply_wait");
 
 /// The direction of a received record (RFC 5531 §9 `msg_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,9 +89,22 @@ struct Reverse {
     conn_id: u64,
     state: Mutex<RevState>,
     slots: Semaphore,
+    /// Calls waiting for one of `slots`.
+    waiting: AtomicUsize,
+    /// How long a call waits for its reply, its wait for a slot included.
+    reply_wait: Duration,
     /// Set once a reverse call went out: the connection carries a back
     /// channel (an idle timeout should spare it).
     used: AtomicBool,
+}
+
+/// One call counted in [`Reverse::waiting`] while it waits.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Reverse {
@@ -84,7 +115,9 @@ impl Reverse {
 
 /// The server's side of the reverse direction of one TCP connection: an
 /// [`ClientTransport`] whose calls go to the client on the connection it
-/// opened, at most [`MAX_REVERSE_IN_FLIGHT`] at once (more wait).
+/// opened, at most [`MAX_REVERSE_IN_FLIGHT`] at once (at most
+/// [`MAX_REVERSE_WAITERS`] more wait), each for its reply at most
+/// `TcpConfig::reverse_reply_wait`.
 #[derive(Clone)]
 pub struct TcpBackchannel {
     inner: Arc<Reverse>,
@@ -112,7 +145,12 @@ impl Drop for Forget<'_> {
 }
 
 impl TcpBackchannel {
-    pub(super) fn new(conn_id: u64, out: mpsc::UnboundedSender<Outgoing>, xid_seed: u32) -> Self {
+    pub(super) fn new(
+        conn_id: u64,
+        out: mpsc::UnboundedSender<Outgoing>,
+        xid_seed: u32,
+        reply_wait: Duration,
+    ) -> Self {
         let config = ClientConfig {
             max_in_flight: MAX_REVERSE_IN_FLIGHT,
             ..ClientConfig::default()
@@ -125,6 +163,8 @@ impl TcpBackchannel {
                     out: Some(out),
                 }),
                 slots: Semaphore::new(MAX_REVERSE_IN_FLIGHT),
+                waiting: AtomicUsize::new(0),
+                reply_wait,
                 used: AtomicBool::new(false),
             }),
         }
@@ -147,13 +187,54 @@ impl TcpBackchannel {
         self.inner.lock().core.in_flight()
     }
 
+    /// Reverse calls waiting to go out (all [`MAX_REVERSE_IN_FLIGHT`]
+    /// are in flight).
+    pub fn waiting(&self) -> usize {
+        self.inner.waiting.load(Ordering::Relaxed)
+    }
+
     async fn call_inner(&self, call: RpcCall) -> Result<Bytes, RpcError> {
-        let _slot = self
-            .inner
-            .slots
-            .acquire()
-            .await
-            .map_err(|_| RpcError::ConnectionClosed)?;
+        let wait = self.inner.reply_wait;
+        match tokio::time::timeout(wait, self.call_unbounded(call)).await {
+            Ok(r) => r,
+            Err(_) => {
+                REPLY_WAIT.trip(format_args!(
+                    "connection {}: a call to the client got no reply within {wait:?}",
+                    self.inner.conn_id
+                ));
+                Err(RpcError::TimedOut)
+            }
+        }
+    }
+
+    /// A slot for one call in flight, waiting while all are taken unless
+    /// [`MAX_REVERSE_WAITERS`] wait already.
+    async fn slot(&self) -> Result<SemaphorePermit<'_>, RpcError> {
+        let rev = &self.inner;
+        match rev.slots.try_acquire() {
+            Ok(p) => Ok(p),
+            Err(TryAcquireError::Closed) => Err(RpcError::ConnectionClosed),
+            Err(TryAcquireError::NoPermits) => {
+                if rev.waiting.fetch_add(1, Ordering::Relaxed) >= MAX_REVERSE_WAITERS {
+                    rev.waiting.fetch_sub(1, Ordering::Relaxed);
+                    WAITERS.trip(format_args!(
+                        "connection {}: {MAX_REVERSE_IN_FLIGHT} calls to the client in \
+                         flight and {MAX_REVERSE_WAITERS} waiting; one more refused",
+                        rev.conn_id
+                    ));
+                    return Err(RpcError::TooManyInFlight);
+                }
+                let _counted = Waiting(&rev.waiting);
+                rev.slots
+                    .acquire()
+                    .await
+                    .map_err(|_| RpcError::ConnectionClosed)
+            }
+        }
+    }
+
+    async fn call_unbounded(&self, call: RpcCall) -> Result<Bytes, RpcError> {
+        let _slot = self.slot().await?;
         let (xid, rx) = {
             let mut st = self.inner.lock();
             let Some(out) = st.out.clone() else {
