@@ -24,7 +24,12 @@
 # CPU microseconds and context switches per READ (summed over the server's
 # threads from /proc/PID/task/*/status).
 # Server CPU is utime+stime of the server process, all threads, from
-# /proc/PID/stat around each client run. Prints every run with the 1-minute
+# /proc/PID/stat around each client run. cp, bench and write also split
+# the CPU per GiB (cpu_sample): the server's user and system time, the
+# ksoftirqd threads', the client's (`times`), their sum, and the whole
+# machine's busy ticks outside nice (comparable for both servers: on
+# loopback the receiver's TCP work runs in whichever task's softirq
+# delivers the segment), with the softirq ticks and NET_RX per MiB. Prints every run with the 1-minute
 # load average after it, then a table of medians and the ratios ours/Ganesha.
 #
 # Isolation: the benchmark re-executes itself under `unshare --net --mount`
@@ -45,13 +50,16 @@
 # release binary is built), BIN (an nfsrdma binary to use instead of
 # building one), PHASES, RAND_SECS, PERF (set: `perf record -g` of each
 # server during the first run of each phase, in $OUT/perf-PHASE-SERVER.data;
-# read with `perf report -i FILE --no-children`), BIN_B (a second nfsrdma
+# read with `perf report -i FILE --no-children`; PERF=all: every run, in
+# $OUT/perf-PHASE-SERVER-RUN.data), BIN_B (a second nfsrdma
 # binary, e.g. the build before a change: served as "oursb" on 12149/12148,
 # its handle index in $OUT/state-b, beside the first and alternated with both in every phase, its medians
 # and ratio to Ganesha in two more columns), PERFSTAT (set: `perf stat`
 # of each server's system calls, context switches and CPU migrations during
 # the first run of each phase, in $OUT/perfstat-PHASE-SERVER.txt; for
-# `random` the counts per READ are printed after the table).
+# `random` the counts per READ are printed after the table), NSTAT (set: the
+# namespace's network counters over each run, `nstat`, in
+# $OUT/nstat-PHASE-SERVER-RUN.txt).
 # Wall time on the 2-core dev VM: about 1 minute for 256 MiB x 3 runs.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -165,6 +173,44 @@ our_url() {
 }
 
 ticks() { local f; f=$(sed 's/^.*) //' "/proc/$1/stat"); set -- $f; echo $((${12} + ${13})); }
+# The CPU of a bulk run, each figure in ticks: "SRV_UTIME SRV_STIME
+# KSOFTIRQD MACHINE SOFTIRQ NET_RX". SRV_* are the server process's (all
+# threads); KSOFTIRQD the ksoftirqd threads' utime+stime; MACHINE the
+# whole machine's user+system+irq+softirq from /proc/stat, i.e. every
+# CPU tick not idle, not iowait, not steal and not run at a positive nice
+# (builds run at nice 19 go to the nice column; only their system time
+# lands here); SOFTIRQ the ticks that fell in softirq work in any task's
+# context (/proc/stat softirq: this kernel has tick accounting without
+# IRQ_TIME_ACCOUNTING, so such a tick is also charged to the task it
+# interrupted); NET_RX the NET_RX softirqs raised (/proc/softirqs, all CPUs).
+KSOFTIRQD_PIDS=$(for t in /proc/[0-9]*/comm; do
+    [[ $(cat "$t" 2>/dev/null) == ksoftirqd/* ]] && { t=${t%/comm}; echo "${t#/proc/}"; }; done || true)
+cpu_sample() {
+    local f k=0 t
+    f=$(sed 's/^.*) //' "/proc/$1/stat"); set -- $f
+    for t in $KSOFTIRQD_PIDS; do k=$((k + $(ticks "$t"))); done
+    echo "${12} ${13} $k $(awk '/^cpu /{print $2+$4+$7+$8, $8}' /proc/stat)" \
+        "$(awk '/NET_RX:/{for(i=2;i<=NF;i++) n+=$i; print n}' /proc/softirqs)"
+}
+# CPU seconds per GiB of GIB gibibytes between two cpu_sample lines, and the
+# client's (CLIENT_TICKS): "SRV_USER SRV_SYS KSOFTIRQD MACHINE SOFTIRQ
+# NET_RX/MiB CLIENT SRV+CLIENT+KSOFTIRQD"
+cpu_per_gib() { # BEFORE AFTER CLIENT_TICKS GIB
+    awk -v a="$1" -v b="$2" -v c="$3" -v g="$4" -v h="$TICK" 'BEGIN{
+        split(a, x, " "); split(b, y, " "); for (i = 1; i <= 6; i++) d[i] = y[i] - x[i]
+        printf "%.3f %.3f %.3f %.3f %.3f %.1f %.3f %.3f\n", d[1]/h/g, d[2]/h/g, d[3]/h/g, d[4]/h/g,
+            d[5]/h/g, d[6]/(g*1024), c/h/g, (d[1]+d[2]+d[3]+c)/h/g}'
+}
+# RUN COMMAND...: runs a client command, its output in LOG, and leaves its CPU
+# (user+system of it and its children, from `times` in a subshell) in
+# LOG.ticks as clock ticks.
+client_run() {
+    local log=$1; shift
+    ( local rc=0; "$@" > "$log" 2>&1 || rc=$?; times > "$log.times"; exit $rc ) || return
+    awk -v h="$TICK" 'NR==2{ # bash prints 0m1.234s 0m0.567s
+        split($1, a, "m"); split($2, b, "m"); sub("s", "", a[2]); sub("s", "", b[2])
+        printf "%.0f\n", (a[1]*60 + a[2] + b[1]*60 + b[2]) * h}' "$log.times" > "$log.ticks"
+}
 # Context switches (voluntary + involuntary) of every live thread of PID.
 # A thread that ends between two readings takes its count with it, so a
 # difference undercounts by what threads that ended had made (tokio's
@@ -178,40 +224,43 @@ fail() { echo "$1 failed:" >&2; cat "$2" >&2; exit 1; }
 
 # Each phase: SERVER RUN -> "figure server_cpu_figure" on stdout.
 phase_cp() {
-    local dst=/dev/shm/nfs-bench-$1-$2.out log=$OUT/cp-$1-$2.log pid=PID_$1 t0 t1 c0 c1 s0 s1
+    local dst=/dev/shm/nfs-bench-$1-$2.out log=$OUT/cp-$1-$2.log pid=PID_$1 t0 t1 c0 c1 s0 s1 u0 u1
     pid=${!pid}; rm -f "$dst"; sync
-    s0=$(cswitches "$pid"); c0=$(ticks "$pid"); t0=$(date +%s.%N)
-    "$NFSCP" "$(libnfs_url "$1" "$FILE")" "$dst" > "$log" 2>&1 || fail "nfs-cp from $1" "$log"
-    t1=$(date +%s.%N); c1=$(ticks "$pid"); s1=$(cswitches "$pid")
+    s0=$(cswitches "$pid"); u0=$(cpu_sample "$pid"); c0=$(ticks "$pid"); t0=$(date +%s.%N)
+    client_run "$log" "$NFSCP" "$(libnfs_url "$1" "$FILE")" "$dst" || fail "nfs-cp from $1" "$log"
+    t1=$(date +%s.%N); c1=$(ticks "$pid"); u1=$(cpu_sample "$pid"); s1=$(cswitches "$pid")
     if [ "$2" = 1 ]; then cmp "$SRC" "$dst" > /dev/null || { echo "$1: copy differs from the source" >&2; exit 1; }; fi
     rm -f "$dst"
-    awk -v a="$t0" -v b="$t1" -v c="$c0" -v d="$c1" -v h="$TICK" -v n="$BYTES" -v s="$((s1 - s0))" \
-        'BEGIN{g=n/1073741824; printf "%.1f %.3f %.0f\n", n/(b-a)/1e6, (d-c)/h/g, s/g}'
+    echo "$(awk -v a="$t0" -v b="$t1" -v c="$c0" -v d="$c1" -v h="$TICK" -v n="$BYTES" -v s="$((s1 - s0))" \
+        'BEGIN{g=n/1073741824; printf "%.1f %.3f %.0f\n", n/(b-a)/1e6, (d-c)/h/g, s/g}')" \
+        "$(cpu_per_gib "$u0" "$u1" "$(cat "$log.ticks")" "$(awk -v n="$BYTES" 'BEGIN{print n/1073741824}')")"
 }
-# nfsrdma bench against SERVER: RUN ARGS... -> csv in $OUT; prints CPU ticks used
 # nfsrdma bench against SERVER: RUN ARGS... -> csv in $OUT; prints the
-# server's CPU ticks and context switches used
+# server's CPU ticks and context switches used, then the 8 figures of
+# cpu_per_gib for GIB (BENCH_GIB) gibibytes
 bench_run() {
-    local srv=$1 i=$2 name=$3 dir=$4 pid=PID_$1 c0 c1 s0 s1; shift 4
+    local srv=$1 i=$2 name=$3 dir=$4 pid=PID_$1 c0 c1 s0 s1 u0 u1; shift 4
     pid=${!pid}
-    s0=$(cswitches "$pid"); c0=$(ticks "$pid")
-    "$BIN" bench --url "$(our_url "$srv" "$dir")" --transports tcp --repeat 1 \
-        --csv "$OUT/$name-$srv-$i.csv" "$@" > "$OUT/$name-$srv-$i.log" 2>&1 ||
+    s0=$(cswitches "$pid"); u0=$(cpu_sample "$pid"); c0=$(ticks "$pid")
+    client_run "$OUT/$name-$srv-$i.log" "$BIN" bench --url "$(our_url "$srv" "$dir")" --transports tcp --repeat 1 \
+        --csv "$OUT/$name-$srv-$i.csv" "$@" ||
         fail "nfsrdma bench ($name) against $srv" "$OUT/$name-$srv-$i.log"
-    c1=$(ticks "$pid"); s1=$(cswitches "$pid")
-    echo $((c1 - c0)) $((s1 - s0))
+    c1=$(ticks "$pid"); u1=$(cpu_sample "$pid"); s1=$(cswitches "$pid")
+    echo $((c1 - c0)) $((s1 - s0)) "$(cpu_per_gib "$u0" "$u1" "$(cat "$OUT/$name-$srv-$i.log.ticks")" "${BENCH_GIB:-1}")"
 }
 phase_bench() {
-    local t; t=$(bench_run "$1" "$2" bench client/ --ops read --read-sizes 1m --in-flight 4 --size "${SIZE_MIB}m")
+    local t; t=$(BENCH_GIB=$(awk -v n="$BYTES" 'BEGIN{print n/1073741824}') \
+        bench_run "$1" "$2" bench client/ --ops read --read-sizes 1m --in-flight 4 --size "${SIZE_MIB}m")
     set -- "$1" "$2" $t
-    awk -v m="$(csv_col "$OUT/bench-$1-$2.csv" mib_s)" -v t="$3" -v s="$4" -v h="$TICK" -v n="$BYTES" \
-        'BEGIN{g=n/1073741824; printf "%.1f %.3f %.0f\n", m, t/h/g, s/g}'
+    echo "$(awk -v m="$(csv_col "$OUT/bench-$1-$2.csv" mib_s)" -v t="$3" -v s="$4" -v h="$TICK" -v n="$BYTES" \
+        'BEGIN{g=n/1073741824; printf "%.1f %.3f %.0f\n", m, t/h/g, s/g}')" "${*:5}"
 }
 phase_write() {
-    local t; t=$(bench_run "$1" "$2" write client/ --ops write --read-sizes 1m --in-flight 4 --size "${WRITE_MIB}m")
+    local t; t=$(BENCH_GIB=$(awk -v n="$((WRITE_MIB * 1048576))" 'BEGIN{print n/1073741824}') \
+        bench_run "$1" "$2" write client/ --ops write --read-sizes 1m --in-flight 4 --size "${WRITE_MIB}m")
     set -- "$1" "$2" $t
-    awk -v m="$(csv_col "$OUT/write-$1-$2.csv" mib_s)" -v t="$3" -v s="$4" -v h="$TICK" -v n="$((WRITE_MIB * 1048576))" \
-        'BEGIN{g=n/1073741824; printf "%.1f %.3f %.0f\n", m, t/h/g, s/g}'
+    echo "$(awk -v m="$(csv_col "$OUT/write-$1-$2.csv" mib_s)" -v t="$3" -v s="$4" -v h="$TICK" -v n="$((WRITE_MIB * 1048576))" \
+        'BEGIN{g=n/1073741824; printf "%.1f %.3f %.0f\n", m, t/h/g, s/g}')" "${*:5}"
 }
 phase_random() {
     local t f=$OUT/random-$1-$2.csv; t=$(bench_run "$1" "$2" random client/ --pattern random --read-sizes 4k \
@@ -253,7 +302,10 @@ for phase in $PHASES; do
         order=$SERVERS; [ $((i % 2)) = 0 ] && order=$(echo $SERVERS | tr ' ' '\n' | tac | tr '\n' ' ')
         for name in $order; do
             pid=PID_$name; perf_pid=
-            if [ -n "${PERF:-}" ] && [ "$i" = 1 ]; then
+            if [ "${PERF:-}" = all ]; then
+                perf record -q -g -p "${!pid}" -o "$OUT/perf-$phase-$name-$i.data" > /dev/null 2>&1 &
+                perf_pid=$!; sleep 0.5
+            elif [ -n "${PERF:-}" ] && [ "$i" = 1 ]; then
                 perf record -q -g -p "${!pid}" -o "$OUT/perf-$phase-$name.data" > /dev/null 2>&1 &
                 perf_pid=$!; sleep 0.5
             fi
@@ -262,11 +314,16 @@ for phase in $PHASES; do
                     -o "$OUT/perfstat-$phase-$name.txt" > /dev/null 2>&1 &
                 perf_pid=$!; sleep 0.5
             fi
+            [ -n "${NSTAT:-}" ] && nstat -n
             r=$("phase_$phase" "$name" "$i")
+            [ -n "${NSTAT:-}" ] && nstat > "$OUT/nstat-$phase-$name-$i.txt"
             [ -n "$perf_pid" ] && { kill -INT "$perf_pid"; wait "$perf_pid" 2> /dev/null || true; }
             R[$phase/$name]+="$r"$'\n'
             set -- $r
-            printf '%-7s %-8s %-3s %12s %12s %10s %8s %6s\n' "$phase" "$name" "$i" "$1" "$2" "${3:--}" "${4:--}" "$(load1)"
+            printf '%-7s %-8s %-3s %12s %12s %10s %8s %6s' "$phase" "$name" "$i" "$1" "$2" "${3:--}" "${4:--}" "$(load1)"
+            # cp, bench, write: the CPU split (cpu_per_gib), s/GiB
+            [ $# -ge 11 ] && printf '  usr %s sys %s ksoftirqd %s machine %s softirq %s netrx/MiB %s client %s sum %s' "${@:4:8}"
+            echo
         done
     done
 done
@@ -281,6 +338,14 @@ row() { # LABEL PHASE FIELD
         if (c == "") printf "| %s | %s | %s | %s |\n", l, a, b, r
         else printf "| %s | %s | %s | %s | %s | %s |\n", l, a, b, r, c, (b > 0 ? sprintf("%.2f", c/b) : "-")}'
 }
+# The CPU split of a bulk phase (cpu_per_gib's figures, fields 4-11)
+cpu_rows() { # LABEL PHASE
+    row "$1 server user CPU s/GiB" "$2" 4; row "$1 server system CPU s/GiB" "$2" 5
+    row "$1 ksoftirqd CPU s/GiB" "$2" 6; row "$1 client CPU s/GiB" "$2" 10
+    row "$1 server+client+ksoftirqd CPU s/GiB" "$2" 11
+    row "$1 machine CPU s/GiB (not nice, not idle)" "$2" 7
+    row "$1 softirq ticks s/GiB (any task)" "$2" 8; row "$1 NET_RX softirqs/MiB" "$2" 9
+}
 echo
 if [ -n "$BPID" ]; then
     echo "| medians of $RUNS runs | nfsrdma serve (BIN) | NFS-Ganesha | ours/Ganesha | BIN_B | BIN_B/Ganesha |"
@@ -292,11 +357,11 @@ fi
 for phase in $PHASES; do
     case $phase in
     cp) row "nfs-cp read MB/s" cp 1; row "nfs-cp server CPU s/GiB" cp 2
-        row "nfs-cp server context switches/GiB" cp 3 ;;
+        row "nfs-cp server context switches/GiB" cp 3; cpu_rows "nfs-cp" cp ;;
     bench) row "nfsrdma bench read 1m x 4 MiB/s" bench 1; row "nfsrdma bench server CPU s/GiB" bench 2
-        row "nfsrdma bench server context switches/GiB" bench 3 ;;
+        row "nfsrdma bench server context switches/GiB" bench 3; cpu_rows "bench read" bench ;;
     write) row "nfsrdma bench write 1m x 4 MiB/s" write 1; row "nfsrdma bench write server CPU s/GiB" write 2
-        row "nfsrdma bench write server context switches/GiB" write 3 ;;
+        row "nfsrdma bench write server context switches/GiB" write 3; cpu_rows "bench write" write ;;
     random) row "4k random read x 32 IOPS" random 1; row "4k random read p50 us" random 5
         row "4k random read p99 us" random 2
         row "4k random read server CPU us/READ" random 3
