@@ -204,3 +204,40 @@ async fn other_transports_get_the_bytes_read_in() {
         [(32, 70_001)]
     );
 }
+
+/// A batch with a large file range is sent corked (`TCP_CORK`), and the
+/// cork is taken off when the batch ends: the reply's last partial
+/// segment is not left for the kernel's cork timer (200 ms), nor is a
+/// small reply written after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corked_reply_leaves_nothing_held() {
+    let file = temp_file("cork", FILE_LEN);
+    let mut server = Server::new();
+    server.register(Ranges { file });
+    let srv = TcpServer::bind("127.0.0.1:0", Arc::new(server), TcpConfig::default())
+        .await
+        .unwrap();
+    let addr = srv.local_addr().unwrap();
+    srv.spawn();
+    let c = TcpClient::connect(addr, 0x78, ClientConfig::default(), TcpConfig::default())
+        .await
+        .unwrap();
+    let want = data(FILE_LEN);
+    // Each pair: a range over the cork's threshold whose length leaves a
+    // partial last segment, then a small one. Held bytes would wait
+    // 200 ms every time; the fastest pair shows whether anything did.
+    let mut fastest = Duration::MAX;
+    for i in 0..8u32 {
+        let t0 = std::time::Instant::now();
+        let big = c.call(call(i * 101, (1 << 20) + 777)).await.unwrap();
+        let small = c.call(call(i, 3)).await.unwrap();
+        fastest = fastest.min(t0.elapsed());
+        let at = (i * 101) as usize;
+        assert!(parse(&big).1[..] == want[at..at + (1 << 20) + 777]);
+        assert_eq!(&parse(&small).1[..], &want[i as usize..i as usize + 3]);
+    }
+    assert!(
+        fastest < Duration::from_millis(150),
+        "every large reply waited for the cork timer: fastest pair {fastest:?}"
+    );
+}
