@@ -701,6 +701,63 @@ async fn a_data_server_that_never_answers_delays_recalls_by_the_fence_wait_only(
     assert_eq!(tasks + queued, FILES.len());
 }
 
+/// A data server that keeps the control path's connection and never
+/// answers holds each control-path call no longer than the control
+/// timeout (limit `pnfs.control_timeout`): the fencing task ends, and a
+/// client's truncation through the metadata server, which sets the data
+/// file's size too, is answered NFS3ERR_JUKEBOX instead of never.
+#[tokio::test]
+async fn control_path_calls_to_a_data_server_that_never_answers_time_out() {
+    let silent = Arc::new(AtomicBool::new(false));
+    let cl = cluster_via(
+        "control-hung",
+        |m| {
+            m.fence_wait = Duration::from_millis(300);
+            m.control_timeout = Duration::from_secs(2);
+        },
+        Some(Arc::clone(&silent)),
+    )
+    .await;
+    let mut c = Client::connect(&cl, "hung-control").await;
+    let (fh, open) = c.open("f").await;
+    let l = got(&c, c.layoutget(&fh, open).await).await;
+    silent.store(true, Ordering::SeqCst);
+    let timeouts = oncrpc::limits::trips("pnfs.control_timeout");
+
+    let v3 = nfs3(cl.addr, cl.uid).await;
+    let f3 = v3.lookup(&cl.root, "f").await.unwrap().object;
+    let chmod = Sattr3 {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    v3.setattr(&f3, chmod, None).await.unwrap();
+    let r = c.recalled_within(Duration::from_secs(60)).await;
+    assert_eq!(recalled_file(&r).stateid.other, l.stateid.other);
+    // The fencing call times out and its task ends.
+    let t0 = std::time::Instant::now();
+    while cl.mds.fencing() != (0, 0) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "fencing still held");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(oncrpc::limits::trips("pnfs.control_timeout") > timeouts);
+    // A truncation reaches the silent data server and is answered.
+    let trunc = Sattr3 {
+        size: Some(0),
+        ..Default::default()
+    };
+    let r = tokio::time::timeout(Duration::from_secs(60), v3.setattr(&f3, trunc, None)).await;
+    assert!(
+        matches!(
+            r,
+            Ok(Err(nfs_client::Error::Nfs {
+                status: Nfsstat3::NFS3ERR_JUKEBOX,
+                ..
+            }))
+        ),
+        "{r:?}"
+    );
+}
+
 #[tokio::test]
 async fn an_unanswered_recall_is_fenced_after_the_lease() {
     let cl = cluster("fence").await;

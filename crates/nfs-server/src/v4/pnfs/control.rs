@@ -7,6 +7,9 @@
 //! root, so the export must let the metadata server's address in with
 //! `no_root_squash` (it sets the data file's owner to the synthetic uid).
 //! Connections are opened on first use and reopened after a failure.
+//! Each call, and the MOUNT of a connection, waits for the data server at
+//! most `MdsConfig::control_timeout` (limit `pnfs.control_timeout`); one
+//! that does not answer by then counts as unreachable.
 //!
 //! It also carries READ, WRITE and COMMIT of clients that do their I/O
 //! through the metadata server ([`super::proxy`]); data file handles are
@@ -19,6 +22,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use bytes::Bytes;
 use nfs::v3::{Createhow3, NfsFh3, Nfsstat3, Sattr3, StableHow};
 use nfs_client::{connect_tcp, Error, Mount, TcpOptions, TcpTarget};
+use oncrpc::client::RpcError;
+use oncrpc::limits::Limit;
 use oncrpc::tcp::TcpClient;
 use tokio::sync::Mutex;
 
@@ -26,6 +31,11 @@ use super::DataServer;
 
 /// How long the control path waits to connect to a data server.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A data server did not answer a control-path call (or its MOUNT)
+/// within the control timeout: the connection is dropped and the data
+/// server treated as unreachable.
+static CONTROL_TIMEOUT: Limit = Limit::new("pnfs.control_timeout");
 
 /// Data file handles kept per data server; past it the cache is
 /// emptied and refilled by LOOKUPs.
@@ -35,6 +45,8 @@ pub(crate) const MAX_HANDLES: usize = 4096;
 #[derive(Debug)]
 pub(crate) struct DsControl {
     spec: DataServer,
+    /// How long one call (or the MOUNT) may wait for the data server.
+    timeout: std::time::Duration,
     mount: Mutex<Option<std::sync::Arc<Mount<TcpClient>>>>,
     handles: std::sync::Mutex<HashMap<String, DataFh>>,
     /// The largest READ and WRITE the data server takes (FSINFO `rtmax`,
@@ -71,9 +83,10 @@ pub(crate) enum ControlError {
 }
 
 impl DsControl {
-    pub(crate) fn new(spec: DataServer) -> Self {
+    pub(crate) fn new(spec: DataServer, timeout: std::time::Duration) -> Self {
         Self {
             spec,
+            timeout,
             mount: Mutex::new(None),
             handles: std::sync::Mutex::new(HashMap::new()),
             rtmax: AtomicU32::new(0),
@@ -107,6 +120,28 @@ impl DsControl {
         self.wtmax.store(wtmax, Ordering::Relaxed);
     }
 
+    /// One control-path call, at most the control timeout: the control
+    /// path's TCP connection has no call timeout of its own, and a data
+    /// server that keeps it and never answers would hold the caller (a
+    /// client's SETATTR, LAYOUTGET or I/O through the metadata server,
+    /// the fencing task) for good. A call that times out fails as
+    /// unreachable ([`Self::failed`] drops the connection).
+    async fn call<T>(
+        &self,
+        f: impl core::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(self.timeout, f).await {
+            Ok(r) => r,
+            Err(_) => {
+                CONTROL_TIMEOUT.trip(format_args!(
+                    "pNFS data server {} did not answer a control-path call within {:?}",
+                    self.spec.tcp, self.timeout
+                ));
+                Err(Error::Rpc(RpcError::TimedOut))
+            }
+        }
+    }
+
     fn cached(&self, name: &str) -> Option<DataFh> {
         self.handles.lock().ok()?.get(name).cloned()
     }
@@ -136,11 +171,11 @@ impl DsControl {
         if let Some(d) = self.cached(name) {
             return Ok(Some(d));
         }
-        match m.client().lookup(m.root(), name).await {
+        match self.call(m.client().lookup(m.root(), name)).await {
             Ok(ok) => {
                 let a = match ok.obj_attributes {
                     Some(a) => a,
-                    None => match m.client().getattr(&ok.object).await {
+                    None => match self.call(m.client().getattr(&ok.object)).await {
                         Ok(a) => a,
                         Err(e) => return Err(self.failed(e).await),
                     },
@@ -190,7 +225,7 @@ impl DsControl {
             let Some(d) = self.handle(&m, name).await? else {
                 return Ok(None);
             };
-            match m.client().read(&d.fh, offset, count).await {
+            match self.call(m.client().read(&d.fh, offset, count)).await {
                 Ok(r) => return Ok(Some((r.data.0, r.eof))),
                 Err(e) if self.stale(name, &e) => continue,
                 Err(e) => return Err(self.failed(e).await),
@@ -209,7 +244,7 @@ impl DsControl {
         stable: StableHow,
     ) -> Result<DsWritten, ControlError> {
         let m = self.mount().await?;
-        match m.client().write(fh, offset, data, stable).await {
+        match self.call(m.client().write(fh, offset, data, stable)).await {
             Ok(r) => Ok(DsWritten {
                 how: r.committed,
                 verf: r.verf.0,
@@ -228,7 +263,7 @@ impl DsControl {
         let Some(d) = self.handle(&m, name).await? else {
             return Ok(None);
         };
-        match m.client().commit(&d.fh, 0, 0).await {
+        match self.call(m.client().commit(&d.fh, 0, 0)).await {
             Ok(r) => Ok(Some(r.verf.0)),
             Err(e) => {
                 self.stale(name, &e);
@@ -252,7 +287,7 @@ impl DsControl {
             connect_timeout: CONNECT_TIMEOUT,
             ..TcpOptions::default()
         };
-        let mounted = connect_tcp(&target, &opts).await.map_err(|e| {
+        let mounted = self.call(connect_tcp(&target, &opts)).await.map_err(|e| {
             tracing::warn!(ds = %self.spec.tcp, export = %self.spec.export, error = %e, "pNFS data server unreachable");
             ControlError::Unreachable
         })?;
@@ -302,13 +337,13 @@ impl DsControl {
             gid: Some(gid),
             ..Sattr3::default()
         });
-        let r = match m.client().create(&root, name, how).await {
+        let r = match self.call(m.client().create(&root, name, how)).await {
             Ok(r) => r,
             Err(e) => return Err(self.failed(e).await),
         };
         let fh = match r.obj {
             Some(fh) => fh,
-            None => match m.client().lookup(&root, name).await {
+            None => match self.call(m.client().lookup(&root, name)).await {
                 Ok(ok) => ok.object,
                 Err(e) => return Err(self.failed(e).await),
             },
@@ -322,7 +357,7 @@ impl DsControl {
             gid: Some(gid),
             ..Sattr3::default()
         };
-        match m.client().setattr(&fh, owner, None).await {
+        match self.call(m.client().setattr(&fh, owner, None)).await {
             Ok(_) => {
                 let d = DataFh { fh, uid, gid };
                 self.keep(name, &d);
@@ -351,7 +386,7 @@ impl DsControl {
             gid: Some(gid),
             ..Sattr3::default()
         };
-        match m.client().setattr(&d.fh, s, None).await {
+        match self.call(m.client().setattr(&d.fh, s, None)).await {
             Ok(_) => {
                 let d = DataFh { uid, gid, ..d };
                 self.keep(name, &d);
@@ -366,7 +401,7 @@ impl DsControl {
         self.forget(name);
         let m = self.mount().await?;
         let root = m.root().clone();
-        match m.client().remove(&root, name).await {
+        match self.call(m.client().remove(&root, name)).await {
             Ok(_)
             | Err(Error::Nfs {
                 status: Nfsstat3::NFS3ERR_NOENT,
@@ -380,7 +415,7 @@ impl DsControl {
     /// (mounting it first if need be).
     pub(crate) async fn probe(&self) -> Result<(), ControlError> {
         let m = self.mount().await?;
-        match m.client().getattr(m.root()).await {
+        match self.call(m.client().getattr(m.root())).await {
             Ok(_) => Ok(()),
             Err(e) => Err(self.failed(e).await),
         }
@@ -390,7 +425,7 @@ impl DsControl {
     pub(crate) async fn set_size(&self, name: &str, size: u64) -> Result<(), ControlError> {
         let m = self.mount().await?;
         let root = m.root().clone();
-        let fh = match m.client().lookup(&root, name).await {
+        let fh = match self.call(m.client().lookup(&root, name)).await {
             Ok(ok) => ok.object,
             Err(e) => return Err(self.failed(e).await),
         };
@@ -398,7 +433,7 @@ impl DsControl {
             size: Some(size),
             ..Sattr3::default()
         };
-        match m.client().setattr(&fh, s, None).await {
+        match self.call(m.client().setattr(&fh, s, None)).await {
             Ok(_) => Ok(()),
             Err(e) => Err(self.failed(e).await),
         }
@@ -408,8 +443,8 @@ impl DsControl {
     pub(crate) async fn size(&self, name: &str) -> Result<u64, ControlError> {
         let m = self.mount().await?;
         let root = m.root().clone();
-        match m.client().lookup(&root, name).await {
-            Ok(ok) => match m.client().getattr(&ok.object).await {
+        match self.call(m.client().lookup(&root, name)).await {
+            Ok(ok) => match self.call(m.client().getattr(&ok.object)).await {
                 Ok(a) => Ok(a.size),
                 Err(e) => Err(self.failed(e).await),
             },

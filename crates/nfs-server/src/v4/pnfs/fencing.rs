@@ -1,9 +1,10 @@
 //! Fencing of data files (RFC 8435 §2.2), one queue per data server.
 //!
 //! A data file is fenced by giving it the next synthetic uid and gid
-//! ([`super::recall`]), two NFSv3 calls on the control path, which has no
-//! call timeout over TCP: a data server that accepts the connection and
-//! never answers holds a fencing call for good. So the fencing of a data
+//! ([`super::recall`]), two NFSv3 calls on the control path: a data
+//! server that accepts the connection and never answers holds a fencing
+//! call for the control timeout (`MdsConfig::control_timeout`), so a
+//! recall cannot wait for it nor spawn a task per call. The fencing of a data
 //! server's files is done by at most one task per data server, which
 //! takes the files queued for it in batches and ends when the queue is
 //! empty; a hung data server holds that one task and at most

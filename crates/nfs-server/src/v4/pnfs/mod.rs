@@ -69,6 +69,8 @@ pub const DEFAULT_SYNTHETIC_ID: u32 = 40001;
 pub const DEFAULT_MAX_LAYOUTS: usize = 65536;
 /// Mirrors a file may have at most (RFC 8435 §8).
 pub const MAX_MIRRORS: usize = 4;
+/// How long a control-path call waits for a data server by default.
+pub const DEFAULT_CONTROL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Stale mirrors rebuilt at once by default (`pnfs.rebuilds`).
 pub const DEFAULT_MAX_REBUILDS: usize = 4;
 
@@ -126,6 +128,10 @@ pub struct MdsConfig {
     /// fencing of its read-write layouts' data files before its callbacks
     /// go out regardless (limit `pnfs.fence_wait`; [`fencing`]).
     pub fence_wait: Duration,
+    /// How long one control-path call to a data server (or its MOUNT)
+    /// may wait for the answer; then the data server counts as
+    /// unreachable (limit `pnfs.control_timeout`; [`control`]).
+    pub control_timeout: Duration,
 }
 
 impl MdsConfig {
@@ -143,6 +149,7 @@ impl MdsConfig {
             recall_timeout: None,
             ds_error_hold: Duration::from_secs(120),
             fence_wait: DEFAULT_FENCE_WAIT,
+            control_timeout: DEFAULT_CONTROL_TIMEOUT,
         }
     }
 
@@ -211,7 +218,7 @@ impl Mds {
             .data_servers
             .iter()
             .cloned()
-            .map(DsControl::new)
+            .map(|d| DsControl::new(d, cfg.control_timeout))
             .collect();
         let boot = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

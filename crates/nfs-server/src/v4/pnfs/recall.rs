@@ -301,8 +301,8 @@ async fn run(mds: Arc<Mds>, r: Recaller, rs: Vec<Recalled>, changed: bool, fence
     if fence_first {
         let writable: Vec<Recalled> = rs.iter().filter(|x| x.rw).cloned().collect();
         if !writable.is_empty() {
-            // The control path has no call timeout over TCP: a data
-            // server that hangs must not hold the recall back for good.
+            // A data server that hangs must not hold the recall back
+            // for a control timeout.
             let t = mds.fence(&writable, Fence::Recalled);
             let what = format!("{} recalled read-write layouts", writable.len());
             mds.fenced(t, mds.cfg.fence_wait, &what).await;
