@@ -202,10 +202,22 @@ pub trait QueuePair: Send + Sync + 'static {
         for wr in wrs {
             match wr {
                 ChainWr::Write(w) => self.post_write(w)?,
+                ChainWr::WriteFile(w) => {
+                    let w = w.read().map_err(|e| PostError::FileRead(e.kind()))?;
+                    self.post_write(w)?
+                }
                 ChainWr::Send(s) => self.post_send(s)?,
             }
         }
         Ok(())
+    }
+
+    /// Whether a [`ChainWr::WriteFile`] goes from the file without being
+    /// read into memory first (the software device's `sendfile`). Every
+    /// device takes them; one that answers `false` reads each range in
+    /// when it is posted, so a consumer may as well read it earlier.
+    fn sends_files(&self) -> bool {
+        false
     }
 
     /// Posts an RDMA Read.

@@ -227,6 +227,10 @@ pub enum PostError {
     /// The request names more gather elements than the device accepts.
     #[error("too many gather elements: {0}")]
     TooManySges(usize),
+    /// The file range of a [`ChainWr::WriteFile`](crate::ChainWr::WriteFile)
+    /// could not be read by a device that sends it from memory.
+    #[error("reading the file range to send failed: {0:?}")]
+    FileRead(std::io::ErrorKind),
 }
 
 /// The completion queue overflowed: completions were lost and the queue is unusable.

@@ -100,4 +100,6 @@ pub use mr::{
 };
 pub use qp::{InvalidTransition, QpAttrs, QpConfig, QpEvent, QpState, MAX_PRIVATE_DATA};
 pub use stag::{Access, PdId, QpNum, Stag};
-pub use wr::{ChainWr, ReadWr, RecvWr, SendWr, WcOpcode, WorkCompletion, WrId, WriteWr};
+pub use wr::{
+    ChainWr, FileData, ReadWr, RecvWr, SendWr, WcOpcode, WorkCompletion, WrId, WriteFileWr, WriteWr,
+};

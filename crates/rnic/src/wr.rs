@@ -1,5 +1,10 @@
 //! Work requests posted to a queue pair and the completions they produce.
 
+use std::fmt;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 
 use crate::error::WcStatus;
@@ -68,6 +73,69 @@ impl WriteWr {
     }
 }
 
+/// An open file whose bytes a [`WriteFileWr`] sends.
+pub trait FileData: Send + Sync + fmt::Debug {
+    /// The open file, for a device that moves the bytes from the page
+    /// cache to its socket itself (`sendfile`).
+    fn fd(&self) -> BorrowedFd<'_>;
+    /// Reads up to `buf.len()` bytes at `offset` (`pread`): 0 at the end
+    /// of the file.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+}
+
+/// An RDMA Write whose source is `len` bytes of an open file at `offset`
+/// instead of a gather list in memory: the same operation on the wire as
+/// a [`WriteWr`] of those bytes (RFC 5040 §5.1). A device that cannot send
+/// from a file reads the range in when it is posted ([`Self::read`]); the
+/// software device sends it from the page cache. If the file is shorter
+/// than the range by the time it is sent, the missing bytes go as zeros,
+/// so the Write keeps the length it was posted with.
+#[derive(Clone, Debug)]
+pub struct WriteFileWr {
+    /// Identifier returned in the completion.
+    pub wr_id: WrId,
+    /// The file.
+    pub file: Arc<dyn FileData>,
+    /// Where the bytes start in the file.
+    pub offset: u64,
+    /// How many bytes.
+    pub len: usize,
+    /// The peer's region.
+    pub remote_stag: Stag,
+    /// Tagged offset in the peer's region where the first byte goes.
+    pub remote_to: u64,
+}
+
+impl WriteFileWr {
+    /// Reads `len` bytes at `at` (relative to the range) into a new buffer,
+    /// zeros where the file ends early.
+    pub fn read_part(&self, at: usize, len: usize) -> io::Result<Bytes> {
+        let mut buf = vec![0u8; len];
+        let mut done = 0;
+        while let Some(rest) = buf.get_mut(done..).filter(|r| !r.is_empty()) {
+            match self.file.read_at(rest, self.offset + (at + done) as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Bytes::from(buf))
+    }
+
+    /// The same Write with the bytes read in, for a device that sends from
+    /// memory.
+    pub fn read(self) -> io::Result<WriteWr> {
+        let data = self.read_part(0, self.len)?;
+        Ok(WriteWr {
+            wr_id: self.wr_id,
+            data: vec![data],
+            remote_stag: self.remote_stag,
+            remote_to: self.remote_to,
+        })
+    }
+}
+
 /// One work request of a chain posted with [`QueuePair::post_chain`]: the
 /// RDMA Writes and the Send that carry one message, such as an
 /// RPC-over-RDMA reply and its write chunks (RFC 8166 §3.5).
@@ -77,6 +145,8 @@ impl WriteWr {
 pub enum ChainWr {
     /// An RDMA Write.
     Write(WriteWr),
+    /// An RDMA Write from a file range.
+    WriteFile(WriteFileWr),
     /// A Send.
     Send(SendWr),
 }

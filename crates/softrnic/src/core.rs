@@ -17,7 +17,7 @@ use iwarp::wire::terminate::TermError;
 use rnic::{
     Access, AccessError, CloseReason, CompletionQueue, MrTable, PdId, PostError, QpAttrs, QpEvent,
     QpNum, QpState, ReadWr, RecvWr, SendWr, Stag, TaggedAccess, TerminateCause, WcOpcode, WcStatus,
-    WorkCompletion, WrId, WriteWr,
+    WorkCompletion, WrId, WriteFileWr, WriteWr,
 };
 
 /// What a queue pair's core needs of its device and consumer: fixed for
@@ -39,6 +39,9 @@ pub(crate) struct QpCtx {
 pub(crate) struct SendEntry {
     pub(crate) wr_id: WrId,
     pub(crate) data: Vec<Bytes>,
+    /// An RDMA Write from a file range: its payload is the range, not
+    /// `data` (which is empty).
+    pub(crate) file: Option<WriteFileWr>,
 }
 
 /// The engine and work-request tables of one queue pair.
@@ -352,6 +355,7 @@ impl Core {
         let entry = SendEntry {
             wr_id: wr.wr_id,
             data: wr.data,
+            file: None,
         };
         self.sends.insert(id, entry);
         Ok(())
@@ -368,6 +372,29 @@ impl Core {
         let entry = SendEntry {
             wr_id: wr.wr_id,
             data: wr.data,
+            file: None,
+        };
+        self.sends.insert(id, entry);
+        Ok(())
+    }
+
+    /// Hands an RDMA Write (RFC 5040 §5.1) from a file range to the
+    /// engine; the transmit side sends its payload from the file.
+    pub(crate) fn queue_write_file(
+        &mut self,
+        ctx: &QpCtx,
+        wr: WriteFileWr,
+    ) -> Result<(), PostError> {
+        let len = wr.len as u64;
+        self.admit(ctx, len)?;
+        let id = self.next_id();
+        self.conn
+            .post_write(id, wr.remote_stag, wr.remote_to, wr.len)
+            .map_err(|e| engine_error(e, self.state, len, ctx))?;
+        let entry = SendEntry {
+            wr_id: wr.wr_id,
+            data: Vec::new(),
+            file: Some(wr),
         };
         self.sends.insert(id, entry);
         Ok(())

@@ -6,6 +6,7 @@ use std::io::{self, IoSlice};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::Interest;
 use tokio::net::tcp::OwnedWriteHalf;
 
 /// Counters of a device's socket IO, shared by its queue pairs.
@@ -73,6 +74,21 @@ impl Outbox {
     /// Writes as much as the socket takes now (vectored, never waiting);
     /// `Ok` with bytes left means the socket is full.
     pub(crate) fn try_flush(&mut self, wr: &OwnedWriteHalf, io: &IoCounters) -> io::Result<()> {
+        self.flush_with(wr, io, false)
+    }
+
+    /// [`Self::try_flush`] with `MSG_MORE`: the kernel holds the bytes to
+    /// put them in front of the next write (a payload sent by `sendfile`)
+    /// instead of sending them as a segment of their own.
+    pub(crate) fn try_flush_more(
+        &mut self,
+        wr: &OwnedWriteHalf,
+        io: &IoCounters,
+    ) -> io::Result<()> {
+        self.flush_with(wr, io, true)
+    }
+
+    fn flush_with(&mut self, wr: &OwnedWriteHalf, io: &IoCounters, more: bool) -> io::Result<()> {
         self.seal();
         while !self.chunks.is_empty() {
             let mut slices = [IoSlice::new(&[]); 128];
@@ -82,7 +98,20 @@ impl Outbox {
                 k += 1;
             }
             io.wrote();
-            let mut n = match wr.try_write_vectored(&slices[..k]) {
+            let written = if more {
+                let sock: &tokio::net::TcpStream = wr.as_ref();
+                sock.try_io(Interest::WRITABLE, || {
+                    Ok(rustix::net::sendmsg(
+                        sock,
+                        &slices[..k],
+                        &mut rustix::net::SendAncillaryBuffer::default(),
+                        rustix::net::SendFlags::MORE,
+                    )?)
+                })
+            } else {
+                wr.try_write_vectored(&slices[..k])
+            };
+            let mut n = match written {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => n,
                 Err(e) if would_block(&e) => return Ok(()),

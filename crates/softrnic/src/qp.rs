@@ -190,6 +190,14 @@ impl QueuePair for SoftQp {
         Ok(())
     }
 
+    /// RDMA Writes from a file go from the page cache to the socket
+    /// (`sendfile` between the FPDU headers and trailers) when CRC is off
+    /// and the socket takes them; else their bytes are read in as they are
+    /// framed ([`crate::tx`]).
+    fn sends_files(&self) -> bool {
+        true
+    }
+
     /// The whole chain is queued under one lock and transmitted together:
     /// one vectored socket write when it fits the socket and the gather
     /// limit, so the Writes and the Send of one reply never depend on the
@@ -201,6 +209,7 @@ impl QueuePair for SoftQp {
         for wr in wrs {
             result = match wr {
                 ChainWr::Write(w) => st.core.queue_write(ctx, w),
+                ChainWr::WriteFile(w) => st.core.queue_write_file(ctx, w),
                 ChainWr::Send(s) => st.core.queue_send(ctx, s),
             };
             if result.is_err() {

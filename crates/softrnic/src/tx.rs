@@ -10,7 +10,8 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use iwarp::segment::{PayloadRef, Transmit};
 use iwarp::wire::fpdu::{self, Crc};
-use rnic::{Access, CloseReason, QpEvent, Stag, TaggedAccess};
+use rnic::{Access, CloseReason, QpEvent, Stag, TaggedAccess, WriteFileWr};
+use tokio::io::Interest;
 use tokio::net::tcp::OwnedWriteHalf;
 
 use crate::core::Core;
@@ -89,7 +90,19 @@ fn gather(
         None => Vec::new(),
         Some(PayloadRef::Wr { wr_id, offset, len }) => {
             let entry = core.sends.get(&wr_id).ok_or(())?;
-            slice_gather(&entry.data, offset, len).ok_or(())?
+            match &entry.file {
+                None => slice_gather(&entry.data, offset, len).ok_or(())?,
+                Some(f) => match wr {
+                    // No CRC to compute over the bytes: they go from the
+                    // page cache.
+                    Some(wr) if !sh.ctx.crc => {
+                        let f = f.clone();
+                        send_file(sh, wr, t, &f, offset, len, out)?;
+                        return Ok(None);
+                    }
+                    _ => vec![f.read_part(offset, len).map_err(drop)?],
+                },
+            }
         }
         Some(PayloadRef::Region { stag, to, len }) => {
             // The Read Response source (RFC 5040 §5.2), checked again now.
@@ -133,6 +146,58 @@ fn gather(
         out.push_small(&[0u8; fpdu::CRC_LEN]);
     }
     Ok(None)
+}
+
+/// Queues one FPDU of an RDMA Write from a file (RFC 5040 §5.1) and
+/// sends its payload from the page cache: the head (and whatever was
+/// queued before it) is written with `MSG_MORE`, so the kernel puts it in
+/// front of the payload in one segment, then the payload goes by
+/// `sendfile`, with no copy through user space. The FPDU's bytes are the
+/// same as from memory (CRC off: the CRC field is zero, RFC 5044 §4.4),
+/// so a peer cannot tell. What the socket does not take at once — all of
+/// the payload when it is already full — is read in (`pread`) and queued
+/// in `out` as before; the pad and CRC field always are.
+fn send_file(
+    sh: &Shared,
+    wr: &OwnedWriteHalf,
+    t: &Transmit,
+    f: &WriteFileWr,
+    offset: usize,
+    len: usize,
+    out: &mut Outbox,
+) -> Result<(), ()> {
+    out.push_small(&t.head);
+    out.try_flush_more(wr, &sh.io).map_err(drop)?;
+    let mut done = 0;
+    if out.is_empty() {
+        let sock: &tokio::net::TcpStream = wr.as_ref();
+        let mut at = f.offset + offset as u64;
+        while done < len {
+            sh.io.wrote();
+            let sent = sock.try_io(Interest::WRITABLE, || {
+                Ok(rustix::fs::sendfile(
+                    sock,
+                    f.file.fd(),
+                    Some(&mut at),
+                    len - done,
+                )?)
+            });
+            match sent {
+                Ok(n) if n > 0 => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // Full (the rest is queued), the file ended early (the
+                // rest is zeros) or it cannot be sent from (read in).
+                _ => break,
+            }
+        }
+    }
+    if done < len {
+        out.push_shared(f.read_part(offset + done, len - done).map_err(drop)?);
+    }
+    let pad = [0u8; 3];
+    out.push_small(pad.get(..fpdu::pad_len(t.ulpdu_len())).ok_or(())?);
+    out.push_small(&[0u8; fpdu::CRC_LEN]);
+    Ok(())
 }
 
 /// Most Read Response FPDUs written by one system call.
