@@ -95,12 +95,16 @@ pub struct CallContext {
 impl CallContext {
     /// Whether the reply may carry bulk data as a file range
     /// ([`XdrBuf::put_file`]) that the transport sends straight from the
-    /// file: plain TCP without RPCSEC_GSS (whose integrity and privacy
+    /// file: plain TCP, or RPC-over-RDMA (whose transport sends a range
+    /// that goes by write chunk from the file when its device can, and
+    /// reads the rest in), without RPCSEC_GSS (whose integrity and privacy
     /// services need the bytes). Elsewhere [`Server`] reads such ranges
     /// in before the reply leaves it.
     pub fn sends_files(&self) -> bool {
-        self.peer.transport == TransportKind::Tcp
-            && self.peer.security == crate::tls::TransportSecurity::None
+        matches!(
+            self.peer.transport,
+            TransportKind::Tcp | TransportKind::Rdma
+        ) && self.peer.security == crate::tls::TransportSecurity::None
             && self.cred.flavor != AuthFlavor::RPCSEC_GSS
     }
 }

@@ -174,7 +174,7 @@ async fn other_transports_get_the_bytes_read_in() {
     let peer = PeerInfo {
         conn_id: oncrpc::server::next_conn_id(),
         addr: None,
-        transport: TransportKind::Rdma,
+        transport: TransportKind::Other,
         security: oncrpc::TransportSecurity::None,
     };
     let mut record = XdrBuf::new();

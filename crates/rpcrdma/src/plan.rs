@@ -15,8 +15,10 @@
 //! The planner assumes one RDMA segment per chunk: the transport registers
 //! each chunk's buffer as one memory region.
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
-use xdr::{Encoder, XdrBuf};
+use xdr::{BulkItem, Encoder, FileItem, FileSource, Segment, XdrBuf};
 
 use crate::ulb::ReplyHint;
 use crate::wire::cm::CmPrivateData;
@@ -302,8 +304,137 @@ pub fn plan_call(
 pub struct WritePlan {
     /// Where: the requester's handle and offset, and the bytes written.
     pub target: RdmaSegment,
-    /// What, zero-copy from the reply buffer.
-    pub data: Bytes,
+    /// What, zero-copy from the reply buffer or still in a file.
+    pub data: WriteData,
+}
+
+/// What one RDMA Write of a reply carries.
+#[derive(Debug, Clone)]
+pub enum WriteData {
+    /// Bytes in memory, shared with the reply buffer.
+    Bytes(Bytes),
+    /// `len` bytes of an open file at `offset` that the service left
+    /// unread ([`xdr::FileItem`]): the transport's device sends them from
+    /// the file, or reads them in. Missing bytes of a file that shrank
+    /// are sent as zeros.
+    File {
+        /// The file.
+        file: Arc<dyn FileSource>,
+        /// Where the bytes start in the file.
+        offset: u64,
+        /// How many bytes.
+        len: usize,
+    },
+}
+
+impl WriteData {
+    /// Bytes carried.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Bytes(b) => b.len(),
+            Self::File { len, .. } => *len,
+        }
+    }
+
+    /// Whether it carries none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes, when they are in memory.
+    pub fn bytes(&self) -> Option<&Bytes> {
+        match self {
+            Self::Bytes(b) => Some(b),
+            Self::File { .. } => None,
+        }
+    }
+
+    /// The `n` bytes at `off`, which must lie within.
+    fn slice(&self, off: usize, n: usize) -> Self {
+        match self {
+            Self::Bytes(b) => Self::Bytes(b.slice(off..off + n)),
+            Self::File { file, offset, .. } => Self::File {
+                file: Arc::clone(file),
+                offset: offset + off as u64,
+                len: n,
+            },
+        }
+    }
+}
+
+/// The same bytes: equal in-memory bytes, or the same range of the same
+/// open file.
+impl PartialEq for WriteData {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Bytes(a), Self::Bytes(b)) => a == b,
+            (
+                Self::File { file, offset, len },
+                Self::File {
+                    file: f2,
+                    offset: o2,
+                    len: l2,
+                },
+            ) => Arc::ptr_eq(file, f2) && (offset, len) == (o2, l2),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for WriteData {}
+
+/// A DDP-eligible result of a reply (RFC 8166 §3.4): in memory or still
+/// in a file.
+enum Item<'a> {
+    Bulk(&'a BulkItem),
+    File(&'a FileItem),
+}
+
+impl Item<'_> {
+    fn position(&self) -> usize {
+        match self {
+            Self::Bulk(b) => b.position,
+            Self::File(f) => f.position,
+        }
+    }
+
+    fn data(&self) -> WriteData {
+        match self {
+            Self::Bulk(b) => WriteData::Bytes(b.data.clone()),
+            Self::File(f) => WriteData::File {
+                file: Arc::clone(&f.file),
+                offset: f.offset,
+                len: f.len,
+            },
+        }
+    }
+}
+
+/// The DDP-eligible results of `reply` in stream order.
+fn ddp_results(reply: &XdrBuf) -> impl Iterator<Item = Item<'_>> + '_ {
+    reply.segments().filter_map(|s| match s {
+        Segment::Bulk(b) if b.ddp_eligible => Some(Item::Bulk(b)),
+        Segment::File(f) if f.ddp_eligible => Some(Item::File(f)),
+        _ => None,
+    })
+}
+
+/// The stream positions of the file ranges of `reply` that
+/// [`plan_reply`] moves by write chunk (a DDP-eligible result paired with
+/// a non-empty chunk that holds it, RFC 8166 §3.4.6). Every other file
+/// range stays in the Send or the reply chunk, whose bytes the transport
+/// must read in ([`XdrBuf::load_files_where`]) before planning.
+pub fn files_by_chunk(reply: &XdrBuf, call: &ChunkLists) -> Vec<usize> {
+    call.writes
+        .iter()
+        .zip(ddp_results(reply))
+        .filter_map(|(chunk, item)| match item {
+            Item::File(f) if chunk.total_len() != 0 && f.len as u64 <= chunk.total_len() => {
+                Some(f.position)
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Bytes that follow the transport header in one Send, as
@@ -357,7 +488,7 @@ pub struct ReplyPlan {
 
 /// Spreads `data` over `chunk`'s segments in order; returns the writes
 /// and the chunk as echoed with the lengths written.
-fn scatter(data: &Bytes, chunk: &WriteChunk) -> (Vec<WritePlan>, WriteChunk) {
+fn scatter(data: &WriteData, chunk: &WriteChunk) -> (Vec<WritePlan>, WriteChunk) {
     let mut writes = Vec::new();
     let mut echo = Vec::with_capacity(chunk.segments.len());
     let mut off = 0usize;
@@ -369,7 +500,7 @@ fn scatter(data: &Bytes, chunk: &WriteChunk) -> (Vec<WritePlan>, WriteChunk) {
                     length: n as u32,
                     ..*seg
                 },
-                data: data.slice(off..off + n),
+                data: data.slice(off, n),
             });
         }
         off += n;
@@ -389,6 +520,11 @@ fn scatter(data: &Bytes, chunk: &WriteChunk) -> (Vec<WritePlan>, WriteChunk) {
 /// `send`, else whole into the reply chunk as RDMA_NOMSG (RFC 8166 §3.5.3).
 /// A write chunk too small is [`PlanError::WriteResource`]; a reply that
 /// fits neither is [`PlanError::ReplyResource`].
+///
+/// A result still in a file ([`xdr::FileItem`]) is moved as
+/// [`WriteData::File`]; the reply must hold no other file range (the
+/// transport reads those in first, [`files_by_chunk`]): the inline bytes
+/// are taken from memory.
 pub fn plan_reply(
     reply: &XdrBuf,
     call: &ChunkLists,
@@ -399,30 +535,38 @@ pub fn plan_reply(
     let mut writes = Vec::new();
     let mut echoed = Vec::with_capacity(call.writes.len());
     let mut moved = Vec::new();
-    let items = reply.bulk_items().filter(|i| i.ddp_eligible);
+    let items = ddp_results(reply);
     // Write chunks pair with the reply's DDP-eligible items in order; an
     // item beyond the last chunk stays inline, and so does one whose chunk
     // is empty (ULB v2 draft §5.4.1: "an empty write chunk" asks for the
     // result inline).
     for (idx, (chunk, item)) in call.writes.iter().zip(items).enumerate() {
         if chunk.total_len() == 0 {
-            let (_, echo) = scatter(&Bytes::new(), chunk);
+            let (_, echo) = scatter(&WriteData::Bytes(Bytes::new()), chunk);
             echoed.push(echo);
             continue;
         }
-        if item.data.len() as u64 > chunk.total_len() {
+        let data = item.data();
+        if data.len() as u64 > chunk.total_len() {
             return Err(PlanError::WriteResource {
                 chunk_index: u32_len(idx + 1)?,
-                length_needed: u32_len(item.data.len())?,
+                length_needed: u32_len(data.len())?,
             });
         }
-        let (w, echo) = scatter(&item.data, chunk);
+        let (w, echo) = scatter(&data, chunk);
         writes.extend(w);
         echoed.push(echo);
-        moved.push(item.position);
+        moved.push(item.position());
     }
+    debug_assert!(
+        reply.segments().all(|s| match s {
+            Segment::File(f) => moved.contains(&f.position),
+            _ => true,
+        }),
+        "a file range that stays inline was not read in"
+    );
     for chunk in call.writes.iter().skip(echoed.len()) {
-        let (_, echo) = scatter(&Bytes::new(), chunk);
+        let (_, echo) = scatter(&WriteData::Bytes(Bytes::new()), chunk);
         echoed.push(echo);
     }
     // RFC 8166 §3.5.1: what is not moved goes inline, by reference (a 4 KiB
@@ -445,7 +589,7 @@ pub fn plan_reply(
     let needed = u32_len(inline.len())?;
     match &call.reply {
         Some(rc) if rc.total_len() >= u64::from(needed) => {
-            let (w, echo) = scatter(&inline.to_bytes(), rc);
+            let (w, echo) = scatter(&WriteData::Bytes(inline.to_bytes()), rc);
             writes.extend(w);
             Ok(ReplyPlan {
                 proc_: Proc::RDMA_NOMSG,
@@ -808,7 +952,10 @@ mod tests {
         assert_eq!(p.proc_, Proc::RDMA_MSG);
         assert_eq!(p.writes.len(), 1, "only the second result is moved");
         assert_eq!(p.writes[0].target.handle, 8);
-        assert_eq!(p.writes[0].data, Bytes::from(vec![0xb2; 3000]));
+        assert_eq!(
+            p.writes[0].data,
+            WriteData::Bytes(Bytes::from(vec![0xb2; 3000]))
+        );
         let echoed: Vec<u32> = p
             .chunks
             .writes
@@ -970,5 +1117,78 @@ mod tests {
             chunk_contents(&one, |_| Some(Bytes::from_static(b"x"))),
             None
         );
+    }
+
+    /// A file as a reply's data source; planning never reads it.
+    #[derive(Debug)]
+    struct NoFile(std::fs::File);
+
+    impl FileSource for NoFile {
+        fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+            std::os::fd::AsFd::as_fd(&self.0)
+        }
+
+        fn read_at(&self, _: &mut [u8], _: u64) -> std::io::Result<usize> {
+            unreachable!("planning reads no file")
+        }
+    }
+
+    #[test]
+    fn a_file_range_goes_by_write_chunk_as_the_range_and_stays_in_the_file() {
+        let file: Arc<dyn FileSource> = Arc::new(NoFile(std::fs::File::open("/dev/null").unwrap()));
+        let mut reply = XdrBuf::new();
+        reply.put_u32(1);
+        reply.put_file(Arc::clone(&file), 1000, 6000, true);
+        reply.put_u32(2);
+        // A second result beyond the one chunk stays inline: the transport
+        // must read it in.
+        reply.put_file(Arc::clone(&file), 9000, 100, true);
+        let call = ChunkLists {
+            writes: vec![WriteChunk {
+                segments: vec![seg(8, 4096), seg(9, 4096)],
+            }],
+            ..ChunkLists::default()
+        };
+        let by_chunk = files_by_chunk(&reply, &call);
+        assert_eq!(by_chunk, [8], "the first range, after its length word");
+        assert!(!by_chunk.contains(&(8 + 6000 + 4 + 4)));
+        // Once the inline range is in memory (as `load_files_where` leaves
+        // it) the plan writes the first range from the file, split over
+        // the chunk's two segments.
+        let mut loaded = XdrBuf::new();
+        loaded.put_u32(1);
+        loaded.put_file(Arc::clone(&file), 1000, 6000, true);
+        loaded.put_u32(2);
+        loaded.put_bulk(Bytes::from(vec![0xc3; 100]), true);
+        let p = plan_reply(&loaded, &call, 4096, Version::V1).unwrap();
+        assert_eq!(p.writes.len(), 2);
+        let ranges: Vec<(u32, Option<(u64, usize)>)> = p
+            .writes
+            .iter()
+            .map(|w| {
+                let r = match &w.data {
+                    WriteData::File {
+                        file: f,
+                        offset,
+                        len,
+                    } => {
+                        assert!(Arc::ptr_eq(f, &file));
+                        Some((*offset, *len))
+                    }
+                    WriteData::Bytes(_) => None,
+                };
+                (w.target.handle, r)
+            })
+            .collect();
+        assert_eq!(ranges, [(8, Some((1000, 4096))), (9, Some((5096, 1904)))]);
+        assert_eq!(p.chunks.writes[0].total_len(), 6000);
+        // Inline: everything but the moved range, the second result's
+        // bytes included.
+        assert_eq!(p.inline.len(), loaded.len() - 6000);
+        assert!(p
+            .inline
+            .to_bytes()
+            .windows(100)
+            .any(|w| w.iter().all(|&b| b == 0xc3)));
     }
 }

@@ -238,8 +238,20 @@ impl XdrBuf {
     /// item: for a sender that cannot send from a file (RPC-over-RDMA,
     /// TLS, RPCSEC_GSS integrity or privacy).
     pub fn load_files(&mut self) -> io::Result<()> {
+        self.load_files_where(|_| true)
+    }
+
+    /// Reads in the file ranges for which `load` returns true, as
+    /// [`Self::load_files`], leaving the others in their files: for an
+    /// RPC-over-RDMA sender whose device sends the ranges that go by
+    /// write chunk from the file, but needs the bytes of those that stay
+    /// inline.
+    pub fn load_files_where(&mut self, mut load: impl FnMut(&FileItem) -> bool) -> io::Result<()> {
         for seg in &mut self.segs {
             if let Seg::File(item) = seg {
+                if !load(item) {
+                    continue;
+                }
                 let data = item.read()?;
                 *seg = Seg::Bulk(BulkItem {
                     position: item.position,

@@ -13,7 +13,7 @@ use oncrpc::server::{PeerInfo, Server, TransportKind};
 use oncrpc::{ClientTransport, RpcCall, RpcError};
 use rnic::{
     ChainWr, CmError, ConnectRequest, Device, Listener, ProtectionDomain, QpConfig, QueuePair,
-    RecvWr, SendWr, Stag, WcOpcode, WcStatus, WorkCompletion, WriteWr,
+    RecvWr, SendWr, Stag, WcOpcode, WcStatus, WorkCompletion, WriteFileWr, WriteWr,
 };
 use tokio::sync::{oneshot, Notify, SemaphorePermit};
 use tokio::task::JoinHandle;
@@ -26,7 +26,7 @@ use super::stats::ConnCounters;
 use crate::credits::RequesterCredits;
 use crate::endpoint::message::Rpc;
 use crate::endpoint::responder::{Answer, Call, Received, Responder, Settings};
-use crate::plan::Version;
+use crate::plan::{Version, WriteData, WritePlan};
 use crate::wire::cm::CmPrivateData;
 use crate::wire::v2::RvReqSup;
 use crate::wire::Limits;
@@ -767,14 +767,7 @@ impl<Q: QueuePair> Conn<Q> {
         let mut chain: Vec<ChainWr> = a
             .writes
             .into_iter()
-            .map(|w| {
-                ChainWr::Write(WriteWr {
-                    wr_id: self.wr_id(),
-                    data: vec![w.data],
-                    remote_stag: Stag(w.target.handle),
-                    remote_to: w.target.offset,
-                })
-            })
+            .map(|w| write_wr(self.wr_id(), w))
             .collect();
         self.stats
             .sent(&a.header, a.inline.len() as u64, a.invalidate.is_some());
@@ -804,9 +797,22 @@ impl<Q: QueuePair> Conn<Q> {
         // The call's buffer is the service's now: its share of the read
         // budget returns.
         drop(share);
-        let Some(reply) = reply else {
+        let Some(mut reply) = reply else {
             return Ok(None);
         };
+        if reply.has_files() {
+            // What goes by write chunk stays in the file when the device
+            // sends from files; the rest is read in now.
+            let loaded = if self.qp.sends_files() {
+                let by_chunk = crate::plan::files_by_chunk(&reply, &call.lists);
+                reply.load_files_where(|f| !by_chunk.contains(&f.position))
+            } else {
+                reply.load_files()
+            };
+            if loaded.is_err() {
+                reply = system_err(call.xid);
+            }
+        }
         if call.reads.is_some() {
             self.stats.pulled(u64::from(call.read_bytes));
         }
@@ -896,6 +902,52 @@ impl<Q: QueuePair> Conn<Q> {
             }
         }
     }
+}
+
+/// An RDMA Write of a reply (RFC 8166 §3.4.6): from memory, or from a
+/// file range the device sends from the file ([`rnic::WriteFileWr`]).
+pub(super) fn write_wr(wr_id: u64, w: WritePlan) -> ChainWr {
+    let (remote_stag, remote_to) = (Stag(w.target.handle), w.target.offset);
+    match w.data {
+        WriteData::Bytes(data) => ChainWr::Write(WriteWr {
+            wr_id,
+            data: vec![data],
+            remote_stag,
+            remote_to,
+        }),
+        WriteData::File { file, offset, len } => ChainWr::WriteFile(WriteFileWr {
+            wr_id,
+            file: Arc::new(ReplyFile(file)),
+            offset,
+            len,
+            remote_stag,
+            remote_to,
+        }),
+    }
+}
+
+/// A reply's open file, as a device's file source.
+#[derive(Debug)]
+struct ReplyFile(Arc<dyn xdr::FileSource>);
+
+impl rnic::FileData for ReplyFile {
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.fd()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+}
+
+/// MSG_ACCEPTED / SYSTEM_ERR (RFC 5531 §9) for call `xid`: the service
+/// answered, but its reply's data could not be read.
+fn system_err(xid: u32) -> xdr::XdrBuf {
+    use oncrpc::msg::{AcceptStat, Accepted, ReplyHeader};
+    xdr::to_xdr_buf(&ReplyHeader::accepted(
+        xid,
+        Accepted::Other(AcceptStat::SYSTEM_ERR),
+    ))
 }
 
 /// A call's tickets: for its share of the read budget and its hand-over.

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use oncrpc::RpcError;
 use rnic::{
     Access, ChainWr, MemoryRegion, PostError, ProtectionDomain, QueuePair, ReadOnlyRegion, SendWr,
-    Stag, WriteWr,
+    Stag,
 };
 use xdr::XdrBuf;
 
@@ -229,14 +229,7 @@ pub(super) fn send_reply<Q: QueuePair>(
     let mut chain: Vec<ChainWr> = plan
         .writes
         .into_iter()
-        .map(|w| {
-            ChainWr::Write(WriteWr {
-                wr_id: wr_id(),
-                data: vec![w.data],
-                remote_stag: Stag(w.target.handle),
-                remote_to: w.target.offset,
-            })
-        })
+        .map(|w| super::server::write_wr(wr_id(), w))
         .collect();
     let nomsg = plan.proc_ == crate::wire::v1::Proc::RDMA_NOMSG;
     let header = hdr::encode_rpc(Version::V2, xid, credits, true, nomsg, plan.chunks, 0);

@@ -28,9 +28,13 @@ fn on_reverse_call<D: Device>(
             transport: TransportKind::Rdma,
             security: oncrpc::TransportSecurity::None,
         };
-        let Some(reply) = service.handle_call(rpc, &peer).await else {
+        let Some(mut reply) = service.handle_call(rpc, &peer).await else {
             return;
         };
+        // A service may leave bulk data in a file (`sends_files`): read in.
+        if reply.load_files().is_err() {
+            return;
+        }
         // Answered in the version of the call (v2 draft §3.2, §7).
         let header = super::super::v2::reverse_header(version, xid, credits, true);
         let body = reply.to_bytes();
@@ -134,9 +138,13 @@ fn on_chunked_reverse_call<D: Device>(
             transport: TransportKind::Rdma,
             security: oncrpc::TransportSecurity::None,
         };
-        let Some(reply) = service.handle_call(rpc, &peer).await else {
+        let Some(mut reply) = service.handle_call(rpc, &peer).await else {
             return;
         };
+        // A service may leave bulk data in a file (`sends_files`): read in.
+        if reply.load_files().is_err() {
+            return;
+        }
         let send = inner.lock().thresholds.send;
         let _ = send_reply(&*qp, wr_id, xid, &call, credits, &reply, send);
     });
