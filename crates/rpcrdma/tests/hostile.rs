@@ -18,7 +18,10 @@ use rnic::{
     Access, CompletionQueue, Device, MemoryRegion, ProtectionDomain, QpConfig, QpState, QueuePair,
     RecvWr, SendWr, WcOpcode,
 };
-use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerConfig};
+use rpcrdma::transport::{
+    Backchannel, Backchannels, RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerConfig,
+    MAX_BACKCHANNEL_WAITERS,
+};
 use rpcrdma::wire::{v1, ChunkLists, Limits, RdmaSegment, ReadSegment};
 use softrnic::{SoftConfig, SoftDevice, SoftQp};
 
@@ -437,4 +440,197 @@ async fn a_peer_that_never_reads_its_replies_is_cut_off() {
     assert!(trips("rdma.unsent_replies") > unsent);
     drop(s);
     normal_client_is_served(61, addr).await;
+}
+
+/// A listener whose connections carry a backchannel of `credits`
+/// (RFC 8167), with the registry of those backchannels.
+async fn serve_backchannel(
+    seed: u64,
+    credits: u32,
+    reply_wait: Duration,
+) -> (SocketAddr, Backchannels<SoftQp>) {
+    let mut server = Server::new();
+    server.register(EchoService::default());
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let config = RdmaServerConfig {
+        backchannel_credits: credits,
+        backchannel_reply_wait: reply_wait,
+        ..RdmaServerConfig::default()
+    };
+    let listener = RdmaListener::bind(&soft(seed, 16), &any, Arc::new(server), config)
+        .await
+        .unwrap();
+    let addr = listener.local_addr();
+    let backchannels = listener.backchannels();
+    listener.spawn();
+    (addr, backchannels)
+}
+
+/// The backchannel of the listener's one connection, once it is up.
+async fn the_backchannel(bcs: &Backchannels<SoftQp>) -> Backchannel<SoftQp> {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(id) = bcs.conn_ids().first() {
+            return bcs.get(*id).unwrap();
+        }
+        assert!(Instant::now() < end, "no backchannel registered");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// `f`'s output, failing the test if it takes 20 s (a failure guard,
+/// never a measure).
+async fn guard<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .expect("ended within the 20 s guard")
+}
+
+/// Waits (a failure guard of 20 s, never a measure) until `f` holds.
+async fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < end, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+impl Raw {
+    /// The next reverse-direction call the server sends (RFC 8167 §4: an
+    /// RDMA_MSG whose RPC message is a CALL): its xid.
+    async fn reverse_call(&self) -> u32 {
+        let wc = loop {
+            let wc = tokio::time::timeout(Duration::from_secs(20), self.qp.recv_cq().next())
+                .await
+                .expect("a reverse call in time")
+                .unwrap();
+            // (Our replies' Sends complete on the same queue.)
+            if wc.opcode == WcOpcode::Recv {
+                break wc;
+            }
+        };
+        let mut b = wc.buf.unwrap();
+        b.truncate(wc.byte_len as usize);
+        let (h, len) = v1::Header::parse(&b, &Limits::default()).unwrap();
+        assert!(matches!(h.body, v1::Body::Msg(_)), "{h:?}");
+        let word =
+            |i: usize| u32::from_be_bytes(b[len + 4 * i..len + 4 * i + 4].try_into().unwrap());
+        assert_eq!((word(0), word(1)), (h.xid, 0), "an RPC CALL");
+        // Every receive consumed is posted again, as a client must.
+        self.qp
+            .post_recv(RecvWr {
+                wr_id: 100 + u64::from(h.xid),
+                buf: BytesMut::with_capacity(4096),
+            })
+            .unwrap();
+        h.xid
+    }
+
+    /// Replies to the reverse call `xid` (accepted, SUCCESS, no results:
+    /// a NULL reply), granting `credits` backchannel credits.
+    fn reverse_reply(&self, xid: u32, credits: u32) {
+        let mut out = xdr::to_bytes(&v1::Header {
+            xid,
+            credits,
+            body: v1::Body::Msg(ChunkLists::default()),
+        })
+        .to_vec();
+        // xid, REPLY, MSG_ACCEPTED, AUTH_NONE verifier, SUCCESS.
+        for w in [xid, 1, 0, 0, 0, 0] {
+            out.extend_from_slice(&w.to_be_bytes());
+        }
+        self.qp
+            .post_send(SendWr {
+                wr_id: u64::from(xid),
+                data: vec![Bytes::from(out)],
+                ..Default::default()
+            })
+            .unwrap();
+    }
+}
+
+/// A client that never answers the server's reverse-direction calls: once
+/// its one credit is held, at most `MAX_BACKCHANNEL_WAITERS` calls wait for
+/// it, one more is refused at once and counted, and all end when the
+/// connection does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backchannel_calls_waiting_behind_a_silent_client_are_bounded() {
+    let (addr, bcs) = serve_backchannel(70, 2, Duration::from_secs(600)).await;
+    let refused = trips("rdma.backchannel_waiters");
+    let raw = Raw::connect(71, addr).await;
+    let bc = the_backchannel(&bcs).await;
+    let mut calls = tokio::task::JoinSet::new();
+    let first = EchoClient::new(bc.clone());
+    calls.spawn(async move { first.null().await });
+    // The first call goes out on the one credit a new connection has.
+    raw.reverse_call().await;
+    for _ in 0..MAX_BACKCHANNEL_WAITERS {
+        let cb = EchoClient::new(bc.clone());
+        calls.spawn(async move { cb.null().await });
+    }
+    until("every call waiting", || {
+        bc.waiting() == MAX_BACKCHANNEL_WAITERS
+    })
+    .await;
+    assert_eq!(bc.outstanding(), 1);
+    let err = guard(EchoClient::new(bc.clone()).null()).await.unwrap_err();
+    assert_eq!(err, oncrpc::RpcError::TooManyInFlight);
+    assert!(trips("rdma.backchannel_waiters") > refused);
+    assert_eq!(bc.waiting(), MAX_BACKCHANNEL_WAITERS);
+    // The client goes: every call ends, none is left waiting.
+    raw.qp.disconnect();
+    let mut ended = 0;
+    while let Some(r) = tokio::time::timeout(Duration::from_secs(20), calls.join_next())
+        .await
+        .expect("every call ends with the connection")
+    {
+        assert_eq!(r.unwrap().unwrap_err(), oncrpc::RpcError::ConnectionClosed);
+        ended += 1;
+    }
+    assert_eq!(ended, MAX_BACKCHANNEL_WAITERS + 1);
+    assert_eq!(bc.waiting(), 0);
+}
+
+/// A reverse-direction call the client never answers times out (counted)
+/// and keeps its credit (RFC 8166 §3.3.1: the client's receive buffer is
+/// still taken), so the next call is not sent and times out too; the late
+/// reply returns the credit and calls go out and complete again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_backchannel_call_times_out_and_its_late_reply_frees_its_credit() {
+    let (addr, bcs) = serve_backchannel(80, 2, Duration::from_secs(2)).await;
+    let timeouts = trips("rdma.backchannel_reply_wait");
+    let raw = Raw::connect(81, addr).await;
+    let bc = the_backchannel(&bcs).await;
+    let echo = EchoClient::new(bc.clone());
+    let first = tokio::spawn({
+        let echo = echo.clone();
+        async move { echo.null().await }
+    });
+    let abandoned = raw.reverse_call().await;
+    assert_eq!(guard(first).await.unwrap(), Err(oncrpc::RpcError::TimedOut));
+    assert!(trips("rdma.backchannel_reply_wait") > timeouts);
+    assert_eq!(bc.outstanding(), 1, "the abandoned call keeps its credit");
+    // No credit: the second call waits for one, then times out unsent.
+    let timeouts = trips("rdma.backchannel_reply_wait");
+    assert_eq!(guard(echo.null()).await, Err(oncrpc::RpcError::TimedOut));
+    assert!(trips("rdma.backchannel_reply_wait") > timeouts);
+    assert_eq!(bc.outstanding(), 1);
+    assert_eq!(bc.waiting(), 0);
+    // The late reply returns the credit (and grants two).
+    raw.reverse_reply(abandoned, 2);
+    until("the late reply frees the credit", || bc.outstanding() == 0).await;
+    // A second reply to the same call changes nothing.
+    raw.reverse_reply(abandoned, 2);
+    let (a, b) = (echo.clone(), echo.clone());
+    let both = tokio::spawn(async move { tokio::join!(a.null(), b.null()) });
+    // Both go out at once on the two credits; the next message the client
+    // sees is one of them, not the second call, which never left.
+    let x = raw.reverse_call().await;
+    let y = raw.reverse_call().await;
+    assert!(x != abandoned && y != abandoned && x != y);
+    raw.reverse_reply(x, 2);
+    raw.reverse_reply(y, 2);
+    let (a, b) = guard(both).await.unwrap();
+    assert_eq!((a, b), (Ok(()), Ok(())));
+    assert_eq!(bc.outstanding(), 0);
 }

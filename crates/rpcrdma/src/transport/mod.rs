@@ -55,7 +55,10 @@ mod v2_reverse;
 
 pub use client::{ClientStats, RdmaClient, RdmaClientConfig};
 pub use oncrpc::tcp::ReconnectPolicy;
-pub use server::{AcceptFilter, Backchannel, Backchannels, RdmaListener, RdmaServerConfig};
+pub use server::{
+    AcceptFilter, Backchannel, Backchannels, RdmaListener, RdmaServerConfig,
+    DEFAULT_BACKCHANNEL_REPLY_WAIT, MAX_BACKCHANNEL_WAITERS,
+};
 
 use crate::endpoint::encode as hdr;
 use crate::plan::InlineThresholds;

@@ -1,7 +1,7 @@
 //! The responder: [`RdmaListener`].
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
 use std::time::Duration;
@@ -69,6 +69,14 @@ pub struct RdmaServerConfig {
     /// receive buffers are posted for their replies
     /// (draft-ietf-nfsv4-rpcrdma-bidirection-01 §2.2.2).
     pub backchannel_credits: u32,
+    /// How long a reverse-direction call ([`Backchannel`], an NFSv4.1
+    /// callback) waits for its reply, its wait for a credit included;
+    /// then it fails with [`RpcError::TimedOut`] and trips the
+    /// `rdma.backchannel_reply_wait` limit (its credit stays held until a
+    /// late reply, see [`Backchannel`]). Default 30 s
+    /// ([`DEFAULT_BACKCHANNEL_REPLY_WAIT`]), above the NFSv4.1 server's
+    /// own 5 s callback bound, as `TcpConfig::reverse_reply_wait`.
+    pub backchannel_reply_wait: Duration,
     /// Most bytes of idle buffers kept for reuse by calls with read
     /// chunks, shared by the listener's connections ([`super::pool`]): a
     /// buffer freed beyond it trips `rdma.pull_pool_bytes`. 0 gives every
@@ -88,10 +96,24 @@ impl Default for RdmaServerConfig {
             read_timeout: Duration::from_secs(30),
             max_version: 2,
             backchannel_credits: 0,
+            backchannel_reply_wait: DEFAULT_BACKCHANNEL_REPLY_WAIT,
             pull_pool_bytes: 16 * 1024 * 1024,
         }
     }
 }
+
+/// Reverse-direction calls that may wait, per connection, for a credit
+/// while all the client granted are in use ([`Backchannel`]); one more
+/// fails at once with [`RpcError::TooManyInFlight`] (limit
+/// `rdma.backchannel_waiters`). As `oncrpc::tcp::MAX_REVERSE_WAITERS`.
+pub const MAX_BACKCHANNEL_WAITERS: usize = 256;
+
+/// How long a reverse-direction call waits for its reply by default
+/// ([`RdmaServerConfig::backchannel_reply_wait`]).
+pub const DEFAULT_BACKCHANNEL_REPLY_WAIT: Duration = Duration::from_secs(30);
+
+static BC_WAITERS: Limit = Limit::new("rdma.backchannel_waiters");
+static BC_REPLY_WAIT: Limit = Limit::new("rdma.backchannel_reply_wait");
 
 /// The connection ended (or a work request could not be posted).
 #[derive(Debug)]
@@ -293,8 +315,10 @@ async fn accept<R: ConnectRequest>(
             credits: RequesterCredits::new(config.backchannel_credits),
             closed: false,
             regions: HashMap::new(),
+            abandoned: HashSet::new(),
         }),
         wait: Notify::new(),
+        waiting: AtomicUsize::new(0),
     });
     let conn = Arc::new(Conn {
         qp,
@@ -340,6 +364,7 @@ async fn accept<R: ConnectRequest>(
     if let Some(rev) = &conn.reverse {
         let mut st = rev.lock();
         st.closed = true;
+        st.abandoned.clear();
         for (_, r) in st.regions.drain() {
             r.finish(None);
         }
@@ -356,6 +381,8 @@ async fn accept<R: ConnectRequest>(
 struct Reverse {
     state: Mutex<ReverseState>,
     wait: Notify,
+    /// Calls waiting for a credit (at most [`MAX_BACKCHANNEL_WAITERS`]).
+    waiting: AtomicUsize,
 }
 
 type ReplyTx = oneshot::Sender<Result<Bytes, RpcError>>;
@@ -366,6 +393,35 @@ struct ReverseState {
     closed: bool,
     /// Registered memory of reverse calls sent with chunks (GENL).
     regions: HashMap<u32, super::v2_reverse::Regions>,
+    /// Xids of calls sent and given up (timed out, or their caller
+    /// stopped waiting) whose credit is still held: at most the credits.
+    abandoned: HashSet<u32>,
+}
+
+/// One call counted in [`Reverse::waiting`] while it waits for a credit.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A call on the wire: if it ends without its reply (timed out, or its
+/// future dropped), it is forgotten and listed as abandoned, its credit
+/// still held ([`Backchannel`]).
+struct Sent<'a> {
+    rev: &'a Reverse,
+    xid: u32,
+}
+
+impl Drop for Sent<'_> {
+    fn drop(&mut self) {
+        let mut st = self.rev.lock();
+        if st.core.cancel(self.xid).is_some() && !st.closed {
+            st.abandoned.insert(self.xid);
+        }
+    }
 }
 
 impl Reverse {
@@ -378,6 +434,28 @@ impl Reverse {
 /// [`oncrpc::ClientTransport`] sending reverse-direction calls inline
 /// (RFC 8167; draft-ietf-nfsv4-rpcrdma-bidirection-01 §2.4, §2.5), never
 /// more at once than the client granted (§2.1.2).
+///
+/// A client that never answers holds the server's calls: while every
+/// credit is in use at most [`MAX_BACKCHANNEL_WAITERS`] calls wait for one
+/// (one more fails at once with [`RpcError::TooManyInFlight`], limit
+/// `rdma.backchannel_waiters`), and each call, its wait included, ends
+/// after [`RdmaServerConfig::backchannel_reply_wait`]
+/// ([`RpcError::TimedOut`], limit `rdma.backchannel_reply_wait`).
+///
+/// Credits of abandoned calls (RFC 8166 §3.3.1; RFC 8167 §3.1: credits
+/// work in the reverse direction as in the forward one, counted apart): a
+/// credit stands for a receive buffer the client posted, which the call's
+/// Send consumed; only the client's reply says it is free again. So a call
+/// given up after it went out (timed out, or its caller stopped waiting)
+/// is forgotten but keeps its credit: sending another in its place could
+/// find no receive posted and break the connection. A late reply to it
+/// returns the credit, updates the grant from its rdma_credit, releases
+/// the call's registered memory and is otherwise dropped; a second reply
+/// to the same xid, or one to an xid never sent, changes nothing. With no
+/// reply the credit is freed only with the connection. A client that
+/// answers nothing thus ends with all its credits held by abandoned calls:
+/// later calls wait and time out, never overrunning its receive queue. A
+/// call given up before it went out frees its credit at once.
 pub struct Backchannel<Q> {
     conn: Arc<Conn<Q>>,
 }
@@ -404,10 +482,44 @@ impl<Q: QueuePair> Backchannel<Q> {
         self.conn.peer.conn_id
     }
 
+    /// Calls sent whose replies have not arrived, abandoned ones included
+    /// (each holds a credit).
+    pub fn outstanding(&self) -> u32 {
+        self.conn
+            .reverse
+            .as_ref()
+            .map_or(0, |rev| rev.lock().credits.outstanding())
+    }
+
+    /// Calls waiting for a credit.
+    pub fn waiting(&self) -> usize {
+        self.conn
+            .reverse
+            .as_ref()
+            .map_or(0, |rev| rev.waiting.load(Ordering::Relaxed))
+    }
+
     async fn call_inner(&self, call: RpcCall) -> Result<Bytes, RpcError> {
         let Some(rev) = &self.conn.reverse else {
             return Err(RpcError::Transport("no backchannel"));
         };
+        let wait = self.conn.config.backchannel_reply_wait;
+        match tokio::time::timeout(wait, self.call_unbounded(rev, call)).await {
+            Ok(r) => r,
+            Err(_) => {
+                BC_REPLY_WAIT.trip(format_args!(
+                    "RPC-over-RDMA peer {}: a backchannel call got no reply within {wait:?}",
+                    PeerName(&self.conn.peer)
+                ));
+                Err(RpcError::TimedOut)
+            }
+        }
+    }
+
+    /// Takes a credit, waiting while all are in use unless
+    /// [`MAX_BACKCHANNEL_WAITERS`] wait already.
+    async fn credit(&self, rev: &Reverse) -> Result<(), RpcError> {
+        let mut counted = None;
         loop {
             let notified = rev.wait.notified();
             tokio::pin!(notified);
@@ -418,12 +530,28 @@ impl<Q: QueuePair> Backchannel<Q> {
                     return Err(RpcError::ConnectionClosed);
                 }
                 if st.credits.try_send().is_ok() {
-                    break;
+                    return Ok(());
                 }
+            }
+            if counted.is_none() {
+                if rev.waiting.fetch_add(1, Ordering::Relaxed) >= MAX_BACKCHANNEL_WAITERS {
+                    rev.waiting.fetch_sub(1, Ordering::Relaxed);
+                    BC_WAITERS.trip(format_args!(
+                        "RPC-over-RDMA peer {}: every backchannel credit in use and \
+                         {MAX_BACKCHANNEL_WAITERS} calls waiting; one more refused",
+                        PeerName(&self.conn.peer)
+                    ));
+                    return Err(RpcError::TooManyInFlight);
+                }
+                counted = Some(Waiting(&rev.waiting));
             }
             notified.await;
         }
-        let rx = {
+    }
+
+    async fn call_unbounded(&self, rev: &Reverse, call: RpcCall) -> Result<Bytes, RpcError> {
+        self.credit(rev).await?;
+        let (rx, _sent) = {
             let mut st = rev.lock();
             let (tx, rx) = oneshot::channel();
             let (xid, msg) = match st.core.start_call(&call, tx, std::time::Instant::now()) {
@@ -484,7 +612,7 @@ impl<Q: QueuePair> Backchannel<Q> {
                 }
                 return Err(fail(&mut st, RpcError::ConnectionClosed));
             }
-            rx
+            (rx, Sent { rev, xid })
         };
         rx.await.unwrap_or(Err(RpcError::ConnectionClosed))
     }
@@ -731,6 +859,10 @@ impl<Q: QueuePair> Conn<Q> {
             // a reverse reply is the client's backchannel credit.
             st.credits.on_reply(credits);
             let _ = tx.send(reply);
+        } else if st.abandoned.remove(&xid) {
+            // A late reply to an abandoned call returns the credit it
+            // held ([`Backchannel`]); the reply itself has no taker.
+            st.credits.on_reply(credits);
         }
         drop(st);
         rev.wait.notify_waiters();
