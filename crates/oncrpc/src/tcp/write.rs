@@ -79,16 +79,6 @@ fn push_parts<'a>(msg: &'a XdrBuf, headers: &'a [[u8; 4]], out: &mut Vec<Part<'a
 }
 
 /// Writes `msgs`, each as one record, in order.
-///
-/// A batch holding a file range of [`CORK_MIN_FILE_LEN`] or more goes out
-/// corked (`TCP_CORK` from its first byte to its last): `sendfile` hands
-/// the range to TCP in pipe-sized pieces (64 KiB), each its own send that
-/// releases the socket, and an ACK processed between two of them made the
-/// socket (`TCP_NODELAY`) send the partly filled segment at the queue's
-/// tail, so a 1 MiB reply, whose data starts after its headers, left in
-/// about 21 segments instead of 17 and woke the receiver more often
-/// (measured in docs/benchmarks.md). Corked, only full segments leave
-/// until the batch ends.
 async fn write_records<W: RecordWrite>(w: &mut W, msgs: &mut [&mut XdrBuf]) -> io::Result<()> {
     for m in msgs.iter_mut() {
         if m.has_files() && m.len() > MAX_FRAGMENT_LEN {
@@ -103,28 +93,7 @@ async fn write_records<W: RecordWrite>(w: &mut W, msgs: &mut [&mut XdrBuf]) -> i
     for (m, h) in msgs.iter().zip(&headers) {
         push_parts(m, h, &mut parts);
     }
-    let cork = parts
-        .iter()
-        .any(|p| matches!(p, Part::File(f) if f.len >= CORK_MIN_FILE_LEN));
-    if let Some(sock) = w.socket().filter(|_| cork) {
-        rustix::net::sockopt::set_tcp_cork(sock, true)?;
-    }
-    let sent = write_parts(w, &parts).await;
-    if let Some(sock) = w.socket().filter(|_| cork) {
-        // Uncorking sends what is held, so nothing waits for the cork's timer.
-        rustix::net::sockopt::set_tcp_cork(sock, false)?;
-    }
-    sent
-}
-
-/// A file range this long or longer is sent corked (`TCP_CORK`, see
-/// [`write_records`]).
-const CORK_MIN_FILE_LEN: usize = 64 * 1024;
-
-/// Writes `parts` in order: runs of bytes with vectored writes, file
-/// ranges with [`send_file`].
-async fn write_parts<W: RecordWrite>(w: &mut W, parts: &[Part<'_>]) -> io::Result<()> {
-    let mut rest = parts;
+    let mut rest = parts.as_slice();
     while !rest.is_empty() {
         let run = rest
             .iter()
