@@ -317,6 +317,46 @@ pub(crate) struct ServeArgs {
     /// (the client does its I/O through the metadata server meanwhile).
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     mds_ds_error_hold: u64,
+    /// Seconds a metadata server's recall for a truncation or a change of
+    /// owner or mode waits for the fencing of the layouts' data files on
+    /// the data servers before its callbacks go out regardless (limit
+    /// `pnfs.fence_wait`); at least 1.
+    #[arg(long, value_name = "SECS", default_value_t = nfs_server::v4::pnfs::DEFAULT_FENCE_WAIT.as_secs())]
+    mds_fence_wait: u64,
+    /// Seconds a metadata server waits for the answer to one call to a
+    /// data server on its control path (creating, fencing, removing data
+    /// files), or for the MOUNT of a new connection; then the data server
+    /// counts as unreachable (limit `pnfs.control_timeout`); at least 1.
+    #[arg(long, value_name = "SECS", default_value_t = nfs_server::v4::pnfs::DEFAULT_CONTROL_TIMEOUT.as_secs())]
+    mds_control_timeout: u64,
+}
+
+/// The pNFS metadata server's settings: `--data-server` and the `--mds-*`
+/// options (docs/pnfs.md).
+fn mds_config(args: &ServeArgs) -> anyhow::Result<nfs_server::v4::pnfs::MdsConfig> {
+    let ds = args
+        .data_servers
+        .iter()
+        .map(|u| super::dataserver::parse(u).context("--data-server"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let ds_count = ds.len();
+    let mut mds = nfs_server::v4::pnfs::MdsConfig::new(ds);
+    mds.uid = args.mds_synthetic_id;
+    mds.gid = args.mds_synthetic_id;
+    mds.max_layouts = args.max_layouts;
+    let most = nfs_server::v4::pnfs::MAX_MIRRORS.min(ds_count);
+    if !(1..=most).contains(&args.mds_mirrors) {
+        anyhow::bail!("--mds-mirrors {}: 1 to {most} here", args.mds_mirrors);
+    }
+    mds.mirrors = args.mds_mirrors;
+    mds.max_rebuilds = args.mds_max_rebuilds.max(1);
+    mds.recall_timeout = args
+        .mds_recall_timeout
+        .map(|s| Duration::from_secs(s.max(1)));
+    mds.ds_error_hold = Duration::from_secs(args.mds_ds_error_hold);
+    mds.fence_wait = Duration::from_secs(args.mds_fence_wait.max(1));
+    mds.control_timeout = Duration::from_secs(args.mds_control_timeout.max(1));
+    Ok(mds)
 }
 
 /// The TLS settings of `--tls-cert`, `--tls-key`, `--tls-client-ca`.
@@ -452,27 +492,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     config.sm_notify_port = args.sm_notify_port;
     config.nsm_name = args.nsm_name.clone();
     if !args.data_servers.is_empty() {
-        let ds = args
-            .data_servers
-            .iter()
-            .map(|u| super::dataserver::parse(u).context("--data-server"))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let ds_count = ds.len();
-        let mut mds = nfs_server::v4::pnfs::MdsConfig::new(ds);
-        mds.uid = args.mds_synthetic_id;
-        mds.gid = args.mds_synthetic_id;
-        mds.max_layouts = args.max_layouts;
-        let most = nfs_server::v4::pnfs::MAX_MIRRORS.min(ds_count);
-        if !(1..=most).contains(&args.mds_mirrors) {
-            anyhow::bail!("--mds-mirrors {}: 1 to {most} here", args.mds_mirrors);
-        }
-        mds.mirrors = args.mds_mirrors;
-        mds.max_rebuilds = args.mds_max_rebuilds.max(1);
-        mds.recall_timeout = args
-            .mds_recall_timeout
-            .map(|s| std::time::Duration::from_secs(s.max(1)));
-        mds.ds_error_hold = std::time::Duration::from_secs(args.mds_ds_error_hold);
-        config.mds = Some(mds);
+        config.mds = Some(mds_config(&args)?);
     }
     let server = nfs_server::start(config)
         .await
@@ -678,4 +698,49 @@ fn seed() -> u64 {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     t ^ u64::from(std::process::id()).rotate_left(32)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{Args, FromArgMatches};
+
+    use super::*;
+
+    /// `serve` parsed from `line` (the command line after `serve`).
+    fn serve(line: &[&str]) -> ServeArgs {
+        let argv = std::iter::once("serve").chain(line.iter().copied());
+        let m = ServeArgs::augment_args(clap::Command::new("serve"))
+            .try_get_matches_from(argv)
+            .unwrap();
+        ServeArgs::from_arg_matches(&m).unwrap()
+    }
+
+    #[test]
+    fn mds_options_set_the_fence_wait_and_the_control_timeout() {
+        let ds = ["/x", "--data-server", "nfs://127.0.0.1:3049/ds"];
+        let mds = mds_config(&serve(&ds)).unwrap();
+        assert_eq!(mds.fence_wait, nfs_server::v4::pnfs::DEFAULT_FENCE_WAIT);
+        assert_eq!(
+            mds.control_timeout,
+            nfs_server::v4::pnfs::DEFAULT_CONTROL_TIMEOUT
+        );
+        assert_eq!(
+            (mds.fence_wait, mds.control_timeout),
+            (Duration::from_secs(5), Duration::from_secs(60))
+        );
+        let with = |extra: [&'static str; 4]| {
+            let mut line = ds.to_vec();
+            line.extend(extra);
+            mds_config(&serve(&line)).unwrap()
+        };
+        let mds = with(["--mds-fence-wait", "2", "--mds-control-timeout", "15"]);
+        assert_eq!(mds.fence_wait, Duration::from_secs(2));
+        assert_eq!(mds.control_timeout, Duration::from_secs(15));
+        // Zero would let no fencing or no call finish: one second at least.
+        let mds = with(["--mds-fence-wait", "0", "--mds-control-timeout", "0"]);
+        assert_eq!(
+            (mds.fence_wait, mds.control_timeout),
+            (Duration::from_secs(1), Duration::from_secs(1))
+        );
+    }
 }
