@@ -17,22 +17,24 @@
 //! file is removed, so the file stays bounded by the export's own file
 //! count.
 //!
-//! Writes ([`store`]): in a state directory every change goes to the
-//! store as it is made (a LOOKUP's or OPEN's entry, or a READDIRPLUS
-//! page's, in one transaction) without `fsync`, and its record to a log
-//! beside the store ([`log`]) with `write(2)` before the reply: in the
-//! page cache, so a server killed by SIGTERM or SIGKILL loses none of the
-//! handles it handed out, and a restart on the same state directory
-//! replays the log and resolves them. An operation that changed the
-//! namespace asks for durability (a create, rename or link syncs the
-//! log, so its handle survives a power loss as the file does). A
-//! background thread commits the store durably every few hundred ms and
-//! starts the log afresh; only a power loss or kernel crash may lose
-//! entries recorded by LOOKUP or READDIRPLUS since then (their handles
-//! are then STALE and the client looks the names up again). The index
-//! kept in memory (no state directory) batches instead: entries wait in
-//! a bounded map ([`PENDING_MAX`]) and go to the store in one
-//! transaction when it fills.
+//! Writes ([`store`]): in a state directory every change's record goes
+//! to a log beside the store ([`log`]) with `write(2)` before the reply
+//! (a LOOKUP's or OPEN's entry, or a READDIRPLUS page's, in one write),
+//! and the change waits in memory, where lookups find it first, for the
+//! background thread's durable commit every few hundred ms: one store
+//! transaction for everything changed since, not one a page. The log is
+//! in the page cache, so a server killed by SIGTERM or SIGKILL loses none
+//! of the handles it handed out, and a restart on the same state
+//! directory replays the log and resolves them. An operation that
+//! changed the namespace asks for durability (a create, rename or link
+//! syncs the log, so its handle survives a power loss as the file does).
+//! Only a power loss or kernel crash may lose entries recorded by LOOKUP
+//! or READDIRPLUS since the last durable commit (their handles are then
+//! STALE and the client looks the names up again). The changes waiting
+//! are bounded ([`PENDING_LOGGED_MAX`]): the change that reaches the
+//! bound commits at once. The index kept in memory (no state directory)
+//! batches too: entries wait in a bounded map ([`PENDING_MAX`]) and go to
+//! the store in one transaction when it fills.
 //!
 //! Recording what is already recorded is the common case (every
 //! READDIRPLUS of a directory listed before): a fixed in-memory table
@@ -52,10 +54,11 @@
 //! use): handles then do not survive a restart.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use oncrpc::limits::Limit;
 use redb::{backends::InMemoryBackend, Database, TableDefinition};
 
 use super::known::Known;
@@ -74,8 +77,16 @@ const TABLE: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("ino");
 
 /// Page cache of the store.
 pub(crate) const CACHE_BYTES: usize = 16 << 20;
-/// Entries held in memory before a batch is written.
+/// Entries held in memory before a batch is written (the index in
+/// memory).
 pub(crate) const PENDING_MAX: usize = 1024;
+/// Changes held in memory for the next durable commit (with a state
+/// directory, about 110 bytes each): the change that reaches it commits
+/// at once (`index.pending_entries`). A commit takes the set away, so
+/// with one commit running the index holds at most twice this.
+pub(crate) const PENDING_LOGGED_MAX: usize = 65_536;
+
+static PENDING_ENTRIES: Limit = Limit::new("index.pending_entries");
 
 /// Where one inode lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,6 +161,19 @@ impl Listed {
 /// A change waiting for the store: an entry to write, or a removal.
 type Pending = HashMap<u64, Option<Entry>>;
 
+/// The log record of the change of `ino` to `e`.
+fn record_of(ino: u64, e: &Option<Entry>) -> Record<'_> {
+    match e {
+        Some(e) => Record::Put {
+            ino,
+            parent: e.parent,
+            gen: e.gen,
+            name: &e.name,
+        },
+        None => Record::Remove { ino },
+    }
+}
+
 /// What the index holds in memory, under one lock.
 #[derive(Debug)]
 struct State {
@@ -161,9 +185,8 @@ struct State {
     /// Changes so far: a lookup in the store marks what it found known
     /// only if no change came in between.
     changes: u64,
-    /// Whether changes wait in [`Self::pending`] for a batch (the index
-    /// in memory) rather than go to the store file at once.
-    batch: bool,
+    /// Changes [`Self::pending`] holds before they are due for the store.
+    bound: usize,
 }
 
 impl State {
@@ -182,7 +205,7 @@ impl State {
 
     /// Whether the pending changes are due for the store.
     fn due(&self, durable: bool) -> bool {
-        durable || !self.batch || self.pending.len() >= PENDING_MAX
+        durable || self.pending.len() >= self.bound
     }
 
     /// Where the index says `ino` lives, if a change not yet in the
@@ -195,14 +218,27 @@ impl State {
 
 /// The index of one export.
 pub(crate) struct Index {
-    store: Arc<Store>,
+    shared: Arc<Shared>,
     /// Commits the store durably every interval (with a state
     /// directory); stopped and joined when the index is dropped.
     _committer: Option<Committer>,
+}
+
+/// What the index and its commit thread share.
+pub(crate) struct Shared {
+    store: Store,
     state: Mutex<State>,
     /// Held while a batch is taken and written: batches reach the store
     /// one at a time, in the order they were taken.
     writer: Mutex<()>,
+}
+
+impl std::ops::Deref for Index {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
 }
 
 impl core::fmt::Debug for Index {
@@ -233,13 +269,37 @@ impl Index {
         log_max: u64,
         every: std::time::Duration,
     ) -> std::io::Result<Self> {
+        Self::open_bounded(path, log_max, every, PENDING_LOGGED_MAX)
+    }
+
+    /// [`Self::open_with`] holding at most `pending_max` changes in
+    /// memory between durable commits.
+    pub(crate) fn open_bounded(
+        path: &Path,
+        log_max: u64,
+        every: std::time::Duration,
+        pending_max: usize,
+    ) -> std::io::Result<Self> {
         let db = Database::builder()
             .set_cache_size(CACHE_BYTES)
             .create(path)
             .map_err(db_err)?;
-        let store = Arc::new(Store::open(db, &path.with_extension("log"), log_max)?);
-        let committer = Some(Committer::spawn(Arc::clone(&store), every));
-        Ok(Self::with_store(store, committer, false))
+        let logs = log_paths(path);
+        let store = Store::open(db, [&logs[0], &logs[1]], log_max)?;
+        let shared = Arc::new(Shared::new(store, pending_max));
+        let commit = {
+            let shared = Arc::clone(&shared);
+            move || {
+                if let Err(e) = shared.commit() {
+                    tracing::warn!(error = %e, "handle index: durable commit failed");
+                }
+            }
+        };
+        let committer = Some(Committer::spawn(every, commit));
+        Ok(Self {
+            shared,
+            _committer: committer,
+        })
     }
 
     /// An index kept in memory only.
@@ -247,22 +307,10 @@ impl Index {
         let db = Database::builder()
             .create_with_backend(InMemoryBackend::new())
             .map_err(db_err)?;
-        Ok(Self::with_store(Arc::new(Store::memory(db)?), None, true))
-    }
-
-    fn with_store(store: Arc<Store>, committer: Option<Committer>, batch: bool) -> Self {
-        Self {
-            store,
-            _committer: committer,
-            state: Mutex::new(State {
-                pending: HashMap::new(),
-                writing: None,
-                known: Known::new(),
-                changes: 0,
-                batch,
-            }),
-            writer: Mutex::new(()),
-        }
+        Ok(Self {
+            shared: Arc::new(Shared::new(Store::memory(db)?, PENDING_MAX)),
+            _committer: None,
+        })
     }
 
     /// Where `ino` lives, if recorded.
@@ -285,7 +333,7 @@ impl Index {
         if st.known.is(ino, hash) {
             return true;
         }
-        if let Some(p) = st.pending.get(&ino) {
+        if let Some(p) = st.unstored(ino) {
             let same = p.as_ref() == Some(e);
             if same {
                 st.known.set(ino, hash);
@@ -340,6 +388,7 @@ impl Index {
         if let Err(err) = self.store.write(durable, |c| c.apply(&r)) {
             tracing::warn!(error = %err, ino, "handle index: a further name was not recorded");
         }
+        self.log_bound();
     }
 
     /// `name` in `parent` no longer names `ino` of generation `gen` (a
@@ -375,7 +424,9 @@ impl Index {
     /// Forgets `name` in `parent` as a further name of `ino`.
     fn forget_name(&self, ino: u64, parent: u64, name: &[u8]) -> std::io::Result<bool> {
         let r = Record::Unlink { ino, parent, name };
-        self.store.write(false, |c| c.apply(&r))
+        let out = self.store.write(false, |c| c.apply(&r));
+        self.log_bound();
+        out
     }
 
     /// Makes the further name `e` of `ino` its recorded one (the
@@ -414,46 +465,50 @@ impl Index {
             return;
         };
         let mut unsure: Vec<Unsure<'_>> = Vec::new();
+        // A change waiting for the store that says otherwise is newer than
+        // what the store says: these change without asking it.
+        let mut differ: Vec<Unsure<'_>> = Vec::new();
         for (ino, gen, linked, name) in listed.iter() {
             let hash = st.known.hash(ino, parent, gen, name);
             if st.known.is(ino, hash) {
                 continue;
             }
-            match st.pending.get(&ino) {
+            match st.unstored(ino) {
                 Some(Some(e)) if e.is(parent, gen, name) => st.known.set(ino, hash),
-                _ => unsure.push((ino, gen, name, hash, linked)),
+                Some(_) => differ.push((ino, gen, name, hash, linked)),
+                None => unsure.push((ino, gen, name, hash, linked)),
             }
         }
-        if unsure.is_empty() {
+        if unsure.is_empty() && differ.is_empty() {
             return;
         }
         let since = st.changes;
         drop(st);
-        let changed = self.not_stored(parent, unsure.clone());
+        let mut changed = self.not_stored(parent, unsure.clone());
+        changed.extend_from_slice(&differ);
+        unsure.extend_from_slice(&differ);
         let mut linked = Vec::new();
-        let batch = match self.state.lock() {
+        let mut changes = Vec::with_capacity(changed.len());
+        match self.state.lock() {
             Ok(mut st) => {
                 if st.changes == since {
                     for &(ino, _, _, hash, _) in &unsure {
                         st.known.set(ino, hash);
                     }
                 }
-                for (ino, gen, name, _, l) in changed {
-                    let name = Bytes::copy_from_slice(name);
-                    let e = Entry { parent, gen, name };
-                    if l {
-                        linked.push((ino, e));
-                    } else {
-                        st.change(ino, Some(e));
-                    }
-                }
-                st.due(false)
             }
-            Err(_) => false,
-        };
-        if batch {
-            self.write_pending(false);
+            Err(_) => return,
         }
+        for (ino, gen, name, _, l) in changed {
+            let name = Bytes::copy_from_slice(name);
+            let e = Entry { parent, gen, name };
+            if l {
+                linked.push((ino, e));
+            } else {
+                changes.push((ino, Some(e)));
+            }
+        }
+        self.record(changes, false);
         for (ino, e) in linked {
             self.put_linked(ino, e, false);
         }
@@ -482,15 +537,94 @@ impl Index {
     }
 
     fn change(&self, ino: u64, e: Option<Entry>, durable: bool) {
-        let due = match self.state.lock() {
-            Ok(mut st) => {
-                st.change(ino, e);
-                st.due(durable)
+        self.record(vec![(ino, e)], durable);
+    }
+
+    /// Makes `changes`, in order; `durable` puts them on stable storage
+    /// before returning. With a log, their records are appended to it
+    /// with one `write(2)` (and synced if `durable`) and the changes wait
+    /// in memory for the next durable commit; in memory, they wait for a
+    /// batch.
+    fn record(&self, changes: Vec<(u64, Option<Entry>)>, durable: bool) {
+        if changes.is_empty() {
+            return;
+        }
+        let logs = match self.store.logs() {
+            None => {
+                let due = match self.state.lock() {
+                    Ok(mut st) => {
+                        for (ino, e) in changes {
+                            st.change(ino, e);
+                        }
+                        st.due(durable)
+                    }
+                    Err(_) => false,
+                };
+                if due {
+                    self.write_pending(durable);
+                }
+                return;
             }
-            Err(_) => false,
+            Some(Ok(logs)) => logs,
+            Some(Err(err)) => {
+                tracing::warn!(error = %err, "handle index: changes not recorded");
+                return;
+            }
         };
-        if due {
-            self.write_pending(durable);
+        // Under the log's lock: a durable commit takes the pending set and
+        // switches logs in one step, so these changes and their records
+        // go to the same side of it.
+        let mut logs = logs;
+        let mut framed = Vec::new();
+        let epoch = logs.cur.epoch();
+        let pending = match self.state.lock() {
+            Ok(mut st) => {
+                for (ino, e) in changes {
+                    if let Err(err) = record_of(ino, &e).encode(epoch, &mut framed) {
+                        tracing::warn!(error = %err, ino, "handle index: a change is not logged");
+                    }
+                    st.change(ino, e);
+                }
+                (st.pending.len() >= st.bound).then_some(st.pending.len())
+            }
+            Err(_) => return,
+        };
+        let logged = logs
+            .cur
+            .append(&framed)
+            .and_then(|()| if durable { logs.sync() } else { Ok(()) });
+        if let Err(err) = logged {
+            tracing::warn!(
+                error = %err,
+                "handle index: changes not logged (kept for the next durable commit)"
+            );
+        }
+        let full = logs.cur.full();
+        drop(logs);
+        if full {
+            self.log_bound();
+        } else if let Some(n) = pending {
+            PENDING_ENTRIES.trip(format_args!(
+                "{n} handle index changes wait in memory: the index commits before the interval ends"
+            ));
+            if let Err(e) = self.commit() {
+                tracing::warn!(error = %e, "handle index: durable commit failed");
+            }
+        }
+    }
+
+    /// With a log past its bound: commits durably at once (a limit's
+    /// trip).
+    fn log_bound(&self) {
+        let Some((path, len)) = self.store.log_full() else {
+            return;
+        };
+        store::LOG_BYTES.trip(format_args!(
+            "{} holds {len} bytes: the handle index commits before the interval ends",
+            path.display()
+        ));
+        if let Err(e) = self.commit() {
+            tracing::warn!(error = %e, "handle index: durable commit failed");
         }
     }
 
@@ -509,8 +643,10 @@ impl Index {
     /// Writes everything pending to the store and commits it durably
     /// (the log starts afresh).
     pub(crate) fn flush(&self) {
-        self.write_pending(false);
-        if let Err(e) = self.store.commit() {
+        if self.store.logs.is_none() {
+            return self.write_pending(false);
+        }
+        if let Err(e) = self.commit() {
             tracing::warn!(error = %e, "handle index: durable commit failed");
         }
     }
@@ -553,19 +689,98 @@ impl Index {
     fn try_write(&self, batch: &Pending, durable: bool) -> std::io::Result<()> {
         self.store.write(durable, |c| {
             for (&ino, e) in batch {
-                let r = match e {
-                    Some(e) => Record::Put {
-                        ino,
-                        parent: e.parent,
-                        gen: e.gen,
-                        name: &e.name,
-                    },
-                    None => Record::Remove { ino },
-                };
-                c.apply(&r)?;
+                c.apply(&record_of(ino, e))?;
             }
             Ok(())
         })
+    }
+}
+
+/// The index's two log files beside its store at `path`.
+fn log_paths(path: &Path) -> [PathBuf; 2] {
+    [path.with_extension("log"), path.with_extension("log2")]
+}
+
+fn poisoned() -> std::io::Error {
+    std::io::Error::other("handle index: lock poisoned")
+}
+
+impl Shared {
+    fn new(store: Store, bound: usize) -> Self {
+        Self {
+            store,
+            state: Mutex::new(State {
+                pending: HashMap::new(),
+                writing: None,
+                known: Known::new(),
+                changes: 0,
+                bound,
+            }),
+            writer: Mutex::new(()),
+        }
+    }
+
+    /// With a log: writes the pending changes to the store in one
+    /// transaction, in inode order, and commits it durably as holding
+    /// the current log, whose place the other log takes in the same step
+    /// (the background thread every interval, a bound's trip, a flush).
+    /// Changes made meanwhile go to the other log and wait for the next
+    /// commit; the changes being written stay readable ([`State::writing`])
+    /// until the store has them.
+    fn commit(&self) -> std::io::Result<()> {
+        let _w = self.writer.lock().map_err(|_| poisoned())?;
+        let Some(logs) = self.store.logs() else {
+            return Ok(());
+        };
+        let mut logs = logs?;
+        let (batch, old) = {
+            let mut st = self.state.lock().map_err(|_| poisoned())?;
+            if !logs.cur.has_records() && st.pending.is_empty() {
+                return Ok(());
+            }
+            let old = logs.switch()?;
+            let batch = Arc::new(std::mem::take(&mut st.pending));
+            st.writing = Some(Arc::clone(&batch));
+            (batch, old)
+        };
+        drop(logs);
+        let mut inos: Vec<u64> = batch.keys().copied().collect();
+        inos.sort_unstable();
+        let done = self.store.checkpoint(old.epoch(), |t| {
+            for ino in inos {
+                if let Some(e) = batch.get(&ino) {
+                    t.apply(&record_of(ino, e))?;
+                }
+            }
+            Ok(())
+        });
+        let Some(logs) = self.store.logs() else {
+            return done;
+        };
+        let mut logs = logs?;
+        let mut st = self.state.lock().map_err(|_| poisoned())?;
+        st.writing = None;
+        if done.is_err() {
+            // The store did not take them: the changes no later one
+            // replaced wait again, their records in the current log, so
+            // the logs still hold every change the store does not.
+            let epoch = logs.cur.epoch();
+            let mut framed = Vec::new();
+            for (&ino, e) in batch.iter() {
+                if let std::collections::hash_map::Entry::Vacant(v) = st.pending.entry(ino) {
+                    let _ = record_of(ino, e).encode(epoch, &mut framed);
+                    v.insert(e.clone());
+                }
+            }
+            drop(st);
+            if let Err(e) = logs.cur.append(&framed) {
+                tracing::warn!(error = %e, "handle index: changes not logged again");
+            }
+        } else {
+            drop(st);
+        }
+        logs.retired(old)?;
+        done
     }
 }
 
@@ -615,6 +830,17 @@ mod tests {
         // A removal pending is not taken for the entry.
         ix.remove(10);
         ix.put_listed(3, &l);
+        assert_eq!(ix.get(10), Some(e(3, "a")));
+        // Nor is the store's entry when a removal or another entry waits.
+        ix.flush();
+        ix.remove(10);
+        ix.put_listed(3, &l);
+        assert_eq!(ix.get(10), Some(e(3, "a")));
+        ix.flush();
+        ix.put(10, e(4, "moved"), false, false);
+        ix.put_listed(3, &l);
+        assert_eq!(ix.get(10), Some(e(3, "a")));
+        ix.flush();
         assert_eq!(ix.get(10), Some(e(3, "a")));
     }
 
@@ -783,7 +1009,9 @@ mod tests {
     fn killed_copy(p: &Path, to: &Path, log: bool) {
         std::fs::copy(p, to).unwrap();
         if log {
-            std::fs::copy(p.with_extension("log"), to.with_extension("log")).unwrap();
+            for (from, to) in log_paths(p).iter().zip(log_paths(to).iter()) {
+                std::fs::copy(from, to).unwrap();
+            }
         }
     }
 
@@ -903,6 +1131,92 @@ mod tests {
         let n = Index::open(&d.join("n.redb")).unwrap();
         assert_eq!(n.get(1499).map(|x| x.parent), Some(2));
         drop(n);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn pages_wait_in_memory_until_the_pending_bound_commits_them() {
+        let d = scratch("pending");
+        let p = d.join("ix.redb");
+        let ix = Index::open_bounded(&p, store::LOG_MAX, HOUR, 1000).unwrap();
+        let trips = PENDING_ENTRIES.count();
+        // A page below the bound: logged, served from memory, not in the
+        // store file.
+        ix.put_listed(2, &listing(600));
+        assert_eq!(ix.pending_len(), 600);
+        assert_eq!(ix.get(1599).map(|x| x.name), Some(Bytes::from("f599")));
+        assert!(ix.log_len() > log::HEADER_LEN as u64);
+        killed_copy(&p, &d.join("n.redb"), false);
+        let n = Index::open(&d.join("n.redb")).unwrap();
+        assert_eq!(n.get(1000), None);
+        drop(n);
+        assert_eq!(PENDING_ENTRIES.count(), trips);
+        // The page that reaches the bound commits everything at once.
+        let mut more = Listed::default();
+        for i in 0..500 {
+            more.push(5000 + i, 9, false, format!("g{i}").as_bytes());
+        }
+        ix.put_listed(3, &more);
+        assert!(PENDING_ENTRIES.count() > trips);
+        assert_eq!(ix.pending_len(), 0);
+        assert_eq!(ix.log_len(), log::HEADER_LEN as u64);
+        killed_copy(&p, &d.join("c.redb"), false);
+        drop(ix);
+        let c = Index::open(&d.join("c.redb")).unwrap();
+        assert_eq!(c.get(1599).map(|x| x.parent), Some(2));
+        assert_eq!(c.get(5499).map(|x| x.parent), Some(3));
+        drop(c);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn changes_made_while_commits_run_survive_a_kill() {
+        let d = scratch("switch");
+        let p = d.join("ix.redb");
+        let ix = Arc::new(Index::open_with(&p, store::LOG_MAX, HOUR).unwrap());
+        let writer = {
+            let ix = Arc::clone(&ix);
+            std::thread::spawn(move || {
+                for round in 0..200u64 {
+                    let mut l = Listed::default();
+                    for i in 0..50 {
+                        l.push(10_000 + round * 50 + i, 9, false, b"f");
+                    }
+                    ix.put_listed(round + 100, &l);
+                    // Entry 1 changes every round: the last one must win.
+                    let name = if round % 2 == 0 { "even" } else { "odd" };
+                    ix.put(1, e(2, name), false, false);
+                    if round % 7 == 0 {
+                        ix.remove(10_000 + round * 50);
+                    }
+                }
+            })
+        };
+        let mut commits = 0;
+        while !writer.is_finished() {
+            ix.commit().unwrap();
+            commits += 1;
+        }
+        writer.join().unwrap();
+        // Killed with the last changes in a log only.
+        ix.put(2, e(1, "last"), false, false);
+        killed_copy(&p, &d.join("k.redb"), true);
+        drop(ix);
+        let k = Index::open(&d.join("k.redb")).unwrap();
+        for round in 0..200u64 {
+            for i in 0..50 {
+                let ino = 10_000 + round * 50 + i;
+                let want = (round % 7 != 0 || i != 0).then_some(round + 100);
+                assert_eq!(
+                    k.get(ino).map(|x| x.parent),
+                    want,
+                    "{ino} after {commits} commits"
+                );
+            }
+        }
+        assert_eq!(k.get(1), Some(e(2, "odd")));
+        assert_eq!(k.get(2), Some(e(1, "last")));
+        drop(k);
         let _ = std::fs::remove_dir_all(&d);
     }
 

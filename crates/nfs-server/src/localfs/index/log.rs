@@ -412,10 +412,16 @@ impl Log {
         Ok(())
     }
 
-    /// Starts the log afresh with the next epoch (the store now holds
-    /// every record durably).
-    pub(crate) fn restart(&mut self) -> io::Result<()> {
-        self.epoch += 1;
+    /// A second handle on the log's file, to sync it while a durable
+    /// commit of the store has it.
+    pub(crate) fn file_clone(&self) -> io::Result<File> {
+        self.file.try_clone()
+    }
+
+    /// Starts the log afresh with `epoch` (the store holds every record
+    /// of the old one durably).
+    pub(crate) fn restart(&mut self, epoch: u64) -> io::Result<()> {
+        self.epoch = epoch;
         self.file.set_len(0)?;
         self.len = 0;
         self.file.write_all(&header(self.epoch))?;

@@ -2,31 +2,41 @@
 //! directory the log beside it ([`super::log`]) and the thread that
 //! commits the store durably every [`commit_interval`].
 //!
-//! The write policy (docs/hardening.md, "Index writes"): a change is
-//! committed to the store without `fsync` (redb's `Durability::None`:
-//! read transactions see it at once) and its record is appended to the
-//! log with `write(2)` in the same step, before the call that made it
-//! replies. So a server killed by SIGKILL or SIGTERM loses no handle it
-//! handed out (the log is in the page cache; the next start replays it
-//! into the store). A change whose reply promises stable storage (a
-//! CREATE, RENAME, LINK…) syncs the log (`fdatasync`, one per call, as
-//! the store's durable commit was before). Every [`commit_interval`]
-//! (300 ms by default) a background thread commits the store durably,
-//! recording the log's epoch in it, and starts the log afresh; so does
-//! the write that takes the log past its bound ([`LOG_MAX`], the
-//! `index.log_bytes` limit). A power loss or kernel crash loses at most
-//! the handles recorded by LOOKUP, READDIRPLUS and OPEN in the last
-//! interval (those of a synced change survive): the client then gets
-//! STALE and looks the name up again.
+//! The write policy (docs/hardening.md, "Index writes"): a change's
+//! record is appended to the log with `write(2)` before the call that
+//! made it replies, and the change waits in memory (the index's pending
+//! set, which lookups read first) for the next durable commit. So a
+//! server killed by SIGKILL or SIGTERM loses no handle it handed out (the
+//! log is in the page cache; the next start replays it into the store).
+//! A change whose reply promises stable storage (a CREATE, RENAME,
+//! LINK…) syncs the log (`fdatasync`, one per call). Every
+//! [`commit_interval`] (300 ms by default) a background thread writes the
+//! pending changes to the store in one transaction and commits it
+//! durably, recording the epoch of the log that held them; so does the
+//! change that takes the log past its bound ([`LOG_MAX`], the
+//! `index.log_bytes` limit) or the pending set past its own
+//! ([`super::PENDING_LOGGED_MAX`], `index.pending_entries`). A power loss
+//! or kernel crash loses at most the handles recorded by LOOKUP,
+//! READDIRPLUS and OPEN in the last interval (those of a synced change
+//! survive): the client then gets STALE and looks the name up again.
 //!
-//! Lock order: the log's mutex, then redb's write transaction; every
-//! write and the durable commit hold the log's mutex throughout, so the
-//! log's records are in the store's commit order.
+//! Two log files take turns ([`Logs`]): the commit switches to the other
+//! one and takes the pending set in the same step, under the log's lock,
+//! so the records of the changes it writes are all in the old file and
+//! every later record in the new one; writers append to the new file
+//! while the store's `fsync` runs, and the old file starts afresh (next
+//! epoch but one) once the store holds it. At open, the files whose
+//! epoch the store does not hold yet are replayed in epoch order.
+//!
+//! Lock order: the index's writer lock (one commit at a time), the
+//! log's mutex, the index's state, redb's write transaction. Changes of
+//! further names ([`Store::write`]) still go to the store as they are
+//! made, without `fsync`, their record to the log in the same step.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -142,25 +152,74 @@ impl Changes<'_> {
     }
 }
 
-/// The store and its log.
+/// The two log files: the one appended to, and the other, started
+/// afresh with the next epoch, or held by a durable commit.
+pub(super) struct Logs {
+    /// The log changes are appended to.
+    pub(super) cur: Log,
+    /// The next log (epoch after [`Self::cur`]'s); `None` while a durable
+    /// commit holds it.
+    pub(super) spare: Option<Log>,
+    /// The file of the log a durable commit is making the store hold: a
+    /// change that syncs the log syncs it too, so every record before a
+    /// synced one is on stable storage.
+    retiring: Option<std::fs::File>,
+}
+
+impl Logs {
+    /// Puts what was appended on stable storage: the current log, and
+    /// the one a durable commit is writing to the store.
+    pub(super) fn sync(&self) -> std::io::Result<()> {
+        self.cur.sync()?;
+        if let Some(f) = &self.retiring {
+            f.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Switches to the spare log; the old one is returned for the
+    /// durable commit of its records, and synced by [`Self::sync`] until
+    /// [`Self::retired`].
+    pub(super) fn switch(&mut self) -> std::io::Result<Log> {
+        let spare = self
+            .spare
+            .take()
+            .ok_or_else(|| std::io::Error::other("handle index log: no spare log"))?;
+        let old = std::mem::replace(&mut self.cur, spare);
+        self.retiring = old.file_clone().ok();
+        Ok(old)
+    }
+
+    /// The store holds the records of `old` (from [`Self::switch`])
+    /// durably: it starts afresh as the spare, with the epoch after the
+    /// current log's.
+    pub(super) fn retired(&mut self, mut old: Log) -> std::io::Result<()> {
+        self.retiring = None;
+        old.restart(self.cur.epoch() + 1)?;
+        self.spare = Some(old);
+        Ok(())
+    }
+}
+
+/// The store and its logs.
 pub(super) struct Store {
     pub(super) db: Database,
-    /// The log of changes the store does not hold durably yet; `None`:
+    /// The logs of changes the store does not hold durably yet; `None`:
     /// the index lives in memory.
-    log: Option<Mutex<Log>>,
+    pub(super) logs: Option<Mutex<Logs>>,
 }
 
 impl Store {
     /// A store in memory (no log).
     pub(super) fn memory(db: Database) -> std::io::Result<Self> {
         init(&db)?;
-        Ok(Self { db, log: None })
+        Ok(Self { db, logs: None })
     }
 
-    /// The store in `db` with its log at `log_path`: what the log holds
-    /// beyond the store is replayed into it and committed durably, and
-    /// the log starts afresh.
-    pub(super) fn open(db: Database, log_path: &Path, max: u64) -> std::io::Result<Self> {
+    /// The store in `db` with its two logs at `paths`: what the logs hold
+    /// beyond the store is replayed into it (in epoch order) and
+    /// committed durably, and both logs start afresh.
+    pub(super) fn open(db: Database, paths: [&Path; 2], max: u64) -> std::io::Result<Self> {
         init(&db)?;
         let applied = {
             let tx = db.begin_read().map_err(db_err)?;
@@ -168,37 +227,55 @@ impl Store {
             let e = t.get(EPOCH).map_err(db_err)?;
             e.map_or(0, |v| v.value())
         };
-        // The log passes its bound by at most one write (a page's
-        // records: under 1 MiB), so this reads all of any log this code
-        // wrote; a longer file's tail is dropped as torn.
-        let buf = Log::read(log_path, max.saturating_mul(2).saturating_add(REPLAY_SLACK))?;
-        let mut next = applied + 1;
-        match Replay::new(&buf) {
-            Ok(replay) if replay.epoch > applied => {
-                next = replay.epoch + 1;
-                replay_into(&db, replay, log_path)?;
+        // A log passes its bound by at most one write (a page's records:
+        // under 1 MiB), so this reads all of any log this code wrote; a
+        // longer file's tail is dropped as torn.
+        let cap = max.saturating_mul(2).saturating_add(REPLAY_SLACK);
+        let bufs = [Log::read(paths[0], cap)?, Log::read(paths[1], cap)?];
+        let mut replays = Vec::new();
+        for (buf, path) in bufs.iter().zip(paths) {
+            match Replay::new(buf) {
+                Ok(replay) if replay.epoch > applied => replays.push((replay, path)),
+                Ok(_) => {}
+                Err(LogError::Truncated { have: 0, .. }) => {}
+                Err(e) => torn(path, 0, e),
             }
-            Ok(_) => {}
-            Err(LogError::Truncated { have: 0, .. }) => {}
-            Err(e) => torn(log_path, 0, e),
         }
-        let log = Log::create(log_path, next, max)?;
+        replays.sort_by_key(|(r, _)| r.epoch);
+        let mut next = applied + 1;
+        if let Some((last, _)) = replays.last() {
+            next = last.epoch + 1;
+            replay_into(&db, replays)?;
+        }
+        let cur = Log::create(paths[0], next, max)?;
+        let spare = Log::create(paths[1], next + 1, max)?;
         Ok(Self {
             db,
-            log: Some(Mutex::new(log)),
+            logs: Some(Mutex::new(Logs {
+                cur,
+                spare: Some(spare),
+                retiring: None,
+            })),
         })
     }
 
-    /// Runs `f` on the store's tables in one write transaction. With a
-    /// log, the changes it applies are appended to the log before the
-    /// store commits (without `fsync`), and `durable` syncs the log
-    /// after; a log past its bound is folded into a durable commit.
+    /// The logs, locked; `None` for a store in memory.
+    pub(super) fn logs(&self) -> Option<std::io::Result<std::sync::MutexGuard<'_, Logs>>> {
+        self.logs.as_ref().map(|l| l.lock().map_err(|_| poisoned()))
+    }
+
+    /// Runs `f` on the store's tables in one write transaction (the
+    /// changes of further names, and the in-memory index's batches).
+    /// With a log, the changes it applies are appended to the log before
+    /// the store commits (without `fsync`), and `durable` syncs the log
+    /// after; the caller commits durably when the log is full
+    /// ([`Self::log_full`]).
     pub(super) fn write<T>(
         &self,
         durable: bool,
         f: impl FnOnce(&mut Changes<'_>) -> std::io::Result<T>,
     ) -> std::io::Result<T> {
-        let Some(log) = &self.log else {
+        let Some(logs) = self.logs() else {
             let tx = self.db.begin_write().map_err(db_err)?;
             let out = {
                 let mut c = Changes {
@@ -211,65 +288,57 @@ impl Store {
             tx.commit().map_err(db_err)?;
             return Ok(out);
         };
-        let mut log = log.lock().map_err(|_| poisoned())?;
+        let mut logs = logs?;
         let mut tx = self.db.begin_write().map_err(db_err)?;
         tx.set_durability(Durability::None);
         let (out, framed) = {
             let mut c = Changes {
                 tables: Tables::open(&tx)?,
-                epoch: log.epoch(),
+                epoch: logs.cur.epoch(),
                 framed: Vec::new(),
             };
             let out = f(&mut c)?;
             (out, c.framed)
         };
         // The log first: a change not in it is not in the store either.
-        log.append(&framed)?;
+        logs.cur.append(&framed)?;
         tx.commit().map_err(db_err)?;
         if durable {
-            log.sync()?;
-        }
-        if log.full() {
-            LOG_BYTES.trip(format_args!(
-                "{} holds {} bytes: the handle index commits before the interval ends",
-                log.path().display(),
-                log.len()
-            ));
-            self.checkpoint(&mut log)?;
+            logs.sync()?;
         }
         Ok(out)
     }
 
-    /// Commits the store durably if the log holds records, and restarts
-    /// the log (the background thread, every interval; and a flush).
-    pub(super) fn commit(&self) -> std::io::Result<()> {
-        let Some(log) = &self.log else {
-            return Ok(());
-        };
-        let mut log = log.lock().map_err(|_| poisoned())?;
-        if log.has_records() {
-            self.checkpoint(&mut log)?;
-        }
-        Ok(())
+    /// The current log's path and length, when it is past its bound.
+    pub(super) fn log_full(&self) -> Option<(std::path::PathBuf, u64)> {
+        let logs = self.logs()?.ok()?;
+        logs.cur
+            .full()
+            .then(|| (logs.cur.path().to_owned(), logs.cur.len()))
     }
 
-    /// The store made durable with everything in `log`, which restarts.
-    fn checkpoint(&self, log: &mut Log) -> std::io::Result<()> {
+    /// Applies `f`'s changes to the store and commits it durably as
+    /// holding every record of log `epoch` (and the earlier ones).
+    pub(super) fn checkpoint(
+        &self,
+        epoch: u64,
+        f: impl FnOnce(&mut Tables<'_>) -> redb::Result<()>,
+    ) -> std::io::Result<()> {
         let mut tx = self.db.begin_write().map_err(db_err)?;
         tx.set_durability(Durability::Immediate);
         {
+            let mut t = Tables::open(&tx)?;
+            f(&mut t).map_err(db_err)?;
             let mut m = tx.open_table(META).map_err(db_err)?;
-            m.insert(EPOCH, log.epoch()).map_err(db_err)?;
+            m.insert(EPOCH, epoch).map_err(db_err)?;
         }
-        tx.commit().map_err(db_err)?;
-        log.restart()
+        tx.commit().map_err(db_err)
     }
 
     #[cfg(test)]
     pub(super) fn log_len(&self) -> u64 {
-        self.log
-            .as_ref()
-            .and_then(|l| l.lock().ok().map(|l| l.len()))
+        self.logs()
+            .and_then(|l| l.ok().map(|l| l.cur.len()))
             .unwrap_or(0)
     }
 }
@@ -286,31 +355,38 @@ fn init(db: &Database) -> std::io::Result<()> {
     tx.commit().map_err(db_err)
 }
 
-/// Applies the log's records to the store and commits it durably with
-/// the log's epoch; a torn or garbled record ends the replay (the
-/// records before it are kept).
-fn replay_into(db: &Database, mut replay: Replay<'_>, path: &Path) -> std::io::Result<()> {
+/// Applies the logs' records to the store (in the order given: epoch
+/// order) and commits it durably with the last log's epoch; a torn or
+/// garbled record ends its log's replay (the records before it are kept,
+/// a later log's are all newer).
+fn replay_into(db: &Database, replays: Vec<(Replay<'_>, &Path)>) -> std::io::Result<()> {
     let mut tx = db.begin_write().map_err(db_err)?;
     tx.set_durability(Durability::Immediate);
-    let mut n = 0u64;
+    let mut done = Vec::new();
     {
         let mut t = Tables::open(&tx)?;
-        for r in replay.by_ref() {
-            t.apply(&r).map_err(db_err)?;
-            n += 1;
-        }
         let mut m = tx.open_table(META).map_err(db_err)?;
-        m.insert(EPOCH, replay.epoch).map_err(db_err)?;
+        for (mut replay, path) in replays {
+            let mut n = 0u64;
+            for r in replay.by_ref() {
+                t.apply(&r).map_err(db_err)?;
+                n += 1;
+            }
+            m.insert(EPOCH, replay.epoch).map_err(db_err)?;
+            done.push((path, n, replay.epoch, replay.stopped));
+        }
     }
     tx.commit().map_err(db_err)?;
-    tracing::info!(
-        log = %path.display(),
-        records = n,
-        epoch = replay.epoch,
-        "handle index: log replayed into the store"
-    );
-    if let Some((at, e)) = replay.stopped {
-        torn(path, at, e);
+    for (path, n, epoch, stopped) in done {
+        tracing::info!(
+            log = %path.display(),
+            records = n,
+            epoch,
+            "handle index: log replayed into the store"
+        );
+        if let Some((at, e)) = stopped {
+            torn(path, at, e);
+        }
     }
     Ok(())
 }
@@ -335,17 +411,14 @@ pub(super) struct Committer {
 }
 
 impl Committer {
-    pub(super) fn spawn(store: Arc<Store>, every: Duration) -> Self {
+    /// A thread running `commit` every `every`.
+    pub(super) fn spawn(every: Duration, commit: impl Fn() + Send + 'static) -> Self {
         let (stop, rx) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("index-commit".into())
             .spawn(move || loop {
                 match rx.recv_timeout(every) {
-                    Err(RecvTimeoutError::Timeout) => {
-                        if let Err(e) = store.commit() {
-                            tracing::warn!(error = %e, "handle index: durable commit failed");
-                        }
-                    }
+                    Err(RecvTimeoutError::Timeout) => commit(),
                     _ => return,
                 }
             });
