@@ -37,7 +37,7 @@ const VERSION: u8 = 2;
 /// Bytes covered by the tag.
 const BODY_LEN: usize = 28;
 /// Tag length.
-const TAG_LEN: usize = 16;
+pub(crate) const TAG_LEN: usize = 16;
 /// Encoded handle length.
 pub(crate) const FH_LEN: usize = BODY_LEN + TAG_LEN;
 /// The kind byte of a pseudo file system handle.
@@ -142,13 +142,34 @@ impl Handle {
         Self::parse_kind(fh, key, KIND_PSEUDO, PSEUDO_EXPORT).map(|h| h.ino)
     }
 
-    fn body(self, kind: u8, key: &HandleKey) -> [u8; FH_LEN] {
+    /// The wire form's bytes with `tag`, the tag [`Self::to_bytes`]
+    /// gave this same handle under the same key earlier (kept beside the
+    /// file's attributes, so a listing does not hash it again).
+    pub(crate) fn with_tag(self, tag: &[u8; TAG_LEN]) -> [u8; FH_LEN] {
+        let mut b = self.untagged(0);
+        b[BODY_LEN..].copy_from_slice(tag);
+        b
+    }
+
+    /// The tag of the wire form `fh`.
+    pub(crate) fn tag_of(fh: &[u8; FH_LEN]) -> [u8; TAG_LEN] {
+        let mut t = [0u8; TAG_LEN];
+        t.copy_from_slice(&fh[BODY_LEN..]);
+        t
+    }
+
+    fn untagged(self, kind: u8) -> [u8; FH_LEN] {
         let mut b = [0u8; FH_LEN];
         b[0] = VERSION;
         b[1] = kind;
         b[4..12].copy_from_slice(&self.export_id.to_be_bytes());
         b[12..20].copy_from_slice(&self.ino.to_be_bytes());
         b[20..28].copy_from_slice(&self.gen.to_be_bytes());
+        b
+    }
+
+    fn body(self, kind: u8, key: &HandleKey) -> [u8; FH_LEN] {
+        let mut b = self.untagged(kind);
         let tag = key.tag(&b[..BODY_LEN]);
         b[BODY_LEN..].copy_from_slice(&tag);
         b

@@ -44,7 +44,7 @@
 //! [`oncrpc::limits::Limit`]):
 //! - at most `max_dirs` watched directories ([`MAX_DIRS`]); one more drops
 //!   the least recently listed with its watch (`readdir.attr_cache_dirs`);
-//! - at most `max_entries` kept entries in all ([`MAX_ENTRIES`], about 150
+//! - at most `max_entries` kept entries in all ([`MAX_ENTRIES`], about 170
 //!   bytes each); one more drops the least recently listed other directory,
 //!   or is not kept if there is none (`readdir.attr_cache_entries`);
 //! - a watch the system refuses (`fs.inotify.max_user_watches`, ENOSPC)
@@ -92,11 +92,15 @@ fn events() -> WatchFlags {
 }
 
 /// What is kept of an entry: its attributes (`fileid` is the inode
-/// number) and its handle's generation.
+/// number), its handle's generation and its handle's tag (under the
+/// export's key: the cache is the export's), so a listing served from
+/// the cache, or reading an entry again after its time-to-live, does not
+/// compute the keyed hash again for the same inode and generation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Kept {
     pub(crate) attrs: Fattr3,
     pub(crate) gen: u64,
+    pub(crate) tag: [u8; crate::fh::TAG_LEN],
 }
 
 #[derive(Debug)]
@@ -160,6 +164,7 @@ impl Names {
     /// name: an entry read again after its time-to-live. A live slot of
     /// the inode is the name's, as in [`Self::get`]. `Err`: not that
     /// slot (put it by name).
+    #[allow(clippy::result_large_err)] // the slot handed back, to be put by name
     fn refresh(&mut self, hint: &AtomicUsize, slot: Slot) -> Result<(), Slot> {
         let last = hint.load(Ordering::Relaxed).checked_sub(1);
         match last.and_then(|i| self.slots.get_mut(i)) {
@@ -383,15 +388,26 @@ impl AttrCache {
 impl View<'_> {
     /// The kept entry `name` (inode `ino`, as listed), if it is younger
     /// than the time-to-live.
+    #[cfg(test)]
     pub(crate) fn get(&self, name: &[u8], ino: u64) -> Option<Kept> {
-        let inner = self.cache.lock()?;
-        let d = inner.dirs.peek(&self.ino).filter(|d| d.gen == self.gen)?;
-        let s = d.names.get(name, ino, &self.hint)?;
-        let fresh = self.now.saturating_duration_since(s.at) < self.cache.cfg.ttl;
-        if fresh {
+        self.lookup(name, ino).ok()
+    }
+
+    /// [`Self::get`]; `Err` with the entry kept when it is older than the
+    /// time-to-live (its attributes are not to be used, but its handle's
+    /// tag is good for the same inode and generation), or `Err(None)`.
+    pub(crate) fn lookup(&self, name: &[u8], ino: u64) -> Result<Kept, Option<Kept>> {
+        let inner = self.cache.lock().ok_or(None)?;
+        let d = inner.dirs.peek(&self.ino).filter(|d| d.gen == self.gen);
+        let s = d
+            .and_then(|d| d.names.get(name, ino, &self.hint))
+            .ok_or(None)?;
+        if self.now.saturating_duration_since(s.at) < self.cache.cfg.ttl {
             self.cache.hits.fetch_add(1, Ordering::Relaxed);
+            Ok(s.kept.clone())
+        } else {
+            Err(Some(s.kept.clone()))
         }
-        fresh.then(|| s.kept.clone())
     }
 
     /// Keeps `kept` for `name`, read (by `statx`) during this page, unless
@@ -598,6 +614,7 @@ mod tests {
                 ..m.fattr(0)
             },
             gen: 1,
+            tag: [ino as u8; crate::fh::TAG_LEN],
         }
     }
 

@@ -220,6 +220,67 @@ fn the_time_to_live_bounds_what_no_event_reports() {
     assert_eq!(listing(&lfs, &d)["f2"].size, 19);
 }
 
+/// Every entry of `dir` (READDIRPLUS, pages of 5) with its handle.
+fn handles(lfs: &LocalFs, dir: &NfsFh3) -> BTreeMap<String, NfsFh3> {
+    let (mut out, mut cookie) = (BTreeMap::new(), 0);
+    loop {
+        let (es, page) = list(lfs, dir, cookie, 5, true);
+        for e in &es {
+            let n = String::from_utf8(e.name.0.to_vec()).unwrap();
+            if let (Some(Ok((fh, _))), false) = (&e.plus, n.starts_with('.')) {
+                out.insert(n, fh.clone());
+            }
+        }
+        if page.eof {
+            return out;
+        }
+        cookie = es.last().unwrap().cookie;
+    }
+}
+
+/// The handles of a listing are the files' own (LOOKUP's) whether the
+/// cache computes them (cold), keeps them (warm) or reads the entry again
+/// past the time-to-live and keeps the tag of the same inode and
+/// generation; a file replaced under the same name gets its new handle.
+#[test]
+fn listed_handles_are_lookups_cold_warm_and_past_the_ttl() {
+    let t = Tmp::new("ac-fh");
+    files(&t, 12);
+    let ttl = Duration::from_millis(200);
+    let (lfs, d) = cached(
+        &t,
+        AttrCacheConfig {
+            ttl,
+            ..AttrCacheConfig::default()
+        },
+    );
+    let lookups = |lfs: &LocalFs| -> BTreeMap<String, NfsFh3> {
+        (0..12)
+            .map(|i| {
+                let n = format!("f{i}");
+                let fh = block(lfs.lookup(&d, &name(&n))).unwrap();
+                (n, fh)
+            })
+            .collect()
+    };
+    let want = lookups(&lfs);
+    let hits = lfs.attrs.hits();
+    assert_eq!(handles(&lfs, &d), want, "cold");
+    assert_eq!(handles(&lfs, &d), want, "warm");
+    assert!(
+        lfs.attrs.hits() >= hits + 12,
+        "the warm listing came from the cache"
+    );
+    std::thread::sleep(ttl + Duration::from_millis(50));
+    assert_eq!(handles(&lfs, &d), want, "past the time-to-live");
+    fs::remove_file(t.0.join("d/f3")).unwrap();
+    fs::write(t.0.join("d/f3"), b"new file").unwrap();
+    std::thread::sleep(ttl + Duration::from_millis(50));
+    let now = handles(&lfs, &d);
+    assert_eq!(now, lookups(&lfs));
+    assert_ne!(now["f3"], want["f3"]);
+}
+
 /// Hostile: more directories listed than `max_dirs`, more files than
 /// `max_entries`, watches refused: the bounds trip, and every listing is
 /// still the uncached one.

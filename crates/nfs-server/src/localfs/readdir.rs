@@ -199,12 +199,12 @@ impl LocalFs {
         let r = cur.read(*from, req.size_hint, |e| {
             let mut fh = [0u8; FH_LEN];
             let kept = match self.entry_kept(d, e, view.as_ref(), &mut fh) {
-                Some(k) => Some(k),
-                None if statx > 0 && entries > 0 => {
+                Ok(k) => Ok(k),
+                Err(stale) if statx > 0 && entries > 0 => {
                     statx -= 1;
-                    None
+                    Err(stale)
                 }
-                None => {
+                Err(_) => {
                     bound = true;
                     return false;
                 }
@@ -215,8 +215,8 @@ impl LocalFs {
             }
             entries -= 1;
             let (r, file) = match kept {
-                Some(k) => k,
-                None => self.entry_stat(d, e, view.as_ref(), &mut fh),
+                Ok(k) => k,
+                Err(stale) => self.entry_stat(d, e, view.as_ref(), stale, &mut fh),
             };
             self.take_plus(sink, d, e, r, file, &fh, listed)
         });
@@ -336,35 +336,40 @@ impl LocalFs {
         fh: &mut [u8; FH_LEN],
     ) -> PlusEntry {
         match self.entry_kept(d, e, view, fh) {
-            Some(r) => r,
-            None => self.entry_stat(d, e, view, fh),
+            Ok(r) => r,
+            Err(stale) => self.entry_stat(d, e, view, stale, fh),
         }
     }
 
     /// [`Self::entry_plus`] when it needs no system call: none for ".."
     /// at the export root (as Linux), or the attributes `view` keeps.
+    /// `Err`: a `statx` is needed, with the entry `view` keeps past its
+    /// time-to-live, if any.
     fn entry_kept(
         &self,
         d: &Node,
         e: &CursorEntry<'_>,
         view: Option<&View<'_>>,
         fh: &mut [u8; FH_LEN],
-    ) -> Option<PlusEntry> {
+    ) -> Result<PlusEntry, Option<Kept>> {
         if d.ino == self.root_ino && e.name() == b".." {
-            return Some((Err(Nfsstat3::NFS3ERR_ACCES), None));
+            return Ok((Err(Nfsstat3::NFS3ERR_ACCES), None));
         }
-        let kept = view_of(e, view)?.get(e.name(), e.ino())?;
-        Some(self.entry_of(e, kept, fh))
+        let kept = view_of(e, view).ok_or(None)?.lookup(e.name(), e.ino())?;
+        Ok(self.entry_of(e, kept, fh))
     }
 
     /// [`Self::entry_plus`] by one `statx` relative to the open directory
     /// (then kept, if the watch covers the entry); none for a mount point
-    /// inside the export (not crossed).
+    /// inside the export (not crossed). The handle's tag is `stale`'s
+    /// (the entry kept past its time-to-live) when that was the same
+    /// inode and generation, else computed.
     fn entry_stat(
         &self,
         d: &Node,
         e: &CursorEntry<'_>,
         view: Option<&View<'_>>,
+        stale: Option<Kept>,
         fh: &mut [u8; FH_LEN],
     ) -> PlusEntry {
         let m = match d.dir().and_then(|fd| sx(Meta::at(&**fd, e.name()))) {
@@ -374,10 +379,13 @@ impl LocalFs {
         if m.dev() != self.dev {
             return (Err(Nfsstat3::NFS3ERR_ACCES), None);
         }
-        let kept = Kept {
-            attrs: m.fattr(self.fsid()),
-            gen: m.gen(),
+        let attrs = m.fattr(self.fsid());
+        let gen = m.gen();
+        let tag = match stale {
+            Some(s) if s.attrs.fileid == attrs.fileid && s.gen == gen => s.tag,
+            _ => Handle::tag_of(&self.handle_of(attrs.fileid, gen).to_bytes(&self.key)),
         };
+        let kept = Kept { attrs, gen, tag };
         // What the parent's watch covers (`attrcache`).
         if let Some(v) = view_of(e, view).filter(|_| !m.is_dir() && m.nlink() == 1) {
             v.put(e.name(), kept.clone());
@@ -390,13 +398,17 @@ impl LocalFs {
         let ino = kept.attrs.fileid;
         let linked = kept.attrs.nlink > 1 && kept.attrs.ftype != Ftype3::NF3DIR;
         let file = (!e.is_dot() && ino != self.root_ino).then_some((ino, kept.gen, linked));
-        *fh = Handle {
+        *fh = self.handle_of(ino, kept.gen).with_tag(&kept.tag);
+        (Ok(kept.attrs), file)
+    }
+
+    /// The handle of inode `ino`, generation `gen` in this export.
+    fn handle_of(&self, ino: u64, gen: u64) -> Handle {
+        Handle {
             export_id: self.export_id,
             ino,
-            gen: kept.gen,
+            gen,
         }
-        .to_bytes(&self.key);
-        (Ok(kept.attrs), file)
     }
 }
 
