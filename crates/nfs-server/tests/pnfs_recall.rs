@@ -843,6 +843,48 @@ async fn an_unanswered_recall_is_fenced_after_the_lease() {
     assert_eq!(cl.mds.layouts_held(), 0);
 }
 
+/// A client that answers CB_LAYOUTRECALL with NFS4ERR_DELAY is asked
+/// again with a backoff (100 ms doubling to 1.6 s), not every 100 ms:
+/// each retry waits from the answer to the last, so within 4 s of the
+/// chmod at most 6 reach it (at 0, 0.1, 0.3, 0.7, 1.5, 3.1 s after the
+/// first; the former fixed 100 ms sent ~40). Load only makes them fewer.
+/// The retries go on, and once the client takes the recall LAYOUTRETURN
+/// ends it.
+#[tokio::test]
+async fn a_recall_answered_delay_is_retried_with_a_backoff() {
+    let cl = cluster("delay").await;
+    let mut c = Client::connect(&cl, "busy").await;
+    let (fh, open) = c.open("f").await;
+    let l = got(&c, c.layoutget(&fh, open).await).await;
+    c.answer.store(Nfsstat4::NFS4ERR_DELAY.0, Ordering::SeqCst);
+    let v3 = nfs3(cl.addr, cl.uid).await;
+    let f3 = v3.lookup(&cl.root, "f").await.unwrap().object;
+    let s = Sattr3 {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    // The span starts before the recall can: every CB_LAYOUTRECALL taken
+    // from the queue within it was sent within it.
+    let span = tokio::time::Instant::now() + Duration::from_secs(4);
+    v3.setattr(&f3, s, None).await.unwrap();
+    let r = c.recalled().await;
+    assert_eq!(recalled_file(&r).stateid.other, l.stateid.other);
+    let mut sent = 1;
+    while let Ok(r) = tokio::time::timeout_at(span, c.recalls.recv()).await {
+        assert_eq!(recalled_file(&r.unwrap()).stateid.other, l.stateid.other);
+        sent += 1;
+    }
+    assert!(sent <= 6, "{sent} CB_LAYOUTRECALLs in 4 s");
+    // Still retried (each within the 1.6 s cap; 5 s is a failure guard).
+    c.recalled().await;
+    // Taken: LAYOUTRETURN ends the recall.
+    c.answer.store(Nfsstat4::NFS4_OK.0, Ordering::SeqCst);
+    let r = c.recalled().await;
+    let f = recalled_file(&r);
+    assert_eq!(c.layoutreturn(&fh, f.stateid).await, Nfsstat4::NFS4_OK);
+    assert_eq!(cl.mds.layouts_held(), 0);
+}
+
 #[tokio::test]
 async fn an_expired_clients_layouts_are_dropped_and_its_data_files_fenced() {
     let cl = cluster("expiry").await;

@@ -60,9 +60,24 @@ pub const FENCE_IDS: u32 = 1024;
 /// regardless (`MdsConfig::fence_wait`, limit `pnfs.fence_wait`).
 pub const DEFAULT_FENCE_WAIT: Duration = Duration::from_secs(5);
 
-/// How often a recall task looks at its layouts (and retries callbacks
-/// that found no back channel).
+/// How often a recall task looks at its layouts: returned ones end it,
+/// those past the recall timeout are revoked and fenced.
 const POLL: Duration = Duration::from_millis(100);
+
+/// The first wait before CB_LAYOUTRECALLs are sent again that the client
+/// answered NFS4ERR_DELAY ("try again later", RFC 8881 §15.1.1.3) or
+/// that found no back channel; each later retry waits twice as long as
+/// the one before, up to [`RETRY_MAX`]: 10 sends in the first 10 s, not
+/// 100, and one every 1.6 s after.
+const RETRY_FIRST: Duration = POLL;
+
+/// The longest wait between two sends of the same recall's callbacks.
+const RETRY_MAX: Duration = Duration::from_millis(1600);
+
+/// The wait before the retry after one of `wait`.
+fn backoff(wait: Duration) -> Duration {
+    (wait * 2).min(RETRY_MAX)
+}
 
 /// Why a file's layouts are recalled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -316,27 +331,36 @@ async fn run(mds: Arc<Mds>, r: Recaller, rs: Vec<Recalled>, changed: bool, fence
     });
     let mut unsent: Vec<&Recalled> = rs.iter().collect();
     let mut first = true;
+    // The callbacks not taken yet are sent again at `retry_at`, after
+    // `retry_wait`, which doubles each time (the watch below keeps POLL).
+    let mut retry_wait = RETRY_FIRST;
+    let mut retry_at = tokio::time::Instant::now();
     loop {
-        let mut again = Vec::new();
-        for x in unsent {
-            let live = mds.layouts.lock().is_ok_and(|t| t.pending(x));
-            if !first && !live {
-                continue;
-            }
-            match send(&r, x, changed).await {
-                Sent::Taken => {}
-                Sent::NoMatch => {
-                    if let Ok(mut t) = mds.layouts.lock() {
-                        if t.pending(x) {
-                            t.forget(x.client, &x.file);
+        if !unsent.is_empty() && tokio::time::Instant::now() >= retry_at {
+            let mut again = Vec::new();
+            for x in unsent {
+                let live = mds.layouts.lock().is_ok_and(|t| t.pending(x));
+                if !first && !live {
+                    continue;
+                }
+                match send(&r, x, changed).await {
+                    Sent::Taken => {}
+                    Sent::NoMatch => {
+                        if let Ok(mut t) = mds.layouts.lock() {
+                            if t.pending(x) {
+                                t.forget(x.client, &x.file);
+                            }
                         }
                     }
+                    Sent::Again => again.push(x),
                 }
-                Sent::Again => again.push(x),
             }
+            unsent = again;
+            first = false;
+            // Timed from the answers, so a slow client is not sent more.
+            retry_at = tokio::time::Instant::now() + retry_wait;
+            retry_wait = backoff(retry_wait);
         }
-        unsent = again;
-        first = false;
         let due = match mds.layouts.lock() {
             Ok(mut t) => t.due(&rs, r.clock.now(), lease),
             Err(_) => return,
@@ -370,5 +394,16 @@ mod tests {
         // An owner outside the range (changed by hand) restarts it.
         assert_eq!(next_id(40001, 0), 40002);
         assert_eq!(next_id(u32::MAX - 1, u32::MAX), 0);
+    }
+
+    #[test]
+    fn recall_retries_back_off_from_100_ms_to_1600_ms() {
+        let mut wait = RETRY_FIRST;
+        let mut waits = vec![];
+        for _ in 0..7 {
+            waits.push(wait.as_millis());
+            wait = backoff(wait);
+        }
+        assert_eq!(waits, [100, 200, 400, 800, 1600, 1600, 1600]);
     }
 }
