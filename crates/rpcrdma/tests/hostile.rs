@@ -2,7 +2,8 @@
 //! iWARP on 127.0.0.1): calls whose read chunks are never pulled because
 //! the peer never answers the server's RDMA Read Requests (it offers an IRD
 //! of zero), calls beyond the credits granted, read chunks larger than the
-//! server accepts, and a peer that sends calls but never reads its replies.
+//! server accepts, a peer that sends calls but never reads its replies, and
+//! one that answers back-channel calls the server never made.
 //! Each bound holds, is counted, and a normal client is served afterwards.
 #![cfg(feature = "transport")]
 
@@ -633,4 +634,65 @@ async fn an_unanswered_backchannel_call_times_out_and_its_late_reply_frees_its_c
     let (a, b) = guard(both).await.unwrap();
     assert_eq!((a, b), (Ok(()), Ok(())));
     assert_eq!(bc.outstanding(), 0);
+}
+
+/// A client that sends reverse-direction REPLYs no call of the server's
+/// waits for (an xid never sent, then a second reply to one answered):
+/// each is dropped and counted, grants nothing (a new connection's one
+/// credit stays one), and the connection keeps serving calls both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backchannel_replies_to_no_call_are_counted_and_change_nothing() {
+    let (addr, bcs) = serve_backchannel(90, 2, Duration::from_secs(600)).await;
+    let mut raw = Raw::connect(91, addr).await;
+    let bc = the_backchannel(&bcs).await;
+    let before = trips("rdma.unexpected_reply");
+    raw.reverse_reply(0x5eed_0001, 2);
+    until("the made-up reply is counted", || {
+        trips("rdma.unexpected_reply") > before
+    })
+    .await;
+    // Its grant of two was not taken: one call goes out, one waits.
+    let echo = EchoClient::new(bc.clone());
+    let (a, b) = (echo.clone(), echo.clone());
+    let both = tokio::spawn(async move { tokio::join!(a.null(), b.null()) });
+    let x = raw.reverse_call().await;
+    until("the second call waiting", || bc.waiting() == 1).await;
+    assert_eq!(bc.outstanding(), 1);
+    raw.reverse_reply(x, 2);
+    let y = raw.reverse_call().await;
+    assert_ne!(x, y);
+    raw.reverse_reply(y, 2);
+    assert_eq!(guard(both).await.unwrap(), (Ok(()), Ok(())));
+    assert_eq!(bc.outstanding(), 0);
+    // A second reply to an answered call: counted, dropped.
+    let before = trips("rdma.unexpected_reply");
+    raw.reverse_reply(x, 2);
+    until("the second reply is counted", || {
+        trips("rdma.unexpected_reply") > before
+    })
+    .await;
+    assert_eq!(bc.outstanding(), 0);
+    // The connection still serves the client's calls...
+    let xid = raw.next;
+    raw.next += 1;
+    let header = xdr::to_bytes(&v1::Header {
+        xid,
+        credits: 64,
+        body: v1::Body::Msg(ChunkLists::default()),
+    });
+    raw.qp
+        .post_send(SendWr {
+            wr_id: u64::from(xid),
+            data: vec![header, echo_call(xid, 12)],
+            ..Default::default()
+        })
+        .unwrap();
+    let h = raw.answer().await;
+    assert_eq!(h.xid, xid);
+    assert!(matches!(h.body, v1::Body::Msg(_)), "{h:?}");
+    // ...and the server's.
+    let call = tokio::spawn(async move { echo.null().await });
+    let z = raw.reverse_call().await;
+    raw.reverse_reply(z, 2);
+    assert_eq!(guard(call).await.unwrap(), Ok(()));
 }

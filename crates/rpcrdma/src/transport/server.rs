@@ -114,6 +114,11 @@ pub const DEFAULT_BACKCHANNEL_REPLY_WAIT: Duration = Duration::from_secs(30);
 
 static BC_WAITERS: Limit = Limit::new("rdma.backchannel_waiters");
 static BC_REPLY_WAIT: Limit = Limit::new("rdma.backchannel_reply_wait");
+/// A reverse-direction REPLY (RFC 8167 §4) whose xid no call of the
+/// server's waits for or abandoned: one never sent, or a second reply to
+/// one already answered. Dropped; the connection keeps serving. As
+/// `tcp.unexpected_reply` on TCP.
+static UNEXPECTED_REPLY: Limit = Limit::new("rdma.unexpected_reply");
 
 /// The connection ended (or a work request could not be posted).
 #[derive(Debug)]
@@ -863,6 +868,14 @@ impl<Q: QueuePair> Conn<Q> {
             // A late reply to an abandoned call returns the credit it
             // held ([`Backchannel`]); the reply itself has no taker.
             st.credits.on_reply(credits);
+        } else {
+            // No call of ours has this xid: it changes neither the
+            // credits nor the grant.
+            UNEXPECTED_REPLY.trip(format_args!(
+                "RPC-over-RDMA peer {}: dropped a reverse-direction REPLY \
+                 (xid {xid:#x}) no call waits for",
+                PeerName(&self.peer)
+            ));
         }
         drop(st);
         rev.wait.notify_waiters();
