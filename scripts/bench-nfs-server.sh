@@ -174,7 +174,7 @@ our_url() {
 
 ticks() { local f; f=$(sed 's/^.*) //' "/proc/$1/stat"); set -- $f; echo $((${12} + ${13})); }
 # The CPU of a bulk run, each figure in ticks: "SRV_UTIME SRV_STIME
-# KSOFTIRQD MACHINE SOFTIRQ NET_RX STEAL". SRV_* are the server process's (all
+# KSOFTIRQD MACHINE SOFTIRQ NET_RX STEAL SRV_MINFLT". SRV_* are the server process's (all
 # threads); KSOFTIRQD the ksoftirqd threads' utime+stime; MACHINE the
 # whole machine's user+system+irq+softirq from /proc/stat, i.e. every
 # CPU tick not idle, not iowait, not steal and not run at a positive nice
@@ -183,7 +183,8 @@ ticks() { local f; f=$(sed 's/^.*) //' "/proc/$1/stat"); set -- $f; echo $((${12
 # context (/proc/stat softirq: this kernel has tick accounting without
 # IRQ_TIME_ACCOUNTING, so such a tick is also charged to the task it
 # interrupted); NET_RX the NET_RX softirqs raised (/proc/softirqs, all CPUs);
-# STEAL the ticks the hypervisor ran something else on this VM's CPUs.
+# STEAL the ticks the hypervisor ran something else on this VM's CPUs;
+# SRV_MINFLT the server's minor page faults (/proc/PID/stat).
 KSOFTIRQD_PIDS=$(for t in /proc/[0-9]*/comm; do
     [[ $(cat "$t" 2>/dev/null) == ksoftirqd/* ]] && { t=${t%/comm}; echo "${t#/proc/}"; }; done || true)
 cpu_sample() {
@@ -192,16 +193,16 @@ cpu_sample() {
     for t in $KSOFTIRQD_PIDS; do k=$((k + $(ticks "$t"))); done
     echo "${12} ${13} $k $(awk '/^cpu /{print $2+$4+$7+$8, $8}' /proc/stat)" \
         "$(awk '/NET_RX:/{for(i=2;i<=NF;i++) n+=$i; print n}' /proc/softirqs)" \
-        "$(awk '/^cpu /{print $9}' /proc/stat)"
+        "$(awk '/^cpu /{print $9}' /proc/stat)" "${8}"
 }
 # CPU seconds per GiB of GIB gibibytes between two cpu_sample lines, and the
 # client's (CLIENT_TICKS): "SRV_USER SRV_SYS KSOFTIRQD MACHINE SOFTIRQ
-# NET_RX/MiB CLIENT SRV+CLIENT+KSOFTIRQD STEAL"
+# NET_RX/MiB CLIENT SRV+CLIENT+KSOFTIRQD STEAL SRV_MINFLT/MiB"
 cpu_per_gib() { # BEFORE AFTER CLIENT_TICKS GIB
     awk -v a="$1" -v b="$2" -v c="$3" -v g="$4" -v h="$TICK" 'BEGIN{
-        split(a, x, " "); split(b, y, " "); for (i = 1; i <= 7; i++) d[i] = y[i] - x[i]
-        printf "%.3f %.3f %.3f %.3f %.3f %.1f %.3f %.3f %.3f\n", d[1]/h/g, d[2]/h/g, d[3]/h/g, d[4]/h/g,
-            d[5]/h/g, d[6]/(g*1024), c/h/g, (d[1]+d[2]+d[3]+c)/h/g, d[7]/h/g}'
+        split(a, x, " "); split(b, y, " "); for (i = 1; i <= 8; i++) d[i] = y[i] - x[i]
+        printf "%.3f %.3f %.3f %.3f %.3f %.1f %.3f %.3f %.3f %.1f\n", d[1]/h/g, d[2]/h/g, d[3]/h/g, d[4]/h/g,
+            d[5]/h/g, d[6]/(g*1024), c/h/g, (d[1]+d[2]+d[3]+c)/h/g, d[7]/h/g, d[8]/(g*1024)}'
 }
 # RUN COMMAND...: runs a client command, its output in LOG, and leaves its CPU
 # (user+system of it and its children, from `times` in a subshell) in
@@ -324,7 +325,7 @@ for phase in $PHASES; do
             set -- $r
             printf '%-7s %-8s %-3s %12s %12s %10s %8s %6s' "$phase" "$name" "$i" "$1" "$2" "${3:--}" "${4:--}" "$(load1)"
             # cp, bench, write: the CPU split (cpu_per_gib), s/GiB
-            [ $# -ge 12 ] && printf '  usr %s sys %s ksoftirqd %s machine %s softirq %s netrx/MiB %s client %s sum %s steal %s' "${@:4:9}"
+            [ $# -ge 13 ] && printf '  usr %s sys %s ksoftirqd %s machine %s softirq %s netrx/MiB %s client %s sum %s steal %s minflt/MiB %s' "${@:4:10}"
             echo
         done
     done
@@ -347,7 +348,7 @@ cpu_rows() { # LABEL PHASE
     row "$1 server+client+ksoftirqd CPU s/GiB" "$2" 11
     row "$1 machine CPU s/GiB (not nice, not idle)" "$2" 7
     row "$1 softirq ticks s/GiB (any task)" "$2" 8; row "$1 NET_RX softirqs/MiB" "$2" 9
-    row "$1 steal s/GiB (hypervisor)" "$2" 12
+    row "$1 steal s/GiB (hypervisor)" "$2" 12; row "$1 server page faults/MiB" "$2" 13
 }
 echo
 if [ -n "$BPID" ]; then
