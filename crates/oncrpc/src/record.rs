@@ -60,7 +60,19 @@ pub struct RecordDecoder {
     partial: BytesMut,
     /// Set once the peer exceeded the bound: the stream is unusable.
     failed: Option<RecordError>,
+    /// A handle on the allocation `input` was last made in by
+    /// [`Self::reserve_input_reusing`] (an empty view at its end), and the
+    /// allocation's length.
+    anchor: Option<(BytesMut, usize)>,
+    /// Allocations `input` was in before, kept for reuse (at most
+    /// [`MAX_SPARES`]), each with its length.
+    spares: Vec<(BytesMut, usize)>,
 }
+
+/// Receive buffers a deframer keeps for reuse at most
+/// ([`RecordDecoder::reserve_input_reusing`]): a client with four large
+/// WRITEs in flight holds four records while the fifth arrives.
+pub const MAX_SPARES: usize = 4;
 
 impl RecordDecoder {
     /// A deframer accepting records of at most `max_record` bytes.
@@ -70,6 +82,8 @@ impl RecordDecoder {
             input: BytesMut::new(),
             partial: BytesMut::new(),
             failed: None,
+            anchor: None,
+            spares: Vec::new(),
         }
     }
 
@@ -119,6 +133,56 @@ impl RecordDecoder {
         let mut fresh = BytesMut::with_capacity(self.input.len().saturating_add(n));
         fresh.extend_from_slice(&self.input);
         self.input = fresh;
+    }
+
+    /// As [`Self::reserve_input`], but the buffer replaced is kept as a
+    /// spare (at most [`MAX_SPARES`], [`Self::spare_len`]) and a spare is
+    /// reused when the room is needed again and the records split off it
+    /// have been dropped, so a stream of large records (1 MiB WRITEs) is
+    /// received into the same few allocations instead of a new one each,
+    /// whose pages the allocator had given back to the kernel and the
+    /// receive copy faults in again, zeroed (docs/benchmarks.md). Spares
+    /// are memory held while no record needs them: the shell charges
+    /// [`Self::spare_len`] to a budget and calls [`Self::drop_spares`]
+    /// past it.
+    pub fn reserve_input_reusing(&mut self, n: usize) {
+        if self.input.capacity() - self.input.len() >= n || self.input.try_reclaim(n) {
+            return;
+        }
+        let want = self.input.len().saturating_add(n);
+        // A spare unique again (its records dropped) and large enough:
+        // the whole allocation is the new input, from its start.
+        let reused = self
+            .spares
+            .iter_mut()
+            .position(|(b, _)| b.try_reclaim(want))
+            .map(|i| self.spares.swap_remove(i));
+        let (mut next, len) = reused.unwrap_or_else(|| {
+            let b = BytesMut::with_capacity(want);
+            let len = b.capacity();
+            (b, len)
+        });
+        let end = next.capacity();
+        let anchor = next.split_off(end);
+        next.extend_from_slice(&self.input);
+        self.input = next;
+        if let Some(old) = self.anchor.replace((anchor, len)) {
+            if self.spares.len() >= MAX_SPARES {
+                // The oldest is let go; a record still holding it frees it.
+                self.spares.remove(0);
+            }
+            self.spares.push(old);
+        }
+    }
+
+    /// The length of the allocations kept as spares, together (0: none).
+    pub fn spare_len(&self) -> usize {
+        self.spares.iter().map(|(_, len)| len).sum()
+    }
+
+    /// Lets the spares go (their memory is freed once no record holds it).
+    pub fn drop_spares(&mut self) {
+        self.spares.clear();
     }
 
     /// Bytes buffered but not yet returned (input plus partial record).

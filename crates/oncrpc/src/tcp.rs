@@ -90,8 +90,11 @@ pub struct TcpConfig {
     /// into room made for its whole length when its header arrives, not
     /// moved as its buffer grows; a peer's header claims the length, so
     /// the room is charged here until the record is complete or the
-    /// connection ends. Past it a record is received as it arrives (no
-    /// call is refused or delayed) and the `tcp.receive_reserve_bytes`
+    /// connection ends. The buffers such records were received into are
+    /// kept for reuse (up to [`crate::record::MAX_SPARES`] per
+    /// connection) and charged here too, for as long as they are kept.
+    /// Past it a record is received as it arrives and spares are let go
+    /// (no call is refused or delayed), and the `tcp.receive_reserve_bytes`
     /// limit trips. Read by [`TcpServer::bind`]; share one
     /// [`ServerReceiveBudget`] between listeners with
     /// [`TcpServer::with_receive_budget`].

@@ -18,6 +18,16 @@
 //! its record is received as before, growing with what arrives, and the
 //! `tcp.receive_reserve_bytes` limit trips. A connection never holds more
 //! than one record's room (at most `max_record`).
+//!
+//! The buffers large records were received into are kept as spares and
+//! reused for later ones once the calls holding their records are done
+//! ([`RecordDecoder::reserve_input_reusing`]): a new allocation per 1 MiB
+//! WRITE cost page faults and zeroing in the receive copy, and the
+//! allocator's `madvise` giving the pages back. Spares are charged to the
+//! same budget for as long as they are kept (at most
+//! [`MAX_SPARES`](crate::record::MAX_SPARES) per connection, each at most
+//! `max_record` plus a read); past the budget they are let go and the
+//! limit trips.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -81,6 +91,9 @@ pub(crate) struct RecordRoom {
     held: usize,
     /// The budget refused room for the current record (tripped once).
     refused: bool,
+    /// Bytes charged for the deframer's spare buffers
+    /// ([`RecordDecoder::spare_len`]).
+    spare: usize,
 }
 
 impl RecordRoom {
@@ -90,6 +103,7 @@ impl RecordRoom {
             conn_id,
             held: 0,
             refused: false,
+            spare: 0,
         }
     }
 
@@ -106,12 +120,39 @@ impl RecordRoom {
         }
         if self.server.try_take(missing) {
             self.held += missing;
-            deframer.reserve_input(missing);
+            deframer.reserve_input_reusing(missing);
+            self.charge_spare(deframer);
             return;
         }
         self.refused = true;
         RECEIVE_RESERVE.trip(format_args!(
             "connection {} receives a {missing}-byte record as it arrives: \
+             {} of {} bytes of receive room already reserved",
+            self.conn_id,
+            self.server.reserved(),
+            self.server.max
+        ));
+    }
+
+    /// Charges the deframer's spare buffers, kept for the next large
+    /// records, to the budget, or lets them go when the budget has no room
+    /// for them.
+    fn charge_spare(&mut self, deframer: &mut RecordDecoder) {
+        let len = deframer.spare_len();
+        if len == self.spare {
+            return;
+        }
+        self.server.give_back(std::mem::take(&mut self.spare));
+        if len == 0 {
+            return;
+        }
+        if self.server.try_take(len) {
+            self.spare = len;
+            return;
+        }
+        deframer.drop_spares();
+        RECEIVE_RESERVE.trip(format_args!(
+            "connection {} keeps no spare receive buffers ({len} bytes): \
              {} of {} bytes of receive room already reserved",
             self.conn_id,
             self.server.reserved(),
@@ -128,14 +169,15 @@ impl RecordRoom {
 
 impl Drop for RecordRoom {
     fn drop(&mut self) {
-        self.server.give_back(self.held);
+        self.server.give_back(self.held + self.spare);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::fragment_header;
+    use crate::record::{fragment_header, MAX_SPARES};
+    use bytes::Bytes;
 
     fn claim(len: usize) -> RecordDecoder {
         let mut d = RecordDecoder::new(8 << 20);
@@ -165,6 +207,67 @@ mod tests {
         let mut db = claim(2 << 20);
         b.prepare(&mut db);
         assert_eq!(server.reserved(), (2 << 20) + 4 - 104);
+        drop(b);
+        assert_eq!(server.reserved(), 0);
+    }
+
+    /// Feeds the rest of the record claimed by `claim`, takes it, and
+    /// feeds the next header claiming `len`.
+    fn next_claim(d: &mut RecordDecoder, len: usize, first: usize) -> Bytes {
+        d.feed(&vec![0; first - 100]);
+        let record = d.next_record().unwrap().unwrap();
+        d.feed(&fragment_header(len, true));
+        d.feed(&[0; 100]);
+        record
+    }
+
+    #[test]
+    fn spare_buffers_are_charged_bounded_reused_and_let_go_past_the_budget() {
+        const BUF: usize = (1 << 20) + 4;
+        let server = ServerReceiveBudget::new(16 << 20);
+        let mut a = RecordRoom::new(Arc::clone(&server), 1);
+        let mut d = claim(1 << 20);
+        a.prepare(&mut d);
+        assert_eq!(d.spare_len(), 0);
+        let mut bufs = vec![d.read_buf().as_ptr()];
+        // Every record still held by its call: each next one gets a new
+        // buffer, those before are kept as spares, at most MAX_SPARES of
+        // them, each charged beside the room for the record arriving.
+        let mut held = Vec::new();
+        for i in 1..=MAX_SPARES + 2 {
+            held.push(next_claim(&mut d, 1 << 20, 1 << 20));
+            a.record_done();
+            a.prepare(&mut d);
+            let p = d.read_buf().as_ptr();
+            assert!(!bufs.contains(&p));
+            bufs.push(p);
+            assert_eq!(d.spare_len(), i.min(MAX_SPARES) * BUF);
+            assert_eq!(server.reserved(), d.spare_len() + BUF - 104);
+        }
+        // The records dropped: the next one goes into one of the spares,
+        // no new allocation.
+        drop(held);
+        let _next = next_claim(&mut d, 1 << 20, 1 << 20);
+        a.record_done();
+        a.prepare(&mut d);
+        let kept = &bufs[bufs.len() - 1 - MAX_SPARES..bufs.len() - 1];
+        assert!(kept.contains(&d.read_buf().as_ptr()));
+        assert_eq!(d.spare_len(), MAX_SPARES * BUF);
+        drop(a);
+        assert_eq!(server.reserved(), 0);
+        // A budget with room for the record but not its spare: the spare
+        // is let go and the limit trips.
+        let before = crate::limits::trips("tcp.receive_reserve_bytes");
+        let server = ServerReceiveBudget::new((1 << 20) + (1 << 19));
+        let mut b = RecordRoom::new(Arc::clone(&server), 2);
+        let mut d = claim(1 << 20);
+        b.prepare(&mut d);
+        let _held = next_claim(&mut d, 1 << 20, 1 << 20);
+        b.record_done();
+        b.prepare(&mut d);
+        assert_eq!(d.spare_len(), 0);
+        assert_eq!(server.reserved(), (1 << 20) + 4 - 104);
+        assert!(crate::limits::trips("tcp.receive_reserve_bytes") > before);
         drop(b);
         assert_eq!(server.reserved(), 0);
     }
