@@ -21,6 +21,33 @@ use crate::wr::WorkCompletion;
 /// queued, marks the queue overflowed, and from then on every
 /// [`poll`](Self::poll) and [`next`](Self::next) returns [`CqOverflow`]. Size the
 /// queue for the sum of the work-queue depths it serves.
+///
+/// # Completion handlers
+///
+/// A consumer may also have completions handled where the device produces
+/// them, with no queue and no wake-up of a polling task in between (as the
+/// Linux kernel's `IB_POLL_DIRECT` / a completion callback on the CQ): it
+/// registers a [`CompletionHandler`] with [`set_handler`](Self::set_handler).
+/// A device that supports this hands each completion to
+/// [`deliver`](Self::deliver) instead of [`push`](Self::push); the handler
+/// takes it (`None`) or gives it back (`Some`) to be queued for the poll
+/// interface, which stays: a handler typically consumes the common
+/// successful completions and gives back errors and flushes for the task
+/// that polls. A device that does not support it keeps pushing, and every
+/// completion reaches the poll interface as before, so a consumer that
+/// registers a handler must still poll.
+///
+/// Rules for the device calling [`deliver`](Self::deliver): it holds no
+/// lock of its own (the handler may post work, disconnect, or otherwise
+/// re-enter the device), and it delivers one queue pair's completions one
+/// at a time, in the order they were produced.
+///
+/// Rules for the handler: it is short and never blocks nor awaits. It runs
+/// on the device's own task (its receive or transmit task), or inside the
+/// post or disconnect call that produced the completion (a Send completes
+/// when the device hands it to the transport, which the posting call may
+/// do itself): so it must never wait for a lock that the consumer holds
+/// while it posts to, or disconnects, a queue pair of this queue.
 #[derive(Clone)]
 pub struct CompletionQueue {
     inner: Arc<Mutex<CqInner>>,
@@ -31,7 +58,13 @@ struct CqInner {
     capacity: usize,
     overflowed: bool,
     wakers: Vec<Waker>,
+    handler: Option<Arc<CompletionHandler>>,
 }
+
+/// A consumer's handler of completions where they are produced (see
+/// [`CompletionQueue`]): returns `None` when it took the completion, or
+/// gives it back to be queued for polling.
+pub type CompletionHandler = dyn Fn(WorkCompletion) -> Option<WorkCompletion> + Send + Sync;
 
 impl fmt::Debug for CompletionQueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -40,6 +73,7 @@ impl fmt::Debug for CompletionQueue {
             .field("len", &g.entries.len())
             .field("capacity", &g.capacity)
             .field("overflowed", &g.overflowed)
+            .field("handler", &g.handler.is_some())
             .finish()
     }
 }
@@ -53,6 +87,7 @@ impl CompletionQueue {
                 capacity,
                 overflowed: false,
                 wakers: Vec::new(),
+                handler: None,
             })),
         }
     }
@@ -82,6 +117,50 @@ impl CompletionQueue {
             w.wake();
         }
         result
+    }
+
+    /// Registers `handler` (replacing any other): from now on a device that
+    /// supports it hands completions to it first ([`deliver`](Self::deliver)).
+    /// The handler is kept until [`clear_handler`](Self::clear_handler) or
+    /// the last handle of the queue drops: one that refers back to the
+    /// queue pair or the queue should hold weak references, or be cleared.
+    pub fn set_handler(
+        &self,
+        handler: impl Fn(WorkCompletion) -> Option<WorkCompletion> + Send + Sync + 'static,
+    ) {
+        self.lock().handler = Some(Arc::new(handler));
+    }
+
+    /// Removes the handler: every later completion is queued.
+    pub fn clear_handler(&self) {
+        self.lock().handler = None;
+    }
+
+    /// Whether a handler is registered.
+    pub fn has_handler(&self) -> bool {
+        self.lock().handler.is_some()
+    }
+
+    /// Device side, for a device that holds none of its own locks here:
+    /// hands the completion to the registered handler, or queues it (as
+    /// [`push`](Self::push)) when there is none, when the handler gives it
+    /// back, or once the queue has overflowed (which stays reported).
+    pub fn deliver(&self, wc: WorkCompletion) -> Result<(), CqOverflow> {
+        let handler = {
+            let g = self.lock();
+            if g.overflowed {
+                None
+            } else {
+                g.handler.clone()
+            }
+        };
+        match handler {
+            Some(h) => match h(wc) {
+                None => Ok(()),
+                Some(back) => self.push(back),
+            },
+            None => self.push(wc),
+        }
     }
 
     /// Takes the oldest completion, if any, without waiting.
@@ -188,6 +267,56 @@ mod tests {
         assert_eq!(cq.push(wc(2)), Err(CqOverflow));
         assert_eq!(cq.poll().err(), Some(CqOverflow));
         assert_eq!(cq.poll().err(), Some(CqOverflow));
+    }
+
+    #[test]
+    fn a_handler_takes_what_it_handles_and_the_rest_is_queued() {
+        let cq = CompletionQueue::new(4);
+        let taken = Arc::new(AtomicUsize::new(0));
+        let t = Arc::clone(&taken);
+        cq.set_handler(move |wc| {
+            if wc.wr_id % 2 == 0 {
+                t.fetch_add(1, Ordering::SeqCst);
+                None
+            } else {
+                Some(wc)
+            }
+        });
+        let counter = Arc::new(CountWake(AtomicUsize::new(0)));
+        let waker = Waker::from(counter.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(cq.poll_next(&mut cx).is_pending());
+        for id in 0..4 {
+            cq.deliver(wc(id)).unwrap();
+        }
+        // The handled ones never reach the queue nor wake its poller.
+        assert_eq!(taken.load(Ordering::SeqCst), 2);
+        assert_eq!(counter.0.load(Ordering::SeqCst), 1);
+        assert_eq!(cq.poll().unwrap().unwrap().wr_id, 1);
+        assert_eq!(cq.poll().unwrap().unwrap().wr_id, 3);
+        assert!(cq.poll().unwrap().is_none());
+        // A plain push bypasses the handler, as for a device without one.
+        cq.push(wc(6)).unwrap();
+        assert_eq!(cq.poll().unwrap().unwrap().wr_id, 6);
+        cq.clear_handler();
+        cq.deliver(wc(8)).unwrap();
+        assert_eq!(taken.load(Ordering::SeqCst), 2);
+        assert_eq!(cq.poll().unwrap().unwrap().wr_id, 8);
+    }
+
+    #[test]
+    fn a_handler_may_use_the_queue_and_overflow_stays_reported() {
+        let cq = CompletionQueue::new(1);
+        let inner = cq.clone();
+        // Re-entering the queue from the handler does not deadlock.
+        cq.set_handler(move |wc| {
+            let _ = inner.len();
+            Some(wc)
+        });
+        cq.deliver(wc(1)).unwrap();
+        assert_eq!(cq.deliver(wc(2)), Err(CqOverflow));
+        assert_eq!(cq.poll().err(), Some(CqOverflow));
+        assert!(cq.has_handler());
     }
 
     #[test]

@@ -40,6 +40,13 @@ use crate::wr::{ChainWr, ReadWr, RecvWr, SendWr, WriteWr};
 ///   produces exactly one [`WorkCompletion`](crate::WorkCompletion) on its queue's
 ///   completion queue, flushed ([`WcStatus::FlushError`](crate::WcStatus)) if the
 ///   connection ends first.
+/// - Completion handlers: a device whose completions are produced with none
+///   of its own locks held (on its receive or transmit task, or at the end
+///   of a post call) hands them to [`CompletionQueue::deliver`], so a
+///   consumer's [`CompletionHandler`](crate::CompletionHandler) runs there,
+///   one queue pair's completions at a time and in order; a device that
+///   cannot (the loopback device executes under its link's lock) pushes
+///   them to the queue, and consumers poll as before.
 /// - Completion timing (RFC 5040 §5): iWARP has no acknowledgements, so a
 ///   Send or RDMA Write completes successfully once handed to the transport;
 ///   an RDMA Read completes when its response has been placed. Until then a

@@ -21,7 +21,9 @@
 //!   `testkit` crate (`testkit::conformance`).
 //! - [`SendWr`], [`WriteWr`], [`ReadWr`], [`RecvWr`]: work requests;
 //!   [`WorkCompletion`] with [`WcStatus`]: their results, queued on a
-//!   [`CompletionQueue`] that can be polled or awaited without naming a runtime.
+//!   [`CompletionQueue`] that can be polled or awaited without naming a runtime,
+//!   or handed to a consumer's [`CompletionHandler`] where the device produces
+//!   them.
 //! - [`QpState`] and its transition table ([`QpState::on`]).
 //! - Errors: [`AccessError`] (maps to Terminate codes, RFC 5040 §4.8),
 //!   [`TerminateCause`], [`PostError`], [`RegisterError`], [`CmError`],
@@ -89,7 +91,7 @@ mod qp;
 mod stag;
 mod wr;
 
-pub use cq::{CompletionQueue, Next};
+pub use cq::{CompletionHandler, CompletionQueue, Next};
 pub use device::{CloseReason, ConnectRequest, Connected, Device, Listener, QueuePair};
 pub use error::{
     AccessError, CmError, CqOverflow, PostError, RegisterError, TerminateCause, WcStatus,

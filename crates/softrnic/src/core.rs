@@ -63,6 +63,17 @@ pub(crate) struct Core {
     pub(crate) local_closed: bool,
     /// The connection is over: the receive side must stop.
     pub(crate) finished: bool,
+    /// Completions produced under the queue pair's lock, delivered to
+    /// their queues once it is released ([`crate::shared::Guard`]), so a
+    /// consumer's completion handler may post to this queue pair.
+    pub(crate) done: Vec<(CqSide, WorkCompletion)>,
+}
+
+/// Which of a queue pair's completion queues a completion goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CqSide {
+    Send,
+    Recv,
 }
 
 /// The engine's view of the device's access-check table (RFC 5040 §6.4).
@@ -97,10 +108,19 @@ impl RemoteAccess for MemAccess<'_> {
     }
 }
 
-pub(crate) fn complete(cq: &CompletionQueue, wc: WorkCompletion) {
-    // An overflow is recorded by the queue and reported to its consumer on
-    // every later poll.
-    let _ = cq.push(wc);
+/// Hands completions to their queues (to the consumer's handler, where it
+/// registered one, [`CompletionQueue::deliver`]); called with the queue
+/// pair's lock released, in the order the completions were produced.
+pub(crate) fn deliver(ctx: &QpCtx, done: impl IntoIterator<Item = (CqSide, WorkCompletion)>) {
+    for (side, wc) in done {
+        let cq = match side {
+            CqSide::Send => &ctx.send_cq,
+            CqSide::Recv => &ctx.recv_cq,
+        };
+        // An overflow is recorded by the queue and reported to its consumer
+        // on every later poll.
+        let _ = cq.deliver(wc);
+    }
 }
 
 /// The cause of a Terminate the peer sent us (RFC 5040 §4.8 codes).
@@ -154,6 +174,7 @@ impl Core {
             inval_err: None,
             local_closed: false,
             finished: false,
+            done: Vec::new(),
         }
     }
 
@@ -251,22 +272,22 @@ impl Core {
                     solicited: c.solicited,
                     buf: Some(buf),
                 };
-                complete(&ctx.recv_cq, wc);
+                self.done.push((CqSide::Recv, wc));
             }
             WcOpcode::RdmaRead => {
                 if let Some(wr_id) = self.reads.remove(&c.wr_id) {
-                    complete(
-                        &ctx.send_cq,
+                    self.done.push((
+                        CqSide::Send,
                         WorkCompletion::send_side(ctx.qpn, wr_id, c.opcode, c.status, c.byte_len),
-                    );
+                    ));
                 }
             }
             _ => {
                 if let Some(e) = self.sends.remove(&c.wr_id) {
-                    complete(
-                        &ctx.send_cq,
+                    self.done.push((
+                        CqSide::Send,
                         WorkCompletion::send_side(ctx.qpn, e.wr_id, c.opcode, c.status, c.byte_len),
-                    );
+                    ));
                 }
             }
         }
@@ -420,7 +441,7 @@ impl Core {
                 WcStatus::LocalProtectionError,
                 0,
             );
-            complete(&ctx.send_cq, wc);
+            self.done.push((CqSide::Send, wc));
             return Ok(ReadPosted::SinkRefused(e));
         }
         let id = self.next_id();

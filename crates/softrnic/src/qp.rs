@@ -4,7 +4,7 @@
 //! ([`rx`](crate::rx), [`tx`](crate::tx)).
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 
 use iwarp::conn::{Config, Connection};
 use iwarp::negotiation::Established;
@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use tokio::task::AbortHandle;
 
 use crate::core::{Core, QpCtx, ReadPosted};
-use crate::shared::{Locked, Shared};
+use crate::shared::{Guard, Locked, Shared};
 use crate::tx::flush;
 use crate::SoftDevice;
 
@@ -128,7 +128,7 @@ impl std::fmt::Debug for SoftQp {
 impl SoftQp {
     /// Transmits what was queued: from this task when the queue pair is
     /// idle, else by waking the transmit task.
-    fn kick(&self, mut st: MutexGuard<'_, Locked>) {
+    fn kick(&self, mut st: Guard<'_>) {
         let sh = &self.shared;
         let wake = !idle(&st, &sh.ctx.send_cq) || flush(&mut st, sh);
         drop(st);

@@ -19,7 +19,7 @@
 //! [`MrTable::place_direct`]: rnic::MrTable::place_direct
 
 use std::io::{self, IoSliceMut};
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 
 use iwarp::conn::{PlaceTarget, Placement};
 use iwarp::wire::{ddp, fpdu};
@@ -29,7 +29,7 @@ use tokio::net::tcp::OwnedReadHalf;
 
 use crate::core::Core;
 use crate::outbox::would_block;
-use crate::shared::{Locked, Shared};
+use crate::shared::{Guard, Locked, Shared};
 use crate::tx;
 
 /// Why the receive loop stopped.
@@ -171,7 +171,7 @@ fn copy_payload(sh: &Shared, core: &mut Core, to: PlaceTarget, data: &[u8]) -> R
 /// did not take everything, bytes were already waiting for room, or the
 /// stream ends. Before, every Read Request woke the transmit task (a task
 /// hop, often a thread wake-up) to write its responses.
-fn pump_and_wake(sh: &Shared, mut st: MutexGuard<'_, Locked>) {
+fn pump_and_wake(sh: &Shared, mut st: Guard<'_>) {
     st.core.pump(&sh.ctx);
     let wake = if st.out.is_empty() && st.wr.is_some() && st.core.conn.has_transmit() {
         tx::flush(&mut st, sh)

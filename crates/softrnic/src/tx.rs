@@ -24,7 +24,7 @@ use crate::shared::{Locked, Shared};
 /// Returns whether the transmit task must run: the socket is full, or the
 /// stream is closing.
 pub(crate) fn flush(st: &mut Locked, sh: &Shared) -> bool {
-    let Locked { core, out, wr } = st;
+    let Locked { core, out, wr, .. } = st;
     let mut failed = false;
     loop {
         let mut more = false;
