@@ -33,9 +33,12 @@ use crate::wr::WorkCompletion;
 /// takes it (`None`) or gives it back (`Some`) to be queued for the poll
 /// interface, which stays: a handler typically consumes the common
 /// successful completions and gives back errors and flushes for the task
-/// that polls. A device that does not support it keeps pushing, and every
-/// completion reaches the poll interface as before, so a consumer that
-/// registers a handler must still poll.
+/// that polls. The order holds across both: a completion goes to the
+/// handler only while none is queued before it, so once one is queued (given
+/// back, or produced before the handler was registered) the later ones queue
+/// behind it until the poller has taken it. A device that does not support
+/// handlers keeps pushing, and every completion reaches the poll interface as
+/// before, so a consumer that registers a handler must still poll.
 ///
 /// Rules for the device calling [`deliver`](Self::deliver): it holds no
 /// lock of its own (the handler may post work, disconnect, or otherwise
@@ -143,12 +146,13 @@ impl CompletionQueue {
 
     /// Device side, for a device that holds none of its own locks here:
     /// hands the completion to the registered handler, or queues it (as
-    /// [`push`](Self::push)) when there is none, when the handler gives it
-    /// back, or once the queue has overflowed (which stays reported).
+    /// [`push`](Self::push)) when there is none, when completions are
+    /// already queued (it goes behind them), when the handler gives it back,
+    /// or once the queue has overflowed (which stays reported).
     pub fn deliver(&self, wc: WorkCompletion) -> Result<(), CqOverflow> {
         let handler = {
             let g = self.lock();
-            if g.overflowed {
+            if g.overflowed || !g.entries.is_empty() {
                 None
             } else {
                 g.handler.clone()
@@ -270,37 +274,46 @@ mod tests {
     }
 
     #[test]
-    fn a_handler_takes_what_it_handles_and_the_rest_is_queued() {
-        let cq = CompletionQueue::new(4);
-        let taken = Arc::new(AtomicUsize::new(0));
+    fn a_handler_takes_what_it_handles_and_the_rest_is_queued_in_order() {
+        let cq = CompletionQueue::new(8);
+        let taken = Arc::new(Mutex::new(Vec::new()));
         let t = Arc::clone(&taken);
         cq.set_handler(move |wc| {
-            if wc.wr_id % 2 == 0 {
-                t.fetch_add(1, Ordering::SeqCst);
-                None
-            } else {
-                Some(wc)
+            if wc.wr_id == 2 {
+                return Some(wc);
             }
+            t.lock().unwrap().push(wc.wr_id);
+            None
         });
         let counter = Arc::new(CountWake(AtomicUsize::new(0)));
         let waker = Waker::from(counter.clone());
         let mut cx = Context::from_waker(&waker);
         assert!(cq.poll_next(&mut cx).is_pending());
-        for id in 0..4 {
+        for id in 0..2 {
             cq.deliver(wc(id)).unwrap();
         }
         // The handled ones never reach the queue nor wake its poller.
-        assert_eq!(taken.load(Ordering::SeqCst), 2);
+        assert_eq!(*taken.lock().unwrap(), [0, 1]);
+        assert_eq!(counter.0.load(Ordering::SeqCst), 0);
+        assert!(cq.is_empty());
+        // 2 is given back; 3 and 4 queue behind it, not to the handler.
+        for id in 2..5 {
+            cq.deliver(wc(id)).unwrap();
+        }
         assert_eq!(counter.0.load(Ordering::SeqCst), 1);
-        assert_eq!(cq.poll().unwrap().unwrap().wr_id, 1);
-        assert_eq!(cq.poll().unwrap().unwrap().wr_id, 3);
-        assert!(cq.poll().unwrap().is_none());
+        assert_eq!(*taken.lock().unwrap(), [0, 1]);
+        for id in 2..5 {
+            assert_eq!(cq.poll().unwrap().unwrap().wr_id, id);
+        }
+        // Once the poller has emptied the queue, the handler gets them again.
+        cq.deliver(wc(5)).unwrap();
+        assert_eq!(*taken.lock().unwrap(), [0, 1, 5]);
         // A plain push bypasses the handler, as for a device without one.
         cq.push(wc(6)).unwrap();
         assert_eq!(cq.poll().unwrap().unwrap().wr_id, 6);
         cq.clear_handler();
         cq.deliver(wc(8)).unwrap();
-        assert_eq!(taken.load(Ordering::SeqCst), 2);
+        assert_eq!(*taken.lock().unwrap(), [0, 1, 5]);
         assert_eq!(cq.poll().unwrap().unwrap().wr_id, 8);
     }
 
