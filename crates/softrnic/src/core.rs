@@ -63,17 +63,13 @@ pub(crate) struct Core {
     pub(crate) local_closed: bool,
     /// The connection is over: the receive side must stop.
     pub(crate) finished: bool,
-    /// Completions produced under the queue pair's lock, delivered to
-    /// their queues once it is released ([`crate::shared::Guard`]), so a
-    /// consumer's completion handler may post to this queue pair.
-    pub(crate) done: Vec<(CqSide, WorkCompletion)>,
-}
-
-/// Which of a queue pair's completion queues a completion goes to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CqSide {
-    Send,
-    Recv,
+    /// Send-queue completions (Sends, Writes, Reads) produced under the
+    /// queue pair's lock, delivered to their queue once it is released
+    /// ([`crate::shared::Guard`]), so a consumer's completion handler may
+    /// post to this queue pair.
+    pub(crate) done_send: Vec<WorkCompletion>,
+    /// Receive completions, likewise.
+    pub(crate) done_recv: Vec<WorkCompletion>,
 }
 
 /// The engine's view of the device's access-check table (RFC 5040 §6.4).
@@ -108,18 +104,19 @@ impl RemoteAccess for MemAccess<'_> {
     }
 }
 
-/// Hands completions to their queues (to the consumer's handler, where it
-/// registered one, [`CompletionQueue::deliver`]); called with the queue
-/// pair's lock released, in the order the completions were produced.
-pub(crate) fn deliver(ctx: &QpCtx, done: impl IntoIterator<Item = (CqSide, WorkCompletion)>) {
-    for (side, wc) in done {
-        let cq = match side {
-            CqSide::Send => &ctx.send_cq,
-            CqSide::Recv => &ctx.recv_cq,
-        };
+/// Hands completions to `cq`, with the queue pair's lock released and in
+/// the order they were produced: to the consumer's handler where it
+/// registered one ([`CompletionQueue::deliver`]) when `direct`, else to the
+/// queue for polling.
+pub(crate) fn deliver(
+    cq: &CompletionQueue,
+    done: impl IntoIterator<Item = WorkCompletion>,
+    direct: bool,
+) {
+    for wc in done {
         // An overflow is recorded by the queue and reported to its consumer
         // on every later poll.
-        let _ = cq.deliver(wc);
+        let _ = if direct { cq.deliver(wc) } else { cq.push(wc) };
     }
 }
 
@@ -174,7 +171,8 @@ impl Core {
             inval_err: None,
             local_closed: false,
             finished: false,
-            done: Vec::new(),
+            done_send: Vec::new(),
+            done_recv: Vec::new(),
         }
     }
 
@@ -272,21 +270,19 @@ impl Core {
                     solicited: c.solicited,
                     buf: Some(buf),
                 };
-                self.done.push((CqSide::Recv, wc));
+                self.done_recv.push(wc);
             }
             WcOpcode::RdmaRead => {
                 if let Some(wr_id) = self.reads.remove(&c.wr_id) {
-                    self.done.push((
-                        CqSide::Send,
-                        WorkCompletion::send_side(ctx.qpn, wr_id, c.opcode, c.status, c.byte_len),
+                    self.done_send.push(WorkCompletion::send_side(
+                        ctx.qpn, wr_id, c.opcode, c.status, c.byte_len,
                     ));
                 }
             }
             _ => {
                 if let Some(e) = self.sends.remove(&c.wr_id) {
-                    self.done.push((
-                        CqSide::Send,
-                        WorkCompletion::send_side(ctx.qpn, e.wr_id, c.opcode, c.status, c.byte_len),
+                    self.done_send.push(WorkCompletion::send_side(
+                        ctx.qpn, e.wr_id, c.opcode, c.status, c.byte_len,
                     ));
                 }
             }
@@ -441,7 +437,7 @@ impl Core {
                 WcStatus::LocalProtectionError,
                 0,
             );
-            self.done.push((CqSide::Send, wc));
+            self.done_send.push(wc);
             return Ok(ReadPosted::SinkRefused(e));
         }
         let id = self.next_id();

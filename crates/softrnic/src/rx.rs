@@ -49,7 +49,7 @@ pub(crate) async fn rx_task(sh: Arc<Shared>, mut rd: OwnedReadHalf) {
         RxEnd::Eof => (CloseReason::PeerDisconnect, QpEvent::PeerClose),
         RxEnd::Closed | RxEnd::Lost => (CloseReason::ConnectionLost, QpEvent::LlpError),
     };
-    sh.lock().core.finish(&sh.ctx, reason, &[event]);
+    sh.lock_rx().core.finish(&sh.ctx, reason, &[event]);
     sh.tx_wake.notify_one();
 }
 
@@ -65,7 +65,7 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
     let mut stage = vec![0u8; sh.ctx.rx_stage];
     loop {
         let (placement, boundary) = {
-            let st = sh.lock();
+            let st = sh.lock_rx();
             if st.core.finished {
                 return RxEnd::Closed;
             }
@@ -105,7 +105,7 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
 /// (the posted receive buffer, or the registered region the engine
 /// validated), then lets the engine's output go.
 fn feed(sh: &Shared, bytes: &[u8]) -> Result<(), RxEnd> {
-    let mut st = sh.lock();
+    let mut st = sh.lock_rx();
     let result = feed_locked(sh, &mut st.core, bytes);
     pump_and_wake(sh, st);
     result
@@ -201,7 +201,7 @@ async fn place(
 ) -> Result<usize, RxEnd> {
     loop {
         rd.readable().await.map_err(|_| RxEnd::Lost)?;
-        let mut st = sh.lock();
+        let mut st = sh.lock_rx();
         let core = &mut st.core;
         if core.finished {
             return Err(RxEnd::Closed);

@@ -20,10 +20,12 @@ pub(crate) struct Locked {
     /// The socket's write half, once launched; written only under this
     /// lock, so FPDUs never interleave.
     pub(crate) wr: Option<Arc<OwnedWriteHalf>>,
-    /// A [`Guard`] is delivering completions (with the lock released): the
-    /// others leave theirs in `core.done` for it, so they reach their
-    /// queues one at a time and in order.
-    delivering: bool,
+    /// A [`Guard`] is delivering send-queue completions (with the lock
+    /// released): the others leave theirs in `core.done_send` for it, so
+    /// they reach their queue one at a time and in order.
+    delivering_send: bool,
+    /// Likewise for receive completions (`core.done_recv`).
+    delivering_recv: bool,
 }
 
 /// Shared by both IO tasks and the consumer's handle.
@@ -40,7 +42,8 @@ impl Shared {
             core,
             out: Outbox::default(),
             wr: None,
-            delivering: false,
+            delivering_send: false,
+            delivering_recv: false,
         };
         Shared {
             locked: Mutex::new(locked),
@@ -57,6 +60,17 @@ impl Shared {
         Guard {
             sh: self,
             g: Some(self.raw_lock()),
+            rx: false,
+        }
+    }
+
+    /// [`Shared::lock`] for the receive task: receive completions are
+    /// handed to the consumer's handler only from it.
+    pub(crate) fn lock_rx(&self) -> Guard<'_> {
+        Guard {
+            sh: self,
+            g: Some(self.raw_lock()),
+            rx: true,
         }
     }
 
@@ -67,19 +81,31 @@ impl Shared {
     }
 }
 
-/// The queue pair's lock, held; on release it hands the completions
-/// produced meanwhile to their queues, *after* unlocking, so a consumer's
+/// The queue pair's lock, held. On release it hands the completions
+/// produced meanwhile to their queues *after* unlocking, so a consumer's
 /// completion handler ([`rnic::CompletionQueue::set_handler`]) runs on the
-/// task that produced them (the receive task for a received message) and
-/// may post to the queue pair again. Whoever finds completions and no
-/// delivery under way delivers them, then those others added meanwhile
-/// (including those its handler's own posts produced), until none is left:
-/// one queue pair's completions reach their queues one at a time, in the
-/// order they were produced.
+/// task that produced them and may post to the queue pair again.
+///
+/// Send-queue completions go to the handler from whichever task produced
+/// them: the receive task (Read Responses), the transmit task, or the
+/// consumer's own post that wrote its Send to the socket. Receive
+/// completions go to the handler only from the receive task (the one that
+/// produces received messages): a consumer that posts while holding its
+/// own lock never finds its handler taking a received message on its
+/// stack. Any other release that finds receive completions (the flushes of
+/// a consumer's disconnect) queues them for polling instead.
+///
+/// Per queue (send, receive): whoever finds completions and no delivery
+/// under way delivers them, then those added meanwhile (including those
+/// its handler's own posts produced), until none is left; so one queue
+/// pair's completions reach each queue one at a time, in the order they
+/// were produced.
 pub(crate) struct Guard<'a> {
     sh: &'a Shared,
     /// `Some` until dropped.
     g: Option<MutexGuard<'a, Locked>>,
+    /// Taken by the receive task.
+    rx: bool,
 }
 
 impl Deref for Guard<'_> {
@@ -107,36 +133,67 @@ impl Drop for Guard<'_> {
         let Some(mut g) = self.g.take() else {
             return;
         };
-        if g.core.done.is_empty() || g.delivering {
+        let send = !g.delivering_send && !g.core.done_send.is_empty();
+        let recv = !g.delivering_recv && !g.core.done_recv.is_empty();
+        if !send && !recv {
             return;
         }
-        g.delivering = true;
-        let mut batch = std::mem::take(&mut g.core.done);
+        let mut sends = Vec::new();
+        if send {
+            g.delivering_send = true;
+            std::mem::swap(&mut sends, &mut g.core.done_send);
+        }
+        let mut recvs = Vec::new();
+        if recv {
+            g.delivering_recv = true;
+            std::mem::swap(&mut recvs, &mut g.core.done_recv);
+        }
         drop(g);
         // A handler that panics must not leave the queue pair's later
         // completions (the flushes that report its close) undelivered.
-        let _unwind = Unwind(self.sh);
+        let _unwind = Unwind(self.sh, send, recv);
+        let ctx = &self.sh.ctx;
         loop {
-            deliver(&self.sh.ctx, batch.drain(..));
+            deliver(&ctx.send_cq, sends.drain(..), true);
+            deliver(&ctx.recv_cq, recvs.drain(..), self.rx);
             let mut g = self.sh.raw_lock();
-            if g.core.done.is_empty() {
-                g.delivering = false;
-                // Keep the allocation for the next completions.
-                g.core.done = batch;
+            let more_send = send && !g.core.done_send.is_empty();
+            let more_recv = recv && !g.core.done_recv.is_empty();
+            if !more_send && !more_recv {
+                // Keep the allocations for the next completions.
+                if send {
+                    g.delivering_send = false;
+                    g.core.done_send = sends;
+                }
+                if recv {
+                    g.delivering_recv = false;
+                    g.core.done_recv = recvs;
+                }
                 return;
             }
-            std::mem::swap(&mut batch, &mut g.core.done);
+            if more_send {
+                std::mem::swap(&mut sends, &mut g.core.done_send);
+            }
+            if more_recv {
+                std::mem::swap(&mut recvs, &mut g.core.done_recv);
+            }
         }
     }
 }
 
-/// Ends a delivery that a panicking handler interrupted.
-struct Unwind<'a>(&'a Shared);
+/// Ends a delivery (send, receive) that a panicking handler interrupted.
+struct Unwind<'a>(&'a Shared, bool, bool);
 
 impl Drop for Unwind<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            self.0.raw_lock().delivering = false;
+            let mut g = self.0.raw_lock();
+            if self.1 {
+                g.delivering_send = false;
+            }
+            if self.2 {
+                g.delivering_recv = false;
+            }
         }
     }
 }

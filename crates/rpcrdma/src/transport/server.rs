@@ -1,9 +1,11 @@
 //! The responder: [`RdmaListener`].
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::Poll;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -355,7 +357,9 @@ async fn accept<R: ConnectRequest>(
             },
         );
     }
+    handle_on_device(&conn);
     let _ = reap(&conn).await;
+    conn.qp.recv_cq().clear_handler();
     // No call is handed over once the connection is gone.
     conn.dispatch_order.close();
     conn.pull_order.close();
@@ -697,87 +701,131 @@ struct Conn<Q> {
     stats: ConnCounters,
 }
 
-/// The completion loop of one connection.
-async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
-    loop {
-        let wc = conn.qp.recv_cq().next().await.map_err(|_| Closed)?;
-        match (wc.opcode, wc.status) {
-            (WcOpcode::Recv, WcStatus::Success) => {
-                conn.stats.received(u64::from(wc.byte_len));
-                let invalidated = wc.invalidated;
-                let msg = conn.on_receive(wc)?;
-                // The one decode of the message and what it asks for.
-                let received = conn.lock_endpoint().on_receive(&msg);
-                let work = match received {
-                    Received::Call(call) => {
-                        conn.stats.call_started();
-                        Work::Call(
-                            call,
-                            Order {
-                                pull: conn.pull_order.issue(),
-                                dispatch: conn.dispatch_order.issue(),
-                            },
-                        )
-                    }
-                    Received::Answer(header) => Work::Answer(header),
-                    Received::TooLarge { answer, total, max } => {
-                        bounds::CALL_TOO_LARGE.trip(format_args!(
-                            "RPC-over-RDMA peer {} asked the server to pull {total} bytes \
-                             (at most {max}); answered ERR_CHUNK",
-                            PeerName(&conn.peer)
-                        ));
-                        Work::Answer(answer)
-                    }
-                    Received::ReverseReply {
-                        xid,
-                        credits,
-                        len,
-                        reply,
-                    } => {
-                        conn.on_reverse_reply(&msg, xid, credits, len, reply, invalidated);
-                        continue;
-                    }
-                    Received::Nothing => continue,
-                    Received::OverCredit => {
-                        // RFC 8166 §3.3.1: a requester never has more
-                        // calls outstanding than it was granted credits;
-                        // the Linux server likewise drops a connection
-                        // whose peer overruns its receive queue.
-                        bounds::CREDITS_EXCEEDED.trip(format_args!(
-                            "RPC-over-RDMA peer {} sent more than {} calls at once; \
-                             closing the connection",
-                            PeerName(&conn.peer),
-                            conn.config.credits
-                        ));
-                        conn.stats.failed();
-                        return Err(Closed);
-                    }
-                };
-                serve(conn, work).await;
-            }
-            (WcOpcode::RdmaRead, status) => {
-                if status == WcStatus::Success {
-                    conn.stats.read_done();
+/// One completion of the connection, on whichever task took it: the
+/// device's own ([`handle_on_device`]) or the completion loop ([`reap`]).
+/// `Some` is a received message to answer ([`serve`], [`start`]); `Err`
+/// ends the connection.
+fn on_completion<Q: QueuePair>(
+    conn: &Arc<Conn<Q>>,
+    wc: WorkCompletion,
+) -> Result<Option<Work>, Closed> {
+    match (wc.opcode, wc.status) {
+        (WcOpcode::Recv, WcStatus::Success) => {
+            conn.stats.received(u64::from(wc.byte_len));
+            let invalidated = wc.invalidated;
+            let msg = conn.on_receive(wc)?;
+            // The one decode of the message and what it asks for.
+            let received = conn.lock_endpoint().on_receive(&msg);
+            let work = match received {
+                Received::Call(call) => {
+                    conn.stats.call_started();
+                    Work::Call(
+                        call,
+                        Order {
+                            pull: conn.pull_order.issue(),
+                            dispatch: conn.dispatch_order.issue(),
+                        },
+                    )
                 }
-                conn.reads.complete(wc.wr_id, status);
-                if status != WcStatus::Success {
-                    if status != WcStatus::FlushError {
-                        conn.stats.failed();
-                    }
+                Received::Answer(header) => Work::Answer(header),
+                Received::TooLarge { answer, total, max } => {
+                    bounds::CALL_TOO_LARGE.trip(format_args!(
+                        "RPC-over-RDMA peer {} asked the server to pull {total} bytes \
+                         (at most {max}); answered ERR_CHUNK",
+                        PeerName(&conn.peer)
+                    ));
+                    Work::Answer(answer)
+                }
+                Received::ReverseReply {
+                    xid,
+                    credits,
+                    len,
+                    reply,
+                } => {
+                    conn.on_reverse_reply(&msg, xid, credits, len, reply, invalidated);
+                    return Ok(None);
+                }
+                Received::Nothing => return Ok(None),
+                Received::OverCredit => {
+                    // RFC 8166 §3.3.1: a requester never has more
+                    // calls outstanding than it was granted credits;
+                    // the Linux server likewise drops a connection
+                    // whose peer overruns its receive queue.
+                    bounds::CREDITS_EXCEEDED.trip(format_args!(
+                        "RPC-over-RDMA peer {} sent more than {} calls at once; \
+                         closing the connection",
+                        PeerName(&conn.peer),
+                        conn.config.credits
+                    ));
+                    conn.stats.failed();
                     return Err(Closed);
                 }
+            };
+            Ok(Some(work))
+        }
+        (WcOpcode::RdmaRead, status) => {
+            if status == WcStatus::Success {
+                conn.stats.read_done();
             }
-            (WcOpcode::Send, WcStatus::Success) if wc.wr_id & bounds::REPLY_TAG != 0 => {
-                conn.replies.sent();
-            }
-            (_, WcStatus::Success) => {}
-            (_, status) => {
-                // Flushed requests are how a disconnect shows.
+            conn.reads.complete(wc.wr_id, status);
+            if status != WcStatus::Success {
                 if status != WcStatus::FlushError {
                     conn.stats.failed();
                 }
                 return Err(Closed);
             }
+            Ok(None)
+        }
+        (WcOpcode::Send, WcStatus::Success) if wc.wr_id & bounds::REPLY_TAG != 0 => {
+            conn.replies.sent();
+            Ok(None)
+        }
+        (_, WcStatus::Success) => Ok(None),
+        (_, status) => {
+            // Flushed requests are how a disconnect shows.
+            if status != WcStatus::FlushError {
+                conn.stats.failed();
+            }
+            Err(Closed)
+        }
+    }
+}
+
+/// Has the connection's successful completions handled where the device
+/// produces them ([`rnic::CompletionQueue::set_handler`]): a received call
+/// is decoded by the [`Responder`] and started ([`start`]) on the device's
+/// receive task, with no hop through the completion loop, and a reply's
+/// Send completion frees its slot where the device sent it. Errors and
+/// flushes are given back to [`reap`], which also takes everything on a
+/// device without handlers; a message that ends the connection (credits
+/// overrun) disconnects it, and the flushes that follow end [`reap`]. The
+/// handler holds the connection weakly: the connection owns the queue pair
+/// that owns the queue that owns the handler.
+fn handle_on_device<Q: QueuePair>(conn: &Arc<Conn<Q>>) {
+    let weak = Arc::downgrade(conn);
+    conn.qp.recv_cq().set_handler(move |wc| {
+        if !wc.status.is_success() {
+            return Some(wc);
+        }
+        let Some(conn) = weak.upgrade() else {
+            return Some(wc);
+        };
+        match on_completion(&conn, wc) {
+            Ok(None) => {}
+            Ok(Some(work)) => start(&conn, work),
+            Err(Closed) => conn.qp.disconnect(),
+        }
+        None
+    });
+}
+
+/// The completion loop of one connection: what the device's handler gave
+/// back (errors, flushes) or, on a device without handlers, everything.
+async fn reap<Q: QueuePair>(conn: &Arc<Conn<Q>>) -> Result<(), Closed> {
+    loop {
+        let wc = conn.qp.recv_cq().next().await.map_err(|_| Closed)?;
+        if let Some(work) = on_completion(conn, wc)? {
+            serve(conn, work).await;
         }
     }
 }
@@ -795,9 +843,34 @@ enum Work {
 /// it is reaches the RPC server before the next completion is reaped,
 /// with no task hop; the rest runs on its own task.
 async fn serve<Q: QueuePair>(conn: &Arc<Conn<Q>>, work: Work) {
+    let mut task = answer(conn, work);
+    let first =
+        std::future::poll_fn(|cx| Poll::Ready(std::future::Future::poll(task.as_mut(), cx))).await;
+    if first.is_pending() {
+        tokio::spawn(task);
+    }
+}
+
+/// [`serve`] from a completion handler, which cannot wait: the answer is
+/// polled once here, with a waker that does nothing, and if it has to wait
+/// it goes on its own task, whose first poll registers the real waker (so
+/// nothing that became ready in between is missed).
+fn start<Q: QueuePair>(conn: &Arc<Conn<Q>>, work: Work) {
+    let mut task = answer(conn, work);
+    let mut cx = Context::from_waker(Waker::noop());
+    if task.as_mut().poll(&mut cx).is_pending() {
+        tokio::spawn(task);
+    }
+}
+
+/// The answer to one message, as a task.
+fn answer<Q: QueuePair>(
+    conn: &Arc<Conn<Q>>,
+    work: Work,
+) -> Pin<Box<impl Future<Output = ()> + Send + 'static>> {
     let c = Arc::clone(conn);
     let is_call = matches!(work, Work::Call(..));
-    let mut task = Box::pin(async move {
+    Box::pin(async move {
         let answer = match work {
             Work::Call(call, order) => c.on_call(call, order).await,
             Work::Answer(header) => Ok(Some(Answer::header(header))),
@@ -819,12 +892,7 @@ async fn serve<Q: QueuePair>(conn: &Arc<Conn<Q>>, work: Work) {
                 c.replies.sent();
             }
         }
-    });
-    let first =
-        std::future::poll_fn(|cx| Poll::Ready(std::future::Future::poll(task.as_mut(), cx))).await;
-    if first.is_pending() {
-        tokio::spawn(task);
-    }
+    })
 }
 
 impl<Q: QueuePair> Conn<Q> {

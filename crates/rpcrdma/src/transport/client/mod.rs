@@ -107,6 +107,11 @@ pub struct ClientStats {
     pub resource_resends: u64,
     /// Reverse-direction calls answered (RFC 8167).
     pub backchannel_calls: u64,
+    /// Received messages handled on the device's own task (its receive
+    /// task) by the client's completion handler, with no hop through the
+    /// completion task; the others were polled (a device without
+    /// completion handlers, or behind a completion given back).
+    pub handled_on_device: u64,
     /// Connections re-established after a loss.
     pub reconnects: u64,
     /// Calls sent again, with their XIDs, on a re-established connection.
@@ -200,6 +205,8 @@ struct Inner<D: Device> {
     /// Write-chunk buffers, reused once the reply placed in them is
     /// dropped ([`REPLY_POOL_BYTES`]).
     pool: PullPool,
+    /// [`ClientStats::handled_on_device`], counted without the state lock.
+    on_device: AtomicU64,
 }
 
 /// Most bytes of idle write-chunk buffers one client keeps for reuse:
@@ -405,6 +412,7 @@ impl<D: Device> RdmaClient<D> {
             next_wr: AtomicU64::new(0),
             reads: Default::default(),
             pool: PullPool::new(REPLY_POOL_BYTES),
+            on_device: AtomicU64::new(0),
         });
         let (qp, thresholds) = inner.dial(device, addr).await?;
         let qp = Arc::new(qp);
@@ -416,6 +424,7 @@ impl<D: Device> RdmaClient<D> {
             st.thresholds = thresholds;
             st.qp = Some(Arc::clone(&qp));
         }
+        handle_on_device(&inner, &qp);
         tokio::spawn(run(Arc::clone(&inner), Arc::clone(&qp)));
         if config.version == Version::V2 {
             inner
@@ -437,7 +446,9 @@ impl<D: Device> RdmaClient<D> {
 
     /// Conveyance counters.
     pub fn stats(&self) -> ClientStats {
-        self.inner.lock().stats
+        let mut s = self.inner.lock().stats;
+        s.handled_on_device = self.inner.on_device.load(Ordering::Relaxed);
+        s
     }
 
     /// Credits granted by the server and calls outstanding.
@@ -761,6 +772,45 @@ impl<D: Device> ClientTransport for RdmaClient<D> {
     }
 }
 
+/// Has the connection's successful completions handled where the device
+/// produces them ([`rnic::CompletionQueue::set_handler`]): a reply is
+/// matched, fenced and handed to its caller from the device's receive task,
+/// with no hop through the completion task (as the Linux client handles
+/// replies in its receive completion). Errors and flushes are given back
+/// to [`reap`], which also takes everything on a device without handlers.
+/// The handler holds the client and the queue pair weakly: the queue pair
+/// owns the queue that owns the handler.
+///
+/// Not a deadlock: the handler takes the client's state lock only for a
+/// received message, which a device produces on its receive task, never
+/// inside the `post_send` that [`convey`] makes under that lock (whose own
+/// Send completion the handler takes without a lock).
+fn handle_on_device<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>) {
+    let weak_inner = Arc::downgrade(inner);
+    let weak_qp = Arc::downgrade(qp);
+    qp.recv_cq()
+        .set_handler(move |wc| match (wc.opcode, wc.status) {
+            (WcOpcode::Recv, WcStatus::Success) => {
+                let (Some(inner), Some(qp)) = (weak_inner.upgrade(), weak_qp.upgrade()) else {
+                    return Some(wc);
+                };
+                inner.on_device.fetch_add(1, Ordering::Relaxed);
+                on_reply(&inner, &qp, wc);
+                None
+            }
+            (WcOpcode::RdmaRead, WcStatus::Success) => {
+                let Some(inner) = weak_inner.upgrade() else {
+                    return Some(wc);
+                };
+                inner.reads.complete(wc.wr_id, wc.status);
+                None
+            }
+            (WcOpcode::RdmaRead, _) => Some(wc),
+            (_, WcStatus::Success) => None,
+            _ => Some(wc),
+        });
+}
+
 /// Reaps one connection's completions until it fails.
 async fn reap<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>) {
     loop {
@@ -804,6 +854,7 @@ fn give_up<D: Device>(inner: &Inner<D>) {
 async fn run<D: Device>(inner: Arc<Inner<D>>, mut qp: Arc<D::Qp>) {
     loop {
         reap(&inner, &qp).await;
+        qp.recv_cq().clear_handler();
         qp.disconnect();
         inner.reads.clear();
         // RFC 8166 §3.4.3: the regions of calls in flight are invalidated
@@ -839,6 +890,7 @@ async fn run<D: Device>(inner: Arc<Inner<D>>, mut qp: Arc<D::Qp>) {
             return;
         };
         qp = Arc::new(new_qp);
+        handle_on_device(&inner, &qp);
         let mut st = inner.lock();
         if st.shutdown {
             drop(st);
