@@ -130,6 +130,11 @@ impl SoftQp {
     /// idle, else by waking the transmit task.
     fn kick(&self, mut st: Guard<'_>) {
         let sh = &self.shared;
+        if st.holds_tx() {
+            // Written with the others the receive task's completions
+            // brought about, once they are all posted.
+            return;
+        }
         let wake = !idle(&st, &sh.ctx.send_cq) || flush(&mut st, sh);
         drop(st);
         if wake {
@@ -228,7 +233,7 @@ impl QueuePair for SoftQp {
         let mut st = sh.lock();
         match st.core.queue_read(&sh.ctx, wr)? {
             ReadPosted::Queued => {
-                if idle(&st, &sh.ctx.send_cq) && !flush(&mut st, sh) {
+                if st.holds_tx() || (idle(&st, &sh.ctx.send_cq) && !flush(&mut st, sh)) {
                     return Ok(());
                 }
                 drop(st);

@@ -81,10 +81,14 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
             },
             None => {
                 if boundary {
-                    // Between FPDUs: let the consumer woken by the last
-                    // completion run (and post its answer) before this
-                    // task asks the socket again.
+                    // Between FPDUs: let the consumers woken by the last
+                    // completions run (and post their answers) before this
+                    // task asks the socket again; what they post meanwhile
+                    // is written together afterwards.
+                    sh.lock_rx().hold_tx = true;
                     tokio::task::yield_now().await;
+                    sh.lock_rx().hold_tx = false;
+                    sh.write_held(true);
                 }
                 match rd.read(&mut stage).await {
                     Ok(0) if boundary => return RxEnd::Eof,

@@ -26,6 +26,10 @@ pub(crate) struct Locked {
     delivering_send: bool,
     /// Likewise for receive completions (`core.done_recv`).
     delivering_recv: bool,
+    /// The receive task lets the consumers its last completions woke run
+    /// before it reads again: their posts leave what they queue for it to
+    /// write together once they have run ([`Shared::write_held`]).
+    pub(crate) hold_tx: bool,
 }
 
 /// Shared by both IO tasks and the consumer's handle.
@@ -44,6 +48,7 @@ impl Shared {
             wr: None,
             delivering_send: false,
             delivering_recv: false,
+            hold_tx: false,
         };
         Shared {
             locked: Mutex::new(locked),
@@ -74,10 +79,41 @@ impl Shared {
         }
     }
 
+    /// Writes what posts left queued while receive completions were
+    /// being delivered or the receive task held transmission
+    /// ([`Locked::holds_tx`]), in one vectored write, from this task; the
+    /// transmit task is woken only when the socket does not take it all.
+    pub(crate) fn write_held(&self, rx: bool) {
+        let mut st = if rx { self.lock_rx() } else { self.lock() };
+        if st.holds_tx() || !st.core.conn.has_transmit() || !st.out.is_empty() {
+            // Still held, nothing to write, or the transmit task already
+            // has bytes waiting for room (and writes the rest after them).
+            return;
+        }
+        let wake = st.wr.is_some() && crate::tx::flush(&mut st, self);
+        drop(st);
+        if wake {
+            self.tx_wake.notify_one();
+        }
+    }
+
     fn raw_lock(&self) -> MutexGuard<'_, Locked> {
         // Every update completes between statements; a poisoned lock still
         // guards a consistent state.
         self.locked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Locked {
+    /// Whether a post should leave its FPDUs queued rather than write them:
+    /// receive completions are being delivered (a server's handler answers
+    /// the calls of one socket read one after another, a client's wakes
+    /// their callers) or the receive task lets the consumers it woke run.
+    /// Whoever holds writes them all once done ([`Shared::write_held`]):
+    /// one socket write for the answers to one read, where each post
+    /// otherwise made its own (and woke the peer once per write).
+    pub(crate) fn holds_tx(&self) -> bool {
+        self.hold_tx || self.delivering_recv
     }
 }
 
@@ -168,6 +204,10 @@ impl Drop for Guard<'_> {
                 if recv {
                     g.delivering_recv = false;
                     g.core.done_recv = recvs;
+                }
+                drop(g);
+                if recv {
+                    self.sh.write_held(self.rx);
                 }
                 return;
             }
