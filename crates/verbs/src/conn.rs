@@ -480,7 +480,10 @@ impl Conn {
                 self.recv_arena
                     .arena_read(slot * self.recv_slot, wc.byte_len as usize, &mut buf);
             }
-            self.recv_cq.push(WorkCompletion {
+            // Delivered from the CQ task with no lock held, so a
+            // consumer's completion handler runs here
+            // (rnic::CompletionQueue::set_handler).
+            self.recv_cq.deliver(WorkCompletion {
                 wr_id: r.wr_id,
                 qp: self.qpn,
                 opcode: WcOpcode::Recv,
@@ -501,7 +504,7 @@ impl Conn {
                 p
             };
             let Some(p) = taken else { return };
-            self.send_cq.push(WorkCompletion::send_side(
+            self.send_cq.deliver(WorkCompletion::send_side(
                 self.qpn,
                 p.wr_id,
                 p.opcode,
