@@ -102,12 +102,19 @@ pub(crate) fn start(
     launch(prepare(dev, pd, est, config), stream)
 }
 
-/// Whether a request just posted is the only work in flight (the consumer
-/// has reaped every send completion, at most this one Read is outstanding):
-/// then it is written at once, from the posting task, for latency; otherwise
-/// the transmit task writes it together with the requests posted meanwhile.
-fn idle(st: &Locked, send_cq: &CompletionQueue) -> bool {
-    send_cq.is_empty() && st.core.reads.len() <= 1 && st.out.is_empty()
+/// Whether a request just posted may be written at once, from the posting
+/// task, for latency: it is the only work in flight (the consumer has
+/// reaped every send completion, at most this one Read is outstanding) and
+/// the first post since the receive task last delivered received messages
+/// ([`Locked::direct`]; a consumer with a completion handler has always
+/// reaped everything). Otherwise the transmit task writes it together with
+/// the requests posted meanwhile. Spends [`Locked::direct`] when it says yes.
+fn idle(st: &mut Locked, send_cq: &CompletionQueue) -> bool {
+    let idle = st.direct && send_cq.is_empty() && st.core.reads.len() <= 1 && st.out.is_empty();
+    if idle {
+        st.direct = false;
+    }
+    idle
 }
 
 /// A queue pair of the software device. Dropping it disconnects.
@@ -135,7 +142,7 @@ impl SoftQp {
             // brought about, once they are all posted.
             return;
         }
-        let wake = !idle(&st, &sh.ctx.send_cq) || flush(&mut st, sh);
+        let wake = !idle(&mut st, &sh.ctx.send_cq) || flush(&mut st, sh);
         drop(st);
         if wake {
             sh.tx_wake.notify_one();
@@ -233,7 +240,7 @@ impl QueuePair for SoftQp {
         let mut st = sh.lock();
         match st.core.queue_read(&sh.ctx, wr)? {
             ReadPosted::Queued => {
-                if st.holds_tx() || (idle(&st, &sh.ctx.send_cq) && !flush(&mut st, sh)) {
+                if st.holds_tx() || (idle(&mut st, &sh.ctx.send_cq) && !flush(&mut st, sh)) {
                     return Ok(());
                 }
                 drop(st);

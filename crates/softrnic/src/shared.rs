@@ -30,6 +30,13 @@ pub(crate) struct Locked {
     /// before it reads again: their posts leave what they queue for it to
     /// write together once they have run ([`Shared::write_held`]).
     pub(crate) hold_tx: bool,
+    /// The next post may write to the socket itself (for latency): set
+    /// when the receive task has delivered received messages, spent by
+    /// the first post after. Later posts wake the transmit task, which
+    /// writes all they queued meanwhile in one go: the callers that one
+    /// batch of replies woke post one after another, and each writing its
+    /// own call cost a system call and a wake-up of the peer per call.
+    pub(crate) direct: bool,
 }
 
 /// Shared by both IO tasks and the consumer's handle.
@@ -49,6 +56,7 @@ impl Shared {
             delivering_send: false,
             delivering_recv: false,
             hold_tx: false,
+            direct: true,
         };
         Shared {
             locked: Mutex::new(locked),
@@ -204,6 +212,9 @@ impl Drop for Guard<'_> {
                 if recv {
                     g.delivering_recv = false;
                     g.core.done_recv = recvs;
+                    if self.rx {
+                        g.direct = true;
+                    }
                 }
                 drop(g);
                 if recv {
