@@ -104,17 +104,18 @@ pub(crate) fn start(
 
 /// Whether a request just posted may be written at once, from the posting
 /// task, for latency: it is the only work in flight (the consumer has
-/// reaped every send completion, at most this one Read is outstanding) and
-/// the first post since the receive task last delivered received messages
-/// ([`Locked::direct`]; a consumer with a completion handler has always
-/// reaped everything). Otherwise the transmit task writes it together with
-/// the requests posted meanwhile. Spends [`Locked::direct`] when it says yes.
+/// reaped every send completion, at most this one Read is outstanding) and,
+/// in a burst of posts after the receive task delivered several messages
+/// ([`Locked::burst`]), the first of them. Otherwise the transmit task
+/// writes it together with the requests posted meanwhile.
 fn idle(st: &mut Locked, send_cq: &CompletionQueue) -> bool {
-    let idle = st.direct && send_cq.is_empty() && st.core.reads.len() <= 1 && st.out.is_empty();
-    if idle {
-        st.direct = false;
+    let quiet = send_cq.is_empty() && st.core.reads.len() <= 1 && st.out.is_empty();
+    if !st.burst {
+        return quiet;
     }
-    idle
+    let first = quiet && st.direct;
+    st.direct = false;
+    first
 }
 
 /// A queue pair of the software device. Dropping it disconnects.

@@ -30,12 +30,15 @@ pub(crate) struct Locked {
     /// before it reads again: their posts leave what they queue for it to
     /// write together once they have run ([`Shared::write_held`]).
     pub(crate) hold_tx: bool,
-    /// The next post may write to the socket itself (for latency): set
-    /// when the receive task has delivered received messages, spent by
-    /// the first post after. Later posts wake the transmit task, which
-    /// writes all they queued meanwhile in one go: the callers that one
-    /// batch of replies woke post one after another, and each writing its
-    /// own call cost a system call and a wake-up of the peer per call.
+    /// The receive task delivered several received messages at once, so
+    /// several consumers may post one after another: only the first post
+    /// (while [`Locked::direct`]) writes the socket itself, for latency;
+    /// the others wake the transmit task, which writes all they queued
+    /// meanwhile in one go, and ends the burst once the socket took it all.
+    /// Each writing its own call cost a system call and a wake-up of the
+    /// peer per call.
+    pub(crate) burst: bool,
+    /// In a burst, the next post may still write the socket itself.
     pub(crate) direct: bool,
 }
 
@@ -56,6 +59,7 @@ impl Shared {
             delivering_send: false,
             delivering_recv: false,
             hold_tx: false,
+            burst: false,
             direct: true,
         };
         Shared {
@@ -197,7 +201,9 @@ impl Drop for Guard<'_> {
         // completions (the flushes that report its close) undelivered.
         let _unwind = Unwind(self.sh, send, recv);
         let ctx = &self.sh.ctx;
+        let mut received = 0;
         loop {
+            received += recvs.len();
             deliver(&ctx.send_cq, sends.drain(..), true);
             deliver(&ctx.recv_cq, recvs.drain(..), self.rx);
             let mut g = self.sh.raw_lock();
@@ -212,8 +218,9 @@ impl Drop for Guard<'_> {
                 if recv {
                     g.delivering_recv = false;
                     g.core.done_recv = recvs;
-                    if self.rx {
+                    if self.rx && received > 0 {
                         g.direct = true;
+                        g.burst |= received > 1;
                     }
                 }
                 drop(g);
