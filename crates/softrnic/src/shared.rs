@@ -3,7 +3,7 @@
 //! the transmit task's wake-up.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
@@ -48,6 +48,9 @@ pub(crate) struct Shared {
     pub(crate) ctx: QpCtx,
     pub(crate) io: Arc<IoCounters>,
     pub(crate) tx_wake: Notify,
+    /// The pipe runs of FPDUs from a file go through (created at the
+    /// first; `None` when it cannot be made or sized).
+    pub(crate) pipe: OnceLock<Option<crate::tx::FilePipe>>,
 }
 
 impl Shared {
@@ -67,6 +70,7 @@ impl Shared {
             ctx,
             io,
             tx_wake: Notify::new(),
+            pipe: OnceLock::new(),
         }
     }
 

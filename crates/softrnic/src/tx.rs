@@ -11,6 +11,8 @@ use bytes::{Bytes, BytesMut};
 use iwarp::segment::{PayloadRef, Transmit};
 use iwarp::wire::fpdu::{self, Crc};
 use rnic::{Access, CloseReason, QpEvent, Stag, TaggedAccess, WriteFileWr};
+use rustix::fd::OwnedFd;
+use rustix::pipe::{PipeFlags, SpliceFlags};
 use tokio::io::Interest;
 use tokio::net::tcp::OwnedWriteHalf;
 
@@ -97,6 +99,11 @@ fn gather(
                     // page cache.
                     Some(wr) if !sh.ctx.crc => {
                         let f = f.clone();
+                        if let Some(pipe) = sh.pipe.get_or_init(FilePipe::new) {
+                            let (run, left) = file_run(core, t, pipe.fpdus);
+                            send_file_run(sh, wr, pipe, t, &run, &f, out)?;
+                            return Ok(left);
+                        }
                         send_file(sh, wr, t, &f, offset, len, out)?;
                         return Ok(None);
                     }
@@ -197,6 +204,208 @@ fn send_file(
     let pad = [0u8; 3];
     out.push_small(pad.get(..fpdu::pad_len(t.ulpdu_len())).ok_or(())?);
     out.push_small(&[0u8; fpdu::CRC_LEN]);
+    Ok(())
+}
+
+/// A queue pair's pipe for runs of FPDUs from a file (see
+/// [`send_file_run`]): non-blocking both ends, empty between runs.
+pub(crate) struct FilePipe {
+    r: OwnedFd,
+    w: OwnedFd,
+    /// FPDUs of a run that surely fit: each takes a slot for its head (and
+    /// the previous trailer) and one per page its payload touches.
+    fpdus: usize,
+}
+
+/// The pipe's size: 256 page slots, Linux's default `pipe-max-size`.
+const PIPE_BYTES: usize = 1 << 20;
+
+impl FilePipe {
+    fn new() -> Option<Self> {
+        let (r, w) = rustix::pipe::pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC).ok()?;
+        let size = rustix::pipe::fcntl_setpipe_size(&w, PIPE_BYTES).ok()?;
+        // A payload of up to 64 KiB touches at most 17 pages.
+        let per_fpdu = 1 + 17;
+        let fpdus = (size / 4096).saturating_sub(1) / per_fpdu;
+        (fpdus >= 2).then_some(Self { r, w, fpdus })
+    }
+}
+
+/// The FPDUs queued right behind `first` that continue its payload in the
+/// same Write from a file, at most `max` in all, and the first transmit
+/// taken that does not, if any.
+fn file_run(core: &mut Core, first: &Transmit, max: usize) -> (Vec<Transmit>, Option<Transmit>) {
+    let Some(PayloadRef::Wr {
+        wr_id, offset, len, ..
+    }) = first.payload
+    else {
+        return (Vec::new(), None);
+    };
+    let mut end = offset + len;
+    let mut run = Vec::new();
+    while run.len() + 1 < max {
+        let Some(t) = core.conn.poll_transmit() else {
+            break;
+        };
+        match t.payload {
+            Some(PayloadRef::Wr {
+                wr_id: w,
+                offset,
+                len,
+            }) if w == wr_id && offset == end => {
+                end += len;
+                run.push(t);
+            }
+            _ => return (run, Some(t)),
+        }
+    }
+    (run, None)
+}
+
+/// The payload span of a transmit from a work request.
+fn wr_span(t: &Transmit) -> Result<(usize, usize), ()> {
+    match t.payload {
+        Some(PayloadRef::Wr { offset, len, .. }) => Ok((offset, len)),
+        _ => Err(()),
+    }
+}
+
+/// Pad and CRC field of an FPDU sent with CRC off (RFC 5044 §4.4: zero).
+fn blank_trailer(t: &Transmit) -> Result<&'static [u8], ()> {
+    const ZEROS: [u8; 3 + fpdu::CRC_LEN] = [0; 3 + fpdu::CRC_LEN];
+    ZEROS
+        .get(..fpdu::pad_len(t.ulpdu_len()) + fpdu::CRC_LEN)
+        .ok_or(())
+}
+
+/// Queues one FPDU from a file with its payload read in (`pread`).
+fn queue_file(out: &mut Outbox, t: &Transmit, f: &WriteFileWr) -> Result<(), ()> {
+    let (offset, len) = wr_span(t)?;
+    out.push_small(&t.head);
+    out.push_shared(f.read_part(offset, len).map_err(drop)?);
+    out.push_small(blank_trailer(t)?);
+    Ok(())
+}
+
+/// Sends a run of FPDUs of an RDMA Write from a file (RFC 5040 §5.1; CRC
+/// off, so the bytes are those [`send_file`] sends): each head (behind the
+/// previous trailer) is written into the queue pair's pipe and each payload
+/// spliced into it from the page cache, then the whole run goes to the
+/// socket in one `splice`, so the socket is written once per run instead of
+/// twice per FPDU. What the pipe or the socket does not take at once is
+/// read back from the pipe (or from the file) and queued in `out`.
+fn send_file_run(
+    sh: &Shared,
+    wr: &OwnedWriteHalf,
+    pipe: &FilePipe,
+    first: &Transmit,
+    run: &[Transmit],
+    f: &WriteFileWr,
+    out: &mut Outbox,
+) -> Result<(), ()> {
+    let fpdus: Vec<&Transmit> = std::iter::once(first).chain(run).collect();
+    out.try_flush_more(wr, &sh.io).map_err(drop)?;
+    if !out.is_empty() {
+        for t in fpdus {
+            queue_file(out, t, f)?;
+        }
+        return Ok(());
+    }
+    let mut in_pipe = 0usize;
+    // Bytes due before the next payload (a trailer and a head: less than
+    // PIPE_BUF, so a pipe write takes all or nothing).
+    let mut pending: Vec<u8> = Vec::with_capacity(64);
+    // Where the pipe stopped taking: the FPDU and its payload bytes in.
+    let mut stop = None;
+    for (k, t) in fpdus.iter().enumerate() {
+        let (offset, len) = wr_span(t)?;
+        pending.extend_from_slice(&t.head);
+        sh.io.wrote();
+        match rustix::io::write(&pipe.w, &pending) {
+            Ok(n) if n == pending.len() => {
+                in_pipe += n;
+                pending.clear();
+            }
+            _ => {
+                stop = Some((k, 0));
+                break;
+            }
+        }
+        let mut at = f.offset + offset as u64;
+        let mut done = 0;
+        while done < len {
+            sh.io.wrote();
+            let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+            match rustix::pipe::splice(f.file.fd(), Some(&mut at), &pipe.w, None, len - done, flags)
+            {
+                Ok(n) if n > 0 => {
+                    done += n;
+                    in_pipe += n;
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                // Full, the file ended early (the rest is zeros) or it
+                // cannot be spliced from (read in).
+                _ => break,
+            }
+        }
+        if done < len {
+            stop = Some((k, done));
+            break;
+        }
+        pending.extend_from_slice(blank_trailer(t)?);
+    }
+    if stop.is_none() {
+        sh.io.wrote();
+        if rustix::io::write(&pipe.w, &pending) == Ok(pending.len()) {
+            in_pipe += pending.len();
+            pending.clear();
+        }
+    }
+    let sock: &tokio::net::TcpStream = wr.as_ref();
+    let mut sent = 0;
+    while sent < in_pipe {
+        sh.io.wrote();
+        let n = sock.try_io(Interest::WRITABLE, || {
+            let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+            Ok(rustix::pipe::splice(
+                &pipe.r,
+                None,
+                sock,
+                None,
+                in_pipe - sent,
+                flags,
+            )?)
+        });
+        match n {
+            Ok(n) if n > 0 => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            _ => break,
+        }
+    }
+    if sent < in_pipe {
+        // The socket is full: the rest comes back out of the pipe, which
+        // is empty again for the next run.
+        let mut rest = vec![0u8; in_pipe - sent];
+        let mut got = 0;
+        while got < rest.len() {
+            match rustix::io::read(&pipe.r, &mut rest[got..]) {
+                Ok(n) if n > 0 => got += n,
+                Err(rustix::io::Errno::INTR) => {}
+                _ => return Err(()),
+            }
+        }
+        out.push_shared(Bytes::from(rest));
+    }
+    out.push_small(&pending);
+    if let Some((k, done)) = stop {
+        let t = fpdus[k];
+        let (offset, len) = wr_span(t)?;
+        out.push_shared(f.read_part(offset + done, len - done).map_err(drop)?);
+        out.push_small(blank_trailer(t)?);
+        for t in &fpdus[k + 1..] {
+            queue_file(out, t, f)?;
+        }
+    }
     Ok(())
 }
 
