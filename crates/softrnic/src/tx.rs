@@ -198,13 +198,7 @@ fn send_file(
             }
         }
     }
-    if done < len {
-        out.push_shared(f.read_part(offset + done, len - done).map_err(drop)?);
-    }
-    let pad = [0u8; 3];
-    out.push_small(pad.get(..fpdu::pad_len(t.ulpdu_len())).ok_or(())?);
-    out.push_small(&[0u8; fpdu::CRC_LEN]);
-    Ok(())
+    queue_rest(out, t, f, offset, len, done)
 }
 
 /// A queue pair's pipe for runs of FPDUs from a file (see
@@ -278,13 +272,29 @@ fn blank_trailer(t: &Transmit) -> Result<&'static [u8], ()> {
         .ok_or(())
 }
 
+/// Queues what is left of an FPDU from a file once `done` of its payload
+/// (`len` bytes at `offset` of the work request) went out: the rest of the
+/// payload read in (`pread`), then its pad and CRC field.
+fn queue_rest(
+    out: &mut Outbox,
+    t: &Transmit,
+    f: &WriteFileWr,
+    offset: usize,
+    len: usize,
+    done: usize,
+) -> Result<(), ()> {
+    if done < len {
+        out.push_shared(f.read_part(offset + done, len - done).map_err(drop)?);
+    }
+    out.push_small(blank_trailer(t)?);
+    Ok(())
+}
+
 /// Queues one FPDU from a file with its payload read in (`pread`).
 fn queue_file(out: &mut Outbox, t: &Transmit, f: &WriteFileWr) -> Result<(), ()> {
     let (offset, len) = wr_span(t)?;
     out.push_small(&t.head);
-    out.push_shared(f.read_part(offset, len).map_err(drop)?);
-    out.push_small(blank_trailer(t)?);
-    Ok(())
+    queue_rest(out, t, f, offset, len, 0)
 }
 
 /// Sends a run of FPDUs of an RDMA Write from a file (RFC 5040 §5.1; CRC
@@ -400,8 +410,7 @@ fn send_file_run(
     if let Some((k, done)) = stop {
         let t = fpdus[k];
         let (offset, len) = wr_span(t)?;
-        out.push_shared(f.read_part(offset + done, len - done).map_err(drop)?);
-        out.push_small(blank_trailer(t)?);
+        queue_rest(out, t, f, offset, len, done)?;
         for t in &fpdus[k + 1..] {
             queue_file(out, t, f)?;
         }
