@@ -3,39 +3,12 @@
 //! peer's ACK timing between the pieces (issue 19: a delayed ACK on the peer
 //! held the Send of a reply ~40 ms behind its Write).
 
-use std::net::SocketAddr;
-use std::time::Duration;
-
 use bytes::{Bytes, BytesMut};
-use rnic::{
-    Access, ChainWr, CompletionQueue, QueuePair, SendWr, WcOpcode, WcStatus, WorkCompletion,
-    WriteWr,
-};
-use softrnic::{SoftConfig, SoftDevice};
-use testkit::conformance::{connect_pair, Harness};
+use rnic::{Access, ChainWr, QueuePair, SendWr, WcOpcode, WcStatus, WriteWr};
+use testkit::conformance::connect_pair;
 
-struct Tcp;
-
-impl Harness for Tcp {
-    type Dev = SoftDevice;
-    fn pair(&self) -> (SoftDevice, SoftDevice) {
-        let cfg = SoftConfig {
-            first_send_delay: Duration::ZERO,
-            ..SoftConfig::default()
-        };
-        (SoftDevice::new(cfg, 1), SoftDevice::new(cfg, 2))
-    }
-    fn listen_addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], 0))
-    }
-}
-
-async fn next(cq: &CompletionQueue) -> WorkCompletion {
-    tokio::time::timeout(Duration::from_secs(10), cq.next())
-        .await
-        .expect("completion in time")
-        .expect("no overflow")
-}
+mod common;
+use common::{next, Tcp};
 
 fn reply(n: u64, target: rnic::Stag, data: &Bytes) -> Vec<ChainWr> {
     vec![
@@ -55,7 +28,7 @@ fn reply(n: u64, target: rnic::Stag, data: &Bytes) -> Vec<ChainWr> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_and_its_send_posted_as_a_chain_cost_one_socket_write() {
-    let p = connect_pair(&Tcp, 0, 8).await;
+    let p = connect_pair(&Tcp::quick(), 0, 8).await;
     let target = p
         .server_pd
         .register(BytesMut::zeroed(8192), Access::REMOTE_WRITE)
@@ -94,22 +67,7 @@ async fn the_read_responses_of_one_read_share_a_socket_write() {
 }
 
 async fn read_responses_share_writes(crc: bool) {
-    struct Crc(bool);
-    impl Harness for Crc {
-        type Dev = SoftDevice;
-        fn pair(&self) -> (SoftDevice, SoftDevice) {
-            let cfg = SoftConfig {
-                first_send_delay: Duration::ZERO,
-                crc: self.0,
-                ..SoftConfig::default()
-            };
-            (SoftDevice::new(cfg, 1), SoftDevice::new(cfg, 2))
-        }
-        fn listen_addr(&self) -> SocketAddr {
-            SocketAddr::from(([127, 0, 0, 1], 0))
-        }
-    }
-    let p = connect_pair(&Crc(crc), 0, 8).await;
+    let p = connect_pair(&Tcp::quick_crc(crc), 0, 8).await;
     // 160 KiB: three FPDUs at the 65532-byte ULPDUs softrnic peers use.
     const LEN: usize = 160 * 1024;
     const ROUNDS: u64 = 8;

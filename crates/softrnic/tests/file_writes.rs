@@ -6,7 +6,6 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -17,25 +16,10 @@ use rnic::{
     Access, ChainWr, CompletionQueue, FileData, QueuePair, SendWr, WcOpcode, WcStatus,
     WorkCompletion, WriteFileWr,
 };
-use softrnic::{SoftConfig, SoftDevice};
-use testkit::conformance::{connect_pair, Harness};
+use testkit::conformance::connect_pair;
 
-struct Crc(bool);
-
-impl Harness for Crc {
-    type Dev = SoftDevice;
-    fn pair(&self) -> (SoftDevice, SoftDevice) {
-        let cfg = SoftConfig {
-            first_send_delay: Duration::ZERO,
-            crc: self.0,
-            ..SoftConfig::default()
-        };
-        (SoftDevice::new(cfg, 1), SoftDevice::new(cfg, 2))
-    }
-    fn listen_addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], 0))
-    }
-}
+mod common;
+use common::Tcp;
 
 #[derive(Debug)]
 struct Src(File);
@@ -79,7 +63,7 @@ async fn writes_from_a_file_place_its_bytes() {
     for crc in [false, true] {
         const MIB: usize = 1 << 20;
         const N: usize = 8;
-        let p = connect_pair(&Crc(crc), 0, 16).await;
+        let p = connect_pair(&Tcp::quick_crc(crc), 0, 16).await;
         let (file, data) = source(&format!("crc-{crc}"), N * MIB + 4321);
         let target = p
             .server_pd

@@ -4,38 +4,17 @@
 //! and gives back what it does not handle to the poll interface, which sees
 //! the close as before.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use rnic::{CompletionQueue, QueuePair, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion};
-use softrnic::{SoftConfig, SoftDevice, SoftQp};
-use testkit::conformance::{connect_pair, Harness};
+use rnic::{QueuePair, RecvWr, SendWr, WcOpcode, WcStatus};
+use softrnic::SoftQp;
+use testkit::conformance::connect_pair;
 
-struct Tcp;
-
-impl Harness for Tcp {
-    type Dev = SoftDevice;
-    fn pair(&self) -> (SoftDevice, SoftDevice) {
-        let cfg = SoftConfig {
-            first_send_delay: Duration::ZERO,
-            ..SoftConfig::default()
-        };
-        (SoftDevice::new(cfg, 1), SoftDevice::new(cfg, 2))
-    }
-    fn listen_addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], 0))
-    }
-}
-
-async fn next(cq: &CompletionQueue) -> WorkCompletion {
-    tokio::time::timeout(Duration::from_secs(10), cq.next())
-        .await
-        .expect("completion in time")
-        .expect("no overflow")
-}
+mod common;
+use common::{next, Tcp};
 
 #[derive(Default)]
 struct Seen {
@@ -47,7 +26,7 @@ struct Seen {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_answers_each_message_from_the_receive_task_and_gives_back_the_close() {
     const N: u64 = 200;
-    let p = connect_pair(&Tcp, 4, 4).await;
+    let p = connect_pair(&Tcp::quick(), 4, 4).await;
     let sqp: Arc<SoftQp> = Arc::new(p.sqp);
     let seen = Arc::new(Seen::default());
     // The handler holds the queue pair through this slot, emptied at the

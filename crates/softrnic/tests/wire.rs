@@ -10,31 +10,15 @@ use iwarp::negotiation::{Initiator, InitiatorConfig, ReplyOutcome};
 use iwarp::wire::mpa::{FrameKind, IrdOrd, Repr as MpaRepr};
 use rnic::{
     Access, CloseReason, CompletionQueue, ConnectRequest, Device, Listener, QpConfig, QueuePair,
-    ReadWr, RecvWr, SendWr, TerminateCause, WcOpcode, WcStatus, WorkCompletion, WriteWr,
+    ReadWr, RecvWr, SendWr, TerminateCause, WcOpcode, WcStatus, WriteWr,
 };
 use softrnic::{SoftConfig, SoftDevice};
 use testkit::conformance::{connect_pair, placed_bytes, Harness};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-struct Tcp(SoftConfig);
-
-impl Harness for Tcp {
-    type Dev = SoftDevice;
-    fn pair(&self) -> (SoftDevice, SoftDevice) {
-        (SoftDevice::new(self.0, 1), SoftDevice::new(self.0, 2))
-    }
-    fn listen_addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], 0))
-    }
-}
-
-async fn next(cq: &CompletionQueue) -> WorkCompletion {
-    tokio::time::timeout(Duration::from_secs(10), cq.next())
-        .await
-        .expect("completion in time")
-        .expect("no overflow")
-}
+mod common;
+use common::{next, Tcp};
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
