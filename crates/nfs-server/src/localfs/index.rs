@@ -585,7 +585,8 @@ impl Index {
                     }
                     st.change(ino, e);
                 }
-                (st.pending.len() >= st.bound).then_some(st.pending.len())
+                // A durable change is due by its log sync, not by the bound.
+                st.due(false).then_some(st.pending.len())
             }
             Err(_) => return,
         };
