@@ -5,6 +5,8 @@
 //! - [`ConnLimiter`]: admission of connections by a total and a per client
 //!   address cap, each admitted connection holding a [`ConnSlot`] until it
 //!   closes.
+//! - [`Waiters`]: a bounded count of callers waiting for a slot or credit,
+//!   one more refused at once.
 //! - [`Backoff`]: the pause before retrying a failed `accept` (descriptors
 //!   exhausted, a connection aborted before it was accepted…), so a listener
 //!   survives instead of ending or spinning.
@@ -18,7 +20,9 @@
 mod backoff;
 mod conns;
 mod limit;
+mod waiters;
 
 pub use backoff::Backoff;
 pub use conns::{ConnLimiter, ConnLimits, ConnSlot, Refused};
 pub use limit::{snapshot, trips, Limit};
+pub use waiters::{Waiters, Waiting};

@@ -18,11 +18,11 @@
 //! (the next callback on the slot then is a retry the client can
 //! recognise).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use nfs::v4::session::CallbackSecParms4;
+use oncrpc::limits::Waiters;
 use oncrpc::msg::{AuthSys, OpaqueAuth};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
@@ -100,16 +100,7 @@ pub(crate) struct CbSlots {
     room: Arc<Semaphore>,
     table: Mutex<Table>,
     /// Callbacks waiting for a free slot now.
-    waiting: AtomicUsize,
-}
-
-/// One callback counted in [`CbSlots::waiting`] while it waits.
-struct Waiting<'a>(&'a AtomicUsize);
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
+    waiting: Waiters,
 }
 
 /// A slot taken for one callback; given back on drop as
@@ -138,7 +129,7 @@ impl CbSlots {
                 seqids: vec![0; n as usize],
                 free: (0..n).rev().collect(),
             }),
-            waiting: AtomicUsize::new(0),
+            waiting: Waiters::new(),
         })
     }
 
@@ -155,7 +146,7 @@ impl CbSlots {
     /// Callbacks waiting for a free slot now.
     #[cfg(test)]
     pub(crate) fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::Relaxed)
+        self.waiting.count()
     }
 
     /// Takes a free slot, waiting at most `wait` while all are in use
@@ -166,11 +157,9 @@ impl CbSlots {
             // The semaphore is never closed.
             Err(TryAcquireError::Closed) => return Err(SlotWait::TimedOut),
             Err(TryAcquireError::NoPermits) => {
-                if self.waiting.fetch_add(1, Ordering::Relaxed) >= MAX_SLOT_WAITERS {
-                    self.waiting.fetch_sub(1, Ordering::Relaxed);
+                let Some(_counted) = self.waiting.enter(MAX_SLOT_WAITERS) else {
                     return Err(SlotWait::Crowded);
-                }
-                let _counted = Waiting(&self.waiting);
+                };
                 match tokio::time::timeout(wait, Arc::clone(&self.room).acquire_owned()).await {
                     Ok(Ok(room)) => room,
                     Ok(Err(_)) | Err(_) => return Err(SlotWait::TimedOut),

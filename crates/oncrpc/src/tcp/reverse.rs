@@ -20,7 +20,7 @@
 //! bound its caller keeps or forgets to keep.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,7 @@ use xdr::XdrBuf;
 
 use super::QueuedReply;
 use crate::client::{ClientConfig, ClientCore, ClientTransport, RpcCall, RpcError};
-use crate::limits::Limit;
+use crate::limits::{Limit, Waiters};
 use crate::msg::{parse_prefix, MsgType};
 
 /// Reverse-direction calls one connection carries at once; a session's
@@ -90,21 +90,12 @@ struct Reverse {
     state: Mutex<RevState>,
     slots: Semaphore,
     /// Calls waiting for one of `slots`.
-    waiting: AtomicUsize,
+    waiting: Waiters,
     /// How long a call waits for its reply, its wait for a slot included.
     reply_wait: Duration,
     /// Set once a reverse call went out: the connection carries a back
     /// channel (an idle timeout should spare it).
     used: AtomicBool,
-}
-
-/// One call counted in [`Reverse::waiting`] while it waits.
-struct Waiting<'a>(&'a AtomicUsize);
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 impl Reverse {
@@ -163,7 +154,7 @@ impl TcpBackchannel {
                     out: Some(out),
                 }),
                 slots: Semaphore::new(MAX_REVERSE_IN_FLIGHT),
-                waiting: AtomicUsize::new(0),
+                waiting: Waiters::new(),
                 reply_wait,
                 used: AtomicBool::new(false),
             }),
@@ -190,7 +181,7 @@ impl TcpBackchannel {
     /// Reverse calls waiting to go out (all [`MAX_REVERSE_IN_FLIGHT`]
     /// are in flight).
     pub fn waiting(&self) -> usize {
-        self.inner.waiting.load(Ordering::Relaxed)
+        self.inner.waiting.count()
     }
 
     async fn call_inner(&self, call: RpcCall) -> Result<Bytes, RpcError> {
@@ -215,16 +206,14 @@ impl TcpBackchannel {
             Ok(p) => Ok(p),
             Err(TryAcquireError::Closed) => Err(RpcError::ConnectionClosed),
             Err(TryAcquireError::NoPermits) => {
-                if rev.waiting.fetch_add(1, Ordering::Relaxed) >= MAX_REVERSE_WAITERS {
-                    rev.waiting.fetch_sub(1, Ordering::Relaxed);
+                let Some(_counted) = rev.waiting.enter(MAX_REVERSE_WAITERS) else {
                     WAITERS.trip(format_args!(
                         "connection {}: {MAX_REVERSE_IN_FLIGHT} calls to the client in \
                          flight and {MAX_REVERSE_WAITERS} waiting; one more refused",
                         rev.conn_id
                     ));
                     return Err(RpcError::TooManyInFlight);
-                }
-                let _counted = Waiting(&rev.waiting);
+                };
                 rev.slots
                     .acquire()
                     .await

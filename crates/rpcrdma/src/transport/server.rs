@@ -3,14 +3,14 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use oncrpc::client::{ClientConfig, ClientCore, RetransmitPolicy};
-use oncrpc::limits::{ConnLimiter, ConnSlot, Limit, Refused};
+use oncrpc::limits::{ConnLimiter, ConnSlot, Limit, Refused, Waiters};
 use oncrpc::server::{PeerInfo, Server, TransportKind};
 use oncrpc::{ClientTransport, RpcCall, RpcError};
 use rnic::{
@@ -325,7 +325,7 @@ async fn accept<R: ConnectRequest>(
             abandoned: HashSet::new(),
         }),
         wait: Notify::new(),
-        waiting: AtomicUsize::new(0),
+        waiting: Waiters::new(),
     });
     let conn = Arc::new(Conn {
         qp,
@@ -391,7 +391,7 @@ struct Reverse {
     state: Mutex<ReverseState>,
     wait: Notify,
     /// Calls waiting for a credit (at most [`MAX_BACKCHANNEL_WAITERS`]).
-    waiting: AtomicUsize,
+    waiting: Waiters,
 }
 
 type ReplyTx = oneshot::Sender<Result<Bytes, RpcError>>;
@@ -405,15 +405,6 @@ struct ReverseState {
     /// Xids of calls sent and given up (timed out, or their caller
     /// stopped waiting) whose credit is still held: at most the credits.
     abandoned: HashSet<u32>,
-}
-
-/// One call counted in [`Reverse::waiting`] while it waits for a credit.
-struct Waiting<'a>(&'a AtomicUsize);
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 /// A call on the wire: if it ends without its reply (timed out, or its
@@ -505,7 +496,7 @@ impl<Q: QueuePair> Backchannel<Q> {
         self.conn
             .reverse
             .as_ref()
-            .map_or(0, |rev| rev.waiting.load(Ordering::Relaxed))
+            .map_or(0, |rev| rev.waiting.count())
     }
 
     async fn call_inner(&self, call: RpcCall) -> Result<Bytes, RpcError> {
@@ -543,16 +534,15 @@ impl<Q: QueuePair> Backchannel<Q> {
                 }
             }
             if counted.is_none() {
-                if rev.waiting.fetch_add(1, Ordering::Relaxed) >= MAX_BACKCHANNEL_WAITERS {
-                    rev.waiting.fetch_sub(1, Ordering::Relaxed);
+                let Some(waiting) = rev.waiting.enter(MAX_BACKCHANNEL_WAITERS) else {
                     BC_WAITERS.trip(format_args!(
                         "RPC-over-RDMA peer {}: every backchannel credit in use and \
                          {MAX_BACKCHANNEL_WAITERS} calls waiting; one more refused",
                         PeerName(&self.conn.peer)
                     ));
                     return Err(RpcError::TooManyInFlight);
-                }
-                counted = Some(Waiting(&rev.waiting));
+                };
+                counted = Some(waiting);
             }
             notified.await;
         }
