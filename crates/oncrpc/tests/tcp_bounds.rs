@@ -389,3 +389,64 @@ async fn room_reserved_for_claimed_records_stays_within_the_server_budget() {
         .await
         .expect("the room comes back when the connections end");
 }
+
+/// Spare receive buffers (kept for a connection's next large record) are
+/// charged to `TcpConfig::max_server_receive_reserve`: clients that each
+/// send two 2 MiB calls at once (the second record needs a new buffer
+/// while the first is still being answered, which leaves a spare) and
+/// then stay connected and idle make the server keep spares for at most
+/// the budget together; the connections past it keep none
+/// (`tcp.receive_reserve_bytes` trips), a normal client's large call is
+/// still served, and the spares go when the connections end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spare_receive_buffers_of_idle_clients_stay_within_the_server_budget() {
+    const BUDGET: usize = 5 << 20;
+    const CALL: usize = 2 << 20;
+    let tcp = TcpConfig {
+        max_server_receive_reserve: BUDGET,
+        ..TcpConfig::default()
+    };
+    let mut server = Server::new();
+    server.register(EchoService::new(4 << 20));
+    let srv = TcpServer::bind("127.0.0.1:0", Arc::new(server), tcp)
+        .await
+        .unwrap();
+    let addr = srv.local_addr().unwrap();
+    let receives = srv.receive_budget();
+    srv.spawn();
+    let before = trips("tcp.receive_reserve_bytes");
+    let data = Bytes::from(vec![0x5a; CALL]);
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        let c = TcpClient::connect(addr, 9, ClientConfig::default(), TcpConfig::default())
+            .await
+            .unwrap();
+        let c = EchoClient::new(c);
+        let (a, b) = tokio::join!(c.echo(data.clone()), c.echo(data.clone()));
+        assert_eq!((a.unwrap(), b.unwrap()), (data.clone(), data.clone()));
+        idle.push(c);
+    }
+    let held = receives.reserved();
+    assert!(held <= BUDGET, "{held} bytes held, budget {BUDGET}");
+    // A second client's spare would have needed 6 MiB when it was made
+    // (two spares and the room for the record then arriving).
+    assert!(
+        (CALL..2 * CALL).contains(&held),
+        "{held} bytes held: exactly one idle client keeps its spare"
+    );
+    assert!(
+        trips("tcp.receive_reserve_bytes") > before,
+        "the clients past the budget keep no spare"
+    );
+    // A normal client's large call is still served.
+    echoed(addr, CALL).await;
+    drop(idle);
+    let freed = async {
+        while receives.reserved() != 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), freed)
+        .await
+        .expect("the spares go when the connections end");
+}
