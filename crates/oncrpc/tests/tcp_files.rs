@@ -2,105 +2,15 @@
 //! with `sendfile` on plain TCP, read in everywhere else, byte-exact
 //! either way, with zeros for a file that ended early.
 
-use std::io;
-use std::ops::RangeInclusive;
-use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use oncrpc::client::{ClientConfig, ClientTransport, ReplyHint, RpcCall};
+use oncrpc::client::{ClientConfig, ClientTransport};
 use oncrpc::msg::OpaqueAuth;
 use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
-use oncrpc::{CallContext, PeerInfo, RpcService, Server, ServiceError, TransportKind};
-use xdr::{Decoder, Encode, Encoder, FileSource, XdrBuf};
-
-const PROG: u32 = 0x2000_0077;
-
-#[derive(Debug)]
-struct File(std::fs::File);
-
-impl FileSource for File {
-    fn fd(&self) -> BorrowedFd<'_> {
-        self.0.as_fd()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        FileExt::read_at(&self.0, buf, offset)
-    }
-}
-
-/// Procedure 1, arguments `offset, len`: replies `sends_files` (as a
-/// u32), `len` bytes of the file at `offset` as opaque data, then a
-/// trailer word.
-struct Ranges {
-    file: Arc<File>,
-}
-
-impl RpcService for Ranges {
-    fn program(&self) -> u32 {
-        PROG
-    }
-    fn versions(&self) -> RangeInclusive<u32> {
-        1..=1
-    }
-    async fn call(&self, ctx: CallContext, args: Bytes) -> Result<XdrBuf, ServiceError> {
-        let mut dec = Decoder::from_bytes(&args);
-        let offset: u32 = dec.u32()?;
-        let len: u32 = dec.u32()?;
-        let mut out = XdrBuf::new();
-        out.put_u32(u32::from(ctx.sends_files()));
-        out.put_file(
-            Arc::clone(&self.file) as _,
-            offset.into(),
-            len as usize,
-            true,
-        );
-        out.put_u32(0xfeed_f00d);
-        Ok(out)
-    }
-}
-
-/// A file of `len` bytes, each its offset's low byte times 7.
-fn data(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(7)).collect()
-}
-
-fn temp_file(name: &str, len: usize) -> Arc<File> {
-    let path = std::env::temp_dir().join(format!("oncrpc-{name}-{}", std::process::id()));
-    std::fs::write(&path, data(len)).unwrap();
-    let f = std::fs::File::open(&path).unwrap();
-    std::fs::remove_file(&path).unwrap();
-    Arc::new(File(f))
-}
-
-fn call(offset: u32, len: u32) -> RpcCall {
-    let mut args = XdrBuf::new();
-    args.put_u32(offset);
-    args.put_u32(len);
-    RpcCall {
-        prog: PROG,
-        vers: 1,
-        proc_: 1,
-        cred: OpaqueAuth::NONE,
-        args,
-        reply_hint: ReplyHint {
-            max_reply_len: 16 + len as usize + 16,
-            ddp: None,
-        },
-    }
-}
-
-/// The results: whether the server sent from the file, the data, and
-/// the trailer checked.
-fn parse(results: &Bytes) -> (bool, Bytes) {
-    let mut dec = Decoder::from_bytes(results);
-    let files = dec.u32().unwrap() == 1;
-    let data = dec.opaque_bytes(usize::MAX).unwrap();
-    assert_eq!(dec.u32().unwrap(), 0xfeed_f00d);
-    dec.finish().unwrap();
-    (files, data)
-}
+use oncrpc::{PeerInfo, Server, TransportKind};
+use testkit::ranges::{call, parse, pattern as data, temp_file, Ranges, PROG};
+use xdr::{Encode, Encoder, XdrBuf};
 
 const FILE_LEN: usize = 3 << 20;
 
@@ -132,7 +42,7 @@ async fn file_ranges_arrive_byte_exact_over_tcp_many_at_once() {
         };
         let c = Arc::clone(&c);
         tasks.push(tokio::spawn(async move {
-            (offset, len, c.call(call(offset, len)).await.unwrap())
+            (offset, len, c.call(call(offset, len, false)).await.unwrap())
         }));
     }
     for t in tasks {
@@ -144,19 +54,22 @@ async fn file_ranges_arrive_byte_exact_over_tcp_many_at_once() {
     }
     // A range past the end of the file: the length announced, zeros
     // for what the file does not have.
-    let results = c.call(call(FILE_LEN as u32 - 5, 4096)).await.unwrap();
+    let results = c
+        .call(call(FILE_LEN as u32 - 5, 4096, false))
+        .await
+        .unwrap();
     let (_, got) = parse(&results);
     assert_eq!(got.len(), 4096);
     assert_eq!(&got[..5], &want[FILE_LEN - 5..]);
     assert!(got[5..].iter().all(|&b| b == 0));
     // The connection is still in step.
-    let results = c.call(call(10, 10)).await.unwrap();
+    let results = c.call(call(10, 10, false)).await.unwrap();
     assert_eq!(&parse(&results).1[..], &want[10..20]);
     // A reply's headers are sent with MSG_MORE, held for the file's data
     // that follows them: replies with an empty range and with one wholly
     // past the end (sendfile sends nothing) still arrive whole.
     for (offset, len) in [(10, 0), (FILE_LEN as u32 + 100, 8)] {
-        let reply = tokio::time::timeout(Duration::from_secs(2), c.call(call(offset, len)))
+        let reply = tokio::time::timeout(Duration::from_secs(2), c.call(call(offset, len, false)))
             .await
             .expect("the reply is sent, not held")
             .unwrap();

@@ -5,110 +5,14 @@
 //! either way, with and without MPA CRC, zeros for a file that ended early.
 #![cfg(feature = "transport")]
 
-use std::io;
 use std::net::SocketAddr;
-use std::ops::RangeInclusive;
-use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use oncrpc::client::{ClientTransport, DdpReplyHint, ReplyHint, RpcCall};
-use oncrpc::msg::OpaqueAuth;
-use oncrpc::{CallContext, RpcService, Server, ServiceError};
+use oncrpc::client::ClientTransport;
+use oncrpc::Server;
 use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerConfig};
 use softrnic::{SoftConfig, SoftDevice};
-use xdr::{Decoder, Encoder, FileSource, XdrBuf};
-
-const PROG: u32 = 0x2000_0078;
-
-#[derive(Debug)]
-struct File(std::fs::File);
-
-impl FileSource for File {
-    fn fd(&self) -> BorrowedFd<'_> {
-        self.0.as_fd()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        FileExt::read_at(&self.0, buf, offset)
-    }
-}
-
-/// Procedure 1, arguments `offset, len`: replies `sends_files` (as a
-/// u32), `len` bytes of the file at `offset` as DDP-eligible opaque data
-/// left in the file when the transport sends files, then a trailer word.
-struct Ranges {
-    file: Arc<File>,
-}
-
-impl RpcService for Ranges {
-    fn program(&self) -> u32 {
-        PROG
-    }
-    fn versions(&self) -> RangeInclusive<u32> {
-        1..=1
-    }
-    async fn call(&self, ctx: CallContext, args: Bytes) -> Result<XdrBuf, ServiceError> {
-        let mut dec = Decoder::from_bytes(&args);
-        let offset: u32 = dec.u32()?;
-        let len: u32 = dec.u32()?;
-        let mut out = XdrBuf::new();
-        out.put_u32(u32::from(ctx.sends_files()));
-        out.put_file(
-            Arc::clone(&self.file) as _,
-            offset.into(),
-            len as usize,
-            true,
-        );
-        out.put_u32(0xfeed_f00d);
-        Ok(out)
-    }
-}
-
-fn data(len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(7) ^ (i >> 11) as u8)
-        .collect()
-}
-
-fn temp_file(name: &str, len: usize) -> Arc<File> {
-    let path = std::env::temp_dir().join(format!("rpcrdma-{name}-{}", std::process::id()));
-    std::fs::write(&path, data(len)).unwrap();
-    let f = std::fs::File::open(&path).unwrap();
-    std::fs::remove_file(&path).unwrap();
-    Arc::new(File(f))
-}
-
-/// A call for `len` bytes at `offset`, offering a write chunk for them
-/// when `chunk`.
-fn call(offset: u32, len: u32, chunk: bool) -> RpcCall {
-    let mut args = XdrBuf::new();
-    args.put_u32(offset);
-    args.put_u32(len);
-    RpcCall {
-        prog: PROG,
-        vers: 1,
-        proc_: 1,
-        cred: OpaqueAuth::NONE,
-        args,
-        reply_hint: ReplyHint {
-            max_reply_len: 64 + len as usize,
-            ddp: chunk.then_some(DdpReplyHint {
-                position: 8,
-                max_len: len as usize,
-            }),
-        },
-    }
-}
-
-fn parse(results: &Bytes) -> (bool, Bytes) {
-    let mut dec = Decoder::from_bytes(results);
-    let files = dec.u32().unwrap() == 1;
-    let data = dec.opaque_bytes(usize::MAX).unwrap();
-    assert_eq!(dec.u32().unwrap(), 0xfeed_f00d);
-    dec.finish().unwrap();
-    (files, data)
-}
+use testkit::ranges::{call, parse, pattern as data, temp_file, Ranges};
 
 const FILE_LEN: usize = 3 << 20;
 

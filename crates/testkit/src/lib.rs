@@ -6,10 +6,13 @@
 //! - [`TempDir`]: a scratch directory removed on drop;
 //! - [`hex`]: test vectors written as hex (from packet captures);
 //! - [`tls`]: a CA and certificates for RPC-over-TLS tests;
-//! - [`krb5`]: a throw-away Kerberos realm (MIT `krb5kdc`) for RPCSEC_GSS tests.
+//! - [`krb5`]: a throw-away Kerberos realm (MIT `krb5kdc`) for RPCSEC_GSS tests;
+//! - [`ranges`]: an RPC service replying with byte ranges of a file, for the
+//!   TCP and RPC-over-RDMA file-reply tests.
 
 pub mod conformance;
 pub mod krb5;
+pub mod ranges;
 pub mod tls;
 
 use std::path::{Path, PathBuf};
