@@ -12,141 +12,52 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use oncrpc::echo::{EchoClient, EchoService, ECHO_PROGRAM, ECHO_VERSION, PROC_ECHO};
+use oncrpc::echo::{EchoClient, EchoService};
 use oncrpc::limits::trips;
 use oncrpc::Server;
-use rnic::{
-    Access, CompletionQueue, Device, MemoryRegion, ProtectionDomain, QpConfig, QpState, QueuePair,
-    RecvWr, SendWr, WcOpcode,
-};
+use rnic::{QueuePair, RecvWr, SendWr, WcOpcode};
 use rpcrdma::transport::{
     Backchannel, Backchannels, RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerConfig,
     MAX_BACKCHANNEL_WAITERS,
 };
-use rpcrdma::wire::{v1, ChunkLists, Limits, RdmaSegment, ReadSegment};
-use softrnic::{SoftConfig, SoftDevice, SoftQp};
+use rpcrdma::wire::{v1, ChunkLists, Limits};
+use softrnic::SoftQp;
 
-fn soft(seed: u64, max_ird: u16) -> SoftDevice {
-    let cfg = SoftConfig {
-        max_ird,
-        first_send_delay: Duration::ZERO,
-        ..SoftConfig::default()
-    };
-    SoftDevice::new(cfg, seed)
-}
+#[path = "support/raw.rs"]
+mod raw;
+
+use raw::{echo_call, soft, Raw};
 
 async fn serve(seed: u64, config: RdmaServerConfig) -> SocketAddr {
-    let mut server = Server::new();
-    server.register(EchoService::default());
-    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let listener = RdmaListener::bind(&soft(seed, 16), &any, Arc::new(server), config)
-        .await
-        .unwrap();
-    let addr = listener.local_addr();
-    listener.spawn();
-    addr
+    raw::serve_one(seed, config, EchoService::default()).await
 }
 
-/// An echo call of `n` bytes, AUTH_NONE, as the RPC message.
-fn echo_call(xid: u32, n: usize) -> Bytes {
-    let mut v = Vec::new();
-    for w in [xid, 0, 2, ECHO_PROGRAM, ECHO_VERSION, PROC_ECHO, 0, 0, 0, 0] {
-        v.extend_from_slice(&u32::to_be_bytes(w));
-    }
-    v.extend_from_slice(&(n as u32).to_be_bytes());
-    v.resize(v.len() + n.next_multiple_of(4), 7);
-    v.into()
-}
-
-/// A requester speaking raw RPC-over-RDMA version 1 headers, on a device
-/// that offers IRD 0: the server's RDMA Reads of its chunks never run.
-struct Raw {
-    qp: SoftQp,
-    pd: ProtectionDomain,
-    regions: Vec<MemoryRegion>,
-    next: u32,
+/// The raw requester of these tests offers IRD 0: the server's RDMA Reads
+/// of its chunks never run.
+async fn connect(seed: u64, addr: SocketAddr) -> Raw {
+    Raw::connect(seed, 0, addr).await
 }
 
 impl Raw {
-    async fn connect(seed: u64, addr: SocketAddr) -> Self {
-        let dev = soft(seed, 0);
-        let pd = dev.alloc_pd();
-        let mut cfg = QpConfig::new(CompletionQueue::new(256));
-        cfg.initial_recvs = (0..32)
-            .map(|i| RecvWr {
-                wr_id: i,
-                buf: BytesMut::with_capacity(4096),
-            })
-            .collect();
-        let qp = dev.connect(&pd, &addr, cfg).await.unwrap().qp;
-        Self {
-            qp,
-            pd,
-            regions: Vec::new(),
-            next: 1,
-        }
-    }
-
     /// Sends an RDMA_NOMSG call whose RPC message (an echo of `n` bytes)
     /// is in a Position-Zero Read chunk of `claimed` bytes.
     fn call_with_read_chunk(&mut self, n: usize, claimed: u32) -> u32 {
-        let xid = self.next;
-        self.next += 1;
-        let msg = echo_call(xid, n);
+        let xid = self.xid();
         // Only the message is registered: the claim may name more.
-        let buf = BytesMut::from(&msg[..]);
-        let mr = self.pd.register(buf, Access::REMOTE_READ).unwrap();
-        let header = xdr::to_bytes(&v1::Header {
-            xid,
-            credits: 64,
-            body: v1::Body::NoMsg(ChunkLists {
-                reads: vec![ReadSegment {
-                    position: 0,
-                    target: RdmaSegment {
-                        handle: mr.stag().0,
-                        length: claimed,
-                        offset: mr.base_to(),
-                    },
-                }],
-                ..ChunkLists::default()
-            }),
-        });
-        self.regions.push(mr);
-        self.qp
-            .post_send(SendWr {
-                wr_id: u64::from(xid),
-                data: vec![header],
-                ..Default::default()
-            })
-            .unwrap();
+        let reads = self.position_zero(&echo_call(xid, n), claimed);
+        let lists = ChunkLists {
+            reads,
+            ..ChunkLists::default()
+        };
+        self.send(xid, 64, v1::Body::NoMsg(lists), Bytes::new());
         xid
     }
 
     /// The next transport header the server sends.
     async fn answer(&self) -> v1::Header {
-        loop {
-            let wc = tokio::time::timeout(Duration::from_secs(5), self.qp.recv_cq().next())
-                .await
-                .expect("an answer in time")
-                .unwrap();
-            if wc.opcode == WcOpcode::Recv {
-                let mut b = wc.buf.unwrap();
-                b.truncate(wc.byte_len as usize);
-                return v1::Header::parse(&b, &Limits::default()).unwrap().0;
-            }
-        }
-    }
-
-    /// Whether the server closed the connection within `limit`.
-    async fn closed_within(&self, limit: Duration) -> bool {
-        let end = Instant::now() + limit;
-        while Instant::now() < end {
-            if self.qp.state() != QpState::Rts {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        false
+        self.header_within(Duration::from_secs(5))
+            .await
+            .expect("an answer in time")
     }
 }
 
@@ -176,7 +87,7 @@ async fn unanswered_rdma_reads_close_the_connection_after_the_timeout() {
     )
     .await;
     let timeouts = trips("rdma.read_timeout");
-    let mut raw = Raw::connect(11, addr).await;
+    let mut raw = connect(11, addr).await;
     // The server's timer starts when it posts its first Read, after this;
     // on a busy machine posting the calls may take longer than the
     // timeout, so the close is timed from here, not after the calls.
@@ -243,7 +154,7 @@ async fn a_stalled_peer_holds_at_most_the_read_budget() {
     )
     .await;
     let waits = trips("rdma.read_bytes_per_conn");
-    let mut raw = Raw::connect(31, addr).await;
+    let mut raw = connect(31, addr).await;
     for _ in 0..6 {
         raw.call_with_read_chunk(100, 1 << 20);
     }
@@ -268,7 +179,7 @@ async fn a_call_beyond_the_credits_closes_the_connection() {
     )
     .await;
     let over = trips("rdma.calls_beyond_credits");
-    let mut raw = Raw::connect(41, addr).await;
+    let mut raw = connect(41, addr).await;
     // Four stalled calls: as many as the credits; the connection stays.
     for _ in 0..4 {
         raw.call_with_read_chunk(100, 4096);
@@ -288,7 +199,7 @@ async fn a_call_beyond_the_credits_closes_the_connection() {
 async fn a_read_chunk_beyond_the_call_limit_is_refused_before_allocating() {
     let addr = serve(50, RdmaServerConfig::default()).await;
     let big = trips("rdma.max_read_bytes");
-    let mut raw = Raw::connect(51, addr).await;
+    let mut raw = connect(51, addr).await;
     // 4 GiB - 1 claimed, no byte registered behind most of it.
     let xid = raw.call_with_read_chunk(100, u32::MAX);
     let h = raw.answer().await;
@@ -558,7 +469,7 @@ impl Raw {
 async fn backchannel_calls_waiting_behind_a_silent_client_are_bounded() {
     let (addr, bcs) = serve_backchannel(70, 2, Duration::from_secs(600)).await;
     let refused = trips("rdma.backchannel_waiters");
-    let raw = Raw::connect(71, addr).await;
+    let raw = connect(71, addr).await;
     let bc = the_backchannel(&bcs).await;
     let mut calls = tokio::task::JoinSet::new();
     let first = EchoClient::new(bc.clone());
@@ -600,7 +511,7 @@ async fn backchannel_calls_waiting_behind_a_silent_client_are_bounded() {
 async fn an_unanswered_backchannel_call_times_out_and_its_late_reply_frees_its_credit() {
     let (addr, bcs) = serve_backchannel(80, 2, Duration::from_secs(2)).await;
     let timeouts = trips("rdma.backchannel_reply_wait");
-    let raw = Raw::connect(81, addr).await;
+    let raw = connect(81, addr).await;
     let bc = the_backchannel(&bcs).await;
     let echo = EchoClient::new(bc.clone());
     let first = tokio::spawn({
@@ -643,7 +554,7 @@ async fn an_unanswered_backchannel_call_times_out_and_its_late_reply_frees_its_c
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backchannel_replies_to_no_call_are_counted_and_change_nothing() {
     let (addr, bcs) = serve_backchannel(90, 2, Duration::from_secs(600)).await;
-    let mut raw = Raw::connect(91, addr).await;
+    let mut raw = connect(91, addr).await;
     let bc = the_backchannel(&bcs).await;
     let before = trips("rdma.unexpected_reply");
     raw.reverse_reply(0x5eed_0001, 2);

@@ -7,29 +7,20 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use oncrpc::echo::{ECHO_PROGRAM, ECHO_VERSION, PROC_ECHO};
+use bytes::Bytes;
+use oncrpc::echo::ECHO_PROGRAM;
+use oncrpc::echo::ECHO_VERSION;
 use oncrpc::server::{CallContext, RpcService, ServiceError};
-use oncrpc::Server;
-use rnic::{
-    Access, CompletionQueue, Device, MemoryRegion, ProtectionDomain, QpConfig, QpState, QueuePair,
-    RecvWr, SendWr, WcOpcode,
-};
-use rpcrdma::transport::{RdmaListener, RdmaServerConfig};
-use rpcrdma::wire::{v1, ChunkLists, Limits, RdmaSegment, ReadSegment};
-use softrnic::{SoftConfig, SoftDevice, SoftQp};
+use rpcrdma::transport::RdmaServerConfig;
+use rpcrdma::wire::{v1, ChunkLists};
 use xdr::XdrBuf;
 
-fn soft(seed: u64, max_ird: u16) -> SoftDevice {
-    let cfg = SoftConfig {
-        max_ird,
-        first_send_delay: Duration::ZERO,
-        ..SoftConfig::default()
-    };
-    SoftDevice::new(cfg, seed)
-}
+#[path = "support/raw.rs"]
+mod raw;
+
+use raw::{echo_call, Raw};
 
 /// Records the xid of every call as the service starts it; answers void.
 #[derive(Clone, Default)]
@@ -58,126 +49,30 @@ impl RpcService for Recorder {
 
 async fn serve(seed: u64, config: RdmaServerConfig) -> (SocketAddr, Recorder) {
     let rec = Recorder::default();
-    let mut server = Server::new();
-    server.register(rec.clone());
-    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let listener = RdmaListener::bind(&soft(seed, 16), &any, Arc::new(server), config)
-        .await
-        .unwrap();
-    let addr = listener.local_addr();
-    listener.spawn();
-    (addr, rec)
-}
-
-/// An echo call of `n` bytes, AUTH_NONE, as the RPC message.
-fn echo_call(xid: u32, n: usize) -> Bytes {
-    let mut v = Vec::new();
-    for w in [xid, 0, 2, ECHO_PROGRAM, ECHO_VERSION, PROC_ECHO, 0, 0, 0, 0] {
-        v.extend_from_slice(&u32::to_be_bytes(w));
-    }
-    v.extend_from_slice(&(n as u32).to_be_bytes());
-    v.resize(v.len() + n.next_multiple_of(4), 7);
-    v.into()
-}
-
-struct Raw {
-    qp: SoftQp,
-    pd: ProtectionDomain,
-    regions: Vec<MemoryRegion>,
+    (raw::serve_one(seed, config, rec.clone()).await, rec)
 }
 
 impl Raw {
-    /// A requester offering `max_ird` inbound RDMA Reads (0: the server's
-    /// reads of its chunks never run).
-    async fn connect(seed: u64, max_ird: u16, addr: SocketAddr) -> Self {
-        let dev = soft(seed, max_ird);
-        let pd = dev.alloc_pd();
-        let mut cfg = QpConfig::new(CompletionQueue::new(64));
-        cfg.initial_recvs = (0..8)
-            .map(|i| RecvWr {
-                wr_id: i,
-                buf: BytesMut::with_capacity(4096),
-            })
-            .collect();
-        let qp = dev.connect(&pd, &addr, cfg).await.unwrap().qp;
-        Self {
-            qp,
-            pd,
-            regions: Vec::new(),
-        }
-    }
-
-    fn send(&self, xid: u32, body: v1::Body, inline: Bytes) {
-        let header = xdr::to_bytes(&v1::Header {
-            xid,
-            credits: 8,
-            body,
-        });
-        self.qp
-            .post_send(SendWr {
-                wr_id: u64::from(xid),
-                data: vec![header, inline],
-                ..Default::default()
-            })
-            .unwrap();
-    }
-
     /// RDMA_NOMSG: an echo of `n` bytes in a Position-Zero Read chunk.
     fn chunked(&mut self, xid: u32, n: usize) {
         let msg = echo_call(xid, n);
-        let len = msg.len() as u32;
-        let mr = self
-            .pd
-            .register(BytesMut::from(&msg[..]), Access::REMOTE_READ)
-            .unwrap();
-        let reads = vec![ReadSegment {
-            position: 0,
-            target: RdmaSegment {
-                handle: mr.stag().0,
-                length: len,
-                offset: mr.base_to(),
-            },
-        }];
-        self.regions.push(mr);
+        let reads = self.position_zero(&msg, msg.len() as u32);
         let lists = ChunkLists {
             reads,
             ..ChunkLists::default()
         };
-        self.send(xid, v1::Body::NoMsg(lists), Bytes::new());
+        self.send(xid, 8, v1::Body::NoMsg(lists), Bytes::new());
     }
 
     /// RDMA_MSG: a small echo inline.
     fn inline(&self, xid: u32) {
         let lists = ChunkLists::default();
-        self.send(xid, v1::Body::Msg(lists), echo_call(xid, 8));
+        self.send(xid, 8, v1::Body::Msg(lists), echo_call(xid, 8));
     }
 
     /// The xid of the next answer, `None` if none comes within `limit`.
     async fn answer(&self, limit: Duration) -> Option<u32> {
-        let end = Instant::now() + limit;
-        loop {
-            let left = end.checked_duration_since(Instant::now())?;
-            let wc = tokio::time::timeout(left, self.qp.recv_cq().next())
-                .await
-                .ok()?
-                .ok()?;
-            if wc.opcode == WcOpcode::Recv {
-                let mut b = wc.buf?;
-                b.truncate(wc.byte_len as usize);
-                return Some(v1::Header::parse(&b, &Limits::default()).ok()?.0.xid);
-            }
-        }
-    }
-
-    async fn closed_within(&self, limit: Duration) -> bool {
-        let end = Instant::now() + limit;
-        while Instant::now() < end {
-            if self.qp.state() != QpState::Rts {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        false
+        Some(self.header_within(limit).await?.xid)
     }
 }
 
