@@ -15,7 +15,7 @@ use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use oncrpc::msg::{AuthSys, CallHeader};
+use oncrpc::msg::AuthSys;
 use oncrpc::record::fragment_header;
 use socket2::{Domain, Socket, Type};
 use xdr::{Decoder, Encode};
@@ -151,20 +151,7 @@ fn call(xid: u32, prog: u32, vers: u32, proc_: u32, args: &[u8], owner: (u32, u3
         ..AuthSys::default()
     }
     .to_opaque_auth();
-    let h = CallHeader {
-        xid,
-        prog,
-        vers,
-        proc_,
-        cred,
-        verf: oncrpc::msg::OpaqueAuth::NONE,
-    };
-    let mut body = Vec::new();
-    h.encode(&mut body);
-    body.extend_from_slice(args);
-    let mut rec = fragment_header(body.len(), true).to_vec();
-    rec.extend_from_slice(&body);
-    rec
+    testkit::rpc::call_record(xid, (prog, vers, proc_), cred, args)
 }
 
 /// Reads one reply record and returns its results (after an accepted,

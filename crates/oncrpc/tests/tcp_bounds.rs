@@ -12,7 +12,7 @@ use oncrpc::client::ClientConfig;
 use oncrpc::echo::{EchoClient, EchoService, ECHO_PROGRAM, ECHO_VERSION, PROC_ECHO};
 use oncrpc::limits::trips;
 use oncrpc::limits::{ConnLimiter, ConnLimits};
-use oncrpc::msg::{CallHeader, OpaqueAuth};
+use oncrpc::msg::OpaqueAuth;
 use oncrpc::record::fragment_header;
 use oncrpc::tcp::{ServerReplyBudget, TcpClient, TcpConfig, TcpServer};
 use oncrpc::Server;
@@ -110,20 +110,10 @@ async fn closes_connections_over_the_total_cap() {
 }
 
 fn echo_call(xid: u32, payload: &[u8]) -> Vec<u8> {
-    let h = CallHeader {
-        xid,
-        prog: ECHO_PROGRAM,
-        vers: ECHO_VERSION,
-        proc_: PROC_ECHO,
-        cred: OpaqueAuth::NONE,
-        verf: OpaqueAuth::NONE,
-    };
-    let mut body = Vec::new();
-    h.encode(&mut body);
-    Bytes::copy_from_slice(payload).encode(&mut body);
-    let mut rec = fragment_header(body.len(), true).to_vec();
-    rec.extend_from_slice(&body);
-    rec
+    let mut args = Vec::new();
+    Bytes::copy_from_slice(payload).encode(&mut args);
+    let echo = (ECHO_PROGRAM, ECHO_VERSION, PROC_ECHO);
+    testkit::rpc::call_record(xid, echo, OpaqueAuth::NONE, &args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,18 +252,7 @@ async fn most_running(tcp: TcpConfig, bound: Option<usize>, calls: u32) -> usize
     srv.spawn();
     let mut s = TcpStream::connect(addr).await.unwrap();
     for xid in 0..calls {
-        let h = CallHeader {
-            xid,
-            prog: BUSY_PROGRAM,
-            vers: 1,
-            proc_: 1,
-            cred: OpaqueAuth::NONE,
-            verf: OpaqueAuth::NONE,
-        };
-        let mut body = Vec::new();
-        h.encode(&mut body);
-        let mut rec = fragment_header(body.len(), true).to_vec();
-        rec.extend_from_slice(&body);
+        let rec = testkit::rpc::call_record(xid, (BUSY_PROGRAM, 1, 1), OpaqueAuth::NONE, &[]);
         s.write_all(&rec).await.unwrap();
     }
     for _ in 0..calls {

@@ -13,11 +13,10 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use bytes::Bytes;
-use oncrpc::msg::{CallHeader, OpaqueAuth};
-use oncrpc::record::fragment_header;
+use oncrpc::msg::OpaqueAuth;
 use oncrpc::tcp::{TcpConfig, TcpServer};
 use oncrpc::{CallContext, RpcService, Server, ServiceError};
-use xdr::{Encode, XdrBuf};
+use xdr::XdrBuf;
 
 const PROG: u32 = 0x2000_0f01;
 const FLOOD: u32 = 1;
@@ -72,19 +71,7 @@ impl RpcService for Inline {
 }
 
 fn call(xid: u32, proc_: u32) -> Vec<u8> {
-    let h = CallHeader {
-        xid,
-        prog: PROG,
-        vers: 1,
-        proc_,
-        cred: OpaqueAuth::NONE,
-        verf: OpaqueAuth::NONE,
-    };
-    let mut body = Vec::new();
-    h.encode(&mut body);
-    let mut rec = fragment_header(body.len(), true).to_vec();
-    rec.extend_from_slice(&body);
-    rec
+    testkit::rpc::call_record(xid, (PROG, 1, proc_), OpaqueAuth::NONE, &[])
 }
 
 /// Reads one whole record (a single fragment) from `s`.

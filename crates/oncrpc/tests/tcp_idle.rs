@@ -13,13 +13,13 @@ use oncrpc::client::ClientConfig;
 use oncrpc::echo::{EchoClient, EchoService};
 use oncrpc::limits::trips;
 use oncrpc::limits::{ConnLimiter, ConnLimits};
-use oncrpc::msg::{CallHeader, OpaqueAuth};
+use oncrpc::msg::OpaqueAuth;
 use oncrpc::record::fragment_header;
 use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
 use oncrpc::{CallContext, RpcService, Server, ServiceError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use xdr::{Encode, XdrBuf};
+use xdr::XdrBuf;
 
 const IDLE: Duration = Duration::from_millis(300);
 const SLOW_PROGRAM: u32 = 0x2000_0777;
@@ -82,19 +82,7 @@ async fn closed_within(s: &mut TcpStream, t: Duration) -> Option<Duration> {
 
 /// One call record of `prog` version 1 procedure `proc_`, no arguments.
 fn call(xid: u32, prog: u32, proc_: u32) -> Vec<u8> {
-    let h = CallHeader {
-        xid,
-        prog,
-        vers: 1,
-        proc_,
-        cred: OpaqueAuth::NONE,
-        verf: OpaqueAuth::NONE,
-    };
-    let mut body = Vec::new();
-    h.encode(&mut body);
-    let mut rec = fragment_header(body.len(), true).to_vec();
-    rec.extend_from_slice(&body);
-    rec
+    testkit::rpc::call_record(xid, (prog, 1, proc_), OpaqueAuth::NONE, &[])
 }
 
 /// A normal client's ECHO round trip, within a second.

@@ -8,11 +8,13 @@
 //! - [`tls`]: a CA and certificates for RPC-over-TLS tests;
 //! - [`krb5`]: a throw-away Kerberos realm (MIT `krb5kdc`) for RPCSEC_GSS tests;
 //! - [`ranges`]: an RPC service replying with byte ranges of a file, for the
-//!   TCP and RPC-over-RDMA file-reply tests.
+//!   TCP and RPC-over-RDMA file-reply tests;
+//! - [`rpc`]: raw ONC RPC call records, for tests that write a server's socket.
 
 pub mod conformance;
 pub mod krb5;
 pub mod ranges;
+pub mod rpc;
 pub mod tls;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,31 @@
+//! Raw ONC RPC bytes for tests that write to a server's socket themselves
+//! (what a well-behaved client library would not send, or when).
+
+use oncrpc::msg::{CallHeader, OpaqueAuth};
+use oncrpc::record::fragment_header;
+use xdr::Encode;
+
+/// One record (RFC 5531 §11: a single, last fragment) holding the CALL
+/// `xid` of `prog`, `vers`, `proc_` with credential `cred`, a null
+/// verifier and the XDR-encoded arguments `args`.
+pub fn call_record(
+    xid: u32,
+    (prog, vers, proc_): (u32, u32, u32),
+    cred: OpaqueAuth,
+    args: &[u8],
+) -> Vec<u8> {
+    let h = CallHeader {
+        xid,
+        prog,
+        vers,
+        proc_,
+        cred,
+        verf: OpaqueAuth::NONE,
+    };
+    let mut body = Vec::new();
+    h.encode(&mut body);
+    body.extend_from_slice(args);
+    let mut rec = fragment_header(body.len(), true).to_vec();
+    rec.extend_from_slice(&body);
+    rec
+}
