@@ -50,6 +50,10 @@ pub enum Error {
         /// Version.
         vers: u32,
     },
+    /// The mount's options ask what cannot be done (`nconnect=` out of
+    /// range, or with a transport that does not take it).
+    #[error("mount options: {0}")]
+    Options(String),
     /// A local I/O failure: connecting, or a caller's source or sink.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),

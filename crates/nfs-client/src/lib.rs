@@ -47,6 +47,7 @@ mod error;
 mod io;
 pub mod mount;
 pub mod mountproto;
+pub mod nconnect;
 #[cfg(feature = "tokio")]
 mod rdma;
 #[cfg(feature = "tokio")]
@@ -59,6 +60,7 @@ pub use error::{Error, Result};
 pub use io::{FileWriter, WriteStats};
 pub use mount::{entry_name, IoOptions, Mount, ReadDirPlus, Resolved};
 pub use mountproto::MountClient;
+pub use nconnect::{Nconnect, MAX_NCONNECT};
 #[cfg(feature = "tokio")]
 pub use rdma::{
     connect_rdma, connect_rdma_gss, connect_rdma_transport, connect_rdma_transport_reconnecting,
@@ -67,7 +69,7 @@ pub use rdma::{
 };
 #[cfg(feature = "tokio")]
 pub use tcp::{
-    connect_tcp, connect_tcp_gss, find_export, Mounted, TcpMount, TcpOptions, TcpTarget,
+    connect_tcp, connect_tcp_gss, find_export, Mounted, TcpConns, TcpMount, TcpOptions, TcpTarget,
     DEFAULT_NFS_PORT,
 };
 

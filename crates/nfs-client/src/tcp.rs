@@ -15,6 +15,7 @@ use crate::mount::{IoOptions, Mount};
 use crate::mountproto::{
     best_export, export_candidates, getport, path_below, MountClient, PMAP_PORT,
 };
+use crate::nconnect::{check_nconnect, Nconnect};
 
 /// The NFS port when none is given (RFC 1813 §3, IANA `nfs`).
 pub const DEFAULT_NFS_PORT: u16 = 2049;
@@ -52,6 +53,10 @@ pub struct TcpOptions {
     /// Linux's `mount.nfs` talks to `rpc.mountd`: the handle MNT returns
     /// is only usable on an NFS connection an export's `xprtsec=` admits.
     pub tls: Option<ClientTls>,
+    /// NFS connections to open (`nconnect=N`, 1 to
+    /// [`crate::MAX_NCONNECT`]): calls go to each in turn
+    /// ([`Nconnect`]). MOUNT uses one connection of its own, as ever.
+    pub nconnect: usize,
 }
 
 impl Default for TcpOptions {
@@ -64,6 +69,7 @@ impl Default for TcpOptions {
             },
             connect_timeout: Duration::from_secs(10),
             tls: None,
+            nconnect: 1,
         }
     }
 }
@@ -80,8 +86,11 @@ pub struct Mounted<T> {
     pub rest: String,
 }
 
+/// The NFS transport of a mount over TCP: its `nconnect` connections.
+pub type TcpConns = Nconnect<TcpClient>;
+
 /// A mount over TCP.
-pub type TcpMount = Mounted<TcpClient>;
+pub type TcpMount = Mounted<TcpConns>;
 
 /// The result of MOUNT over TCP, before the NFS transport is opened:
 /// what every transport's connect shares ([`mount_export`]).
@@ -320,8 +329,19 @@ pub(crate) async fn connect_nfs_tcp(host: &str, port: u16, opts: &TcpOptions) ->
 /// Mounts `target` over TCP: finds the MOUNT service, mounts the export
 /// holding `target.path` with AUTH_SYS ([`process_auth_sys`]), connects
 /// to NFS and reads FSINFO.
+///
+/// With `opts.nconnect` above 1 it opens that many NFS connections, all
+/// before the mount is used, and spreads the calls over them
+/// ([`Nconnect`]).
 pub async fn connect_tcp(target: &TcpTarget, opts: &TcpOptions) -> Result<TcpMount> {
-    let (exported, rpc) = mount_and_connect_tcp(target, opts).await?;
+    let n = check_nconnect(opts.nconnect).map_err(|e| Error::Options(e.to_string()))?;
+    let (exported, first) = mount_and_connect_tcp(target, opts).await?;
+    let mut conns = vec![first];
+    let port = target.nfs_port.unwrap_or(DEFAULT_NFS_PORT);
+    while conns.len() < n {
+        conns.push(connect_nfs_tcp(&target.host, port, opts).await?);
+    }
+    let rpc = Nconnect::new(conns).map_err(|e| Error::Options(e.to_string()))?;
     exported.attach(rpc, opts.io).await
 }
 
@@ -358,6 +378,14 @@ pub async fn connect_tcp_gss(
     target_name: &str,
     service: oncrpc::gss::GssService,
 ) -> Result<Mounted<oncrpc::gss::GssClient<TcpClient>>> {
+    if opts.nconnect != 1 {
+        // One GSS context per connection is not built: refused rather
+        // than quietly one connection.
+        return Err(Error::Options(format!(
+            "nconnect={} with RPCSEC_GSS: not supported (one connection)",
+            opts.nconnect
+        )));
+    }
     let (exported, rpc) = mount_and_connect_tcp(target, opts).await?;
     let gss = oncrpc::gss::GssClient::establish(
         rpc,

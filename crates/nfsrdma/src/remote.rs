@@ -537,7 +537,7 @@ async fn start_of<T: ClientTransport>(
 
 /// A server on either transport, for commands written once over [`Fs`].
 pub(crate) enum AnyFs {
-    Tcp(Fs<oncrpc::tcp::TcpClient>),
+    Tcp(Fs<nfs_client::TcpConns>),
     /// `sec=krb5*`: RPCSEC_GSS on the TCP connection.
     Gss(Fs<oncrpc::gss::GssClient<oncrpc::tcp::TcpClient>>),
     /// `sec=krb5*` on `nfs+rdma://`: RPCSEC_GSS on the RDMA connection.
@@ -578,6 +578,12 @@ pub(crate) async fn open_fs_with(
     io: IoOptions,
     callbacks: Option<&Arc<Delegations>>,
 ) -> anyhow::Result<AnyFs> {
+    if url.nconnect > 1 && url.sec.is_some() && url.scheme == Scheme::Tcp {
+        bail!(
+            "nconnect={} with sec=krb5*: not supported (one RPCSEC_GSS context, one connection)",
+            url.nconnect
+        );
+    }
     if let Some(service) = url.sec {
         return match url.scheme {
             Scheme::Tcp => open_gss(url, io, service).await.map(AnyFs::Gss),
@@ -593,6 +599,11 @@ pub(crate) async fn open_fs_with(
     };
     let what = || format!("NFSv4.{minor} to {}", url.host);
     match url.scheme {
+        Scheme::Tcp if url.nconnect > 1 => bail!(
+            "nconnect={}: NFSv4 over several connections (session trunking) is not \
+             supported; nconnect= works with NFSv3",
+            url.nconnect
+        ),
         Scheme::Tcp => {
             let port = url.nfs_port.unwrap_or(nfs_client::DEFAULT_NFS_PORT);
             let addr = lookup(&url.host, port).await?;
@@ -628,12 +639,21 @@ pub(crate) async fn open_fs_with(
             .with_context(|| format!("connecting to {addr}"))?;
             let opts = SessionOptions::default();
             let cb = callbacks.filter(|_| url.client_tls().ok().flatten().is_none());
+            let rpc = nfs_client::Nconnect::one(rpc);
             let v = V4::new(rpc, minor, opts, url, io, cb)
                 .await
                 .with_context(what)?;
             Ok(AnyFs::Tcp(Fs::V4(v)))
         }
         Scheme::Rdma => {
+            if url.nconnect > 1 {
+                // As Linux's NFSv4 client long did over RDMA: one
+                // connection, the option ignored (docs/client.md).
+                tracing::warn!(
+                    nconnect = url.nconnect,
+                    "nconnect is not spread over RDMA: one connection"
+                );
+            }
             let port = url.nfs_port.unwrap_or(nfs_client::DEFAULT_RDMA_PORT);
             let ropts = crate::url::rdma_options(url, io);
             let peer = match url.device {

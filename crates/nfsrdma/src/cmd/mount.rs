@@ -146,6 +146,9 @@ async fn mount(args: MountArgs) -> anyhow::Result<()> {
     if opts.sec.is_some() {
         url.sec = opts.sec;
     }
+    if let Some(n) = opts.nconnect {
+        url.nconnect = n;
+    }
     if url.sec.is_some() {
         // RPCSEC_GSS under the mounting user's ticket, for every caller
         // (no back channel: its session takes no delegations).

@@ -24,7 +24,6 @@ use nfs::v3::{Createhow3, NfsFh3, Nfsstat3, Sattr3, StableHow};
 use nfs_client::{connect_tcp, Error, Mount, TcpOptions, TcpTarget};
 use oncrpc::client::RpcError;
 use oncrpc::limits::Limit;
-use oncrpc::tcp::TcpClient;
 use tokio::sync::Mutex;
 
 use super::DataServer;
@@ -47,7 +46,7 @@ pub(crate) struct DsControl {
     spec: DataServer,
     /// How long one call (or the MOUNT) may wait for the data server.
     timeout: std::time::Duration,
-    mount: Mutex<Option<std::sync::Arc<Mount<TcpClient>>>>,
+    mount: Mutex<Option<std::sync::Arc<Mount<nfs_client::TcpConns>>>>,
     handles: std::sync::Mutex<HashMap<String, DataFh>>,
     /// The largest READ and WRITE the data server takes (FSINFO `rtmax`,
     /// `wtmax`, RFC 1813 §3.3.19), once the control path has mounted it;
@@ -165,7 +164,7 @@ impl DsControl {
     /// it does not exist.
     async fn handle(
         &self,
-        m: &Mount<TcpClient>,
+        m: &Mount<nfs_client::TcpConns>,
         name: &str,
     ) -> Result<Option<DataFh>, ControlError> {
         if let Some(d) = self.cached(name) {
@@ -272,7 +271,7 @@ impl DsControl {
         }
     }
 
-    async fn mount(&self) -> Result<std::sync::Arc<Mount<TcpClient>>, ControlError> {
+    async fn mount(&self) -> Result<std::sync::Arc<Mount<nfs_client::TcpConns>>, ControlError> {
         let mut m = self.mount.lock().await;
         if let Some(m) = m.as_ref() {
             return Ok(std::sync::Arc::clone(m));

@@ -134,6 +134,7 @@ impl ServerChild {
             tls_cert: None,
             tls_key: None,
             sec: None,
+            nconnect: 1,
         }
     }
 }

@@ -38,7 +38,7 @@ use crate::url::NfsUrl;
 
 /// An NFSv4 session over one transport.
 pub(super) enum AnySession {
-    Tcp(Session<oncrpc::tcp::TcpClient>),
+    Tcp(Session<nfs_client::TcpConns>),
     Rdma(Session<rpcrdma::transport::RdmaClient<softrnic::SoftDevice>>),
     Verbs(Session<rpcrdma::transport::RdmaClient<verbs::VerbsDevice>>),
 }

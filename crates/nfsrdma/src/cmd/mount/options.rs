@@ -75,6 +75,9 @@ pub(crate) struct MountOpts {
     /// `deleg_opens=`: which opens an NFSv4 mount serves locally under
     /// a delegation it holds.
     pub(crate) deleg_opens: DelegOpens,
+    /// `nconnect=N` (1 to 16): NFS connections of an NFSv3 mount over
+    /// TCP, its calls spread over them; `None` keeps the URL's.
+    pub(crate) nconnect: Option<usize>,
 }
 
 /// Which `open(2)`s of a delegated file an NFSv4 mount serves without an
@@ -94,7 +97,7 @@ pub(crate) enum DelegOpens {
 /// Options accepted, for the error message.
 const KNOWN: &str = "allow_other, default_permissions, ro, rw, ac, noac, actimeo=, acregmin=, \
                      acregmax=, acdirmin=, acdirmax=, rsize=, wsize=, vers=3|4|4.1|4.2, nfsvers=, \
-                     sec=sys|krb5|krb5i|krb5p, deleg_opens=none|read|write, writeback_cache, defaults, nosuid, nodev, hard";
+                     sec=sys|krb5|krb5i|krb5p, deleg_opens=none|read|write, nconnect=1..16, writeback_cache, defaults, nosuid, nodev, hard";
 
 fn seconds(k: &str, v: &str) -> Result<Duration, String> {
     match v.parse::<u64>() {
@@ -182,6 +185,9 @@ impl MountOpts {
             ("deleg_opens", Some(v)) => {
                 return Err(format!("deleg_opens={v}: expected none, read or write"))
             }
+            ("nconnect", Some(v)) => {
+                self.nconnect = Some(crate::url::nconnect(v).map_err(|e| format!("{e:#}"))?)
+            }
             _ => return Err(format!("unknown mount option {opt:?} (known: {KNOWN})")),
         }
         Ok(())
@@ -212,6 +218,20 @@ mod tests {
         ] {
             let o = MountOpts::parse(&[format!("vers=4.1,nfsvers={v}")]).unwrap();
             assert_eq!(o.nfs4_minor, minor, "{v}");
+        }
+    }
+
+    #[test]
+    fn nconnect_takes_1_to_16_as_linux_does() {
+        assert_eq!(MountOpts::parse(&["ro"]).unwrap().nconnect, None);
+        assert_eq!(
+            MountOpts::parse(&["nconnect=4,nconnect=16"])
+                .unwrap()
+                .nconnect,
+            Some(16)
+        );
+        for bad in ["nconnect=0", "nconnect=17", "nconnect=x", "nconnect"] {
+            assert!(MountOpts::parse(&[bad]).is_err(), "{bad}");
         }
     }
 
