@@ -394,3 +394,25 @@ fn nfs4_cp_creates_a_new_file_in_a_root_that_is_the_export() {
     let err = String::from_utf8_lossy(&missing.stderr);
     assert!(err.contains("NOENT") && !err.contains("MOUNT"), "{err}");
 }
+
+#[test]
+fn nconnect_in_the_url_reads_and_writes_byte_exact_and_is_refused_where_it_cannot_apply() {
+    let srv = Server::start("nconnect");
+    let local = TempDir::new("nconnect-local");
+    let data = pattern(2 << 20);
+    let src = local.0.join("data.bin");
+    std::fs::write(&src, &data).unwrap();
+    let url = |rel: &str, q: &str| format!("{}?{q}", srv.url(rel));
+    ok(&["cp", src.to_str().unwrap(), &url("", "nconnect=4")]);
+    assert!(std::fs::read(srv.dir().join("data.bin")).unwrap() == data);
+    let out = ok(&["cat", &url("data.bin", "nconnect=4")]);
+    assert!(out.stdout == data, "cat with nconnect=4 differs");
+    for (q, says) in [
+        ("nconnect=17", "between 1 and 16"),
+        ("nconnect=2&version=4.1", "NFSv4 over several connections"),
+    ] {
+        let out = run(&["cat", &url("data.bin", q)]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{q}: {err}");
+    }
+}
