@@ -8,12 +8,11 @@ use bytes::Bytes;
 use oncrpc::drc::DrcConfig;
 use oncrpc::echo::{EchoService, ECHO_PROGRAM, PROC_ECHO};
 use oncrpc::msg::{
-    AcceptStat, Accepted, AuthStat, AuthSys, CallHeader, Credential, OpaqueAuth, Rejected,
-    ReplyHeader,
+    AcceptStat, Accepted, AuthStat, AuthSys, Credential, OpaqueAuth, Rejected, ReplyHeader,
 };
 use oncrpc::{CallContext, PeerInfo, RpcService, Server, ServiceError, TransportKind};
 use tokio::sync::Notify;
-use xdr::{Decoder, Encode, Encoder, XdrBuf};
+use xdr::{Decoder, Encoder, XdrBuf};
 
 fn peer(port: u16) -> PeerInfo {
     PeerInfo {
@@ -25,18 +24,7 @@ fn peer(port: u16) -> PeerInfo {
 }
 
 fn call(xid: u32, prog: u32, vers: u32, proc_: u32, cred: OpaqueAuth, args: &[u8]) -> Bytes {
-    let mut v = Vec::new();
-    CallHeader {
-        xid,
-        prog,
-        vers,
-        proc_,
-        cred,
-        verf: OpaqueAuth::NONE,
-    }
-    .encode(&mut v);
-    v.extend_from_slice(args);
-    Bytes::from(v)
+    testkit::rpc::call_message(xid, (prog, vers, proc_), cred, args).into()
 }
 
 fn header(reply: &XdrBuf) -> ReplyHeader {
