@@ -25,15 +25,13 @@ async fn closed_within(s: &mut TcpStream, t: Duration) -> bool {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn silent_connections_from_one_address_leave_room_for_others() {
-    let timeouts = trips("mpa.handshake_timeout");
-    let cfg = SoftConfig {
-        max_handshakes_per_client: 4,
-        handshake_timeout: Duration::from_millis(500),
-        ..SoftConfig::default()
-    };
-    let server = SoftDevice::new(cfg, 1);
+/// A device with `cfg` listening on 127.0.0.1: its address, and a task
+/// accepting the one real client.
+async fn listen(
+    cfg: SoftConfig,
+    seed: u64,
+) -> (SocketAddr, tokio::task::JoinHandle<softrnic::SoftQp>) {
+    let server = SoftDevice::new(cfg, seed);
     let mut listener = server
         .listen(&"127.0.0.1:0".parse().unwrap())
         .await
@@ -46,6 +44,32 @@ async fn silent_connections_from_one_address_leave_room_for_others() {
             .await
             .unwrap()
     });
+    (addr, acceptor)
+}
+
+/// A real client from 127.0.0.1 connecting to `addr` (20 s is only a
+/// bound on a hang, never a measure): whether it did.
+async fn real_client_connects(seed: u64, addr: SocketAddr) -> Option<bool> {
+    let client = SoftDevice::new(SoftConfig::default(), seed);
+    let pd = client.alloc_pd();
+    let qp = tokio::time::timeout(
+        Duration::from_secs(20),
+        client.connect(&pd, &addr, QpConfig::new(CompletionQueue::new(16))),
+    )
+    .await
+    .ok()?;
+    Some(qp.is_ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_from_one_address_leave_room_for_others() {
+    let timeouts = trips("mpa.handshake_timeout");
+    let cfg = SoftConfig {
+        max_handshakes_per_client: 4,
+        handshake_timeout: Duration::from_millis(500),
+        ..SoftConfig::default()
+    };
+    let (addr, acceptor) = listen(cfg, 1).await;
 
     // 200 silent connections from 127.0.0.2: 4 hold handshake slots, the
     // rest are closed at once.
@@ -62,16 +86,7 @@ async fn silent_connections_from_one_address_leave_room_for_others() {
     // A real client from 127.0.0.1 still connects (its address has all
     // its places; 20 s is only a bound on a hang: a loaded machine took
     // over the second this once asked for).
-    let client = SoftDevice::new(SoftConfig::default(), 2);
-    let pd = client.alloc_pd();
-    let qp = tokio::time::timeout(
-        Duration::from_secs(20),
-        client.connect(&pd, &addr, QpConfig::new(CompletionQueue::new(16))),
-    )
-    .await
-    .expect("connected")
-    .expect("connected");
-    drop(qp);
+    assert_eq!(real_client_connects(2, addr).await, Some(true));
     acceptor.await.unwrap();
 
     // The silent four are dropped after the handshake timeout, each
@@ -94,19 +109,7 @@ async fn silent_connections_from_many_addresses_make_way_for_a_real_client() {
         handshake_timeout: Duration::from_secs(60),
         ..SoftConfig::default()
     };
-    let server = SoftDevice::new(cfg, 3);
-    let mut listener = server
-        .listen(&"127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let addr = listener.local_addr();
-    let spd = server.alloc_pd();
-    let acceptor = tokio::spawn(async move {
-        let req = listener.accept_request().await.unwrap();
-        req.accept(&spd, QpConfig::new(CompletionQueue::new(16)))
-            .await
-            .unwrap()
-    });
+    let (addr, acceptor) = listen(cfg, 3).await;
     // 8 silent connections from each of 4 addresses: 32 for 16 places,
     // every one within its address's cap.
     let mut silent = Vec::new();
@@ -116,15 +119,12 @@ async fn silent_connections_from_many_addresses_make_way_for_a_real_client() {
         }
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let client = SoftDevice::new(SoftConfig::default(), 4);
-    let pd = client.alloc_pd();
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        client.connect(&pd, &addr, QpConfig::new(CompletionQueue::new(16))),
-    )
-    .await
-    .expect("connected before any silent handshake timed out")
-    .expect("the oldest silent handshake made room");
+    assert_eq!(
+        real_client_connects(4, addr).await,
+        Some(true),
+        "connected before any silent handshake timed out (None: it did not), \
+         the oldest silent handshake making room"
+    );
     acceptor.await.unwrap();
     // The oldest silent ones were closed to make room.
     assert!(closed_within(&mut silent[0], Duration::from_millis(200)).await);
