@@ -259,6 +259,20 @@ impl Deframer {
         Ok(())
     }
 
+    /// Reports `n` payload bytes the shell placed without showing them
+    /// (without CRC only: with it the payload must be summed).
+    pub fn placed_unseen(&mut self, n: usize) -> Result<(), DeframeError> {
+        let left = self.payload_remaining();
+        if n > left || (self.crc_on && n > 0) {
+            return Err(DeframeError::PlacedTooMuch { got: n, left });
+        }
+        self.payload_left -= n;
+        if n > 0 && self.payload_left == 0 {
+            self.enter_trailer();
+        }
+        Ok(())
+    }
+
     fn advance_header(&mut self, input: &[u8]) -> Result<(usize, Option<RxEvent>), DeframeError> {
         let mut used = 0;
         // Length field plus the first DDP octet (the T bit sizes the header).

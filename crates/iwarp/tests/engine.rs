@@ -781,3 +781,63 @@ fn has_transmit_reports_queued_fpdus_until_they_are_polled() {
     assert!(!a.drain_wire().is_empty());
     assert!(!a.conn.has_transmit());
 }
+
+/// The read-ahead prediction (RFC 5040 §5.2: a Read's responses are
+/// tagged segments at consecutive TOs of its sink) matches the responses a
+/// peer engine sends byte for byte: each predicted head, the L bit on the
+/// last, the payload and trailer lengths; inside a segment it gives the
+/// rest of that payload first. Nothing is predicted with CRC on or before
+/// a segment has shown the peer's segment length.
+#[test]
+fn read_ahead_predicts_the_rest_of_a_reads_responses() {
+    for crc in [false, true] {
+        let mut a = Side::new(cfg(crc, 4, 4, 128));
+        let mut b = Side::new(cfg(crc, 4, 4, 128));
+        a.mem.region(0x10, 0, 1000, Access::LOCAL_WRITE);
+        b.mem.region(0x20, 0x5000, 1000, Access::REMOTE_READ);
+        a.conn
+            .post_read(3, Stag(0x10), 100, Stag(0x20), 0x5010, 700)
+            .unwrap();
+        b.feed(&a.drain_wire(), 1000).unwrap();
+        let wire = b.drain_wire();
+        assert_eq!(a.conn.read_ahead(), None, "no segment seen yet");
+        // The first response segment: 114 bytes of payload in 136.
+        a.feed(&wire[..136], 1000).unwrap();
+        let Some(ra) = a.conn.read_ahead() else {
+            assert!(crc, "predicted without CRC");
+            continue;
+        };
+        assert!(!crc, "nothing predicted with CRC");
+        assert_eq!(
+            (ra.stag, ra.to, ra.left, ra.seg, ra.pending),
+            (Stag(0x10), 100 + 114, 700 - 114, 114, 0)
+        );
+        let segs = ra.segments(16, 1 << 20);
+        let mut at = 136;
+        let mut to = 100 + 114;
+        for s in &segs {
+            let head = s.header.expect("a head for each whole segment");
+            assert_eq!(&wire[at..at + head.len()], &head[..]);
+            assert_eq!(s.to, to);
+            at += head.len() + s.len + s.trailer;
+            to += s.len as u64;
+        }
+        assert_eq!(
+            (at, to),
+            (wire.len(), 800),
+            "the prediction covers the Read"
+        );
+        assert_eq!(segs.last().map(|s| s.len), Some(700 - 6 * 114));
+        // Inside the second segment: the rest of its payload comes first.
+        a.feed(&wire[136..136 + 16 + 10], 1000).unwrap();
+        let ra = a.conn.read_ahead().unwrap();
+        assert_eq!((ra.to, ra.left, ra.pending), (100 + 124, 700 - 124, 104));
+        let first = ra.segments(16, 1 << 20)[0];
+        assert_eq!((first.header, first.to, first.len), (None, 224, 104));
+        assert_eq!(ra.segments(2, 1 << 20).len(), 2);
+        a.feed(&wire[136 + 26..], 1000).unwrap();
+        a.collect();
+        assert_eq!(a.completions(), vec![success(3, WcOpcode::RdmaRead, 700)]);
+        assert_eq!(a.conn.read_ahead(), None, "no Read outstanding");
+    }
+}

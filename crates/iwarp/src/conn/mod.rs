@@ -24,6 +24,7 @@
 
 use std::collections::VecDeque;
 
+mod ahead;
 mod close;
 mod types;
 
@@ -32,10 +33,12 @@ use rnic::{Access, Stag, WcOpcode, WcStatus, WrId};
 use crate::deframe::{Deframer, RxEvent};
 use crate::negotiation::{Rtr, RtrKind};
 use crate::segment::{PayloadRef, SegmentError, Segmenter, Target, Transmit};
-use crate::wire::ddp::{Buffer, Repr as DdpRepr};
+use crate::wire::ddp::{self, Buffer, Repr as DdpRepr};
+use crate::wire::fpdu;
 use crate::wire::rdmap::{self, Opcode, ReadRequest, QN_READ_REQUEST, QN_SEND};
 use crate::wire::terminate::TermError;
 
+pub use ahead::{AheadSegment, ReadAhead, HEAD_LEN as AHEAD_HEAD_LEN};
 use types::{ddp_tagged_error, deframe_error, rdmap_protection_error};
 pub use types::{
     Completion, Config, ConnError, Event, PlaceTarget, Placement, PostError, RemoteAccess,
@@ -117,6 +120,9 @@ pub struct Connection {
     jobs: VecDeque<Job>,
     events: VecDeque<Event>,
     awaiting_rtr: Option<RtrKind>,
+    /// Payload length of the peer's last Read Response segment that was
+    /// not the last of its response (0: none yet), for [`Connection::read_ahead`].
+    rr_seg: usize,
 }
 
 impl Connection {
@@ -141,6 +147,7 @@ impl Connection {
             jobs: VecDeque::new(),
             events: VecDeque::new(),
             awaiting_rtr: None,
+            rr_seg: 0,
             cfg,
         };
         match c.cfg.rtr {
@@ -441,23 +448,27 @@ impl Connection {
     /// Reports `data` placed at the current placement (the next stream bytes,
     /// copied from input or read straight into memory); updates the CRC.
     pub fn placed(&mut self, data: &[u8]) -> Result<(), ConnError> {
+        self.placed_inner(data.len(), Some(data))
+    }
+
+    fn placed_inner(&mut self, n: usize, data: Option<&[u8]>) -> Result<(), ConnError> {
         let Rx::Place { target, left } = self.rx else {
-            return Err(ConnError::Overplaced {
-                got: data.len(),
-                allowed: 0,
-            });
+            return Err(ConnError::Overplaced { got: n, allowed: 0 });
         };
-        if data.len() > left {
+        if n > left {
             return Err(ConnError::Overplaced {
-                got: data.len(),
+                got: n,
                 allowed: left,
             });
         }
-        if let Err(e) = self.deframer.placed(data) {
+        let r = match data {
+            Some(d) => self.deframer.placed(d),
+            None => self.deframer.placed_unseen(n),
+        };
+        if let Err(e) = r {
             let tagged = matches!(target, PlaceTarget::Tagged { .. });
             return Err(self.terminate(deframe_error(e, tagged), false));
         }
-        let n = data.len();
         let target = match target {
             PlaceTarget::Tagged { stag, to } => PlaceTarget::Tagged {
                 stag,
@@ -473,6 +484,58 @@ impl Connection {
             left: left - n,
         };
         Ok(())
+    }
+
+    /// The rest of the Read Response at the head of the queue, predicted
+    /// from the peer's earlier segments (see [`ReadAhead`]): only between
+    /// FPDUs, without CRC, and once a Read Response segment that was not
+    /// the last of its response has shown the peer's segment length.
+    pub fn read_ahead(&self) -> Option<ReadAhead> {
+        if !self.is_open() || self.cfg.crc || self.awaiting_rtr.is_some() || self.rr_seg == 0 {
+            return None;
+        }
+        let head = self.out_reads.front()?;
+        let (to, pending) = match self.rx {
+            Rx::Idle if self.deframer.at_boundary() => (head.req.sink_to.wrapping_add(head.got), 0),
+            // Inside a Read Response's payload (the engine checked its
+            // header against this Read).
+            Rx::Place {
+                target: PlaceTarget::Tagged { to, .. },
+                left,
+            } if left > 0
+                && self
+                    .header
+                    .is_some_and(|h| h.opcode == Opcode::ReadResponse) =>
+            {
+                (to, left)
+            }
+            _ => return None,
+        };
+        // Bytes of the Read placed: `got` counts finished segments, and
+        // the one in progress has placed all but `pending` of its own.
+        let done = match pending {
+            0 => head.got,
+            _ => head.got + self.seg_len.saturating_sub(pending) as u64,
+        };
+        let left = u64::from(head.req.size).checked_sub(done)?;
+        (left > 0).then_some(ReadAhead {
+            stag: Stag(head.req.sink_stag),
+            to,
+            left,
+            seg: self.rr_seg,
+            pending,
+            pending_trailer: fpdu::pad_len(ddp::TAGGED_HEADER_LEN + self.seg_len) + fpdu::CRC_LEN,
+        })
+    }
+
+    /// Reports `n` bytes of the current placement placed without showing
+    /// them (read ahead into a Read's sink, [`ReadAhead`]). Without CRC only:
+    /// with it the payload must be shown to [`Connection::placed`].
+    pub fn placed_unseen(&mut self, n: usize) -> Result<(), ConnError> {
+        if self.cfg.crc {
+            return Err(ConnError::Overplaced { got: n, allowed: 0 });
+        }
+        self.placed_inner(n, None)
     }
 
     /// Consumes stream bytes; returns how many. Stops early when payload is
@@ -571,6 +634,9 @@ impl Connection {
                 if len > 0 {
                     if let Err(e) = mem.check(Stag(stag), to, len as u64, Access::LOCAL_WRITE) {
                         return Err(self.terminate(ddp_tagged_error(e), true));
+                    }
+                    if !h.last {
+                        self.rr_seg = len;
                     }
                 }
                 self.rx = Rx::Place {
