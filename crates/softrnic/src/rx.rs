@@ -33,7 +33,7 @@ use crate::shared::{Guard, Locked, Shared};
 use crate::tx;
 
 /// Why the receive loop stopped.
-enum RxEnd {
+pub(crate) enum RxEnd {
     /// The peer closed the TCP stream between FPDUs.
     Eof,
     /// The engine closed the stream (Terminate sent or received), or the
@@ -74,6 +74,23 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
                 st.core.conn.at_fpdu_boundary(),
             )
         };
+        let ahead = match placement {
+            Some(Placement {
+                target: PlaceTarget::Tagged { .. },
+                ..
+            }) => crate::ahead::read(sh, rd, &mut stage).await,
+            _ => Ok(None),
+        };
+        match ahead {
+            Ok(None) => {}
+            Ok(Some(a)) => {
+                if let Err(e) = feed_ahead(sh, a, &stage) {
+                    return e;
+                }
+                continue;
+            }
+            Err(e) => return e,
+        }
         let staged = match placement {
             Some(p) => match place(sh, rd, p, &mut stage).await {
                 Ok(extra) => extra,
@@ -90,6 +107,18 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
                     sh.lock_rx().hold_tx = false;
                     sh.write_held(true);
                 }
+                if boundary {
+                    match crate::ahead::read(sh, rd, &mut stage).await {
+                        Ok(None) => {}
+                        Ok(Some(a)) => {
+                            if let Err(e) = feed_ahead(sh, a, &stage) {
+                                return e;
+                            }
+                            continue;
+                        }
+                        Err(e) => return e,
+                    }
+                }
                 match rd.read(&mut stage).await {
                     Ok(0) if boundary => return RxEnd::Eof,
                     Ok(0) | Err(_) => return RxEnd::Lost,
@@ -102,6 +131,15 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
                 return e;
             }
         }
+    }
+}
+
+/// Hands what a read ahead left to the engine (`ahead.rs`).
+fn feed_ahead(sh: &Shared, a: crate::ahead::Ahead, stage: &[u8]) -> Result<(), RxEnd> {
+    match a {
+        crate::ahead::Ahead::Staged(0) => Ok(()),
+        crate::ahead::Ahead::Staged(n) => feed(sh, &stage[..n]),
+        crate::ahead::Ahead::Spill(v) => feed(sh, &v),
     }
 }
 
@@ -175,7 +213,7 @@ fn copy_payload(sh: &Shared, core: &mut Core, to: PlaceTarget, data: &[u8]) -> R
 /// did not take everything, bytes were already waiting for room, or the
 /// stream ends. Before, every Read Request woke the transmit task (a task
 /// hop, often a thread wake-up) to write its responses.
-fn pump_and_wake(sh: &Shared, mut st: Guard<'_>) {
+pub(crate) fn pump_and_wake(sh: &Shared, mut st: Guard<'_>) {
     st.core.pump(&sh.ctx);
     let wake = if st.out.is_empty() && st.wr.is_some() && st.core.conn.has_transmit() {
         tx::flush(&mut st, sh)
