@@ -69,15 +69,29 @@ struct Got {
 }
 
 /// Reads the next FPDUs with predicted Read Response payload straight into
-/// the sink. `None` when the engine predicts nothing (the caller reads
-/// into the staging buffer as usual).
+/// the sink. `None` when the engine predicts nothing, or (`between`: the
+/// stream sits between FPDUs) when the next head waiting in the socket is
+/// not the predicted one (most often a Send of the peer ahead of the
+/// responses): the caller then reads into the staging buffer as usual,
+/// rather than hand every byte read ahead over as a stream.
 pub(crate) async fn read(
     sh: &Shared,
     rd: &mut OwnedReadHalf,
     stage: &mut [u8],
+    between: bool,
 ) -> Result<Option<Ahead>, RxEnd> {
+    let mut next = [0u8; AHEAD_HEAD_LEN];
     loop {
         rd.readable().await.map_err(|_| RxEnd::Lost)?;
+        // One `recv(MSG_PEEK)` of the next head, before any byte is taken.
+        let peeked = if between {
+            match rd.peek(&mut next).await {
+                Ok(0) | Err(_) => return Ok(None),
+                Ok(k) => k,
+            }
+        } else {
+            0
+        };
         let mut st = sh.lock_rx();
         let core = &mut st.core;
         if core.finished {
@@ -87,6 +101,11 @@ pub(crate) async fn read(
             return Ok(None);
         };
         let segs = ra.segments(MAX_SEGMENTS, MAX_BYTES);
+        if let Some(h) = segs.first().and_then(|s| s.header) {
+            if next[..peeked] != h[..peeked] {
+                return Ok(None);
+            }
+        }
         let payload: usize = segs.iter().map(|s| s.len).sum();
         let a = TaggedAccess {
             pd: sh.ctx.pd,

@@ -64,7 +64,7 @@ pub(crate) const SMALL_FPDU: usize = fpdu::fpdu_len(ddp::UNTAGGED_HEADER_LEN + 4
 async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
     let mut stage = vec![0u8; sh.ctx.rx_stage];
     loop {
-        let (placement, boundary) = {
+        let (placement, boundary, ahead) = {
             let st = sh.lock_rx();
             if st.core.finished {
                 return RxEnd::Closed;
@@ -72,24 +72,21 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
             (
                 st.core.conn.poll_placement(),
                 st.core.conn.at_fpdu_boundary(),
+                st.core.conn.read_ahead().is_some(),
             )
         };
-        let ahead = match placement {
-            Some(Placement {
-                target: PlaceTarget::Tagged { .. },
-                ..
-            }) => crate::ahead::read(sh, rd, &mut stage).await,
-            _ => Ok(None),
-        };
-        match ahead {
-            Ok(None) => {}
-            Ok(Some(a)) => {
-                if let Err(e) = feed_ahead(sh, a, &stage) {
-                    return e;
+        if ahead && placement.is_some_and(|p| matches!(p.target, PlaceTarget::Tagged { .. })) {
+            // Inside a Read Response: its rest and the next ones (`ahead.rs`).
+            match crate::ahead::read(sh, rd, &mut stage, false).await {
+                Ok(None) => {}
+                Ok(Some(a)) => {
+                    if let Err(e) = feed_ahead(sh, a, &stage) {
+                        return e;
+                    }
+                    continue;
                 }
-                continue;
+                Err(e) => return e,
             }
-            Err(e) => return e,
         }
         let staged = match placement {
             Some(p) => match place(sh, rd, p, &mut stage).await {
@@ -104,19 +101,23 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
                     // is written together afterwards.
                     sh.lock_rx().hold_tx = true;
                     tokio::task::yield_now().await;
-                    sh.lock_rx().hold_tx = false;
+                    let ahead = {
+                        let mut st = sh.lock_rx();
+                        st.hold_tx = false;
+                        st.core.conn.read_ahead().is_some()
+                    };
                     sh.write_held(true);
-                }
-                if boundary {
-                    match crate::ahead::read(sh, rd, &mut stage).await {
-                        Ok(None) => {}
-                        Ok(Some(a)) => {
-                            if let Err(e) = feed_ahead(sh, a, &stage) {
-                                return e;
+                    if ahead {
+                        match crate::ahead::read(sh, rd, &mut stage, true).await {
+                            Ok(None) => {}
+                            Ok(Some(a)) => {
+                                if let Err(e) = feed_ahead(sh, a, &stage) {
+                                    return e;
+                                }
+                                continue;
                             }
-                            continue;
+                            Err(e) => return e,
                         }
-                        Err(e) => return e,
                     }
                 }
                 match rd.read(&mut stage).await {
