@@ -186,6 +186,32 @@ impl Ahead {
     }
 }
 
+/// Entries a cursor holds for its next page, copied out of it
+/// ([`DirCursor::held_entries`]).
+#[derive(Debug, Default)]
+pub struct HeldEntries(Ahead);
+
+impl HeldEntries {
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.0.entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.entries.is_empty()
+    }
+
+    /// Each entry's name (without its NUL), inode number and type as the
+    /// directory records them, in directory order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], u64, FileType)> {
+        self.0.entries.iter().filter_map(|a| {
+            let name = self.0.names.get(a.name.0..a.name.1.checked_sub(1)?)?;
+            Some((name, a.ino, a.file_type))
+        })
+    }
+}
+
 impl DirCursor {
     /// A cursor over the directory open on `fd` (opened with `O_DIRECTORY`).
     pub fn new(fd: OwnedFd) -> io::Result<Self> {
@@ -208,6 +234,28 @@ impl DirCursor {
     /// about one `getdents64` buffer, [`MAX_BUF`]).
     pub fn held_bytes(&self) -> usize {
         self.ahead.bytes()
+    }
+
+    /// A copy of at most `max` of the entries read ahead and held for
+    /// the next page ([`Self::resume_cookie`]), in directory order: what
+    /// that page will list first, so their attributes can be read ahead
+    /// on another thread while this page's reply is sent.
+    pub fn held_entries(&self, max: usize) -> HeldEntries {
+        let mut copy = Ahead::default();
+        if self.resume.is_some() {
+            for a in self.ahead.entries.iter().take(max) {
+                let Some(name) = self
+                    .ahead
+                    .names
+                    .get(a.name.0..a.name.1)
+                    .and_then(|b| CStr::from_bytes_with_nul(b).ok())
+                else {
+                    continue;
+                };
+                copy.push(name, a.ino, a.file_type, a.cookie);
+            }
+        }
+        HeldEntries(copy)
     }
 
     /// The cookie verifier of this directory (never all zeros, which

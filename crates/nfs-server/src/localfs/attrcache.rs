@@ -283,6 +283,8 @@ pub(crate) struct View<'a> {
     now: Instant,
     /// The slot after the last one read ([`Names::get`]).
     hint: AtomicUsize,
+    /// Lookups that found no entry younger than the time-to-live.
+    missed: AtomicUsize,
 }
 
 impl AttrCache {
@@ -337,14 +339,29 @@ impl AttrCache {
             inner.watch(ino, gen, fd, self.cfg.max_dirs)?;
         }
         let epoch = inner.dirs.peek(&ino)?.epoch;
-        Some(View {
+        Some(self.view(ino, gen, epoch))
+    }
+
+    fn view(&self, ino: u64, gen: u64, epoch: u64) -> View<'_> {
+        View {
             cache: self,
             ino,
             gen,
             epoch,
             now: Instant::now(),
             hint: AtomicUsize::new(0),
-        })
+            missed: AtomicUsize::new(0),
+        }
+    }
+
+    /// [`Self::open`] for a directory already watched, without watching
+    /// one: the listing prefetch ([`super::prefetch`]) reads ahead only
+    /// for a directory a page is listing. Drains the events so far.
+    pub(crate) fn open_watched(&self, ino: u64, gen: u64) -> Option<View<'_>> {
+        let mut inner = self.lock()?;
+        inner.drain();
+        let epoch = inner.dirs.peek(&ino).filter(|d| d.gen == gen)?.epoch;
+        Some(self.view(ino, gen, epoch))
     }
 
     /// Whether directory (`ino`, `gen`) is watched with entries kept: a
@@ -397,17 +414,48 @@ impl View<'_> {
     /// time-to-live (its attributes are not to be used, but its handle's
     /// tag is good for the same inode and generation), or `Err(None)`.
     pub(crate) fn lookup(&self, name: &[u8], ino: u64) -> Result<Kept, Option<Kept>> {
+        let r = self.find(name, ino);
+        if r.is_ok() {
+            self.cache.hits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.missed.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn find(&self, name: &[u8], ino: u64) -> Result<Kept, Option<Kept>> {
         let inner = self.cache.lock().ok_or(None)?;
         let d = inner.dirs.peek(&self.ino).filter(|d| d.gen == self.gen);
         let s = d
             .and_then(|d| d.names.get(name, ino, &self.hint))
             .ok_or(None)?;
         if self.now.saturating_duration_since(s.at) < self.cache.cfg.ttl {
-            self.cache.hits.fetch_add(1, Ordering::Relaxed);
             Ok(s.kept.clone())
         } else {
             Err(Some(s.kept.clone()))
         }
+    }
+
+    /// [`Self::lookup`] for the prefetch: `Ok` when the entry is kept and
+    /// younger than the time-to-live (not counted as a hit, nothing
+    /// copied), else `Err` as there.
+    pub(crate) fn peek(&self, name: &[u8], ino: u64) -> Result<(), Option<Kept>> {
+        let inner = self.cache.lock().ok_or(None)?;
+        let d = inner.dirs.peek(&self.ino).filter(|d| d.gen == self.gen);
+        let s = d
+            .and_then(|d| d.names.get(name, ino, &self.hint))
+            .ok_or(None)?;
+        if self.now.saturating_duration_since(s.at) < self.cache.cfg.ttl {
+            Ok(())
+        } else {
+            Err(Some(s.kept.clone()))
+        }
+    }
+
+    /// Lookups of this view that found no entry younger than the
+    /// time-to-live (each is a `statx` for the page).
+    pub(crate) fn missed(&self) -> usize {
+        self.missed.load(Ordering::Relaxed)
     }
 
     /// Keeps `kept` for `name`, read (by `statx`) during this page, unless

@@ -29,6 +29,7 @@ use lru::LruCache;
 use oncrpc::limits::Limit;
 
 use super::attrs::Meta;
+use super::prefetch::Ticket;
 use crate::dircursor::DirCursor;
 
 /// Cursors kept by default.
@@ -63,6 +64,9 @@ struct Held {
     cursor: DirCursor,
     stamp: Stamp,
     used: Instant,
+    /// The read-ahead of the next page's attributes, cancelled when the
+    /// cursor is taken or dropped ([`super::prefetch`]).
+    _ahead: Option<Ticket>,
 }
 
 /// The kept cursors of one export.
@@ -103,8 +107,17 @@ impl Cursors {
     }
 
     /// Keeps `cursor` of directory (`ino`, `gen`), which stopped early and
-    /// read it when it had `stamp`, for the listing's next call.
-    pub(crate) fn keep(&self, ino: u64, gen: u64, stamp: Stamp, cursor: DirCursor) {
+    /// read it when it had `stamp`, for the listing's next call, with the
+    /// ticket of its next page's prefetch, if any (cancelled if the cursor
+    /// is not kept).
+    pub(crate) fn keep(
+        &self,
+        ino: u64,
+        gen: u64,
+        stamp: Stamp,
+        cursor: DirCursor,
+        ahead: Option<Ticket>,
+    ) {
         let Some(cookie) = cursor.resume_cookie() else {
             return;
         };
@@ -135,6 +148,7 @@ impl Cursors {
                 cursor,
                 stamp,
                 used,
+                _ahead: ahead,
             },
         );
     }

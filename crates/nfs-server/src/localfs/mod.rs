@@ -37,6 +37,7 @@ mod io;
 mod known;
 mod ops;
 mod pins;
+mod prefetch;
 mod readdir;
 mod resolve;
 mod rw;
@@ -99,7 +100,9 @@ pub struct LocalFs {
     /// Directory cursors of unfinished listings.
     cursors: Cursors,
     /// Attributes of listed entries, kept coherent by inotify.
-    attrs: AttrCache,
+    attrs: Arc<AttrCache>,
+    /// Reads the next page's attributes ahead ([`prefetch`]).
+    prefetch: prefetch::Prefetch,
     /// Descriptors of leased files the server's own opens reuse.
     pins: pins::Pins,
     /// Files kept open for READ, WRITE and COMMIT ([`files`]).
@@ -184,7 +187,8 @@ impl LocalFs {
             index,
             dirs: Mutex::new(LruCache::new(cap)),
             cursors: Cursors::new(cursors::MAX_CURSORS),
-            attrs: AttrCache::new(attr_cache_default()),
+            attrs: Arc::new(AttrCache::new(attr_cache_default())),
+            prefetch: prefetch::Prefetch::new(prefetch::MAX_JOBS),
             pins: pins::Pins::default(),
             files: files::OpenFiles::new(files::MAX_OPEN_FILES, files::IDLE),
             nowait_writes: AtomicBool::new(true),
@@ -210,7 +214,7 @@ impl LocalFs {
     /// This export with its listing attribute cache set to `cfg` instead
     /// of the process default ([`set_attr_cache`]).
     pub fn with_attr_cache(mut self, cfg: AttrCacheConfig) -> Self {
-        self.attrs = AttrCache::new(cfg);
+        self.attrs = Arc::new(AttrCache::new(cfg));
         self
     }
 

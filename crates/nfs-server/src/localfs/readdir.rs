@@ -20,7 +20,11 @@
 //! repeated, none skipped). READDIR without attributes, and a directory
 //! the cache does not hold, go to that step at once.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use nfs::v3::{Fattr3, Ftype3, NfsFh3, Nfsstat3};
+use rustix::fd::{AsFd, BorrowedFd};
 use rustix::fs::FileType;
 
 use super::attrcache::{Kept, View};
@@ -28,10 +32,11 @@ use super::attrs::{io_status, sx, Meta};
 use super::cursors::Stamp;
 use super::index::Listed;
 use super::ops::open_for_listing;
+use super::prefetch::Ticket;
 use super::resolve::Node;
 use super::LocalFs;
 use crate::dircursor::{CursorError, DirCursor, Entry as CursorEntry};
-use crate::fh::{Handle, FH_LEN};
+use crate::fh::{Handle, HandleKey, FH_LEN};
 use crate::storage::{DirEntry, DirPage, DirRequest, DirSink, StorageResult};
 
 /// Most entries a page takes on the runtime thread (about 0.5 ms of a
@@ -62,6 +67,8 @@ pub(crate) struct DirPass<'a> {
     from: u64,
     /// Whether the directory ended, once the entries are all in.
     ended: Option<Result<bool, CursorError>>,
+    /// Entries the page took.
+    taken: usize,
 }
 
 /// How far a page got on the runtime thread.
@@ -152,6 +159,7 @@ impl LocalFs {
             listed: Listed::default(),
             from: req.cookie,
             ended: None,
+            taken: 0,
         })
     }
 
@@ -193,6 +201,7 @@ impl LocalFs {
             listed,
             from,
             req,
+            taken,
             ..
         } = pass;
         let cur = cur.as_mut()?;
@@ -218,7 +227,9 @@ impl LocalFs {
                 Ok(k) => k,
                 Err(stale) => self.entry_stat(d, e, view.as_ref(), stale, &mut fh),
             };
-            self.take_plus(sink, d, e, r, file, &fh, listed)
+            let t = self.take_plus(sink, d, e, r, file, &fh, listed);
+            *taken += usize::from(t);
+            t
         });
         if bound && matches!(r, Ok(false)) {
             *from = cur.resume_cookie().unwrap_or(*from);
@@ -237,6 +248,7 @@ impl LocalFs {
             listed,
             from,
             req,
+            taken,
             ..
         } = pass;
         let Some(cur) = cur.as_mut() else {
@@ -261,7 +273,9 @@ impl LocalFs {
             (r, file, fh)
         };
         cur.read_prepared(*from, req.size_hint, &prep, |e, (r, file, fh)| {
-            self.take_plus(sink, d, e, r, file, &fh, listed)
+            let t = self.take_plus(sink, d, e, r, file, &fh, listed);
+            *taken += usize::from(t);
+            t
         })
     }
 
@@ -294,23 +308,73 @@ impl LocalFs {
     /// verifier its cookies are valid under.
     fn end_page(
         &self,
-        pass: DirPass<'_>,
+        mut pass: DirPass<'_>,
         ended: Result<bool, CursorError>,
     ) -> StorageResult<DirPage> {
-        let Some(cur) = pass.cur else {
+        let Some(cur) = pass.cur.take() else {
             return Err(Nfsstat3::NFS3ERR_SERVERFAULT);
         };
         match ended {
             Ok(eof) => {
                 let verf = cur.verifier();
                 if !eof {
-                    self.cursors.keep(pass.d.ino, pass.gen, pass.stamp, cur);
+                    let ahead = self.read_ahead(&pass, &cur);
+                    self.cursors
+                        .keep(pass.d.ino, pass.gen, pass.stamp, cur, ahead);
                 }
                 Ok(DirPage { verf, eof })
             }
             Err(CursorError::BadCookie) => Err(Nfsstat3::NFS3ERR_BAD_COOKIE),
             Err(CursorError::Io(e)) => Err(io_status(&e)),
         }
+    }
+
+    /// The attributes of the entries `cur` holds for the listing's next
+    /// page read into the cache on the export's prefetch thread
+    /// ([`super::prefetch`]), if this page had to read some itself (so
+    /// a warm listing queues nothing): at most twice as many as this page
+    /// took. The ticket that cancels it, to keep with the cursor.
+    fn read_ahead(&self, pass: &DirPass<'_>, cur: &DirCursor) -> Option<Ticket> {
+        if pass.view.as_ref()?.missed() == 0 {
+            return None;
+        }
+        let held = cur.held_entries(pass.taken.saturating_mul(2));
+        if held.is_empty() {
+            return None;
+        }
+        let (ino, gen) = (pass.d.ino, pass.gen);
+        let dir = Arc::clone(pass.d.dir().ok()?);
+        let cache = Arc::clone(&self.attrs);
+        let (export_id, dev, key) = (self.export_id, self.dev, self.key.clone());
+        self.prefetch.submit(move |cancel| {
+            let tagger = Tagger {
+                export_id,
+                dev,
+                key: &key,
+            };
+            // Drains the events so far; its epoch and time are taken
+            // before any `statx` (`attrcache`).
+            let Some(view) = cache.open_watched(ino, gen) else {
+                return;
+            };
+            for (name, ino, file_type) in held.iter() {
+                if cancel.load(Ordering::Relaxed) {
+                    return;
+                }
+                if matches!(name, b"." | b"..") || file_type == FileType::Directory {
+                    continue;
+                }
+                let stale = match view.peek(name, ino) {
+                    Ok(()) => continue,
+                    Err(stale) => stale,
+                };
+                if let Ok((m, kept)) = tagger.stat(dir.as_fd(), name, stale) {
+                    if !m.is_dir() && m.nlink() == 1 {
+                        view.put(name, kept);
+                    }
+                }
+            }
+        })
     }
 
     /// A READDIR entry's file id: ".." at the export root is the root
@@ -372,20 +436,18 @@ impl LocalFs {
         stale: Option<Kept>,
         fh: &mut [u8; FH_LEN],
     ) -> PlusEntry {
-        let m = match d.dir().and_then(|fd| sx(Meta::at(&**fd, e.name()))) {
-            Ok(m) => m,
+        let tagger = Tagger {
+            export_id: self.export_id,
+            dev: self.dev,
+            key: &self.key,
+        };
+        let (m, kept) = match d
+            .dir()
+            .and_then(|fd| tagger.stat(fd.as_fd(), e.name(), stale))
+        {
+            Ok(r) => r,
             Err(s) => return (Err(s), None),
         };
-        if m.dev() != self.dev {
-            return (Err(Nfsstat3::NFS3ERR_ACCES), None);
-        }
-        let attrs = m.fattr(self.fsid());
-        let gen = m.gen();
-        let tag = match stale {
-            Some(s) if s.attrs.fileid == attrs.fileid && s.gen == gen => s.tag,
-            _ => Handle::tag_of(&self.handle_of(attrs.fileid, gen).to_bytes(&self.key)),
-        };
-        let kept = Kept { attrs, gen, tag };
         // What the parent's watch covers (`attrcache`).
         if let Some(v) = view_of(e, view).filter(|_| !m.is_dir() && m.nlink() == 1) {
             v.put(e.name(), kept.clone());
@@ -409,6 +471,48 @@ impl LocalFs {
             ino,
             gen,
         }
+    }
+}
+
+/// What an entry's `statx` needs of its export to make what the
+/// attribute cache keeps: the handle's tag.
+struct Tagger<'k> {
+    export_id: u64,
+    dev: u64,
+    key: &'k HandleKey,
+}
+
+impl Tagger<'_> {
+    /// One `statx` of `name` relative to the open directory `dir` and what
+    /// the cache keeps of it; ACCES for a mount point inside the export
+    /// (not crossed). The handle's tag is `stale`'s (the entry kept past
+    /// its time-to-live) when that was the same inode and generation, else
+    /// computed.
+    fn stat(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        stale: Option<Kept>,
+    ) -> StorageResult<(Meta, Kept)> {
+        let m = sx(Meta::at(dir, name))?;
+        if m.dev() != self.dev {
+            return Err(Nfsstat3::NFS3ERR_ACCES);
+        }
+        // The fsid is the export id (`LocalFs::fsid`).
+        let attrs = m.fattr(self.export_id);
+        let gen = m.gen();
+        let tag = match stale {
+            Some(s) if s.attrs.fileid == attrs.fileid && s.gen == gen => s.tag,
+            _ => {
+                let h = Handle {
+                    export_id: self.export_id,
+                    ino: attrs.fileid,
+                    gen,
+                };
+                Handle::tag_of(&h.to_bytes(self.key))
+            }
+        };
+        Ok((m, Kept { attrs, gen, tag }))
     }
 }
 

@@ -168,3 +168,146 @@ fn a_page_past_a_bound_goes_on_after_the_yield_with_every_entry_once() {
     assert!(!ready && p.eof);
     assert_eq!(first.len() + rest.len(), NOW_ENTRIES + 302);
 }
+
+/// Names of `dir`'s entries in directory order (an export without the
+/// attribute cache, so nothing of `lfs`'s is touched).
+fn order(t: &Tmp, dir: &str) -> Vec<String> {
+    let off = LocalFs::new(&t.0, false)
+        .unwrap()
+        .with_attr_cache(AttrCacheConfig {
+            ttl: Duration::ZERO,
+            ..AttrCacheConfig::default()
+        });
+    let d = block_lookup(&off, dir);
+    let (_, _, all) = listing(&off, &d, 1000);
+    all.iter()
+        .map(|e| String::from_utf8(e.name.0.to_vec()).unwrap())
+        .collect()
+}
+
+fn attrs_of<'a>(es: &'a [OwnedEntry], n: &str) -> &'a nfs::v3::Fattr3 {
+    match &es
+        .iter()
+        .find(|e| e.name.0[..] == *n.as_bytes())
+        .unwrap()
+        .plus
+    {
+        Some(Ok((_, a))) => a,
+        other => panic!("{n}: {other:?}"),
+    }
+}
+
+/// Past the time-to-live a page that had to read its entries' attributes
+/// has the next ones read ahead on the prefetch thread, so the next page
+/// is served from the cache on its first poll; a change made after the
+/// read-ahead is in the next page when inotify reports it, and once the
+/// time-to-live is over when it does not: what the read-ahead read is
+/// never served older than the time-to-live.
+#[test]
+fn the_next_pages_attributes_are_read_ahead_and_never_served_stale() {
+    let t = Tmp::new("rd-ahead");
+    fs::create_dir_all(t.0.join("d")).unwrap();
+    fs::create_dir_all(t.0.join("e")).unwrap();
+    for i in 0..200 {
+        fs::write(t.0.join(format!("d/f{i}")), vec![b'x'; i]).unwrap();
+    }
+    let ord = order(&t, "d");
+    let ttl = Duration::from_secs(1);
+    let lfs = LocalFs::new(&t.0, false)
+        .unwrap()
+        .with_attr_cache(AttrCacheConfig {
+            ttl,
+            ..AttrCacheConfig::default()
+        });
+    let d = block_lookup(&lfs, "d");
+    // The handle index and the cache learn the directory; then every kept
+    // entry grows older than the time-to-live.
+    let (_, _, cold) = listing(&lfs, &d, 1000);
+    assert_eq!(cold.len(), 202);
+    lfs.prefetch.wait_idle();
+    std::thread::sleep(ttl + Duration::from_millis(50));
+
+    // Page 1 reads its 20 entries again (more than NOW_STATX: it yields)
+    // and queues the read-ahead of the next 40.
+    let (ready, p1, _) = page(&lfs, &d, 0, 20);
+    assert!(!ready, "past the time-to-live: read again, after a yield");
+    assert_eq!(names(&p1), names(&cold[..20]));
+    lfs.prefetch.wait_idle();
+    // Changed after the read-ahead, with an event: seen.
+    let changed = &ord[25];
+    fs::set_permissions(
+        t.0.join("d").join(changed),
+        fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let (ready, p2, _) = page(&lfs, &d, p1.last().unwrap().cookie, 20);
+    assert!(
+        ready,
+        "read ahead: the next page comes from the cache at once"
+    );
+    assert_eq!(names(&p2), names(&cold[20..40]));
+    assert_eq!(attrs_of(&p2, changed).mode & 0o777, 0o600);
+    for e in &p2 {
+        let n = String::from_utf8(e.name.0.to_vec()).unwrap();
+        let m = fs::symlink_metadata(t.0.join("d").join(&n)).unwrap();
+        assert_eq!(attrs_of(&p2, &n).size, m.len(), "{n}");
+    }
+
+    // Page 3 was read ahead too (twice page 1's entries). A change no
+    // event reports (a write through a link made elsewhere) is not seen
+    // within the time-to-live, and is once it is over.
+    let unseen = &ord[45];
+    fs::hard_link(t.0.join("d").join(unseen), t.0.join("e/x")).unwrap();
+    fs::write(t.0.join("e/x"), b"written through another name").unwrap();
+    std::thread::sleep(ttl + Duration::from_millis(50));
+    let (ready, p3, _) = page(&lfs, &d, p2.last().unwrap().cookie, 20);
+    assert!(
+        !ready,
+        "the read-ahead is past the time-to-live: read again"
+    );
+    assert_eq!(names(&p3), names(&cold[40..60]));
+    assert_eq!(attrs_of(&p3, unseen).size, 28);
+    assert_eq!(attrs_of(&p3, unseen).nlink, 2);
+}
+
+/// One read-ahead per kept cursor: a page that takes the cursor cancels
+/// its read-ahead, and listings a client leaves unfinished hold no more
+/// read-aheads than kept cursors (at most `MAX_CURSORS`), however many.
+#[test]
+fn read_aheads_are_bounded_by_the_kept_cursors() {
+    use super::cursors::MAX_CURSORS;
+    let t = Tmp::new("rd-ahead-bound");
+    let dirs = MAX_CURSORS + 20;
+    for k in 0..dirs {
+        let d = t.0.join(format!("d{k}"));
+        fs::create_dir_all(&d).unwrap();
+        for i in 0..12 {
+            fs::write(d.join(format!("f{i}")), b"").unwrap();
+        }
+    }
+    let (lfs, _) = {
+        fs::create_dir_all(t.0.join("d")).unwrap();
+        cached(&t)
+    };
+    lfs.prefetch.pause(true);
+    let d0 = block_lookup(&lfs, "d0");
+    let (_, p1, _) = page(&lfs, &d0, 0, 4);
+    assert_eq!(lfs.prefetch.waiting(), 1);
+    let (_, p2, _) = page(&lfs, &d0, p1.last().unwrap().cookie, 4);
+    assert_eq!(
+        lfs.prefetch.waiting(),
+        1,
+        "the second page took the cursor: its read-ahead was cancelled"
+    );
+    assert!(!p2.is_empty());
+    // A hostile client: first pages of many directories, never the rest.
+    for k in 1..dirs {
+        let d = block_lookup(&lfs, &format!("d{k}"));
+        let _ = page(&lfs, &d, 0, 4);
+    }
+    let (waiting, kept) = (lfs.prefetch.waiting(), lfs.cursors.len());
+    assert!(kept <= MAX_CURSORS, "{kept}");
+    assert!(waiting <= kept, "{waiting} read-aheads for {kept} cursors");
+    lfs.prefetch.pause(false);
+    lfs.prefetch.wait_idle();
+}
