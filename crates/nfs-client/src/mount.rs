@@ -20,6 +20,12 @@ pub const MIN_IO_SIZE: u32 = 4096;
 pub const MAX_IO_SIZE: u32 = 4 << 20;
 /// Smallest default READDIRPLUS reply size (`maxcount`).
 pub const DEFAULT_DIR_BYTES: u32 = 64 << 10;
+/// The first READDIRPLUS reply of a listing asks for at most this much,
+/// each next one for twice the last, up to the listing's `maxcount`: a
+/// caller that shows each reply as it arrives while the next is asked
+/// for (`nfsrdma ls`) waits for the server's first page alone, so a
+/// small first page starts that overlap sooner.
+pub const FIRST_DIR_BYTES: u32 = 32 << 10;
 /// Path components followed before giving up.
 pub const MAX_PATH_COMPONENTS: usize = 256;
 
@@ -296,8 +302,8 @@ impl<T: ClientTransport> ReadDirPlus<'_, T> {
                 &self.dir,
                 self.cookie,
                 self.verf,
-                self.maxcount / 4,
-                self.maxcount,
+                self.page_bytes() / 4,
+                self.page_bytes(),
             )
             .await?;
         self.calls += 1;
@@ -315,6 +321,15 @@ impl<T: ClientTransport> ReadDirPlus<'_, T> {
     /// READDIRPLUS calls made so far.
     pub fn calls(&self) -> u32 {
         self.calls
+    }
+
+    /// The `maxcount` of the next call: [`FIRST_DIR_BYTES`] doubled per
+    /// call made, up to the listing's.
+    fn page_bytes(&self) -> u32 {
+        FIRST_DIR_BYTES
+            .checked_shl(self.calls.min(16))
+            .unwrap_or(u32::MAX)
+            .min(self.maxcount)
     }
 }
 
