@@ -119,6 +119,11 @@ impl Entry<'_> {
         self.cookie
     }
 
+    /// The name with its NUL, as system calls take it (no copy).
+    pub fn c_name(&self) -> &CStr {
+        self.name
+    }
+
     /// Whether this is "." or "..".
     pub fn is_dot(&self) -> bool {
         matches!(self.name(), b"." | b"..")
@@ -202,12 +207,12 @@ impl HeldEntries {
         self.0.entries.is_empty()
     }
 
-    /// Each entry's name (without its NUL), inode number and type as the
-    /// directory records them, in directory order.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], u64, FileType)> {
+    /// Each entry's name, inode number and type as the directory records
+    /// them, in directory order.
+    pub fn iter(&self) -> impl Iterator<Item = (&CStr, u64, FileType)> {
         self.0.entries.iter().filter_map(|a| {
-            let name = self.0.names.get(a.name.0..a.name.1.checked_sub(1)?)?;
-            Some((name, a.ino, a.file_type))
+            let name = self.0.names.get(a.name.0..a.name.1)?;
+            Some((CStr::from_bytes_with_nul(name).ok()?, a.ino, a.file_type))
         })
     }
 }
@@ -401,9 +406,22 @@ impl Ahead {
         visit: &mut impl FnMut(&Entry<'_>, P) -> bool,
         last: &mut u64,
     ) -> Option<usize> {
-        let n = if parallel { self.entries.len() } else { 0 };
+        let len = self.entries.len();
+        if !parallel || !crate::inorder::may_share(len) {
+            // One `Entry` per entry for both steps.
+            return (0..self.entries.len()).find(|&i| {
+                let Some(e) = self.entry(i, dir) else {
+                    return false; // never: `push` ends each name
+                };
+                let taken = visit(&e, prep(&e));
+                if taken {
+                    *last = e.cookie;
+                }
+                !taken
+            });
+        }
         let prep_at = |i: usize| self.entry(i, dir).map(|e| prep(&e));
-        let mut take = |i: usize, p: Option<P>| match (self.entry(i, dir), p) {
+        let take = |i: usize, p: Option<P>| match (self.entry(i, dir), p) {
             (Some(e), Some(p)) => {
                 let taken = visit(&e, p);
                 if taken {
@@ -413,10 +431,7 @@ impl Ahead {
             }
             _ => true, // a name that is not one (never: `push` ends it)
         };
-        if n == 0 {
-            return (0..self.entries.len()).find(|&i| !take(i, prep_at(i)));
-        }
-        crate::inorder::map_in_order(n, prep_at, take)
+        crate::inorder::map_in_order(len, prep_at, take)
     }
 }
 

@@ -80,6 +80,13 @@ pub(crate) fn helpers() -> usize {
 /// item up to the refused one is prepared, and handed over, once; an
 /// item of a chunk the helper was too slow with is prepared again by the
 /// caller, so `prep` must not mind running twice.
+/// Whether [`map_in_order`] of `n` items may share them with a helper
+/// (else it runs them in turn on the caller, which the caller may as
+/// well do itself).
+pub(crate) fn may_share(n: usize) -> bool {
+    n >= MIN_PARALLEL && helpers() > 0
+}
+
 pub(crate) fn map_in_order<P: Send>(
     n: usize,
     prep: impl Fn(usize) -> P + Sync,

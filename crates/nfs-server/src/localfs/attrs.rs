@@ -65,6 +65,13 @@ pub(crate) struct Meta(pub(crate) Statx);
 impl Meta {
     /// `statx(dir, name)` without following a final symbolic link.
     pub(crate) fn at(dir: impl AsFd, name: &[u8]) -> rustix::io::Result<Self> {
+        Self::at_c(dir, name)
+    }
+
+    /// [`Self::at`] with any path argument: a `&CStr` name (a listing's
+    /// entry) goes to the kernel as it is, where bytes are copied to add
+    /// the NUL.
+    pub(crate) fn at_c(dir: impl AsFd, name: impl rustix::path::Arg) -> rustix::io::Result<Self> {
         rustix::fs::statx(
             dir,
             name,

@@ -357,10 +357,11 @@ impl LocalFs {
             let Some(view) = cache.open_watched(ino, gen) else {
                 return;
             };
-            for (name, ino, file_type) in held.iter() {
+            for (c_name, ino, file_type) in held.iter() {
                 if cancel.load(Ordering::Relaxed) {
                     return;
                 }
+                let name = c_name.to_bytes();
                 if matches!(name, b"." | b"..") || file_type == FileType::Directory {
                     continue;
                 }
@@ -368,7 +369,7 @@ impl LocalFs {
                     Ok(()) => continue,
                     Err(stale) => stale,
                 };
-                if let Ok((m, kept)) = tagger.stat(dir.as_fd(), name, stale) {
+                if let Ok((m, kept)) = tagger.stat(dir.as_fd(), c_name, stale) {
                     if !m.is_dir() && m.nlink() == 1 {
                         view.put(name, kept);
                     }
@@ -443,7 +444,7 @@ impl LocalFs {
         };
         let (m, kept) = match d
             .dir()
-            .and_then(|fd| tagger.stat(fd.as_fd(), e.name(), stale))
+            .and_then(|fd| tagger.stat(fd.as_fd(), e.c_name(), stale))
         {
             Ok(r) => r,
             Err(s) => return (Err(s), None),
@@ -491,10 +492,10 @@ impl Tagger<'_> {
     fn stat(
         &self,
         dir: BorrowedFd<'_>,
-        name: &[u8],
+        name: impl rustix::path::Arg,
         stale: Option<Kept>,
     ) -> StorageResult<(Meta, Kept)> {
-        let m = sx(Meta::at(dir, name))?;
+        let m = sx(Meta::at_c(dir, name))?;
         if m.dev() != self.dev {
             return Err(Nfsstat3::NFS3ERR_ACCES);
         }
