@@ -11,7 +11,7 @@ use std::time::Duration;
 use nfs::v3::NfsFh3;
 
 use super::attrcache::AttrCacheConfig;
-use super::readdir::{NOW_ENTRIES, NOW_STATX};
+use super::readdir::{AHEAD_MIN, NOW_ENTRIES, NOW_STATX};
 use super::tests::{name, OwnedEntry, Tmp};
 use super::LocalFs;
 use crate::storage::{DirEntry, DirPage, DirRequest, Storage};
@@ -208,8 +208,8 @@ fn the_next_pages_attributes_are_read_ahead_and_never_served_stale() {
     let t = Tmp::new("rd-ahead");
     fs::create_dir_all(t.0.join("d")).unwrap();
     fs::create_dir_all(t.0.join("e")).unwrap();
-    for i in 0..200 {
-        fs::write(t.0.join(format!("d/f{i}")), vec![b'x'; i]).unwrap();
+    for i in 0..1000 {
+        fs::write(t.0.join(format!("d/f{i}")), vec![b'x'; i % 300]).unwrap();
     }
     let ord = order(&t, "d");
     let ttl = Duration::from_secs(1);
@@ -223,29 +223,30 @@ fn the_next_pages_attributes_are_read_ahead_and_never_served_stale() {
     // The handle index and the cache learn the directory; then every kept
     // entry grows older than the time-to-live.
     let (_, _, cold) = listing(&lfs, &d, 1000);
-    assert_eq!(cold.len(), 202);
+    assert_eq!(cold.len(), 1002);
     lfs.prefetch.wait_idle();
     std::thread::sleep(ttl + Duration::from_millis(50));
 
-    // Page 1 reads its 20 entries again (more than NOW_STATX: it yields)
-    // and queues the read-ahead of the next 40.
-    let (ready, p1, _) = page(&lfs, &d, 0, 20);
+    // Page 1 reads its entries again (more than NOW_STATX: it yields) and
+    // queues the read-ahead of twice as many.
+    let n = AHEAD_MIN;
+    let (ready, p1, _) = page(&lfs, &d, 0, n);
     assert!(!ready, "past the time-to-live: read again, after a yield");
-    assert_eq!(names(&p1), names(&cold[..20]));
+    assert_eq!(names(&p1), names(&cold[..n]));
     lfs.prefetch.wait_idle();
     // Changed after the read-ahead, with an event: seen.
-    let changed = &ord[25];
+    let changed = &ord[n + 25];
     fs::set_permissions(
         t.0.join("d").join(changed),
         fs::Permissions::from_mode(0o600),
     )
     .unwrap();
-    let (ready, p2, _) = page(&lfs, &d, p1.last().unwrap().cookie, 20);
+    let (ready, p2, _) = page(&lfs, &d, p1.last().unwrap().cookie, n);
     assert!(
         ready,
         "read ahead: the next page comes from the cache at once"
     );
-    assert_eq!(names(&p2), names(&cold[20..40]));
+    assert_eq!(names(&p2), names(&cold[n..2 * n]));
     assert_eq!(attrs_of(&p2, changed).mode & 0o777, 0o600);
     for e in &p2 {
         let n = String::from_utf8(e.name.0.to_vec()).unwrap();
@@ -256,54 +257,67 @@ fn the_next_pages_attributes_are_read_ahead_and_never_served_stale() {
     // Page 3 was read ahead too (twice page 1's entries). A change no
     // event reports (a write through a link made elsewhere) is not seen
     // within the time-to-live, and is once it is over.
-    let unseen = &ord[45];
+    let unseen = &ord[2 * n + 45];
     fs::hard_link(t.0.join("d").join(unseen), t.0.join("e/x")).unwrap();
     fs::write(t.0.join("e/x"), b"written through another name").unwrap();
     std::thread::sleep(ttl + Duration::from_millis(50));
-    let (ready, p3, _) = page(&lfs, &d, p2.last().unwrap().cookie, 20);
+    let (ready, p3, _) = page(&lfs, &d, p2.last().unwrap().cookie, n);
     assert!(
         !ready,
         "the read-ahead is past the time-to-live: read again"
     );
-    assert_eq!(names(&p3), names(&cold[40..60]));
+    assert_eq!(names(&p3), names(&cold[2 * n..3 * n]));
     assert_eq!(attrs_of(&p3, unseen).size, 28);
     assert_eq!(attrs_of(&p3, unseen).nlink, 2);
 }
 
 /// One read-ahead per kept cursor: a page that takes the cursor cancels
 /// its read-ahead, and listings a client leaves unfinished hold no more
-/// read-aheads than kept cursors (at most `MAX_CURSORS`), however many.
+/// read-aheads than kept cursors (at most `MAX_CURSORS`), however many;
+/// a small page (fewer than `AHEAD_MIN` entries) queues none.
 #[test]
 fn read_aheads_are_bounded_by_the_kept_cursors() {
-    use super::cursors::MAX_CURSORS;
+    // The same bounds as the defaults (one job per cursor), smaller.
+    const MAX_CURSORS: usize = 4;
     let t = Tmp::new("rd-ahead-bound");
-    let dirs = MAX_CURSORS + 20;
+    let dirs = MAX_CURSORS + 4;
     for k in 0..dirs {
         let d = t.0.join(format!("d{k}"));
         fs::create_dir_all(&d).unwrap();
-        for i in 0..12 {
+        for i in 0..if k == 0 {
+            3 * AHEAD_MIN
+        } else {
+            AHEAD_MIN + 40
+        } {
             fs::write(d.join(format!("f{i}")), b"").unwrap();
         }
     }
-    let (lfs, _) = {
+    let (mut lfs, _) = {
         fs::create_dir_all(t.0.join("d")).unwrap();
         cached(&t)
     };
+    lfs.cursors = super::cursors::Cursors::new(MAX_CURSORS);
+    lfs.prefetch = super::prefetch::Prefetch::new(MAX_CURSORS);
     lfs.prefetch.pause(true);
     let d0 = block_lookup(&lfs, "d0");
-    let (_, p1, _) = page(&lfs, &d0, 0, 4);
+    let (_, small, _) = page(&lfs, &d0, 0, 4);
+    assert_eq!((small.len(), lfs.prefetch.waiting()), (4, 0));
+    let (_, p1, _) = page(&lfs, &d0, small.last().unwrap().cookie, AHEAD_MIN);
     assert_eq!(lfs.prefetch.waiting(), 1);
     let (_, p2, _) = page(&lfs, &d0, p1.last().unwrap().cookie, 4);
     assert_eq!(
         lfs.prefetch.waiting(),
-        1,
-        "the second page took the cursor: its read-ahead was cancelled"
+        0,
+        "the next page took the cursor: its read-ahead was cancelled"
     );
     assert!(!p2.is_empty());
+    let (_, p3, _) = page(&lfs, &d0, p2.last().unwrap().cookie, AHEAD_MIN);
+    assert!(!p3.is_empty());
+    assert_eq!(lfs.prefetch.waiting(), 1, "one per cursor");
     // A hostile client: first pages of many directories, never the rest.
     for k in 1..dirs {
         let d = block_lookup(&lfs, &format!("d{k}"));
-        let _ = page(&lfs, &d, 0, 4);
+        let _ = page(&lfs, &d, 0, AHEAD_MIN);
     }
     let (waiting, kept) = (lfs.prefetch.waiting(), lfs.cursors.len());
     assert!(kept <= MAX_CURSORS, "{kept}");
