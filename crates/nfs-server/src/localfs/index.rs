@@ -31,8 +31,10 @@
 //! Only a power loss or kernel crash may lose entries recorded by LOOKUP
 //! or READDIRPLUS since the last durable commit (their handles are then
 //! STALE and the client looks the names up again). The changes waiting
-//! are bounded ([`PENDING_LOGGED_MAX`]): the change that reaches the
-//! bound commits at once. The index kept in memory (no state directory)
+//! are bounded in bytes ([`PENDING_BYTES_MAX`]): the change that reaches
+//! half the bound wakes the commit thread, the one that reaches the
+//! bound commits at once. The commit thread paces its durable commits by
+//! their cost and syncs the log between them ([`store::PACE`]). The index kept in memory (no state directory)
 //! batches too: entries wait in a bounded map ([`PENDING_MAX`]) and go to
 //! the store in one transaction when it fills.
 //!
@@ -56,6 +58,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
 use oncrpc::limits::Limit;
@@ -63,7 +66,7 @@ use redb::{backends::InMemoryBackend, Database, TableDefinition};
 
 use super::known::Known;
 use log::Record;
-use store::{Committer, Store};
+use store::{Bell, Committer, Pace, Store};
 
 mod links;
 pub mod log;
@@ -80,13 +83,28 @@ pub(crate) const CACHE_BYTES: usize = 16 << 20;
 /// Entries held in memory before a batch is written (the index in
 /// memory).
 pub(crate) const PENDING_MAX: usize = 1024;
-/// Changes held in memory for the next durable commit (with a state
-/// directory, about 110 bytes each): the change that reaches it commits
-/// at once (`index.pending_entries`). A commit takes the set away, so
-/// with one commit running the index holds at most twice this.
-pub(crate) const PENDING_LOGGED_MAX: usize = 65_536;
+/// Bytes of changes held in memory for the next durable commit (with a
+/// state directory; each costs [`entry_bytes`], 92 bytes with a 20-byte
+/// name, so ~550,000 of them): the change that reaches it commits at
+/// once (`index.pending_bytes`), and the one that reaches half of it
+/// wakes the commit thread. A commit takes the set away, so with one
+/// commit running the index holds at most twice this. Sized so that a
+/// listing of 1,000,000 new entries makes a few large checkpoints of the
+/// store rather than many (docs/listing.md).
+pub(crate) const PENDING_BYTES_MAX: usize = 48 << 20;
 
-static PENDING_ENTRIES: Limit = Limit::new("index.pending_entries");
+/// What a pending change costs in memory besides its stored form: the
+/// map's slot (key and pointer, 24 bytes, a control byte, room to grow)
+/// and the heap block's header and rounding.
+const ENTRY_BYTES: usize = 56;
+
+/// The memory a pending change `c` takes, estimated (92 bytes for a
+/// 20-byte name).
+fn entry_bytes(c: &Change) -> usize {
+    ENTRY_BYTES + c.as_ref().map_or(0, |v| v.len())
+}
+
+static PENDING_BYTES: Limit = Limit::new("index.pending_bytes");
 
 /// Where one inode lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,14 +133,6 @@ impl Entry {
             gen,
             name: Bytes::copy_from_slice(name),
         })
-    }
-}
-
-impl Entry {
-    /// Whether this entry says the file is `name` in `parent`, generation
-    /// `gen`.
-    fn is(&self, parent: u64, gen: u64, name: &[u8]) -> bool {
-        self.parent == parent && self.gen == gen && self.name[..] == *name
     }
 }
 
@@ -158,17 +168,34 @@ impl Listed {
     }
 }
 
-/// A change waiting for the store: an entry to write, or a removal.
-type Pending = HashMap<u64, Option<Entry>>;
+/// A change waiting for the store: an entry to write in its stored form
+/// ([`stored`]: one heap block, a third of an [`Entry`]'s memory), or a
+/// removal (`None`).
+type Change = Option<Box<[u8]>>;
 
-/// The log record of the change of `ino` to `e`.
-fn record_of(ino: u64, e: &Option<Entry>) -> Record<'_> {
-    match e {
-        Some(e) => Record::Put {
+/// The changes waiting for the store, by inode.
+type Pending = HashMap<u64, Change>;
+
+/// The change recording `e`.
+fn change_of(e: Option<&Entry>) -> Change {
+    e.map(|e| stored(e.parent, e.gen, &e.name).into_boxed_slice())
+}
+
+/// The parent, generation and name of an entry's stored form.
+fn split_stored(v: &[u8]) -> Option<(u64, u64, &[u8])> {
+    let parent = u64::from_be_bytes(v.get(..8)?.try_into().ok()?);
+    let gen = u64::from_be_bytes(v.get(8..16)?.try_into().ok()?);
+    Some((parent, gen, v.get(16..)?))
+}
+
+/// The log record of the change `c` of `ino`.
+fn record_of(ino: u64, c: &Change) -> Record<'_> {
+    match c.as_deref().and_then(split_stored) {
+        Some((parent, gen, name)) => Record::Put {
             ino,
-            parent: e.parent,
-            gen: e.gen,
-            name: &e.name,
+            parent,
+            gen,
+            name,
         },
         None => Record::Remove { ino },
     }
@@ -178,6 +205,8 @@ fn record_of(ino: u64, e: &Option<Entry>) -> Record<'_> {
 #[derive(Debug)]
 struct State {
     pending: Pending,
+    /// What [`Self::pending`] takes in memory ([`entry_bytes`]).
+    bytes: usize,
     /// The batch being written, read as the store until it is in it.
     writing: Option<Arc<Pending>>,
     /// What the index is known to record ([`Known`]), kept exact.
@@ -187,30 +216,47 @@ struct State {
     changes: u64,
     /// Changes [`Self::pending`] holds before they are due for the store.
     bound: usize,
+    /// Bytes [`Self::pending`] takes before it is due for the store.
+    bound_bytes: usize,
 }
 
 impl State {
     /// Queues a change of `ino`, keeping [`Self::known`] exact.
-    fn change(&mut self, ino: u64, e: Option<Entry>) {
-        match &e {
-            Some(e) => {
-                let hash = self.known.hash(ino, e.parent, e.gen, &e.name);
+    fn change(&mut self, ino: u64, e: Change) {
+        match e.as_deref().and_then(split_stored) {
+            Some((parent, gen, name)) => {
+                let hash = self.known.hash(ino, parent, gen, name);
                 self.known.set(ino, hash);
             }
             None => self.known.clear(ino),
         }
-        self.pending.insert(ino, e);
+        self.bytes += entry_bytes(&e);
+        if let Some(old) = self.pending.insert(ino, e) {
+            self.bytes = self.bytes.saturating_sub(entry_bytes(&old));
+        }
         self.changes += 1;
+    }
+
+    /// Takes the pending changes away (for the store).
+    fn take(&mut self) -> Pending {
+        self.bytes = 0;
+        std::mem::take(&mut self.pending)
     }
 
     /// Whether the pending changes are due for the store.
     fn due(&self, durable: bool) -> bool {
-        durable || self.pending.len() >= self.bound
+        durable || self.pending.len() >= self.bound || self.bytes >= self.bound_bytes
+    }
+
+    /// Whether the pending changes are past half their bound: the commit
+    /// thread is woken to write them before a change has to wait.
+    fn half_full(&self) -> bool {
+        self.bytes >= self.bound_bytes / 2
     }
 
     /// Where the index says `ino` lives, if a change not yet in the
     /// store says it.
-    fn unstored(&self, ino: u64) -> Option<&Option<Entry>> {
+    fn unstored(&self, ino: u64) -> Option<&Change> {
         let writing = self.writing.as_deref().and_then(|w| w.get(&ino));
         self.pending.get(&ino).or(writing)
     }
@@ -231,6 +277,10 @@ pub(crate) struct Shared {
     /// Held while a batch is taken and written: batches reach the store
     /// one at a time, in the order they were taken.
     writer: Mutex<()>,
+    /// Wakes the commit thread before its interval ends.
+    bell: Arc<Bell>,
+    /// When the commit thread's next checkpoint may start.
+    pace: Mutex<Pace>,
 }
 
 impl std::ops::Deref for Index {
@@ -269,16 +319,16 @@ impl Index {
         log_max: u64,
         every: std::time::Duration,
     ) -> std::io::Result<Self> {
-        Self::open_bounded(path, log_max, every, PENDING_LOGGED_MAX)
+        Self::open_bounded(path, log_max, every, PENDING_BYTES_MAX)
     }
 
-    /// [`Self::open_with`] holding at most `pending_max` changes in
+    /// [`Self::open_with`] holding changes of at most `pending_bytes` in
     /// memory between durable commits.
     pub(crate) fn open_bounded(
         path: &Path,
         log_max: u64,
         every: std::time::Duration,
-        pending_max: usize,
+        pending_bytes: usize,
     ) -> std::io::Result<Self> {
         let db = Database::builder()
             .set_cache_size(CACHE_BYTES)
@@ -286,16 +336,17 @@ impl Index {
             .map_err(db_err)?;
         let logs = log_paths(path);
         let store = Store::open(db, [&logs[0], &logs[1]], log_max)?;
-        let shared = Arc::new(Shared::new(store, pending_max));
-        let commit = {
+        let shared = Arc::new(Shared::new(store, usize::MAX, pending_bytes));
+        let tick = {
             let shared = Arc::clone(&shared);
-            move || {
-                if let Err(e) = shared.commit() {
+            move |rung| {
+                if let Err(e) = shared.tick(rung) {
                     tracing::warn!(error = %e, "handle index: durable commit failed");
                 }
             }
         };
-        let committer = Some(Committer::spawn(every, commit));
+        let bell = Arc::clone(&shared.bell);
+        let committer = Some(Committer::spawn(every, bell, tick));
         Ok(Self {
             shared,
             _committer: committer,
@@ -308,7 +359,7 @@ impl Index {
             .create_with_backend(InMemoryBackend::new())
             .map_err(db_err)?;
         Ok(Self {
-            shared: Arc::new(Shared::new(Store::memory(db)?, PENDING_MAX)),
+            shared: Arc::new(Shared::new(Store::memory(db)?, PENDING_MAX, usize::MAX)),
             _committer: None,
         })
     }
@@ -316,7 +367,7 @@ impl Index {
     /// Where `ino` lives, if recorded.
     pub(crate) fn get(&self, ino: u64) -> Option<Entry> {
         if let Some(p) = self.state.lock().ok()?.unstored(ino) {
-            return p.clone();
+            return p.as_deref().and_then(Entry::decode);
         }
         let tx = self.store.db.begin_read().ok()?;
         let t = tx.open_table(TABLE).ok()?;
@@ -334,7 +385,9 @@ impl Index {
             return true;
         }
         if let Some(p) = st.unstored(ino) {
-            let same = p.as_ref() == Some(e);
+            let same = p
+                .as_deref()
+                .is_some_and(|v| stored_is(v, e.parent, e.gen, &e.name));
             if same {
                 st.known.set(ino, hash);
             }
@@ -474,7 +527,7 @@ impl Index {
                 continue;
             }
             match st.unstored(ino) {
-                Some(Some(e)) if e.is(parent, gen, name) => st.known.set(ino, hash),
+                Some(Some(v)) if stored_is(v, parent, gen, name) => st.known.set(ino, hash),
                 Some(_) => differ.push((ino, gen, name, hash, linked)),
                 None => unsure.push((ino, gen, name, hash, linked)),
             }
@@ -500,12 +553,11 @@ impl Index {
             Err(_) => return,
         }
         for (ino, gen, name, _, l) in changed {
-            let name = Bytes::copy_from_slice(name);
-            let e = Entry { parent, gen, name };
             if l {
-                linked.push((ino, e));
+                let name = Bytes::copy_from_slice(name);
+                linked.push((ino, Entry { parent, gen, name }));
             } else {
-                changes.push((ino, Some(e)));
+                changes.push((ino, Some(stored(parent, gen, name).into_boxed_slice())));
             }
         }
         self.record(changes, false);
@@ -537,7 +589,7 @@ impl Index {
     }
 
     fn change(&self, ino: u64, e: Option<Entry>, durable: bool) {
-        self.record(vec![(ino, e)], durable);
+        self.record(vec![(ino, change_of(e.as_ref()))], durable);
     }
 
     /// Makes `changes`, in order; `durable` puts them on stable storage
@@ -545,7 +597,7 @@ impl Index {
     /// with one `write(2)` (and synced if `durable`) and the changes wait
     /// in memory for the next durable commit; in memory, they wait for a
     /// batch.
-    fn record(&self, changes: Vec<(u64, Option<Entry>)>, durable: bool) {
+    fn record(&self, changes: Vec<(u64, Change)>, durable: bool) {
         if changes.is_empty() {
             return;
         }
@@ -586,10 +638,11 @@ impl Index {
                     st.change(ino, e);
                 }
                 // A durable change is due by its log sync, not by the bound.
-                st.due(false).then_some(st.pending.len())
+                (st.due(false).then_some(st.bytes), st.half_full())
             }
             Err(_) => return,
         };
+        let (pending, half) = pending;
         let logged = logs
             .cur
             .append(&framed)
@@ -601,16 +654,19 @@ impl Index {
             );
         }
         let full = logs.cur.full();
+        let log_half = logs.cur.half_full();
         drop(logs);
         if full {
             self.log_bound();
         } else if let Some(n) = pending {
-            PENDING_ENTRIES.trip(format_args!(
-                "{n} handle index changes wait in memory: the index commits before the interval ends"
+            PENDING_BYTES.trip(format_args!(
+                "handle index changes of {n} bytes wait in memory: the index commits before the interval ends"
             ));
             if let Err(e) = self.commit() {
                 tracing::warn!(error = %e, "handle index: durable commit failed");
             }
+        } else if half || log_half {
+            self.bell.ring();
         }
     }
 
@@ -618,6 +674,9 @@ impl Index {
     /// trip).
     fn log_bound(&self) {
         let Some((path, len)) = self.store.log_full() else {
+            if self.store.log_half_full() {
+                self.bell.ring();
+            }
             return;
         };
         store::LOG_BYTES.trip(format_args!(
@@ -664,7 +723,7 @@ impl Index {
         };
         let batch = match self.state.lock() {
             Ok(mut st) if durable || !st.pending.is_empty() => {
-                let b = Arc::new(std::mem::take(&mut st.pending));
+                let b = Arc::new(st.take());
                 st.writing = Some(Arc::clone(&b));
                 b
             }
@@ -707,17 +766,37 @@ fn poisoned() -> std::io::Error {
 }
 
 impl Shared {
-    fn new(store: Store, bound: usize) -> Self {
+    fn new(store: Store, bound: usize, bound_bytes: usize) -> Self {
         Self {
             store,
             state: Mutex::new(State {
                 pending: HashMap::new(),
+                bytes: 0,
                 writing: None,
                 known: Known::new(),
                 changes: 0,
                 bound,
+                bound_bytes,
             }),
             writer: Mutex::new(()),
+            bell: Arc::new(Bell::default()),
+            pace: Mutex::new(Pace::default()),
+        }
+    }
+
+    /// The commit thread's turn, every interval or when `rung` (a bound's
+    /// half reached): a durable commit of the store (a checkpoint) when
+    /// rung or when the last one's [`store::PACE`] allows it; else the
+    /// log is synced, so a power loss still loses at most the changes of
+    /// the last interval: the log replays what the store lacks.
+    fn tick(&self, rung: bool) -> std::io::Result<()> {
+        let paced = self.pace.lock().map_or(true, |p| p.allows(Instant::now()));
+        if rung || paced {
+            return self.commit();
+        }
+        match self.store.logs() {
+            Some(logs) => logs?.sync(),
+            None => Ok(()),
         }
     }
 
@@ -740,21 +819,23 @@ impl Shared {
                 return Ok(());
             }
             let old = logs.switch()?;
-            let batch = Arc::new(std::mem::take(&mut st.pending));
+            let batch = Arc::new(st.take());
             st.writing = Some(Arc::clone(&batch));
             (batch, old)
         };
         drop(logs);
-        let mut inos: Vec<u64> = batch.keys().copied().collect();
-        inos.sort_unstable();
+        let start = Instant::now();
+        let mut sorted: Vec<(&u64, &Change)> = batch.iter().collect();
+        sorted.sort_unstable_by_key(|&(ino, _)| *ino);
         let done = self.store.checkpoint(old.epoch(), |t| {
-            for ino in inos {
-                if let Some(e) = batch.get(&ino) {
-                    t.apply(&record_of(ino, e))?;
-                }
+            for (&ino, c) in sorted {
+                t.apply(&record_of(ino, c))?;
             }
             Ok(())
         });
+        if let Ok(mut p) = self.pace.lock() {
+            p.took(start, Instant::now());
+        }
         let Some(logs) = self.store.logs() else {
             return done;
         };
@@ -771,6 +852,7 @@ impl Shared {
                 if let std::collections::hash_map::Entry::Vacant(v) = st.pending.entry(ino) {
                     let _ = record_of(ino, e).encode(epoch, &mut framed);
                     v.insert(e.clone());
+                    st.bytes += entry_bytes(e);
                 }
             }
             drop(st);
@@ -1139,33 +1221,35 @@ mod tests {
     fn pages_wait_in_memory_until_the_pending_bound_commits_them() {
         let d = scratch("pending");
         let p = d.join("ix.redb");
-        let ix = Index::open_bounded(&p, store::LOG_MAX, HOUR, 1000).unwrap();
-        let trips = PENDING_ENTRIES.count();
+        // 400 entries (74-76 bytes each) are below half the bound, which
+        // would wake the commit thread; 400 + 700 reach it.
+        let ix = Index::open_bounded(&p, store::LOG_MAX, HOUR, 80_000).unwrap();
+        let trips = PENDING_BYTES.count();
         // A page below the bound: logged, served from memory, not in the
         // store file.
-        ix.put_listed(2, &listing(600));
-        assert_eq!(ix.pending_len(), 600);
-        assert_eq!(ix.get(1599).map(|x| x.name), Some(Bytes::from("f599")));
+        ix.put_listed(2, &listing(400));
+        assert_eq!(ix.pending_len(), 400);
+        assert_eq!(ix.get(1399).map(|x| x.name), Some(Bytes::from("f399")));
         assert!(ix.log_len() > log::HEADER_LEN as u64);
         killed_copy(&p, &d.join("n.redb"), false);
         let n = Index::open(&d.join("n.redb")).unwrap();
         assert_eq!(n.get(1000), None);
         drop(n);
-        assert_eq!(PENDING_ENTRIES.count(), trips);
+        assert_eq!(PENDING_BYTES.count(), trips);
         // The page that reaches the bound commits everything at once.
         let mut more = Listed::default();
-        for i in 0..500 {
+        for i in 0..700 {
             more.push(5000 + i, 9, false, format!("g{i}").as_bytes());
         }
         ix.put_listed(3, &more);
-        assert!(PENDING_ENTRIES.count() > trips);
+        assert!(PENDING_BYTES.count() > trips);
         assert_eq!(ix.pending_len(), 0);
         assert_eq!(ix.log_len(), log::HEADER_LEN as u64);
         killed_copy(&p, &d.join("c.redb"), false);
         drop(ix);
         let c = Index::open(&d.join("c.redb")).unwrap();
-        assert_eq!(c.get(1599).map(|x| x.parent), Some(2));
-        assert_eq!(c.get(5499).map(|x| x.parent), Some(3));
+        assert_eq!(c.get(1399).map(|x| x.parent), Some(2));
+        assert_eq!(c.get(5699).map(|x| x.parent), Some(3));
         drop(c);
         let _ = std::fs::remove_dir_all(&d);
     }
@@ -1238,6 +1322,85 @@ mod tests {
         let n = Index::open(&d.join("n.redb")).unwrap();
         assert_eq!(n.get(10), Some(e(2, "a")));
         drop(n);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Waits (up to 30 s) until the store alone holds everything: no
+    /// change pending, the log started afresh.
+    fn committed(ix: &Index) -> bool {
+        let start = std::time::Instant::now();
+        while ix.pending_len() > 0 || ix.log_len() > log::HEADER_LEN as u64 {
+            if start.elapsed().as_secs() >= 30 {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        true
+    }
+
+    #[test]
+    fn half_of_either_bound_wakes_the_commit_thread() {
+        let d = scratch("half");
+        // Changes of 600 x 74-76 bytes: past half of 80,000, below it.
+        let p = d.join("ix.redb");
+        let ix = Index::open_bounded(&p, store::LOG_MAX, HOUR, 80_000).unwrap();
+        ix.put_listed(2, &listing(600));
+        assert!(committed(&ix), "half the pending bound did not commit");
+        // 150 records of ~37 bytes: past half of an 8 KiB log, below it.
+        let q = d.join("iy.redb");
+        let iy = Index::open_with(&q, 8192, HOUR).unwrap();
+        iy.put_listed(2, &listing(150));
+        assert!(committed(&iy), "half the log bound did not commit");
+        // Committed durably: the stores alone hold the pages.
+        killed_copy(&p, &d.join("n.redb"), false);
+        killed_copy(&q, &d.join("m.redb"), false);
+        drop((ix, iy));
+        let n = Index::open(&d.join("n.redb")).unwrap();
+        assert_eq!(n.get(1599).map(|x| x.parent), Some(2));
+        let m = Index::open(&d.join("m.redb")).unwrap();
+        assert_eq!(m.get(1149).map(|x| x.parent), Some(2));
+        drop((n, m));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_checkpoint_paces_the_next_and_the_ticks_between_sync_the_log() {
+        let mut pace = Pace::default();
+        let t = std::time::Instant::now();
+        assert!(pace.allows(t));
+        let ms = std::time::Duration::from_millis;
+        pace.took(t, t + ms(10));
+        let next = t + ms(10) + ms(10) * store::PACE;
+        assert!(!pace.allows(next - ms(1)));
+        assert!(pace.allows(next));
+
+        let d = scratch("pace");
+        let p = d.join("ix.redb");
+        let ix = Index::open_with(&p, store::LOG_MAX, ms(20)).unwrap();
+        // The last checkpoint was long: the next is an hour away.
+        ix.pace.lock().unwrap().hold_until(t + HOUR);
+        ix.put(10, e(2, "a"), false, false);
+        let start = std::time::Instant::now();
+        while !ix.store.log_synced() {
+            assert!(start.elapsed().as_secs() < 30, "the log was not synced");
+            std::thread::sleep(ms(5));
+        }
+        // Synced, not committed: the store holds it only with its log.
+        assert_eq!(ix.pending_len(), 1);
+        killed_copy(&p, &d.join("n.redb"), false);
+        killed_copy(&p, &d.join("l.redb"), true);
+        let n = Index::open(&d.join("n.redb")).unwrap();
+        assert_eq!(n.get(10), None);
+        let l = Index::open(&d.join("l.redb")).unwrap();
+        assert_eq!(l.get(10), Some(e(2, "a")));
+        drop((n, l));
+        // Once the pace allows it, a tick commits.
+        ix.pace
+            .lock()
+            .unwrap()
+            .hold_until(std::time::Instant::now());
+        assert!(committed(&ix), "no checkpoint once the pace allowed it");
+        drop(ix);
         let _ = std::fs::remove_dir_all(&d);
     }
 }

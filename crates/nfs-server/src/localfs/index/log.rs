@@ -330,6 +330,8 @@ pub(crate) struct Log {
     path: PathBuf,
     epoch: u64,
     len: u64,
+    /// Bytes of the log on stable storage ([`Self::sync`]).
+    synced: u64,
     /// Bytes past which the index commits durably and starts afresh.
     pub(crate) max: u64,
 }
@@ -368,6 +370,7 @@ impl Log {
             path: path.to_owned(),
             epoch,
             len: HEADER_LEN as u64,
+            synced: HEADER_LEN as u64,
             max,
         })
     }
@@ -383,6 +386,12 @@ impl Log {
 
     pub(crate) fn full(&self) -> bool {
         self.len > self.max
+    }
+
+    /// Whether the log is past half its bound: time for a durable commit
+    /// of the store before a change has to wait for one.
+    pub(crate) fn half_full(&self) -> bool {
+        self.len > self.max / 2
     }
 
     pub(crate) fn len(&self) -> u64 {
@@ -404,12 +413,21 @@ impl Log {
         Ok(())
     }
 
-    /// Puts what was appended on stable storage.
-    pub(crate) fn sync(&self) -> io::Result<()> {
-        if self.has_records() {
+    /// Puts what was appended on stable storage (nothing to do when
+    /// nothing was appended since the last sync).
+    pub(crate) fn sync(&mut self) -> io::Result<()> {
+        if self.has_records() && self.synced < self.len {
+            let len = self.len;
             self.file.sync_data()?;
+            self.synced = len;
         }
         Ok(())
+    }
+
+    /// Whether everything appended is on stable storage.
+    #[cfg(test)]
+    pub(crate) fn is_synced(&self) -> bool {
+        self.synced >= self.len
     }
 
     /// A second handle on the log's file, to sync it while a durable
@@ -426,6 +444,7 @@ impl Log {
         self.len = 0;
         self.file.write_all(&header(self.epoch))?;
         self.len = HEADER_LEN as u64;
+        self.synced = self.len;
         Ok(())
     }
 

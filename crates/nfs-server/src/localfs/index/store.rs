@@ -10,12 +10,15 @@
 //! log is in the page cache; the next start replays it into the store).
 //! A change whose reply promises stable storage (a CREATE, RENAME,
 //! LINK…) syncs the log (`fdatasync`, one per call). Every
-//! [`commit_interval`] (300 ms by default) a background thread writes the
-//! pending changes to the store in one transaction and commits it
-//! durably, recording the epoch of the log that held them; so does the
-//! change that takes the log past its bound ([`LOG_MAX`], the
-//! `index.log_bytes` limit) or the pending set past its own
-//! ([`super::PENDING_LOGGED_MAX`], `index.pending_entries`). A power loss
+//! [`commit_interval`] (300 ms by default) a background thread either
+//! writes the pending changes to the store in one transaction and
+//! commits it durably (a checkpoint), recording the epoch of the log
+//! that held them, or, while the last checkpoint's cost holds the next
+//! one off ([`PACE`]), syncs the log. The change that takes the log past
+//! half its bound ([`LOG_MAX`]) or the pending set past half its own
+//! ([`super::PENDING_BYTES_MAX`]) wakes the thread for a checkpoint; the
+//! change that takes either past the whole bound checkpoints at once
+//! (the `index.log_bytes` and `index.pending_bytes` limits). A power loss
 //! or kernel crash loses at most the handles recorded by LOOKUP,
 //! READDIRPLUS and OPEN in the last interval (those of a synced change
 //! survive): the client then gets STALE and looks the name up again.
@@ -35,10 +38,9 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use oncrpc::limits::Limit;
 use redb::{Database, Durability, Table, TableDefinition, WriteTransaction};
@@ -50,9 +52,19 @@ use super::{db_err, links, stored, Entry, TABLE};
 const META: TableDefinition<'static, &str, u64> = TableDefinition::new("meta");
 const EPOCH: &str = "log_epoch";
 
-/// The log's bound in bytes (about 170,000 records of 20-byte names):
-/// past it the writer commits the store durably and restarts the log.
-pub(crate) const LOG_MAX: u64 = 8 << 20;
+/// The log's bound in bytes (about 630,000 records of 20-byte names):
+/// past it the writer commits the store durably and restarts the log;
+/// past half of it the commit thread is woken to do so. It bounds the
+/// replay at open: two logs, read whole into memory and written to the
+/// store in one transaction (measured in docs/listing.md).
+pub(crate) const LOG_MAX: u64 = 32 << 20;
+
+/// A durable commit of the store (a checkpoint: the log holds every
+/// change already) that took `d` makes the next one wait `PACE` x `d`
+/// after it, unless a bound's half wakes it sooner; the log is synced at
+/// every interval meanwhile. So checkpoints take at most a fifth of the
+/// commit thread's time however big the store grows.
+pub(crate) const PACE: u32 = 4;
 
 /// Bytes read from a log at replay beyond twice its bound.
 const REPLAY_SLACK: u64 = 64 << 20;
@@ -169,7 +181,7 @@ pub(super) struct Logs {
 impl Logs {
     /// Puts what was appended on stable storage: the current log, and
     /// the one a durable commit is writing to the store.
-    pub(super) fn sync(&self) -> std::io::Result<()> {
+    pub(super) fn sync(&mut self) -> std::io::Result<()> {
         self.cur.sync()?;
         if let Some(f) = &self.retiring {
             f.sync_data()?;
@@ -335,11 +347,49 @@ impl Store {
         tx.commit().map_err(db_err)
     }
 
+    /// Whether the current log is past half its bound.
+    pub(super) fn log_half_full(&self) -> bool {
+        self.logs()
+            .and_then(|l| l.ok().map(|l| l.cur.half_full()))
+            .unwrap_or(false)
+    }
+
     #[cfg(test)]
     pub(super) fn log_len(&self) -> u64 {
         self.logs()
             .and_then(|l| l.ok().map(|l| l.cur.len()))
             .unwrap_or(0)
+    }
+
+    #[cfg(test)]
+    pub(super) fn log_synced(&self) -> bool {
+        self.logs()
+            .and_then(|l| l.ok().map(|l| l.cur.is_synced()))
+            .unwrap_or(false)
+    }
+}
+
+/// When the next checkpoint may start ([`PACE`]).
+#[derive(Debug, Default)]
+pub(super) struct Pace {
+    next: Option<Instant>,
+}
+
+impl Pace {
+    /// Whether a checkpoint may start at `now`.
+    pub(super) fn allows(&self, now: Instant) -> bool {
+        self.next.is_none_or(|n| now >= n)
+    }
+
+    /// A checkpoint ran from `start` to `end`.
+    pub(super) fn took(&mut self, start: Instant, end: Instant) {
+        self.next = Some(end + end.saturating_duration_since(start) * PACE);
+    }
+
+    /// No checkpoint before `at` (tests).
+    #[cfg(test)]
+    pub(super) fn hold_until(&mut self, at: Instant) {
+        self.next = Some(at);
     }
 }
 
@@ -403,23 +453,79 @@ fn torn(path: &Path, at: usize, e: LogError) {
     );
 }
 
-/// The thread committing a store durably every interval, stopped and
-/// joined when dropped.
+/// Wakes the commit thread before its interval ends (a bound's half is
+/// reached), and stops it.
+#[derive(Debug, Default)]
+pub(super) struct Bell {
+    rung: Mutex<Ring>,
+    cv: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Ring {
+    woken: bool,
+    stop: bool,
+}
+
+impl Bell {
+    /// Wakes the commit thread (at once if it waits, else when its
+    /// current commit ends).
+    pub(super) fn ring(&self) {
+        if let Ok(mut r) = self.rung.lock() {
+            r.woken = true;
+        }
+        self.cv.notify_one();
+    }
+
+    fn stop(&self) {
+        if let Ok(mut r) = self.rung.lock() {
+            r.stop = true;
+        }
+        self.cv.notify_one();
+    }
+
+    /// Waits `every` or until rung: whether it was rung, `None` once
+    /// stopped.
+    fn wait(&self, every: Duration) -> Option<bool> {
+        let deadline = Instant::now() + every;
+        let mut r = self.rung.lock().ok()?;
+        loop {
+            if r.stop {
+                return None;
+            }
+            if std::mem::take(&mut r.woken) {
+                return Some(true);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Some(false);
+            }
+            r = self.cv.wait_timeout(r, left).ok()?.0;
+        }
+    }
+}
+
+/// The thread committing a store durably, stopped and joined when
+/// dropped.
 pub(super) struct Committer {
-    stop: Option<mpsc::Sender<()>>,
+    bell: Arc<Bell>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Committer {
-    /// A thread running `commit` every `every`.
-    pub(super) fn spawn(every: Duration, commit: impl Fn() + Send + 'static) -> Self {
-        let (stop, rx) = mpsc::channel::<()>();
+    /// A thread running `tick(rung)` every `every`, and at once when
+    /// `bell` rings (`rung`).
+    pub(super) fn spawn(
+        every: Duration,
+        bell: Arc<Bell>,
+        tick: impl Fn(bool) + Send + 'static,
+    ) -> Self {
+        let waits = Arc::clone(&bell);
         let thread = std::thread::Builder::new()
             .name("index-commit".into())
-            .spawn(move || loop {
-                match rx.recv_timeout(every) {
-                    Err(RecvTimeoutError::Timeout) => commit(),
-                    _ => return,
+            .spawn(move || {
+                while let Some(rung) = waits.wait(every) {
+                    tick(rung);
                 }
             });
         let thread = match thread {
@@ -429,16 +535,13 @@ impl Committer {
                 None
             }
         };
-        Self {
-            stop: Some(stop),
-            thread,
-        }
+        Self { bell, thread }
     }
 }
 
 impl Drop for Committer {
     fn drop(&mut self) {
-        self.stop.take();
+        self.bell.stop();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
