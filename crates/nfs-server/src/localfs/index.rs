@@ -75,6 +75,12 @@ mod store;
 pub(crate) use links::MAX_NAMES;
 pub use store::{set_commit_interval, COMMIT_INTERVAL};
 
+/// The bytes a pending change of a file named `name` counts against the
+/// bound ([`set_pending_bytes`]).
+pub fn pending_change_bytes(name: &[u8]) -> usize {
+    ENTRY_BYTES + 16 + name.len()
+}
+
 /// ino → parent ino (8 bytes), generation (8 bytes), name.
 const TABLE: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("ino");
 
@@ -91,7 +97,7 @@ pub(crate) const PENDING_MAX: usize = 1024;
 /// commit running the index holds at most twice this. Sized so that a
 /// listing of 1,000,000 new entries makes a few large checkpoints of the
 /// store rather than many (docs/listing.md).
-pub(crate) const PENDING_BYTES_MAX: usize = 48 << 20;
+pub const PENDING_BYTES_MAX: usize = 48 << 20;
 
 /// What a pending change costs in memory besides its stored form: the
 /// map's slot (key and pointer, 24 bytes, a control byte, room to grow)
@@ -105,6 +111,17 @@ fn entry_bytes(c: &Change) -> usize {
 }
 
 static PENDING_BYTES: Limit = Limit::new("index.pending_bytes");
+
+static PENDING_BOUND: Mutex<usize> = Mutex::new(PENDING_BYTES_MAX);
+
+/// Sets the bound on the bytes of changes waiting for the durable commit
+/// ([`PENDING_BYTES_MAX`] by default) of every export opened from now on
+/// (tests, embedding).
+pub fn set_pending_bytes(bytes: usize) {
+    if let Ok(mut b) = PENDING_BOUND.lock() {
+        *b = bytes;
+    }
+}
 
 /// Where one inode lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -319,7 +336,8 @@ impl Index {
         log_max: u64,
         every: std::time::Duration,
     ) -> std::io::Result<Self> {
-        Self::open_bounded(path, log_max, every, PENDING_BYTES_MAX)
+        let bound = PENDING_BOUND.lock().map_or(PENDING_BYTES_MAX, |b| *b);
+        Self::open_bounded(path, log_max, every, bound)
     }
 
     /// [`Self::open_with`] holding changes of at most `pending_bytes` in
@@ -1326,10 +1344,11 @@ mod tests {
     }
 
     /// Waits (up to 30 s) until the store alone holds everything: no
-    /// change pending, the log started afresh.
+    /// change pending or being written, the log started afresh.
     fn committed(ix: &Index) -> bool {
         let start = std::time::Instant::now();
-        while ix.pending_len() > 0 || ix.log_len() > log::HEADER_LEN as u64 {
+        let writing = || ix.state.lock().unwrap().writing.is_some();
+        while ix.pending_len() > 0 || writing() || ix.log_len() > log::HEADER_LEN as u64 {
             if start.elapsed().as_secs() >= 30 {
                 return false;
             }

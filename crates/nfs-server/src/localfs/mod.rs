@@ -63,8 +63,10 @@ pub(crate) use copy::MAX_COPY;
 /// The handle index log's record codec (for the fuzz target and tools).
 pub use index::log as index_log;
 pub use index::{
-    set_commit_interval as set_index_commit_interval,
+    pending_change_bytes as index_pending_change_bytes,
+    set_commit_interval as set_index_commit_interval, set_pending_bytes as set_index_pending_bytes,
     COMMIT_INTERVAL as DEFAULT_INDEX_COMMIT_INTERVAL,
+    PENDING_BYTES_MAX as DEFAULT_INDEX_PENDING_BYTES,
 };
 
 use crate::fh::{fnv1a, HandleKey};
