@@ -168,3 +168,51 @@ async fn reused_pull_buffers_show_nothing_of_the_previous_call() {
     assert!(client.stats().read_chunk_calls >= 20);
     client.close();
 }
+
+/// The client posts its receives again in the buffers of replies their
+/// callers dropped (docs/bench.md, "Receive buffers reused"): replies still
+/// held are never written over, and a short reply in a reused buffer shows
+/// nothing of the longer one before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reused_receive_buffers_never_touch_a_reply_still_held() {
+    let (sdev, cdev) = (
+        SoftDevice::new(SoftConfig::default(), 310),
+        SoftDevice::new(SoftConfig::default(), 311),
+    );
+    let mut server = Server::new();
+    server.register(EchoService::default());
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let listener = RdmaListener::bind(&sdev, &any, Arc::new(server), RdmaServerConfig::default())
+        .await
+        .unwrap();
+    let addr = listener.local_addr();
+    listener.spawn();
+    let client = RdmaClient::connect(&cdev, &addr, RdmaClientConfig::default())
+        .await
+        .unwrap();
+    let echo = EchoClient::new(client.clone());
+    // Inline replies of falling then rising lengths: each held until the
+    // end, while as many more are received as the client posts receives.
+    let held_n = 300usize;
+    let mut held = Vec::with_capacity(held_n);
+    for i in 0..held_n {
+        let data = pattern(3000 - (i * 7) % 2900, i as u8);
+        let reply = echo.echo(data.clone()).await.unwrap();
+        held.push((data, reply));
+    }
+    // The held replies are their receive buffers' bytes (no copy), so
+    // none of those buffers was posted again.
+    let while_held = client.stats().reused_receive_buffers;
+    assert_eq!(while_held, 0, "{:?}", client.stats());
+    // Replies dropped as they come: their buffers are reused.
+    for i in 0..held_n {
+        let data = pattern(1 + (i * 11) % 3000, (i as u8).wrapping_mul(3));
+        assert_eq!(echo.echo(data.clone()).await.unwrap(), data, "call {i}");
+    }
+    for (i, (data, reply)) in held.iter().enumerate() {
+        assert_eq!(reply, data, "held reply {i}");
+    }
+    let s = client.stats();
+    assert!(s.reused_receive_buffers >= 200, "{s:?}");
+    client.close();
+}

@@ -47,6 +47,7 @@ mod client;
 mod order;
 mod pool;
 mod pull;
+mod recv_pool;
 mod reply;
 mod server;
 pub mod stats;

@@ -24,6 +24,7 @@ use super::bounds::{self, ReadBudget, ReplySlots};
 use super::order::{Ticket, Turns};
 use super::pool::PullPool;
 use super::pull::{self, ReadWaiters};
+use super::recv_pool::{RecvPool, RECV_KEEP};
 use super::stats::ConnCounters;
 use crate::credits::RequesterCredits;
 use crate::endpoint::message::Rpc;
@@ -340,6 +341,7 @@ async fn accept<R: ConnectRequest>(
         pull_order: Arc::default(),
         dispatch_order: Arc::default(),
         next_wr: AtomicU64::new(u64::from(posted)),
+        recv_pool: RecvPool::new(config.inline_size, RECV_KEEP.min(posted as usize)),
         reverse,
         peer: PeerInfo {
             conn_id,
@@ -685,6 +687,9 @@ struct Conn<Q> {
     /// Calls are handed to the RPC server in arrival order.
     dispatch_order: Arc<Turns>,
     next_wr: AtomicU64,
+    /// Receive buffers of answered calls, posted again
+    /// ([`super::recv_pool`]).
+    recv_pool: RecvPool,
     reverse: Option<Reverse>,
     peer: PeerInfo,
     /// What moved on the connection, inline and by chunk ([`super::stats`]).
@@ -941,14 +946,18 @@ impl<Q: QueuePair> Conn<Q> {
 
     /// A message arrived: take its bytes and repost a receive at once, so
     /// the grant in every reply is backed by posted receives
-    /// (RFC 8166 §3.3.1).
+    /// (RFC 8166 §3.3.1), in the buffer of an earlier message nothing
+    /// refers to any more when there is one ([`RecvPool`]).
     fn on_receive(&self, wc: WorkCompletion) -> Result<Bytes, Closed> {
         let mut buf = wc.buf.unwrap_or_default();
         buf.truncate(wc.byte_len as usize);
-        self.qp
-            .post_recv(recv_wr(self.wr_id(), self.config.inline_size))
-            .map_err(|_| Closed)?;
-        Ok(buf.freeze())
+        let msg = buf.freeze();
+        let wr = RecvWr {
+            wr_id: self.wr_id(),
+            buf: self.recv_pool.recycle(&msg),
+        };
+        self.qp.post_recv(wr).map_err(|_| Closed)?;
+        Ok(msg)
     }
 
     fn send(&self, header: Bytes, inline: Bytes, invalidate: Option<Stag>) -> Result<(), Closed> {

@@ -22,6 +22,7 @@ use recv::on_reply;
 
 use super::hdr;
 use super::pool::PullPool;
+use super::recv_pool::{RecvPool, RECV_KEEP};
 use super::reply::{chunk_bytes, fence, place_reply, Placed, WRITE_PREFIX_SLACK};
 use crate::credits::RequesterCredits;
 use crate::endpoint::message::{classify, Kind, Role, Rpc};
@@ -112,6 +113,9 @@ pub struct ClientStats {
     /// completion task; the others were polled (a device without
     /// completion handlers, or behind a completion given back).
     pub handled_on_device: u64,
+    /// Receives posted in the buffer of an earlier reply its caller had
+    /// dropped, rather than in a fresh one.
+    pub reused_receive_buffers: u64,
     /// Connections re-established after a loss.
     pub reconnects: u64,
     /// Calls sent again, with their XIDs, on a re-established connection.
@@ -207,6 +211,9 @@ struct Inner<D: Device> {
     pool: PullPool,
     /// [`ClientStats::handled_on_device`], counted without the state lock.
     on_device: AtomicU64,
+    /// Receive buffers of replies the callers dropped, posted again
+    /// ([`super::recv_pool`]).
+    recv_pool: RecvPool,
 }
 
 /// Most bytes of idle write-chunk buffers one client keeps for reuse:
@@ -413,6 +420,10 @@ impl<D: Device> RdmaClient<D> {
             reads: Default::default(),
             pool: PullPool::new(REPLY_POOL_BYTES),
             on_device: AtomicU64::new(0),
+            recv_pool: RecvPool::new(
+                config.inline_size,
+                RECV_KEEP.min(config.max_requests as usize),
+            ),
         });
         let (qp, thresholds) = inner.dial(device, addr).await?;
         let qp = Arc::new(qp);
@@ -448,6 +459,7 @@ impl<D: Device> RdmaClient<D> {
     pub fn stats(&self) -> ClientStats {
         let mut s = self.inner.lock().stats;
         s.handled_on_device = self.inner.on_device.load(Ordering::Relaxed);
+        s.reused_receive_buffers = self.inner.recv_pool.reused();
         s
     }
 

@@ -155,7 +155,12 @@ pub(super) fn on_reply<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, wc: Wo
     let mut buf = wc.buf.unwrap_or_default();
     buf.truncate(wc.byte_len as usize);
     let msg = buf.freeze();
-    let _ = qp.post_recv(recv_wr(inner.wr_id(), inner.config.inline_size));
+    // Reposted at once, in the buffer of a reply its caller dropped when
+    // there is one ([`RecvPool`](super::super::recv_pool::RecvPool)).
+    let _ = qp.post_recv(RecvWr {
+        wr_id: inner.wr_id(),
+        buf: inner.recv_pool.recycle(&msg),
+    });
     // The one decode of the message (RFC 8166 §4; v2 draft §3).
     let Ok(rx) = classify(&msg, &Limits::default(), 2, Role::Requester) else {
         return;
