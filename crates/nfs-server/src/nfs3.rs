@@ -281,6 +281,10 @@ impl<S: Storage> Nfs3Fs<S> {
     /// result: one method per procedure ([`procs`]).
     /// With `files` (plain TCP, [`CallContext::sends_files`]) a READ's
     /// data may stay in the file for the transport to send.
+    /// The pNFS metadata server's branches (calls to data servers, whose
+    /// futures are ~7 KiB) are boxed where they start (`nfs3_pnfs`), so
+    /// this future, moved into a box and a task on every call, stays
+    /// ~1.3 KiB instead of ~9.5 KiB.
     async fn execute(
         &self,
         args: Args3,

@@ -33,6 +33,20 @@ impl<S: Storage> Nfs3Fs<S> {
         let Some(m) = self.mds() else {
             return self.fs.read_checked(fh, offset, count, may, files).await;
         };
+        // Boxed: the data server's call is a large future, and a local
+        // READ's (the common one, polled on every call) would carry its
+        // size otherwise (see `Nfs3Fs::execute`).
+        Box::pin(self.read_mds(m, fh, offset, count, may)).await
+    }
+
+    async fn read_mds(
+        &self,
+        m: &Mds,
+        fh: &NfsFh3,
+        offset: u64,
+        count: u32,
+        may: May<'_>,
+    ) -> ReadDone {
         let data = match self.fs.getattr(fh).await.and_then(|a| may(&a)) {
             Ok(()) => m.read(&*self.fs, fh, offset, count).await,
             Err(e) => Err(e),
@@ -58,6 +72,18 @@ impl<S: Storage> Nfs3Fs<S> {
             let done = self.fs.write_checked(fh, offset, &data, stable, may).await;
             return (done, self.fs.write_verifier());
         };
+        Box::pin(self.write_mds(m, fh, offset, data, stable, may)).await
+    }
+
+    async fn write_mds(
+        &self,
+        m: &Mds,
+        fh: &NfsFh3,
+        offset: u64,
+        data: Bytes,
+        stable: StableHow,
+        may: May<'_>,
+    ) -> (WriteDone, [u8; 8]) {
         let before = self.fs.getattr(fh).await;
         let written = match &before {
             Ok(a) => match may(a) {
@@ -80,7 +106,7 @@ impl<S: Storage> Nfs3Fs<S> {
     /// COMMIT of `fh`: the verifier to reply with.
     pub(crate) async fn commit_data(&self, fh: &NfsFh3) -> StorageResult<[u8; 8]> {
         match self.mds() {
-            Some(m) => m.commit(&*self.fs, fh).await,
+            Some(m) => Box::pin(m.commit(&*self.fs, fh)).await,
             None => {
                 self.fs.commit(fh).await?;
                 Ok(self.fs.write_verifier())
@@ -98,7 +124,7 @@ impl<S: Storage> Nfs3Fs<S> {
         s: &Sattr3,
     ) -> StorageResult<()> {
         match self.mds() {
-            Some(m) => m.attrs_set(fh, before, s).await,
+            Some(m) => Box::pin(m.attrs_set(fh, before, s)).await,
             None => Ok(()),
         }
     }
@@ -109,6 +135,10 @@ impl<S: Storage> Nfs3Fs<S> {
         let Some(m) = self.mds() else {
             return self.fs.remove(dir, name).await;
         };
+        Box::pin(self.remove_mds(m, dir, name)).await
+    }
+
+    async fn remove_mds(&self, m: &Mds, dir: &NfsFh3, name: &Filename3) -> StorageResult<()> {
         let gone = match self.fs.lookup(dir, name).await {
             Ok(fh) => self.fs.getattr(&fh).await.ok().map(|a| (fh, a)),
             Err(_) => None,
@@ -133,6 +163,17 @@ impl<S: Storage> Nfs3Fs<S> {
         let Some(m) = self.mds() else {
             return self.fs.rename(from, fname, to, tname).await;
         };
+        Box::pin(self.rename_mds(m, from, fname, to, tname)).await
+    }
+
+    async fn rename_mds(
+        &self,
+        m: &Mds,
+        from: &NfsFh3,
+        fname: &Filename3,
+        to: &NfsFh3,
+        tname: &Filename3,
+    ) -> StorageResult<()> {
         let replaced = match self.fs.lookup(to, tname).await {
             Ok(fh) => self.fs.getattr(&fh).await.ok().map(|a| (fh, a)),
             Err(_) => None,

@@ -234,7 +234,7 @@ impl<S: Storage> Nfs4Service<S> {
             }
             A::Seek(a) => Z::Seek(self.seek(a, cx).await.into()),
             A::ReadPlus(a) => Z::ReadPlus(self.read_plus(a, cx).await.into()),
-            A::Copy(a) => Z::Copy(self.copy(a, cx).await.into()),
+            A::Copy(a) => Z::Copy(Box::pin(self.copy(a, cx)).await.into()),
             A::Clone(a) => Z::Clone(status(self.clone_op(a, cx).await)),
             A::OffloadStatus(sid) => Z::OffloadStatus(self.offload_status(sid, cx).into()),
             A::OffloadCancel(sid) => Z::OffloadCancel(self.offload_cancel(sid, cx)),
@@ -401,7 +401,7 @@ impl<S: Storage> Nfs4Service<S> {
         let fh = cur(cx)?;
         self.regular(&fh).await?;
         let verf = match &self.mds {
-            Some(m) => m.commit(&*self.fs, &fh).await.map_err(st4)?,
+            Some(m) => Box::pin(m.commit(&*self.fs, &fh)).await.map_err(st4)?,
             None => {
                 self.fs.commit(&fh).await.map_err(st4)?;
                 self.fs.write_verifier()

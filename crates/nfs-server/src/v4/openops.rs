@@ -129,7 +129,7 @@ impl<S: Storage> Nfs4Service<S> {
                 (None, _) => Nfsstat4::NFS4ERR_OP_NOT_IN_SESSION,
                 (_, Err(e)) => e,
             }),
-            other => self.exec_pnfs(other, cx).await,
+            other => Box::pin(self.exec_pnfs(other, cx)).await,
         }
     }
 

@@ -83,7 +83,7 @@ impl<S: Storage> Nfs4Service<S> {
     /// [`Cx::file_data`] has it for the reply's encoding.
     pub(super) async fn read(&self, a: &Read4Args, cx: &mut Cx) -> R<Read4ResOk> {
         if self.mds.is_some() {
-            return self.read_pnfs(a, cx).await;
+            return Box::pin(self.read_pnfs(a, cx)).await;
         }
         let (fh, need) = self.io_state(&a.stateid, cx, false)?;
         // Another client's write delegation: recall it (RFC 8881 §10.4.1).
@@ -142,7 +142,7 @@ impl<S: Storage> Nfs4Service<S> {
     /// WRITE (RFC 8881 §18.32.4).
     pub(super) async fn write(&self, a: &Write4Args, cx: &Cx) -> R<Write4ResOk> {
         if self.mds.is_some() {
-            return self.write_pnfs(a, cx).await;
+            return Box::pin(self.write_pnfs(a, cx)).await;
         }
         let (fh, need) = self.io_state(&a.stateid, cx, true)?;
         self.deleg_conflict(&fh, cx, true)?;

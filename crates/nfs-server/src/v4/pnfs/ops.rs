@@ -418,7 +418,7 @@ impl<S: Storage> Nfs4Service<S> {
     /// its data file ([`Mds::removed`]).
     pub(in crate::v4) async fn pnfs_removed(&self, fh: &nfs::v3::NfsFh3, attr: &nfs::v3::Fattr3) {
         if let Some(mds) = &self.mds {
-            mds.removed(fh, attr).await;
+            Box::pin(mds.removed(fh, attr)).await;
         }
     }
 
@@ -453,7 +453,7 @@ impl<S: Storage> Nfs4Service<S> {
         let m = mds.placed(attr)?;
         let name = data_file_name(attr.fsid, attr.fileid);
         for i in good(&m) {
-            match mds.ds[i].size(&name).await {
+            match Box::pin(mds.ds[i].size(&name)).await {
                 Ok(ds) => return Some(ds.max(attr.size)),
                 Err(e) => {
                     mds.control_failed(i, e);
@@ -472,8 +472,7 @@ impl<S: Storage> Nfs4Service<S> {
         s: &Sattr3,
     ) -> R<()> {
         match &self.mds {
-            Some(mds) => mds
-                .attrs_set(fh, attr, s)
+            Some(mds) => Box::pin(mds.attrs_set(fh, attr, s))
                 .await
                 .map_err(crate::v4::attrs::st4),
             None => Ok(()),
