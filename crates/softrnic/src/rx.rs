@@ -77,14 +77,9 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
         };
         if ahead && placement.is_some_and(|p| matches!(p.target, PlaceTarget::Tagged { .. })) {
             // Inside a Read Response: its rest and the next ones (`ahead.rs`).
-            match crate::ahead::read(sh, rd, &mut stage, false).await {
-                Ok(None) => {}
-                Ok(Some(a)) => {
-                    if let Err(e) = feed_ahead(sh, a, &stage) {
-                        return e;
-                    }
-                    continue;
-                }
+            match read_ahead(sh, rd, &mut stage, false).await {
+                Ok(true) => continue,
+                Ok(false) => {}
                 Err(e) => return e,
             }
         }
@@ -108,14 +103,9 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
                     };
                     sh.write_held(true);
                     if ahead {
-                        match crate::ahead::read(sh, rd, &mut stage, true).await {
-                            Ok(None) => {}
-                            Ok(Some(a)) => {
-                                if let Err(e) = feed_ahead(sh, a, &stage) {
-                                    return e;
-                                }
-                                continue;
-                            }
+                        match read_ahead(sh, rd, &mut stage, true).await {
+                            Ok(true) => continue,
+                            Ok(false) => {}
                             Err(e) => return e,
                         }
                     }
@@ -135,13 +125,25 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
     }
 }
 
-/// Hands what a read ahead left to the engine (`ahead.rs`).
-fn feed_ahead(sh: &Shared, a: crate::ahead::Ahead, stage: &[u8]) -> Result<(), RxEnd> {
+/// A read ahead (`ahead.rs`; `between`: the stream sits between FPDUs)
+/// and what it left handed to the engine: `true` when it read, `false`
+/// when the engine predicted nothing or the next head was not the
+/// predicted one (read into the staging buffer as usual then).
+async fn read_ahead(
+    sh: &Shared,
+    rd: &mut OwnedReadHalf,
+    stage: &mut [u8],
+    between: bool,
+) -> Result<bool, RxEnd> {
+    let Some(a) = crate::ahead::read(sh, rd, stage, between).await? else {
+        return Ok(false);
+    };
     match a {
-        crate::ahead::Ahead::Staged(0) => Ok(()),
-        crate::ahead::Ahead::Staged(n) => feed(sh, &stage[..n]),
-        crate::ahead::Ahead::Spill(v) => feed(sh, &v),
+        crate::ahead::Ahead::Staged(0) => {}
+        crate::ahead::Ahead::Staged(n) => feed(sh, &stage[..n])?,
+        crate::ahead::Ahead::Spill(v) => feed(sh, &v)?,
     }
+    Ok(true)
 }
 
 /// Hands staged stream bytes to the engine, copying payload to its place

@@ -424,29 +424,31 @@ impl View<'_> {
     }
 
     fn find(&self, name: &[u8], ino: u64) -> Result<Kept, Option<Kept>> {
-        let inner = self.cache.lock().ok_or(None)?;
-        let d = inner.dirs.peek(&self.ino).filter(|d| d.gen == self.gen);
-        let s = d
-            .and_then(|d| d.names.get(name, ino, &self.hint))
-            .ok_or(None)?;
-        if self.now.saturating_duration_since(s.at) < self.cache.cfg.ttl {
-            Ok(s.kept.clone())
-        } else {
-            Err(Some(s.kept.clone()))
-        }
+        self.find_with(name, ino, Kept::clone)
     }
 
     /// [`Self::lookup`] for the prefetch: `Ok` when the entry is kept and
     /// younger than the time-to-live (not counted as a hit, nothing
     /// copied), else `Err` as there.
     pub(crate) fn peek(&self, name: &[u8], ino: u64) -> Result<(), Option<Kept>> {
+        self.find_with(name, ino, |_| ())
+    }
+
+    /// `fresh` of the kept entry `name` when it is younger than the
+    /// time-to-live; else `Err` as [`Self::lookup`].
+    fn find_with<T>(
+        &self,
+        name: &[u8],
+        ino: u64,
+        fresh: impl FnOnce(&Kept) -> T,
+    ) -> Result<T, Option<Kept>> {
         let inner = self.cache.lock().ok_or(None)?;
         let d = inner.dirs.peek(&self.ino).filter(|d| d.gen == self.gen);
         let s = d
             .and_then(|d| d.names.get(name, ino, &self.hint))
             .ok_or(None)?;
         if self.now.saturating_duration_since(s.at) < self.cache.cfg.ttl {
-            Ok(())
+            Ok(fresh(&s.kept))
         } else {
             Err(Some(s.kept.clone()))
         }
