@@ -14,7 +14,7 @@ use oncrpc::limits::trips;
 use oncrpc::limits::{ConnLimiter, ConnLimits};
 use oncrpc::msg::OpaqueAuth;
 use oncrpc::record::fragment_header;
-use oncrpc::tcp::{ServerReplyBudget, TcpClient, TcpConfig, TcpServer};
+use oncrpc::tcp::{ServerReceiveBudget, ServerReplyBudget, TcpClient, TcpConfig, TcpServer};
 use oncrpc::Server;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -38,6 +38,24 @@ async fn start_with_budget(
     let replies = srv.reply_budget();
     srv.spawn();
     (addr, replies)
+}
+
+/// An ECHO server whose receive reserve is `budget` bytes
+/// (`TcpConfig::max_server_receive_reserve`), and that budget's account.
+async fn start_with_receive_budget(budget: usize) -> (SocketAddr, Arc<ServerReceiveBudget>) {
+    let tcp = TcpConfig {
+        max_server_receive_reserve: budget,
+        ..TcpConfig::default()
+    };
+    let mut server = Server::new();
+    server.register(EchoService::new(4 << 20));
+    let srv = TcpServer::bind("127.0.0.1:0", Arc::new(server), tcp)
+        .await
+        .unwrap();
+    let addr = srv.local_addr().unwrap();
+    let receives = srv.receive_budget();
+    srv.spawn();
+    (addr, receives)
 }
 
 /// A normal client's ECHO round trip, within a second.
@@ -318,18 +336,7 @@ async fn echoed(addr: SocketAddr, len: usize) {
 async fn room_reserved_for_claimed_records_stays_within_the_server_budget() {
     const BUDGET: usize = 5 << 20;
     const CLAIM: usize = 2 << 20;
-    let tcp = TcpConfig {
-        max_server_receive_reserve: BUDGET,
-        ..TcpConfig::default()
-    };
-    let mut server = Server::new();
-    server.register(EchoService::new(4 << 20));
-    let srv = TcpServer::bind("127.0.0.1:0", Arc::new(server), tcp)
-        .await
-        .unwrap();
-    let addr = srv.local_addr().unwrap();
-    let receives = srv.receive_budget();
-    srv.spawn();
+    let (addr, receives) = start_with_receive_budget(BUDGET).await;
     assert_eq!(TcpConfig::default().max_server_receive_reserve, 64 << 20);
     // Large records are served with room made ahead, which is given back.
     echoed(addr, CLAIM).await;
@@ -381,18 +388,7 @@ async fn room_reserved_for_claimed_records_stays_within_the_server_budget() {
 async fn spare_receive_buffers_of_idle_clients_stay_within_the_server_budget() {
     const BUDGET: usize = 5 << 20;
     const CALL: usize = 2 << 20;
-    let tcp = TcpConfig {
-        max_server_receive_reserve: BUDGET,
-        ..TcpConfig::default()
-    };
-    let mut server = Server::new();
-    server.register(EchoService::new(4 << 20));
-    let srv = TcpServer::bind("127.0.0.1:0", Arc::new(server), tcp)
-        .await
-        .unwrap();
-    let addr = srv.local_addr().unwrap();
-    let receives = srv.receive_budget();
-    srv.spawn();
+    let (addr, receives) = start_with_receive_budget(BUDGET).await;
     let before = trips("tcp.receive_reserve_bytes");
     let data = Bytes::from(vec![0x5a; CALL]);
     let mut idle = Vec::new();
