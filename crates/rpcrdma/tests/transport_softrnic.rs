@@ -136,16 +136,12 @@ async fn one_socket_write_per_reply_and_per_call() {
     client.close();
 }
 
-/// The server reuses the buffers it pulls read chunks into
-/// (`RdmaServerConfig::pull_pool_bytes`): a call shorter than the last one
-/// in the same buffer sees none of the last one's bytes. Its XDR padding
-/// sits where the earlier call's data was, and a non-zero pad is refused
-/// as garbage arguments, so every length here must still echo.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reused_pull_buffers_show_nothing_of_the_previous_call() {
+/// An RDMA client of an ECHO server, each on its own soft device (ids
+/// `id` and `id + 1`, kept alive with the client), default configurations.
+async fn echo_client(id: u64) -> ((SoftDevice, SoftDevice), RdmaClient<SoftDevice>) {
     let (sdev, cdev) = (
-        SoftDevice::new(SoftConfig::default(), 300),
-        SoftDevice::new(SoftConfig::default(), 301),
+        SoftDevice::new(SoftConfig::default(), id),
+        SoftDevice::new(SoftConfig::default(), id + 1),
     );
     let mut server = Server::new();
     server.register(EchoService::default());
@@ -158,6 +154,17 @@ async fn reused_pull_buffers_show_nothing_of_the_previous_call() {
     let client = RdmaClient::connect(&cdev, &addr, RdmaClientConfig::default())
         .await
         .unwrap();
+    ((sdev, cdev), client)
+}
+
+/// The server reuses the buffers it pulls read chunks into
+/// (`RdmaServerConfig::pull_pool_bytes`): a call shorter than the last one
+/// in the same buffer sees none of the last one's bytes. Its XDR padding
+/// sits where the earlier call's data was, and a non-zero pad is refused
+/// as garbage arguments, so every length here must still echo.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reused_pull_buffers_show_nothing_of_the_previous_call() {
+    let (_devices, client) = echo_client(300).await;
     let echo = EchoClient::new(client.clone());
     for round in 0..4u8 {
         for n in [100_003usize, 100_001, 100_002, 99_999, 100_000] {
@@ -175,21 +182,7 @@ async fn reused_pull_buffers_show_nothing_of_the_previous_call() {
 /// nothing of the longer one before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reused_receive_buffers_never_touch_a_reply_still_held() {
-    let (sdev, cdev) = (
-        SoftDevice::new(SoftConfig::default(), 310),
-        SoftDevice::new(SoftConfig::default(), 311),
-    );
-    let mut server = Server::new();
-    server.register(EchoService::default());
-    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let listener = RdmaListener::bind(&sdev, &any, Arc::new(server), RdmaServerConfig::default())
-        .await
-        .unwrap();
-    let addr = listener.local_addr();
-    listener.spawn();
-    let client = RdmaClient::connect(&cdev, &addr, RdmaClientConfig::default())
-        .await
-        .unwrap();
+    let (_devices, client) = echo_client(310).await;
     let echo = EchoClient::new(client.clone());
     // Inline replies of falling then rising lengths: each held until the
     // end, while as many more are received as the client posts receives.
