@@ -242,6 +242,14 @@ impl Callbacks {
             PathStatus::Down | PathStatus::Absent => return false,
             PathStatus::Unprobed => {}
         }
+        // Boxed: the probe runs once per path, and its connection and call
+        // would otherwise make every OPEN's future kilobytes larger.
+        Box::pin(self.probe(state, clientid, p)).await
+    }
+
+    /// Probes an unprobed path with CB_NULL, records its status (and that
+    /// the client was told, when it fails) and returns whether it works.
+    async fn probe(&self, state: &Mutex<StateTable>, clientid: u64, p: CbPath) -> bool {
         let transport = match &p.v40 {
             Some(t) => self
                 .v40_conn(state, clientid, t)

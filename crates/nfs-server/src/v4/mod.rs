@@ -605,7 +605,9 @@ impl<S: Storage> Nfs4Service<S> {
         let mut writes = self.writes.scan(args);
         tokio::task::yield_now().await;
         if hdr.minorversion == 0 {
-            return self.compound_v40(ctx, &hdr, dec, res).await;
+            // Boxed: NFSv4.0's path (its own sequencing and callbacks)
+            // would otherwise size every 4.1/4.2 COMPOUND's future.
+            return Box::pin(self.compound_v40(ctx, &hdr, dec, res)).await;
         }
         let now = self.clock.now();
         let mut cx = self.new_cx(ctx);
