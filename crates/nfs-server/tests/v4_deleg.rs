@@ -411,6 +411,16 @@ fn open_status(r: &Compound4Res) -> Nfsstat4 {
 }
 
 /// B's OPEN until it stops answering NFS4ERR_DELAY (bounded).
+/// Opens `file` for reading as `c`; the read delegation the open must
+/// get, and the file's handle.
+async fn read_delegated(c: &Client, file: &'static str) -> (Stateid4, NfsFh4) {
+    let (_, deleg, fh) = opened(&c.open(file, OPEN4_SHARE_ACCESS_READ).await);
+    let OpenDelegation4::Read(dsid, ..) = deleg else {
+        panic!("read delegation expected: {deleg:?}")
+    };
+    (dsid, fh)
+}
+
 async fn open_after_delay(b: &Client, file: &'static str, access: u32) -> (u32, Compound4Res) {
     for n in 0..100 {
         let r = b.open(file, access).await;
@@ -543,10 +553,7 @@ async fn unreturned_delegation_is_revoked_after_a_lease() {
     let srv = serve("revoke", 4).await;
     let mut a = Client::connect(&srv, "client-a").await;
     let b = Client::connect(&srv, "client-b").await;
-    let (_, deleg, fh) = opened(&a.open("f", OPEN4_SHARE_ACCESS_READ).await);
-    let OpenDelegation4::Read(dsid, ..) = deleg else {
-        panic!("read delegation expected: {deleg:?}")
-    };
+    let (dsid, fh) = read_delegated(&a, "f").await;
     let r = b.open("f", OPEN4_SHARE_ACCESS_WRITE).await;
     assert_eq!(open_status(&r), Nfsstat4::NFS4ERR_DELAY);
     a.recall().await;
@@ -578,10 +585,7 @@ async fn recall_waits_for_the_client_to_bind_a_new_connection() {
     let srv = serve("rebind", 4).await;
     let mut a = Client::connect(&srv, "client-a").await;
     let b = Client::connect(&srv, "client-b").await;
-    let (_, deleg, fh) = opened(&a.open("f", OPEN4_SHARE_ACCESS_READ).await);
-    let OpenDelegation4::Read(dsid, ..) = deleg else {
-        panic!("read delegation expected: {deleg:?}")
-    };
+    let (dsid, fh) = read_delegated(&a, "f").await;
     a.rpc.close();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let r = b.open("f", OPEN4_SHARE_ACCESS_WRITE).await;
@@ -615,10 +619,7 @@ async fn write_and_setattr_from_another_client_recall_a_read_delegation() {
     let srv = serve("io", 4).await;
     let mut a = Client::connect(&srv, "client-a").await;
     let b = Client::connect(&srv, "client-b").await;
-    let (_, deleg, fh) = opened(&a.open("f", OPEN4_SHARE_ACCESS_READ).await);
-    let OpenDelegation4::Read(dsid, ..) = deleg else {
-        panic!("read delegation expected: {deleg:?}")
-    };
+    let (dsid, fh) = read_delegated(&a, "f").await;
     // B reads with the anonymous stateid: no conflict with a read delegation.
     let r = b
         .seq(vec![
@@ -773,10 +774,7 @@ async fn root_fh(a: &Client) -> NfsFh4 {
 async fn a_local_writer_recalls_the_delegation_and_the_holder_sees_its_data() {
     let srv = serve("local", 4).await;
     let mut a = Client::connect(&srv, "client-a").await;
-    let (_, deleg, fh) = opened(&a.open("l", OPEN4_SHARE_ACCESS_READ).await);
-    let OpenDelegation4::Read(dsid, ..) = deleg else {
-        panic!("read delegation expected: {deleg:?}")
-    };
+    let (dsid, fh) = read_delegated(&a, "l").await;
     // A process on the server writes into the export, not through NFS.
     // The delegation's kernel lease holds its open back: the holder is
     // recalled before the data changes, and the writer goes on once the
@@ -903,10 +901,7 @@ async fn nfsv3_rename_of_a_delegated_file_recalls_and_the_holder_finds_the_new_n
     let srv = serve("v3rename", 4).await;
     let mut a = Client::connect(&srv, "client-a").await;
     let b = Client::connect(&srv, "client-b").await;
-    let (_, deleg, fh) = opened(&a.open("old", OPEN4_SHARE_ACCESS_READ).await);
-    let OpenDelegation4::Read(dsid, ..) = deleg else {
-        panic!("read delegation expected: {deleg:?}")
-    };
+    let (dsid, fh) = read_delegated(&a, "old").await;
     let root = nfs::v3::NfsFh3::new(&root_fh(&a).await.0).unwrap();
     let dir = |n: &'static [u8]| nfs::v3::Diropargs3 {
         dir: root.clone(),
