@@ -27,6 +27,7 @@ use rpcrdma::transport::{
     RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerConfig, ReconnectPolicy,
 };
 use softrnic::{SoftConfig, SoftDevice};
+use tokio::task::JoinHandle;
 use xdr::{Decoder, Encoder, XdrBuf};
 
 /// Where the wrapped device drops its connection (once).
@@ -238,6 +239,36 @@ impl oncrpc::RpcService for Counter {
     }
 }
 
+/// `services` served over `dev` at `addr` on their own task (the default
+/// server configuration); the address it listens on, and the task.
+async fn listen<D: Device>(
+    dev: &D,
+    addr: &D::Addr,
+    services: Arc<Server>,
+) -> (D::Addr, JoinHandle<Result<(), CmError>>) {
+    let listener = RdmaListener::bind(dev, addr, services, RdmaServerConfig::default())
+        .await
+        .unwrap();
+    (listener.local_addr(), listener.spawn())
+}
+
+/// A client of `dev` connected to `addr` that reconnects up to
+/// `max_attempts` times, `delay_ms` apart.
+async fn reconnecting<D: Device + Clone>(
+    dev: &D,
+    addr: &D::Addr,
+    max_attempts: u32,
+    delay_ms: u64,
+) -> RdmaClient<D> {
+    let policy = ReconnectPolicy {
+        max_attempts,
+        delay: Duration::from_millis(delay_ms),
+    };
+    RdmaClient::connect_with_reconnect(dev, addr, RdmaClientConfig::default(), policy)
+        .await
+        .unwrap()
+}
+
 /// Calls the counter; returns (count, echoed bytes).
 async fn bump<T: ClientTransport>(t: &T, data: Bytes) -> Result<(u32, Bytes), RpcError> {
     let len = data.len();
@@ -291,23 +322,8 @@ async fn drops_mid_rpc_are_survived<D: Device + Clone>(server: D, client: D, add
     });
     services.register(Counter(Arc::clone(&count)));
     let services = Arc::new(services);
-    let listener = RdmaListener::bind(
-        &sdev,
-        &addr,
-        Arc::clone(&services),
-        RdmaServerConfig::default(),
-    )
-    .await
-    .unwrap();
-    let addr = listener.local_addr();
-    listener.spawn();
-    let policy = ReconnectPolicy {
-        max_attempts: 5,
-        delay: Duration::from_millis(10),
-    };
-    let c = RdmaClient::connect_with_reconnect(&client, &addr, RdmaClientConfig::default(), policy)
-        .await
-        .unwrap();
+    let (addr, _serving) = listen(&sdev, &addr, Arc::clone(&services)).await;
+    let c = reconnecting(&client, &addr, 5, 10).await;
 
     // Warm up: the grant grows beyond one credit.
     let small = pattern(100, 1);
@@ -383,28 +399,8 @@ async fn calls_in_flight_at_a_loss_all_complete_once() {
         max_reply_len: 1 << 20,
     });
     services.register(Counter(Arc::clone(&count)));
-    let listener = RdmaListener::bind(
-        &sdev,
-        &String::new(),
-        Arc::new(services),
-        RdmaServerConfig::default(),
-    )
-    .await
-    .unwrap();
-    let addr = listener.local_addr();
-    listener.spawn();
-    let policy = ReconnectPolicy {
-        max_attempts: 5,
-        delay: Duration::from_millis(5),
-    };
-    let c = RdmaClient::connect_with_reconnect(
-        &net.device(),
-        &addr,
-        RdmaClientConfig::default(),
-        policy,
-    )
-    .await
-    .unwrap();
+    let (addr, _serving) = listen(&sdev, &String::new(), Arc::new(services)).await;
+    let c = reconnecting(&net.device(), &addr, 5, 5).await;
     bump(&c, pattern(10, 0)).await.unwrap();
     trip.store(TRIP_SEND, Ordering::SeqCst);
     let mut tasks = tokio::task::JoinSet::new();
@@ -446,24 +442,9 @@ async fn random_losses_never_lose_or_repeat_a_call() {
     });
     services.register(Counter(Arc::clone(&count)));
     let services = Arc::new(services);
-    let listener = RdmaListener::bind(
-        &sdev,
-        &String::new(),
-        Arc::clone(&services),
-        RdmaServerConfig::default(),
-    )
-    .await
-    .unwrap();
-    let addr = listener.local_addr();
-    listener.spawn();
-    let policy = ReconnectPolicy {
-        max_attempts: 100,
-        delay: Duration::from_millis(2),
-    };
+    let (addr, _serving) = listen(&sdev, &String::new(), Arc::clone(&services)).await;
     let cdev = net.device();
-    let c = RdmaClient::connect_with_reconnect(&cdev, &addr, RdmaClientConfig::default(), policy)
-        .await
-        .unwrap();
+    let c = reconnecting(&cdev, &addr, 100, 2).await;
     let calls = 60u32;
     for i in 0..calls {
         let data = pattern((i as usize * 7919) % 150_000, i as u8);
@@ -491,24 +472,9 @@ async fn failed_reconnection_fails_the_calls_in_flight() {
     let count = Arc::new(AtomicU32::new(0));
     let mut services = Server::new();
     services.register(Counter(Arc::clone(&count)));
-    let listener = RdmaListener::bind(
-        &sdev,
-        &String::new(),
-        Arc::new(services),
-        RdmaServerConfig::default(),
-    )
-    .await
-    .unwrap();
-    let addr = listener.local_addr();
-    let serving = listener.spawn();
-    let policy = ReconnectPolicy {
-        max_attempts: 3,
-        delay: Duration::from_millis(5),
-    };
+    let (addr, serving) = listen(&sdev, &String::new(), Arc::new(services)).await;
     let cdev = net.device();
-    let c = RdmaClient::connect_with_reconnect(&cdev, &addr, RdmaClientConfig::default(), policy)
-        .await
-        .unwrap();
+    let c = reconnecting(&cdev, &addr, 3, 5).await;
     bump(&c, pattern(10, 0)).await.unwrap();
     // Stop listening; the established connection lives on until the
     // reply of the next call is lost.
@@ -555,28 +521,8 @@ async fn gss_retransmissions_take_a_new_sequence_number() {
         )));
     services.register(Counter(Arc::clone(&count)));
     let services = Arc::new(services);
-    let listener = RdmaListener::bind(
-        &sdev,
-        &String::new(),
-        Arc::clone(&services),
-        RdmaServerConfig::default(),
-    )
-    .await
-    .unwrap();
-    let addr = listener.local_addr();
-    listener.spawn();
-    let policy = ReconnectPolicy {
-        max_attempts: 5,
-        delay: Duration::from_millis(5),
-    };
-    let c = RdmaClient::connect_with_reconnect(
-        &net.device(),
-        &addr,
-        RdmaClientConfig::default(),
-        policy,
-    )
-    .await
-    .unwrap();
+    let (addr, _serving) = listen(&sdev, &String::new(), Arc::clone(&services)).await;
+    let c = reconnecting(&net.device(), &addr, 5, 5).await;
     let initiator = FakeInitiator {
         principal: "alice@FAKE".into(),
         key: 7,
