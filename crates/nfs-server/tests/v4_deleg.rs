@@ -17,8 +17,7 @@ use nfs::v4::session::*;
 use nfs::v4::*;
 use nfs_server::nfs3::Nfs3Service;
 use nfs_server::v4::{
-    backchannel_fn, BackchannelSlot, DelegLimits, ManualClock, Nfs4Config, Nfs4Service,
-    SessionLimits,
+    backchannel_fn, BackchannelSlot, DelegLimits, ManualClock, Nfs4Service, SessionLimits,
 };
 use nfs_server::LocalFs;
 use oncrpc::client::{ReplyHint, RpcCall};
@@ -29,7 +28,7 @@ use rnic::loopback::{LoopbackDevice, LoopbackNetwork};
 use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerConfig};
 use tokio::sync::mpsc;
 use v4_common::{
-    open_session, reclaim_complete_op, slot0_sequence, SessionAsk, TempDir, CB_PROGRAM,
+    open_session, reclaim_complete_op, slot0_sequence, v4_config, SessionAsk, TempDir, CB_PROGRAM,
 };
 use xdr::{Bounded, Encode, FixedOpaque, XdrBuf};
 
@@ -126,24 +125,16 @@ async fn serve(tag: &str, backchannel_credits: u32) -> Srv {
 async fn serve_with(tag: &str, backchannel_credits: u32, deleg: DelegLimits) -> Srv {
     static N: AtomicU32 = AtomicU32::new(0);
     let n = N.fetch_add(1, Ordering::SeqCst);
-    let p = std::env::temp_dir().join(format!("nfs4-deleg-{tag}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    std::fs::create_dir_all(&p).unwrap();
-    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&p).unwrap());
+    let dir = TempDir::new(&format!("deleg-{tag}"));
+    let uid = dir.owner();
     let clock = Arc::new(ManualClock::new());
-    let fs = Arc::new(LocalFs::new(&p, false).unwrap());
+    let fs = Arc::new(LocalFs::new(dir.path(), false).unwrap());
     let slot = BackchannelSlot::new();
     let mut server = oncrpc::Server::new();
-    let v4 = Nfs4Service::with_config(
-        Arc::clone(&fs),
-        Nfs4Config {
-            limits: SessionLimits::default(),
-            clock: clock.clone(),
-            server_owner: Bytes::from_static(b"deleg"),
-        },
-    )
-    .with_backchannels(slot.clone())
-    .with_deleg_limits(deleg);
+    let cfg = v4_config(SessionLimits::default(), &clock, b"deleg");
+    let v4 = Nfs4Service::with_config(Arc::clone(&fs), cfg)
+        .with_backchannels(slot.clone())
+        .with_deleg_limits(deleg);
     // NFSv3 on the same files breaks the delegations, waiting 300 ms.
     let delegs = v4.delegations().with_wait(Duration::from_millis(300));
     server.register(v4);
@@ -173,7 +164,7 @@ async fn serve_with(tag: &str, backchannel_credits: u32, deleg: DelegLimits) -> 
         addr,
         clock,
         uid,
-        _dir: TempDir(p),
+        _dir: dir,
     }
 }
 
@@ -1576,23 +1567,17 @@ async fn serve_gated(tag: &str) -> (Srv, Arc<GatedFs>) {
 async fn serve_gated_with(tag: &str, limits: SessionLimits) -> (Srv, Arc<GatedFs>) {
     static N: AtomicU32 = AtomicU32::new(0);
     let n = N.fetch_add(1, Ordering::SeqCst);
-    let p = std::env::temp_dir().join(format!("nfs4-gated-{tag}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    std::fs::create_dir_all(&p).unwrap();
-    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&p).unwrap());
+    let dir = TempDir::new(&format!("gated-{tag}"));
+    let uid = dir.owner();
     let clock = Arc::new(ManualClock::new());
     let fs = Arc::new(GatedFs {
-        fs: LocalFs::new(&p, false).unwrap(),
+        fs: LocalFs::new(dir.path(), false).unwrap(),
         gate: tokio::sync::RwLock::new(()),
         entered: AtomicU32::new(0),
     });
     let slot = BackchannelSlot::new();
     let mut server = oncrpc::Server::new();
-    let cfg = Nfs4Config {
-        limits,
-        clock: clock.clone(),
-        server_owner: Bytes::from_static(b"gated"),
-    };
+    let cfg = v4_config(limits, &clock, b"gated");
     server.register(Nfs4Service::with_config(Arc::clone(&fs), cfg).with_backchannels(slot.clone()));
     let net = LoopbackNetwork::new(900 + u64::from(n));
     let cfg = RdmaServerConfig {
@@ -1613,7 +1598,7 @@ async fn serve_gated_with(tag: &str, limits: SessionLimits) -> (Srv, Arc<GatedFs
         addr,
         clock,
         uid,
-        _dir: TempDir(p),
+        _dir: dir,
     };
     (srv, fs)
 }

@@ -18,7 +18,7 @@ use nfs::v4::session::*;
 use nfs::v4::*;
 use nfs_server::nfs3::Nfs3Service;
 use nfs_server::nlm::{NlmLimits, NlmLocks, NlmService};
-use nfs_server::v4::{BackchannelSlot, ManualClock, Nfs4Config, Nfs4Service, SessionLimits};
+use nfs_server::v4::{BackchannelSlot, ManualClock, Nfs4Service, SessionLimits};
 use nfs_server::LocalFs;
 use oncrpc::client::{ClientConfig, ReplyHint, RpcCall};
 use oncrpc::msg::{AuthSys, Credential, OpaqueAuth};
@@ -26,7 +26,7 @@ use oncrpc::tcp::{TcpClient, TcpConfig, TcpServer};
 use oncrpc::{CallContext, ClientTransport, RpcService, ServiceError};
 use tokio::sync::mpsc;
 use v4_common::{
-    open_session, reclaim_complete_op, slot0_sequence, SessionAsk, TempDir, CB_PROGRAM,
+    open_session, reclaim_complete_op, slot0_sequence, v4_config, SessionAsk, TempDir, CB_PROGRAM,
 };
 use xdr::{Bounded, Encode, FixedOpaque, XdrBuf};
 
@@ -192,26 +192,16 @@ async fn serve(tag: &str) -> Srv {
 
 /// A server whose bound on one callback is `cb_bound`.
 async fn serve_with(tag: &str, cb_bound: Duration) -> Srv {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let n = N.fetch_add(1, Ordering::SeqCst);
-    let p = std::env::temp_dir().join(format!("nfs4-cbtcp-{tag}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    std::fs::create_dir_all(&p).unwrap();
-    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&p).unwrap());
+    let dir = TempDir::new(&format!("cbtcp-{tag}"));
+    let uid = dir.owner();
     let clock = Arc::new(ManualClock::new());
-    let fs = Arc::new(LocalFs::new(&p, false).unwrap());
+    let fs = Arc::new(LocalFs::new(dir.path(), false).unwrap());
     let slot = BackchannelSlot::new();
     let mut server = oncrpc::Server::new();
-    let v4 = Nfs4Service::with_config(
-        Arc::clone(&fs),
-        Nfs4Config {
-            limits: SessionLimits::default(),
-            clock: clock.clone(),
-            server_owner: Bytes::from_static(b"cbtcp"),
-        },
-    )
-    .with_backchannels(slot.clone())
-    .with_callback_timeout(cb_bound);
+    let cfg = v4_config(SessionLimits::default(), &clock, b"cbtcp");
+    let v4 = Nfs4Service::with_config(Arc::clone(&fs), cfg)
+        .with_backchannels(slot.clone())
+        .with_callback_timeout(cb_bound);
     let delegs = v4.delegations().with_wait(Duration::from_millis(300));
     let locks = NlmLocks::new(NlmLimits::default());
     let v4 = v4.with_nlm_locks(locks.clone());
@@ -233,7 +223,7 @@ async fn serve_with(tag: &str, cb_bound: Duration) -> Srv {
         addr,
         clock,
         uid,
-        _dir: TempDir(p),
+        _dir: dir,
     }
 }
 

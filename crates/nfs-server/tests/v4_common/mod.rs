@@ -36,6 +36,24 @@ impl TempDir {
     pub fn path(&self) -> &Path {
         &self.0
     }
+    /// The uid that owns the directory.
+    pub fn owner(&self) -> u32 {
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&self.0).unwrap())
+    }
+}
+
+/// An NFSv4 service's configuration: `limits`, time from `clock`,
+/// `owner` as its server owner.
+pub fn v4_config(
+    limits: SessionLimits,
+    clock: &Arc<ManualClock>,
+    owner: &'static [u8],
+) -> Nfs4Config {
+    Nfs4Config {
+        limits,
+        clock: clock.clone(),
+        server_owner: Bytes::from_static(owner),
+    }
 }
 
 impl Drop for TempDir {
@@ -72,16 +90,12 @@ pub async fn serve_with_tcp(
     let fs = Arc::new(LocalFs::new(dir.path(), false).unwrap());
     let svc = Arc::new(Nfs4Service::with_config(
         fs,
-        Nfs4Config {
-            limits,
-            clock: clock.clone(),
-            server_owner: Bytes::from_static(b"test"),
-        },
+        v4_config(limits, &clock, b"test"),
     ));
     let mut server = oncrpc::Server::new();
     server.register_arc(Arc::clone(&svc));
     let (addr, _) = listen_with(server, tcp_config).await;
-    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.path()).unwrap());
+    let uid = dir.owner();
     (
         svc,
         Srv {
