@@ -61,8 +61,65 @@ pub(crate) const LOOKAHEAD: usize = fpdu::LEN_FIELD + ddp::TAGGED_HEADER_LEN;
 /// header, so a small Send costs one read.
 pub(crate) const SMALL_FPDU: usize = fpdu::fpdu_len(ddp::UNTAGGED_HEADER_LEN + 4096);
 
+/// How much of the staging buffer a read takes while the stream carries
+/// tagged payload (RDMA Writes): the trailer, a reply's Send (an NFS READ
+/// reply's is about 200 bytes) and the next FPDU's header, so the next
+/// FPDU's payload is read straight into its place by the next read instead
+/// of being staged and copied (`MrTable::place_copy`), at most this much
+/// of it staged. See [`Tail`].
+pub(crate) const TAGGED_TAIL: usize = 1024;
+
+/// How far past the payload being placed a read goes (RFC 5041 §3: tagged
+/// payload is placed directly). A read into the whole staging buffer takes
+/// every FPDU the socket holds in one system call, but over loopback it
+/// ends on an FPDU boundary, so the tagged payload of every FPDU after the
+/// first is staged and copied: a client reading 1 MiB replies copied about
+/// three quarters of them a second time. While FPDUs with tagged payload
+/// arrive the reads stop just past the next header ([`TAGGED_TAIL`]):
+/// one read per FPDU, as before "One read per wake-up"
+/// (docs/softrnic.md), and no copy. Small messages (Sends alone) keep the
+/// whole staging buffer, so many of them still cost one read.
+#[derive(Debug, Default)]
+struct Tail {
+    /// Tagged payload was placed lately and no run of untagged messages
+    /// has been seen since.
+    tagged: bool,
+}
+
+impl Tail {
+    /// The part of `stage` the next read may fill.
+    fn len(&self, stage: usize) -> usize {
+        if self.tagged {
+            TAGGED_TAIL.min(stage)
+        } else {
+            stage
+        }
+    }
+
+    /// Before a read that places pending payload.
+    fn placing(&mut self, p: &Placement) {
+        if matches!(p.target, PlaceTarget::Tagged { .. }) {
+            self.tagged = true;
+        }
+    }
+
+    /// After a read between FPDUs of `read` bytes out of `asked`, and the
+    /// engine's next placement once it was fed: untagged payload still
+    /// pending (a Send longer than the tail), or a full read with nothing
+    /// tagged pending (a run of small messages), ends the tagged mode.
+    fn between(&mut self, read: usize, asked: usize, next: Option<&Placement>) {
+        match next.map(|p| p.target) {
+            Some(PlaceTarget::Tagged { .. }) => {}
+            Some(PlaceTarget::Recv { .. }) => self.tagged = false,
+            None if read >= asked => self.tagged = false,
+            None => {}
+        }
+    }
+}
+
 async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
     let mut stage = vec![0u8; sh.ctx.rx_stage];
+    let mut tail = Tail::default();
     loop {
         let (placement, boundary, ahead) = {
             let st = sh.lock_rx();
@@ -83,11 +140,16 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
                 Err(e) => return e,
             }
         }
+        let mut between = None;
         let staged = match placement {
-            Some(p) => match place(sh, rd, p, &mut stage).await {
-                Ok(extra) => extra,
-                Err(e) => return e,
-            },
+            Some(p) => {
+                tail.placing(&p);
+                let end = tail.len(stage.len());
+                match place(sh, rd, p, &mut stage[..end]).await {
+                    Ok(extra) => extra,
+                    Err(e) => return e,
+                }
+            }
             None => {
                 if boundary {
                     // Between FPDUs: let the consumers woken by the last
@@ -110,10 +172,14 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
                         }
                     }
                 }
-                match rd.read(&mut stage).await {
+                let end = tail.len(stage.len());
+                match rd.read(&mut stage[..end]).await {
                     Ok(0) if boundary => return RxEnd::Eof,
                     Ok(0) | Err(_) => return RxEnd::Lost,
-                    Ok(n) => n,
+                    Ok(n) => {
+                        between = Some(end);
+                        n
+                    }
                 }
             }
         };
@@ -121,6 +187,10 @@ async fn rx_loop(sh: &Shared, rd: &mut OwnedReadHalf) -> RxEnd {
             if let Err(e) = feed(sh, &stage[..staged]) {
                 return e;
             }
+        }
+        if let Some(asked) = between.filter(|_| tail.tagged) {
+            let next = sh.lock_rx().core.conn.poll_placement();
+            tail.between(staged, asked, next.as_ref());
         }
     }
 }

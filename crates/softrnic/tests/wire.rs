@@ -149,6 +149,79 @@ async fn a_small_staging_buffer_places_the_rest_of_each_fpdu_directly() {
     assert_eq!(&sink.invalidate().buf[..], &data[..]);
 }
 
+/// Replies as an NFS server sends READ data (RPC-over-RDMA, RFC 8166
+/// §3.4.6): 1 MiB of RDMA Writes, then a small Send, eight in a row posted
+/// at once so the receiver's socket holds many FPDUs per read. The reads
+/// stop just past each next FPDU header while tagged payload arrives, so
+/// almost every byte goes straight from the socket into its region (the
+/// whole staging buffer would have taken, and copied, whole FPDUs). Then a
+/// run of small Sends (the reads take the whole staging buffer again).
+/// Byte-exact, each byte placed once, CRC on and off.
+#[tokio::test]
+async fn writes_before_each_send_are_placed_straight_into_their_regions() {
+    for crc in [false, true] {
+        let p = connect_pair(&Tcp::quick_crc(crc), 0, 24).await;
+        const LEN: usize = 1 << 20;
+        const REPLIES: usize = 8;
+        let mut regions = Vec::new();
+        let mut datas = Vec::new();
+        for i in 0..REPLIES {
+            let target = p
+                .server_pd
+                .register(BytesMut::zeroed(LEN), Access::REMOTE_WRITE)
+                .unwrap();
+            let data = Bytes::from(pattern(LEN, i as u8));
+            p.cqp
+                .post_write(WriteWr {
+                    wr_id: 10 + i as u64,
+                    data: vec![data.clone()],
+                    remote_stag: target.stag(),
+                    remote_to: 0,
+                })
+                .unwrap();
+            let reply = Bytes::from(vec![i as u8; 200]);
+            p.cqp
+                .post_send(SendWr {
+                    wr_id: 100 + i as u64,
+                    data: vec![reply],
+                    ..Default::default()
+                })
+                .unwrap();
+            regions.push(target);
+            datas.push(data);
+        }
+        for i in 0..REPLIES {
+            let wc = next(p.sqp.recv_cq()).await;
+            assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 200));
+            assert_eq!(wc.buf.as_deref(), Some(&[i as u8; 200][..]));
+        }
+        let stats = p.server.mr_table().stats();
+        assert_eq!(placed_bytes(stats), (REPLIES * LEN) as u64);
+        assert!(
+            stats.bytes_copied_staging < (REPLIES * LEN / 10) as u64,
+            "crc {crc}: {stats:?}"
+        );
+        for (target, data) in regions.into_iter().zip(&datas) {
+            assert_eq!(&target.invalidate().buf[..], &data[..]);
+        }
+        for i in 0..16u8 {
+            let msg = Bytes::from(vec![i; 100]);
+            p.cqp
+                .post_send(SendWr {
+                    wr_id: 200 + u64::from(i),
+                    data: vec![msg],
+                    ..Default::default()
+                })
+                .unwrap();
+        }
+        for i in 0..16u8 {
+            let wc = next(p.sqp.recv_cq()).await;
+            assert_eq!(wc.status, WcStatus::Success);
+            assert_eq!(wc.buf.as_deref(), Some(&[i; 100][..]));
+        }
+    }
+}
+
 /// A Send longer than the MULPDU arrives in several segments into one
 /// receive buffer (RFC 5041 §5.1: MO advances, L on the last).
 #[tokio::test]
