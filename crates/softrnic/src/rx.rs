@@ -15,6 +15,10 @@
 //! Before, each FPDU cost its own read (one `readv` per 64 KiB of a bulk
 //! transfer); now a read takes as much of a run of FPDUs as the socket has,
 //! at the price of copying the payload that lands in the staging buffer.
+//! While tagged payload (RDMA Writes) arrives, though, a read stops about
+//! [`TAGGED_TAIL`] bytes past the payload it places ([`Tail`]): one read per
+//! FPDU again, and the payload of the next goes straight into its region
+//! instead of through the staging buffer.
 //!
 //! [`MrTable::place_direct`]: rnic::MrTable::place_direct
 
