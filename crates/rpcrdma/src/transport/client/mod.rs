@@ -493,7 +493,7 @@ impl<D: Device> RdmaClient<D> {
         // RFC 8166 §3.3.1: never more calls outstanding than granted; calls
         // waiting to be sent again after a reconnect go first.
         let mut dst = dst;
-        let rx = loop {
+        let (rx, qp, xid, wr) = loop {
             let notified = inner.credit_wait.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
@@ -504,8 +504,8 @@ impl<D: Device> RdmaClient<D> {
                 }
                 if let Some(qp) = st.qp.clone() {
                     if st.backlog.is_empty() && st.credits.try_send().is_ok() {
-                        match start_call(inner, &mut st, &qp, &call, dst.take(), signer.clone()) {
-                            Ok(rx) => break rx,
+                        match start_call(inner, &mut st, &call, dst.take(), signer.clone()) {
+                            Ok((rx, xid, wr)) => break (rx, qp, xid, wr),
                             Err(e) => {
                                 st.credits.on_abandon();
                                 drop(st);
@@ -518,33 +518,55 @@ impl<D: Device> RdmaClient<D> {
             }
             notified.await;
         };
+        // Posted without the state lock: the device may wait for the
+        // socket (a Read Response of an earlier call going out), and the
+        // receive task must meanwhile be able to take the lock for the
+        // replies it delivers. The call's credit, XID and regions are
+        // recorded already, so its reply finds them.
+        if let Err(e) = qp.post_send(wr) {
+            let mut st = inner.lock();
+            // When the connection was lost meanwhile, the completion task
+            // has taken the call over (sent it again, or failed it).
+            if st.qp.as_ref().is_some_and(|q| Arc::ptr_eq(q, &qp)) {
+                match refused_post(inner, &mut st, xid, e) {
+                    // With reconnection the call stays in flight: the loss
+                    // of the connection is seen by the completion task,
+                    // which sends it again.
+                    RpcError::ConnectionClosed if inner.dialer.is_some() => {}
+                    e => {
+                        st.core.cancel(xid);
+                        st.credits.on_abandon();
+                        drop(st);
+                        inner.credit_wait.notify_waiters();
+                        return Err(e);
+                    }
+                }
+            }
+        }
         rx.await.unwrap_or(Err(RpcError::ConnectionClosed))
     }
 }
 
 type ReplyRx = oneshot::Receiver<Result<Bytes, RpcError>>;
 
-/// Starts a call (XID, table entry) and sends it on `qp`; with a
-/// `signer` (RPCSEC_GSS) its verifier is computed over the header once
-/// the XID is known and the reply's verifier checked.
+/// Starts a call (XID, table entry) and prepares its Send (see
+/// [`prepare`]), which the caller posts; with a `signer` (RPCSEC_GSS) its
+/// verifier is computed over the header once the XID is known and the
+/// reply's verifier checked.
 fn start_call<D: Device>(
     inner: &Inner<D>,
     st: &mut State<D::Qp>,
-    qp: &D::Qp,
     call: &RpcCall,
     dst: Option<BytesMut>,
     signer: Option<Arc<dyn CallSigner>>,
-) -> Result<ReplyRx, RpcError> {
+) -> Result<(ReplyRx, u32, SendWr), RpcError> {
     let (tx, rx) = oneshot::channel();
     let (xid, msg) = st
         .core
         .start_call_signed(call, signer, tx, Instant::now())
         .map_err(|(_, e)| e)?;
-    match convey(inner, st, qp, xid, &msg, call.reply_hint, dst) {
-        Ok(()) => Ok(rx),
-        // With reconnection the call stays in flight: the loss of the
-        // connection is seen by the completion task, which sends it again.
-        Err(RpcError::ConnectionClosed) if inner.dialer.is_some() => Ok(rx),
+    match prepare(inner, st, xid, &msg, call.reply_hint, dst) {
+        Ok(wr) => Ok((rx, xid, wr)),
         Err(e) => {
             st.core.cancel(xid);
             Err(e)
@@ -552,10 +574,10 @@ fn start_call<D: Device>(
     }
 }
 
-/// Plans call `xid` (RFC 8166 §3.5), registers its chunks and sends it on
-/// `qp`; the call must already hold a credit. On `ConnectionClosed` its
-/// regions stay recorded (fenced when the loss is handled); on any other
-/// error none is left registered.
+/// Plans call `xid`, registers its chunks and sends it on `qp` (see
+/// [`prepare`]); the call must already hold a credit. On
+/// `ConnectionClosed` its regions stay recorded (fenced when the loss is
+/// handled); on any other error none is left registered.
 fn convey<D: Device>(
     inner: &Inner<D>,
     st: &mut State<D::Qp>,
@@ -563,8 +585,53 @@ fn convey<D: Device>(
     xid: u32,
     msg: &XdrBuf,
     reply_hint: oncrpc::ReplyHint,
-    mut dst: Option<BytesMut>,
+    dst: Option<BytesMut>,
 ) -> Result<(), RpcError> {
+    let wr = prepare(inner, st, xid, msg, reply_hint, dst)?;
+    qp.post_send(wr)
+        .map_err(|e| refused_post(inner, st, xid, e))
+}
+
+/// What a Send of call `xid` the device refused leaves: when the queue
+/// pair left RTS the connection is lost, and the call's regions stay
+/// recorded when it will be sent again on the next connection
+/// (`ConnectionClosed`); otherwise they are fenced.
+fn refused_post<D: Device>(
+    inner: &Inner<D>,
+    st: &mut State<D::Qp>,
+    xid: u32,
+    e: rnic::PostError,
+) -> RpcError {
+    match e {
+        rnic::PostError::InvalidState(_) => {
+            if inner.dialer.is_none() {
+                if let Some(res) = st.resources.remove(&xid) {
+                    res.fence();
+                }
+            }
+            RpcError::ConnectionClosed
+        }
+        // Anything else will not get better by waiting: fail the call.
+        _ => {
+            if let Some(res) = st.resources.remove(&xid) {
+                res.fence();
+            }
+            RpcError::Transport("work request refused by the device")
+        }
+    }
+}
+
+/// Plans call `xid` (RFC 8166 §3.5), registers its chunks, records them
+/// and builds its Send; the call must already hold a credit. On error
+/// none is left registered.
+fn prepare<D: Device>(
+    inner: &Inner<D>,
+    st: &mut State<D::Qp>,
+    xid: u32,
+    msg: &XdrBuf,
+    reply_hint: oncrpc::ReplyHint,
+    mut dst: Option<BytesMut>,
+) -> Result<SendWr, RpcError> {
     let ddp = reply_hint.ddp;
     let hint = ReplyHint::from(reply_hint);
     let version = st.version;
@@ -691,32 +758,12 @@ fn convey<D: Device>(
     if let Some(old) = st.resources.insert(xid, res) {
         old.fence();
     }
-    let wr = SendWr {
+    Ok(SendWr {
         wr_id: inner.wr_id(),
         data: vec![header, plan.inline],
         solicited: false,
         invalidate: None,
-    };
-    match qp.post_send(wr) {
-        Ok(()) => Ok(()),
-        // The queue pair left RTS: the connection is lost, and with
-        // reconnection the call is sent again on the next one.
-        Err(rnic::PostError::InvalidState(_)) => {
-            if inner.dialer.is_none() {
-                if let Some(res) = st.resources.remove(&xid) {
-                    res.fence();
-                }
-            }
-            Err(RpcError::ConnectionClosed)
-        }
-        // Anything else will not get better by waiting: fail the call.
-        Err(_) => {
-            if let Some(res) = st.resources.remove(&xid) {
-                res.fence();
-            }
-            Err(RpcError::Transport("work request refused by the device"))
-        }
-    }
+    })
 }
 
 /// Sends backlogged calls while credits allow (RFC 8166 §3.3.1).
@@ -795,8 +842,9 @@ impl<D: Device> ClientTransport for RdmaClient<D> {
 ///
 /// Not a deadlock: the handler takes the client's state lock only for a
 /// received message, which a device produces on its receive task, never
-/// inside the `post_send` that [`convey`] makes under that lock (whose own
-/// Send completion the handler takes without a lock).
+/// inside a `post_send` (a call's own Send is posted without that lock;
+/// [`convey`] posts under it when a reply's handling sends a call again,
+/// and the Send completion the handler takes without a lock).
 fn handle_on_device<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>) {
     let weak_inner = Arc::downgrade(inner);
     let weak_qp = Arc::downgrade(qp);

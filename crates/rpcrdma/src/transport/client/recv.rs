@@ -319,14 +319,17 @@ pub(super) fn on_reply<D: Device>(inner: &Arc<Inner<D>>, qp: &Arc<D::Qp>, wc: Wo
         _ if foreign => "Send With Invalidate of a foreign STag",
         _ => "reply could not be reassembled",
     };
-    match result.and_then(|full| st.core.handle_reply(&full)) {
-        Some((_, tx, r)) => {
-            let _ = tx.send(r);
-        }
-        None => {
-            if let Some(tx) = st.core.cancel(rx.xid) {
-                let _ = tx.send(Err(RpcError::Transport(reason)));
-            }
-        }
+    let done = match result.and_then(|full| st.core.handle_reply(&full)) {
+        Some((_, tx, r)) => Some((tx, r)),
+        None => st
+            .core
+            .cancel(rx.xid)
+            .map(|tx| (tx, Err(RpcError::Transport(reason)))),
+    };
+    // The caller is woken once the lock is free: it takes it at once to
+    // send its next call, and would otherwise sleep again on it.
+    drop(st);
+    if let Some((tx, r)) = done {
+        let _ = tx.send(r);
     }
 }
