@@ -115,6 +115,14 @@ pub(crate) async fn read(
             // The sink of our own Read: written only with local write access.
             need: Access::LOCAL_WRITE,
         };
+        // The read (up to 1 MiB copied) runs without the queue pair's lock,
+        // so the consumer's posts (a server's replies, its next Reads) go
+        // out meanwhile instead of sleeping on it. Only this task feeds the
+        // engine received bytes, so the prediction still holds when the
+        // lock is taken again; a queue pair that finished meanwhile ends
+        // the loop, and an engine that no longer expects the payload loses
+        // the connection (`hand_over`). The sink stays locked throughout.
+        drop(st);
         let mut heads = [[0u8; AHEAD_HEAD_LEN]; MAX_SEGMENTS];
         let mut trailers = [[0u8; 8]; MAX_SEGMENTS];
         let mut got = None;
@@ -143,7 +151,11 @@ pub(crate) async fn read(
                 RxEnd::Lost
             });
         }
-        let staged = hand_over(sh, core, ra.stag, &segs, &heads, &trailers, &g);
+        let mut st = sh.lock_rx();
+        if st.core.finished {
+            return Err(RxEnd::Closed);
+        }
+        let staged = hand_over(sh, &mut st.core, ra.stag, &segs, &heads, &trailers, &g);
         // Completions, the next queued Read Request, a Terminate: out now.
         crate::rx::pump_and_wake(sh, st);
         let staged = staged?;
@@ -158,7 +170,8 @@ pub(crate) async fn read(
 /// payload into its place in `sink`, its trailer into `trailers`; then on
 /// into `stage`. Compares the heads read with the predicted ones; from the
 /// first that differs, copies the stream bytes out (they must go to the
-/// engine as a stream). Runs under the sink's lock, so it never blocks.
+/// engine as a stream). Runs under the sink's lock (not the queue pair's),
+/// so it never blocks.
 fn read_segments(
     rd: &OwnedReadHalf,
     segs: &[AheadSegment],

@@ -120,6 +120,87 @@ async fn read_responses_land_byte_exact_with_crc() {
     reads_with_sends_between(true).await;
 }
 
+/// The receive task reads Read Responses ahead into the sink without the
+/// queue pair's lock, so the Read's issuer posts meanwhile: Reads of 1 MiB
+/// in flight while it sends 24 messages to the peer from another worker
+/// thread. Every Send arrives once and in order, and every Read lands
+/// byte-exact, most of it straight into the sink.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_posted_while_responses_are_read_ahead_arrive_in_order() {
+    let p = connect_pair(&Tcp::quick_crc(false), 0, 32).await;
+    const READ: usize = 1024 * 1024;
+    const READS: usize = 6;
+    // Within the send queue's 32 entries (with the Reads) and the peer's
+    // 32 posted receives.
+    const SENDS: usize = 24;
+    let src = Bytes::from(pattern(READS * READ, 9));
+    let source = p
+        .server_pd
+        .register(BytesMut::from(&src[..]), Access::REMOTE_READ)
+        .unwrap();
+    let sink = p
+        .client_pd
+        .register(
+            BytesMut::from(&vec![0xa5u8; READS * READ][..]),
+            Access::LOCAL_WRITE,
+        )
+        .unwrap();
+    let cqp = std::sync::Arc::new(p.cqp);
+    let sender = {
+        let cqp = std::sync::Arc::clone(&cqp);
+        tokio::spawn(async move {
+            for j in 0..SENDS {
+                cqp.post_send(SendWr {
+                    wr_id: 100 + j as u64,
+                    data: vec![Bytes::from(format!("call {j}"))],
+                    ..Default::default()
+                })
+                .unwrap();
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    for i in 0..READS {
+        cqp.post_read(ReadWr {
+            wr_id: i as u64,
+            local_stag: sink.stag(),
+            local_to: (i * READ) as u64,
+            len: READ as u32,
+            remote_stag: source.stag(),
+            remote_to: (i * READ) as u64,
+        })
+        .unwrap();
+    }
+    sender.await.unwrap();
+    let mut done = [false; READS];
+    let mut sent = 0;
+    while sent < SENDS || !done.iter().all(|d| *d) {
+        let wc = next(cqp.send_cq()).await;
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        if wc.opcode == WcOpcode::RdmaRead {
+            assert_eq!(wc.byte_len, READ as u32);
+            done[wc.wr_id as usize] = true;
+        } else {
+            assert_eq!(wc.wr_id, 100 + sent as u64);
+            sent += 1;
+        }
+    }
+    for j in 0..SENDS {
+        let wc = next(p.sqp.recv_cq()).await;
+        assert_eq!(wc.status, WcStatus::Success);
+        let buf = wc.buf.expect("the receive buffer");
+        assert_eq!(&buf[..wc.byte_len as usize], format!("call {j}").as_bytes());
+    }
+    let stats = p.client.mr_table().stats();
+    assert_eq!(placed_bytes(stats), (READS * READ) as u64, "{stats:?}");
+    assert!(
+        stats.bytes_placed_direct > (READS * READ / 2) as u64,
+        "{stats:?}"
+    );
+    let got = sink.invalidate().buf;
+    assert!(got[..] == src[..], "the Reads landed byte-exact");
+}
+
 /// A raw peer (MPA without CRC) that answers a Read Request with segments
 /// of 3,000 bytes, then one with segments of uneven lengths: after the
 /// first Read the receive side
