@@ -15,9 +15,6 @@ use crate::perm::{permits, Caller};
 use crate::storage::PLUS_TO_DIRENT;
 use crate::storage::{DirEntry, DirPage, DirRequest, DirSink, Storage, StorageResult};
 
-/// Bytes of entry list a page starts with room for before it grows.
-const BODY_START: usize = 64 * 1024;
-
 /// A READDIR or READDIRPLUS call, as the page needs it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DirCall<'a> {
@@ -190,7 +187,13 @@ impl<S: Storage> Nfs3Fs<S> {
             attrs: None,
             used: 0,
             dir_used: 0,
-            body: Vec::with_capacity(limit.min(BODY_START)),
+            // Room for the whole page at once: the page's entries are
+            // encoded straight into it and never copied by its growth
+            // (from 64 KiB by doubling, 3.7% of the instructions of a
+            // listing in 512 KiB pages). `limit` is the client's
+            // `count`/`maxcount` capped at the server's reply limit
+            // (`MAX_READ`): what the body could grow to anyway.
+            body: Vec::with_capacity(limit),
             entries: 0,
             withhold: &|fh: &[u8]| self.withhold_attrs(fh),
         };
