@@ -185,6 +185,18 @@ impl Ahead {
         self.entries.clear();
     }
 
+    /// Appends `more` (read after these) with room for exactly them.
+    fn append(&mut self, more: Self) {
+        let base = self.names.len();
+        self.names.reserve_exact(more.names.len());
+        self.names.extend_from_slice(&more.names);
+        self.entries.reserve_exact(more.entries.len());
+        self.entries.extend(more.entries.iter().map(|a| AheadEntry {
+            name: (a.name.0 + base, a.name.1 + base),
+            ..*a
+        }));
+    }
+
     /// Bytes held.
     fn bytes(&self) -> usize {
         self.names.capacity() + self.entries.capacity() * std::mem::size_of::<AheadEntry>()
@@ -205,6 +217,25 @@ impl HeldEntries {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.0.entries.is_empty()
+    }
+
+    /// Tests: `n` regular files named `f0`, `f1`, ...
+    #[cfg(test)]
+    pub(crate) fn of_names(n: usize) -> Self {
+        let mut a = Ahead::default();
+        for i in 0..n {
+            let name = std::ffi::CString::new(format!("f{i}")).unwrap_or_default();
+            a.push(&name, i as u64 + 10, FileType::RegularFile, i as u64 + 1);
+        }
+        Self(a)
+    }
+
+    /// Entry `i`'s name, inode number and type as the directory records
+    /// them.
+    pub fn get(&self, i: usize) -> Option<(&CStr, u64, FileType)> {
+        let a = self.0.entries.get(i)?;
+        let name = self.0.names.get(a.name.0..a.name.1)?;
+        Some((CStr::from_bytes_with_nul(name).ok()?, a.ino, a.file_type))
     }
 
     /// Each entry's name, inode number and type as the directory records
@@ -261,6 +292,41 @@ impl DirCursor {
             }
         }
         HeldEntries(copy)
+    }
+
+    /// Reads on from the directory until at least `want` entries are held
+    /// for the next page, the directory ends, or the entries held would
+    /// take more than about `max_bytes` ([`Self::held_bytes`]; each read
+    /// is sized to stay within it): so that the next page's entries are
+    /// known, and their attributes can be read ahead, before its call
+    /// comes. Only after a page that stopped early (nothing otherwise).
+    /// The entries are those the next page would read itself: it goes on
+    /// after them from the stream, with no seek.
+    pub fn hold_more(&mut self, want: usize, max_bytes: usize) -> Result<(), CursorError> {
+        if self.resume.is_none() {
+            return Ok(());
+        }
+        let mut buf: Vec<u8> = Vec::new();
+        while self.ahead.entries.len() < want {
+            // A held entry takes less than twice its `getdents64` record
+            // (a 40-byte `AheadEntry` and the name with its NUL, where
+            // the record is the name and 20 bytes rounded up to 8).
+            let room = max_bytes.saturating_sub(self.ahead.bytes()) / 2;
+            let len = room.min(MAX_BUF);
+            if len < MIN_BUF {
+                break;
+            }
+            buf.clear();
+            buf.reserve_exact(len);
+            let spare = &mut buf.spare_capacity_mut()[..len];
+            let mut raw = RawDir::new(self.fd.as_fd(), spare);
+            let batch = Ahead::fill(&mut raw)?;
+            if batch.entries.is_empty() {
+                break;
+            }
+            self.ahead.append(batch);
+        }
+        Ok(())
     }
 
     /// The cookie verifier of this directory (never all zeros, which

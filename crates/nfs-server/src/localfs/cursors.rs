@@ -29,7 +29,7 @@ use lru::LruCache;
 use oncrpc::limits::Limit;
 
 use super::attrs::Meta;
-use super::prefetch::Ticket;
+use super::prefetch::Help;
 use crate::dircursor::DirCursor;
 
 /// Cursors kept by default.
@@ -64,9 +64,11 @@ struct Held {
     cursor: DirCursor,
     stamp: Stamp,
     used: Instant,
-    /// The read-ahead of the next page's attributes, cancelled when the
-    /// cursor is taken or dropped ([`super::prefetch`]).
-    _ahead: Option<Ticket>,
+    /// The read-ahead of the next pages' attributes, handed to the page
+    /// that takes the cursor (which lists with it and keeps it again
+    /// with the cursor), cancelled when the cursor is dropped
+    /// ([`super::prefetch`]).
+    help: Option<Help>,
 }
 
 /// The kept cursors of one export.
@@ -89,15 +91,22 @@ impl Cursors {
     }
 
     /// The cursor of directory (`ino`, `gen`) that stopped at `cookie`,
-    /// if the directory still has the `stamp` it had then.
-    pub(crate) fn take(&self, ino: u64, gen: u64, cookie: u64, stamp: Stamp) -> Option<DirCursor> {
+    /// if the directory still has the `stamp` it had then, with its
+    /// read-ahead job, if any.
+    pub(crate) fn take(
+        &self,
+        ino: u64,
+        gen: u64,
+        cookie: u64,
+        stamp: Stamp,
+    ) -> Option<(DirCursor, Option<Help>)> {
         let mut map = self.map.lock().ok()?;
         let h = map.pop(&Key { ino, gen, cookie })?;
         let fresh = h.stamp == stamp && h.used.elapsed() < IDLE;
         if fresh {
             self.resumed.fetch_add(1, Ordering::Relaxed);
         }
-        fresh.then_some(h.cursor)
+        fresh.then_some((h.cursor, h.help))
     }
 
     /// Pages that went on with a kept cursor so far.
@@ -108,7 +117,7 @@ impl Cursors {
 
     /// Keeps `cursor` of directory (`ino`, `gen`), which stopped early and
     /// read it when it had `stamp`, for the listing's next call, with the
-    /// ticket of its next page's prefetch, if any (cancelled if the cursor
+    /// read-ahead job of its next pages, if any (cancelled if the cursor
     /// is not kept).
     pub(crate) fn keep(
         &self,
@@ -116,7 +125,7 @@ impl Cursors {
         gen: u64,
         stamp: Stamp,
         cursor: DirCursor,
-        ahead: Option<Ticket>,
+        help: Option<Help>,
     ) {
         let Some(cookie) = cursor.resume_cookie() else {
             return;
@@ -148,7 +157,7 @@ impl Cursors {
                 cursor,
                 stamp,
                 used,
-                _ahead: ahead,
+                help,
             },
         );
     }

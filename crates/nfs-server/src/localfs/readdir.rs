@@ -29,10 +29,10 @@ use rustix::fs::FileType;
 
 use super::attrcache::{Kept, View};
 use super::attrs::{io_status, sx, Meta};
-use super::cursors::Stamp;
+use super::cursors::{Stamp, MAX_HELD_BYTES};
 use super::index::Listed;
 use super::ops::open_for_listing;
-use super::prefetch::Ticket;
+use super::prefetch::{Help, Owner, Split, CLAIM};
 use super::resolve::Node;
 use super::LocalFs;
 use crate::dircursor::{CursorError, DirCursor, Entry as CursorEntry};
@@ -48,12 +48,18 @@ pub(crate) const NOW_ENTRIES: usize = 512;
 /// page makes on the runtime thread.
 pub(crate) const NOW_STATX: usize = 16;
 
-/// Fewest entries a page takes for the next page's attributes to be read
-/// ahead ([`super::prefetch`]): for small pages (libnfs asks for ~45
-/// entries a call) the job's hand-off and the cache's lock cost more
-/// than the `statx` calls it moves (measured: 1.4x the server CPU of an
-/// expired libnfs listing).
-pub(crate) const AHEAD_MIN: usize = 256;
+/// Fewest entries a read-ahead job covers ([`super::prefetch`]): a
+/// listing in small pages (libnfs asks for ~45 entries a call) queues
+/// one job per this many entries, not one per page (a job per page cost
+/// more in hand-offs, inotify drains and the cache's lock than the
+/// `statx` calls it moved: 1.4x the server CPU of an expired libnfs
+/// listing). A large page's job covers twice its entries, within
+/// [`AHEAD_BYTES`].
+pub(crate) const AHEAD_MIN: usize = 1024;
+
+/// Most bytes of entries a cursor reads ahead for its job
+/// ([`DirCursor::hold_more`]): half of what a kept cursor may hold.
+const AHEAD_BYTES: usize = MAX_HELD_BYTES / 2;
 
 /// A READDIRPLUS entry's attributes (or why there are none) and the
 /// file (inode, generation, whether it has several links) to record in
@@ -76,6 +82,11 @@ pub(crate) struct DirPass<'a> {
     ended: Option<Result<bool, CursorError>>,
     /// Entries the page took.
     taken: usize,
+    /// The read-ahead job of the listing, if one came with the cursor
+    /// (and still matches the entries the page lists).
+    help: Option<Help>,
+    /// Whether a read-ahead job came with the cursor.
+    helped: bool,
 }
 
 /// How far a page got on the runtime thread.
@@ -167,6 +178,8 @@ impl LocalFs {
             from: req.cookie,
             ended: None,
             taken: 0,
+            help: None,
+            helped: false,
         })
     }
 
@@ -176,7 +189,14 @@ impl LocalFs {
     fn open_cursor<'a>(&'a self, pass: &mut DirPass<'a>) -> StorageResult<()> {
         let (ino, gen) = (pass.d.ino, pass.gen);
         let cur = match self.cursors.take(ino, gen, pass.req.cookie, pass.stamp) {
-            Some(c) => c,
+            Some((c, help)) => {
+                // Listed with its read-ahead job, whose entries it holds
+                // (a READDIRPLUS page, in turn: not shared with the
+                // helper threads of `inorder`).
+                pass.helped = help.is_some();
+                pass.help = help.filter(|_| pass.req.plus && crate::inorder::helpers() == 0);
+                c
+            }
             None => {
                 DirCursor::new(open_for_listing(&**pass.d.dir()?)?).map_err(|e| io_status(&e))?
             }
@@ -209,14 +229,18 @@ impl LocalFs {
             from,
             req,
             taken,
+            help,
             ..
         } = pass;
         let cur = cur.as_mut()?;
         let r = cur.read(*from, req.size_hint, |e| {
             let mut fh = [0u8; FH_LEN];
-            let kept = match self.entry_kept(d, e, view.as_ref(), &mut fh) {
+            let at = Self::help_at(help, e);
+            // An entry its job is reading now is waited for after the
+            // yield, not on this thread.
+            let kept = match self.entry_helped(d, e, view.as_ref(), help, at, false, &mut fh) {
                 Ok(k) => Ok(k),
-                Err(stale) if statx > 0 && entries > 0 => {
+                Err(Some(stale)) if statx > 0 && entries > 0 => {
                     statx -= 1;
                     Err(stale)
                 }
@@ -235,6 +259,7 @@ impl LocalFs {
                 Err(stale) => self.entry_stat(d, e, view.as_ref(), stale, &mut fh),
             };
             let t = self.take_plus(sink, d, e, r, file, &fh, listed);
+            Self::took(help, at, t);
             *taken += usize::from(t);
             t
         });
@@ -256,11 +281,29 @@ impl LocalFs {
             from,
             req,
             taken,
+            help,
             ..
         } = pass;
         let Some(cur) = cur.as_mut() else {
             return Err(CursorError::Io(std::io::Error::other("no cursor")));
         };
+        if req.plus && help.is_some() {
+            // With the listing's read-ahead job: in turn, waiting for
+            // the entries the job is reading.
+            let view = view.as_ref();
+            return cur.read(*from, req.size_hint, |e| {
+                let mut fh = [0u8; FH_LEN];
+                let at = Self::help_at(help, e);
+                let (r, file) = match self.entry_helped(d, e, view, help, at, true, &mut fh) {
+                    Ok(k) => k,
+                    Err(stale) => self.entry_stat(d, e, view, stale.flatten(), &mut fh),
+                };
+                let t = self.take_plus(sink, d, e, r, file, &fh, listed);
+                Self::took(help, at, t);
+                *taken += usize::from(t);
+                t
+            });
+        }
         if !req.plus {
             return cur.read(*from, req.size_hint, |e| {
                 sink.entry(DirEntry {
@@ -284,6 +327,62 @@ impl LocalFs {
             *taken += usize::from(t);
             t
         })
+    }
+
+    /// Where entry `e` is in the listing's read-ahead job ([`Split`]), if
+    /// it is the job's next one; a page that lists another entry there
+    /// (the directory changed, or the job's entries are all listed)
+    /// drops the job.
+    fn help_at(help: &mut Option<Help>, e: &CursorEntry<'_>) -> Option<usize> {
+        let at = help.as_ref()?.index_of(e.name());
+        if at.is_none() {
+            *help = None;
+        }
+        at
+    }
+
+    /// The page took (`taken`) the entry at `at` of its job, or not.
+    fn took(help: &mut Option<Help>, at: Option<usize>, taken: bool) {
+        if let (true, Some(_), Some(h)) = (taken, at, help.as_mut()) {
+            h.took();
+        }
+    }
+
+    /// [`Self::entry_kept`] for entry `e`, at `at` in the listing's
+    /// read-ahead job: an entry the job claimed and has not read yet is
+    /// waited for (`wait`; at most [`super::prefetch`]'s stall time) and
+    /// then taken from the cache; one the job has not claimed is claimed
+    /// for the page. `Err(Some(stale))`: the page reads it with `statx`
+    /// (`stale` as for [`Self::entry_kept`]); `Err(None)`: the job is
+    /// reading it and the page may not wait.
+    #[allow(clippy::too_many_arguments)]
+    fn entry_helped(
+        &self,
+        d: &Node,
+        e: &CursorEntry<'_>,
+        view: Option<&View<'_>>,
+        help: &Option<Help>,
+        at: Option<usize>,
+        wait: bool,
+        fh: &mut [u8; FH_LEN],
+    ) -> Result<PlusEntry, Option<Option<Kept>>> {
+        let stale = match self.entry_kept(d, e, view, fh) {
+            Ok(k) => return Ok(k),
+            Err(stale) => stale,
+        };
+        let (Some(h), Some(i), Some(_)) = (help, at, view_of(e, view)) else {
+            return Err(Some(stale));
+        };
+        match h.split().owner(i) {
+            Owner::Page => return Err(Some(stale)),
+            Owner::Job(false) if !wait => return Err(None),
+            Owner::Job(false) => {
+                h.split().wait(i);
+            }
+            Owner::Job(true) => {}
+        }
+        // What the job read (or, if it could not keep it, a `statx`).
+        self.entry_kept(d, e, view, fh).map_err(Some)
     }
 
     /// Offers a READDIRPLUS entry to `sink`, noting its file in `listed`
@@ -321,13 +420,24 @@ impl LocalFs {
         let Some(cur) = pass.cur.take() else {
             return Err(Nfsstat3::NFS3ERR_SERVERFAULT);
         };
+        let mut cur = cur;
         match ended {
             Ok(eof) => {
                 let verf = cur.verifier();
                 if !eof {
-                    let ahead = self.read_ahead(&pass, &cur);
+                    // The listing's job goes on with the cursor while it
+                    // has entries for the next pages; else a new one.
+                    let help = match pass.help.take().filter(|h| !h.spent()) {
+                        Some(h) => Some(h),
+                        None => match self.read_ahead(&pass, &mut cur) {
+                            Ok(h) => h,
+                            // The read-ahead failed: the next page
+                            // opens the directory afresh.
+                            Err(_) => return Ok(DirPage { verf, eof }),
+                        },
+                    };
                     self.cursors
-                        .keep(pass.d.ino, pass.gen, pass.stamp, cur, ahead);
+                        .keep(pass.d.ino, pass.gen, pass.stamp, cur, help);
                 }
                 Ok(DirPage { verf, eof })
             }
@@ -336,24 +446,36 @@ impl LocalFs {
         }
     }
 
-    /// The attributes of the entries `cur` holds for the listing's next
-    /// page read into the cache on the export's prefetch thread
-    /// ([`super::prefetch`]), if this page had to read some itself (so
-    /// a warm listing queues nothing): at most twice as many as this page
-    /// took. The ticket that cancels it, to keep with the cursor.
-    fn read_ahead(&self, pass: &DirPass<'_>, cur: &DirCursor) -> Option<Ticket> {
-        if pass.taken < AHEAD_MIN || pass.view.as_ref()?.missed() == 0 {
-            return None;
+    /// The attributes of the entries of the listing's next pages read
+    /// into the cache on the export's prefetch thread
+    /// ([`super::prefetch`]), if this page had to read some itself or
+    /// had a job (so a warm listing queues nothing): `cur` first reads
+    /// ahead until it holds twice the page's entries, at least
+    /// [`AHEAD_MIN`] (within [`AHEAD_BYTES`]), and the job covers those.
+    /// The job, to keep with the cursor; `Err` if reading ahead failed.
+    fn read_ahead(&self, pass: &DirPass<'_>, cur: &mut DirCursor) -> Result<Option<Help>, ()> {
+        let Some(view) = pass.view.as_ref() else {
+            return Ok(None);
+        };
+        if view.missed() == 0 && !pass.helped {
+            return Ok(None);
         }
-        let held = cur.held_entries(pass.taken.saturating_mul(2));
+        let want = pass.taken.saturating_mul(2).max(AHEAD_MIN);
+        cur.hold_more(want, AHEAD_BYTES).map_err(|_| ())?;
+        let held = cur.held_entries(want);
         if held.is_empty() {
-            return None;
+            return Ok(None);
         }
         let (ino, gen) = (pass.d.ino, pass.gen);
-        let dir = Arc::clone(pass.d.dir().ok()?);
+        let Ok(dir) = pass.d.dir() else {
+            return Ok(None);
+        };
+        let dir = Arc::clone(dir);
         let cache = Arc::clone(&self.attrs);
         let (export_id, dev, key) = (self.export_id, self.dev, self.key.clone());
-        self.prefetch.submit(move |cancel| {
+        let split = Arc::new(Split::new(held));
+        let job = Arc::clone(&split);
+        let ticket = self.prefetch.submit(move |cancel| {
             let tagger = Tagger {
                 export_id,
                 dev,
@@ -364,25 +486,32 @@ impl LocalFs {
             let Some(view) = cache.open_watched(ino, gen) else {
                 return;
             };
-            for (c_name, ino, file_type) in held.iter() {
-                if cancel.load(Ordering::Relaxed) {
+            while !cancel.load(Ordering::Relaxed) {
+                let Some(r) = job.claim(CLAIM) else {
                     return;
-                }
-                let name = c_name.to_bytes();
-                if matches!(name, b"." | b"..") || file_type == FileType::Directory {
-                    continue;
-                }
-                let stale = match view.peek(name, ino) {
-                    Ok(()) => continue,
-                    Err(stale) => stale,
                 };
-                if let Ok((m, kept)) = tagger.stat(dir.as_fd(), c_name, stale) {
-                    if !m.is_dir() && m.nlink() == 1 {
-                        view.put(name, kept);
+                for i in r.clone() {
+                    let Some((c_name, ino, file_type)) = job.entries().get(i) else {
+                        continue;
+                    };
+                    let name = c_name.to_bytes();
+                    if matches!(name, b"." | b"..") || file_type == FileType::Directory {
+                        continue;
+                    }
+                    let stale = match view.peek(name, ino) {
+                        Ok(()) => continue,
+                        Err(stale) => stale,
+                    };
+                    if let Ok((m, kept)) = tagger.stat(dir.as_fd(), c_name, stale) {
+                        if !m.is_dir() && m.nlink() == 1 {
+                            view.put(name, kept);
+                        }
                     }
                 }
+                job.finish(r);
             }
-        })
+        });
+        Ok(ticket.map(|t| Help::new(split, t)))
     }
 
     /// A READDIR entry's file id: ".." at the export root is the root
