@@ -65,9 +65,11 @@ use oncrpc::limits::Limit;
 use redb::{Database, TableDefinition};
 
 use super::known::Known;
+use filter::Filter;
 use log::Record;
 use store::{Bell, Committer, Pace, Store};
 
+mod filter;
 mod links;
 pub mod log;
 mod memory;
@@ -191,8 +193,15 @@ impl Listed {
 /// removal (`None`).
 type Change = Option<Box<[u8]>>;
 
-/// The changes waiting for the store, by inode.
-type Pending = HashMap<u64, Change>;
+/// The changes waiting for the store, by inode, hashed with
+/// [`foldhash`] (inode numbers are the file system's, not a client's
+/// choice, so SipHash's HashDoS resistance buys nothing here; it was a
+/// tenth of the instructions a new entry cost).
+type Pending = HashMap<u64, Change, foldhash::fast::RandomState>;
+
+/// A change to make ([`Index::record`]): the inode, the change, and
+/// the entry's [`Known::hash`] when the caller computed it already.
+type Queued = (u64, Change, Option<u64>);
 
 /// The change recording `e`.
 fn change_of(e: Option<&Entry>) -> Change {
@@ -229,6 +238,9 @@ struct State {
     writing: Option<Arc<Pending>>,
     /// What the index is known to record ([`Known`]), kept exact.
     known: Known,
+    /// Which inodes the store may hold ([`Filter`]): one it says not,
+    /// the store does not hold, so is not looked up.
+    stored: Filter,
     /// Changes so far: a lookup in the store marks what it found known
     /// only if no change came in between.
     changes: u64,
@@ -239,12 +251,15 @@ struct State {
 }
 
 impl State {
-    /// Queues a change of `ino`, keeping [`Self::known`] exact.
-    fn change(&mut self, ino: u64, e: Change) {
+    /// Queues a change of `ino`, keeping [`Self::known`] exact; `hash`:
+    /// the entry's [`Known::hash`], when the caller has it.
+    fn change(&mut self, ino: u64, e: Change, hash: Option<u64>) {
         match e.as_deref().and_then(split_stored) {
             Some((parent, gen, name)) => {
-                let hash = self.known.hash(ino, parent, gen, name);
+                let hash = hash.unwrap_or_else(|| self.known.hash(ino, parent, gen, name));
                 self.known.set(ino, hash);
+                // Before the change can reach the store.
+                self.stored.add(ino);
             }
             None => self.known.clear(ino),
         }
@@ -299,6 +314,9 @@ pub(crate) struct Shared {
     bell: Arc<Bell>,
     /// When the commit thread's next checkpoint may start.
     pace: Mutex<Pace>,
+    /// Lookups made in the store (tests).
+    #[cfg(test)]
+    store_reads: std::sync::atomic::AtomicU64,
 }
 
 impl std::ops::Deref for Index {
@@ -355,7 +373,7 @@ impl Index {
             .map_err(db_err)?;
         let logs = log_paths(path);
         let store = Store::open(db, [&logs[0], &logs[1]], log_max)?;
-        let shared = Arc::new(Shared::new(store, usize::MAX, pending_bytes));
+        let shared = Arc::new(Shared::new(store, usize::MAX, pending_bytes)?);
         let tick = {
             let shared = Arc::clone(&shared);
             move |rung| {
@@ -387,16 +405,23 @@ impl Index {
             .create_with_backend(memory::Memory::default())
             .map_err(db_err)?;
         Ok(Self {
-            shared: Arc::new(Shared::new(Store::memory(db)?, PENDING_MAX, usize::MAX)),
+            shared: Arc::new(Shared::new(Store::memory(db)?, PENDING_MAX, usize::MAX)?),
             _committer: None,
         })
     }
 
     /// Where `ino` lives, if recorded.
     pub(crate) fn get(&self, ino: u64) -> Option<Entry> {
-        if let Some(p) = self.state.lock().ok()?.unstored(ino) {
-            return p.as_deref().and_then(Entry::decode);
+        {
+            let st = self.state.lock().ok()?;
+            if let Some(p) = st.unstored(ino) {
+                return p.as_deref().and_then(Entry::decode);
+            }
+            if !st.stored.may_hold(ino) {
+                return None;
+            }
         }
+        self.count_store_read();
         let tx = self.store.db.begin_read().ok()?;
         let t = tx.open_table(TABLE).ok()?;
         let v = t.get(ino).ok()??;
@@ -420,6 +445,9 @@ impl Index {
                 st.known.set(ino, hash);
             }
             return same;
+        }
+        if !st.stored.may_hold(ino) {
+            return false;
         }
         let since = st.changes;
         drop(st);
@@ -547,7 +575,8 @@ impl Index {
         };
         let mut unsure: Vec<Unsure<'_>> = Vec::new();
         // A change waiting for the store that says otherwise is newer than
-        // what the store says: these change without asking it.
+        // what the store says, and an inode the store cannot hold
+        // ([`Filter`]) is new: these change without asking it.
         let mut differ: Vec<Unsure<'_>> = Vec::new();
         for (ino, gen, linked, name) in listed.iter() {
             let hash = st.known.hash(ino, parent, gen, name);
@@ -557,6 +586,8 @@ impl Index {
             match st.unstored(ino) {
                 Some(Some(v)) if stored_is(v, parent, gen, name) => st.known.set(ino, hash),
                 Some(_) => differ.push((ino, gen, name, hash, linked)),
+                // Neither waiting nor in the store: new, no lookup.
+                None if !st.stored.may_hold(ino) => differ.push((ino, gen, name, hash, linked)),
                 None => unsure.push((ino, gen, name, hash, linked)),
             }
         }
@@ -580,12 +611,13 @@ impl Index {
             }
             Err(_) => return,
         }
-        for (ino, gen, name, _, l) in changed {
+        for (ino, gen, name, hash, l) in changed {
             if l {
                 let name = Bytes::copy_from_slice(name);
                 linked.push((ino, Entry { parent, gen, name }));
             } else {
-                changes.push((ino, Some(stored(parent, gen, name).into_boxed_slice())));
+                let c = Some(stored(parent, gen, name).into_boxed_slice());
+                changes.push((ino, c, Some(hash)));
             }
         }
         self.record(changes, false);
@@ -597,6 +629,10 @@ impl Index {
     /// Those of `files` the store does not record in `parent` as given,
     /// looked up in one read transaction.
     fn not_stored<'a>(&self, parent: u64, files: Vec<Unsure<'a>>) -> Vec<Unsure<'a>> {
+        if files.is_empty() {
+            return files;
+        }
+        self.count_store_read();
         let Ok(tx) = self.store.db.begin_read() else {
             return files;
         };
@@ -617,7 +653,7 @@ impl Index {
     }
 
     fn change(&self, ino: u64, e: Option<Entry>, durable: bool) {
-        self.record(vec![(ino, change_of(e.as_ref()))], durable);
+        self.record(vec![(ino, change_of(e.as_ref()), None)], durable);
     }
 
     /// Makes `changes`, in order; `durable` puts them on stable storage
@@ -625,7 +661,7 @@ impl Index {
     /// with one `write(2)` (and synced if `durable`) and the changes wait
     /// in memory for the next durable commit; in memory, they wait for a
     /// batch.
-    fn record(&self, changes: Vec<(u64, Change)>, durable: bool) {
+    fn record(&self, changes: Vec<Queued>, durable: bool) {
         if changes.is_empty() {
             return;
         }
@@ -633,8 +669,8 @@ impl Index {
             None => {
                 let due = match self.state.lock() {
                     Ok(mut st) => {
-                        for (ino, e) in changes {
-                            st.change(ino, e);
+                        for (ino, e, hash) in changes {
+                            st.change(ino, e, hash);
                         }
                         st.due(durable)
                     }
@@ -659,11 +695,11 @@ impl Index {
         let epoch = logs.cur.epoch();
         let pending = match self.state.lock() {
             Ok(mut st) => {
-                for (ino, e) in changes {
+                for (ino, e, hash) in changes {
                     if let Err(err) = record_of(ino, &e).encode(epoch, &mut framed) {
                         tracing::warn!(error = %err, ino, "handle index: a change is not logged");
                     }
-                    st.change(ino, e);
+                    st.change(ino, e, hash);
                 }
                 // A durable change is due by its log sync, not by the bound.
                 (st.due(false).then_some(st.bytes), st.half_full())
@@ -784,6 +820,20 @@ impl Index {
     }
 }
 
+/// The filter of the inodes `db` holds ([`Filter`]): one walk of the
+/// store's keys at open (measured in docs/listing.md, "The store
+/// filter").
+fn held(db: &Database) -> std::io::Result<Filter> {
+    let mut f = Filter::new();
+    let tx = db.begin_read().map_err(db_err)?;
+    let t = tx.open_table(TABLE).map_err(db_err)?;
+    for kv in t.range::<u64>(..).map_err(db_err)? {
+        let (k, _) = kv.map_err(db_err)?;
+        f.add(k.value());
+    }
+    Ok(f)
+}
+
 /// The index's two log files beside its store at `path`.
 fn log_paths(path: &Path) -> [PathBuf; 2] {
     [path.with_extension("log"), path.with_extension("log2")]
@@ -794,14 +844,17 @@ fn poisoned() -> std::io::Error {
 }
 
 impl Shared {
-    fn new(store: Store, bound: usize, bound_bytes: usize) -> Self {
-        Self {
+    /// The index of `store` (its logs already replayed into it).
+    fn new(store: Store, bound: usize, bound_bytes: usize) -> std::io::Result<Self> {
+        let stored = held(&store.db)?;
+        Ok(Self {
             store,
             state: Mutex::new(State {
-                pending: HashMap::new(),
+                pending: HashMap::default(),
                 bytes: 0,
                 writing: None,
                 known: Known::new(),
+                stored,
                 changes: 0,
                 bound,
                 bound_bytes,
@@ -809,7 +862,16 @@ impl Shared {
             writer: Mutex::new(()),
             bell: Arc::new(Bell::default()),
             pace: Mutex::new(Pace::default()),
-        }
+            #[cfg(test)]
+            store_reads: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// Counts a lookup in the store (tests).
+    fn count_store_read(&self) {
+        #[cfg(test)]
+        self.store_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The commit thread's turn, every interval or when `rung` (a bound's
@@ -1198,6 +1260,76 @@ mod tests {
         assert_eq!(t.get(13), None);
         assert!(store::TORN.load(std::sync::atomic::Ordering::Relaxed) > torn);
         drop(t);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    fn store_reads(ix: &Index) -> u64 {
+        ix.store_reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    #[test]
+    fn new_entries_skip_the_store_and_stored_ones_are_never_taken_for_new() {
+        let d = scratch("filter");
+        let p = d.join("ix.redb");
+        let span = 1u64 << filter::BITS;
+        // 3,000 files, a third of them sharing their filter bit with
+        // another (one span apart), and a linked file.
+        let mut l = Listed::default();
+        for i in 0..1000u64 {
+            for ino in [1000 + i, 1000 + i + span, 1000 + i + 5 * span] {
+                l.push(ino, 9, false, format!("f{ino}").as_bytes());
+            }
+        }
+        let ix = Index::open_with(&p, store::LOG_MAX, HOUR).unwrap();
+        ix.put(7, e(2, "first"), true, true);
+        let reads = store_reads(&ix);
+        ix.put_listed(2, &l);
+        assert_eq!(store_reads(&ix), reads, "new entries were looked up");
+        assert_eq!(ix.pending_len(), 3001);
+        ix.flush();
+        // Half of them committed, the rest in the log only (a SIGKILL).
+        let mut m = Listed::default();
+        for i in 0..500u64 {
+            m.push(50_000 + i, 9, false, b"g");
+            m.push(50_000 + i + span, 9, false, b"h");
+        }
+        ix.put_listed(3, &m);
+        killed_copy(&p, &d.join("k.redb"), true);
+        drop(ix);
+
+        // After the restart the filter is rebuilt from the store and the
+        // replayed log: every stored entry is looked up and found as
+        // listed (nothing queued), never taken for new.
+        let k = Index::open_with(&d.join("k.redb"), store::LOG_MAX, HOUR).unwrap();
+        let reads = store_reads(&k);
+        k.put_listed(2, &l);
+        k.put_listed(3, &m);
+        assert_eq!(k.pending_len(), 0, "a stored entry was taken for new");
+        assert!(store_reads(&k) > reads);
+        // A linked file listed under another name keeps its recorded one.
+        let mut ln = Listed::default();
+        ln.push(7, 9, true, b"second");
+        k.put_listed(4, &ln);
+        assert_eq!(k.get(7), Some(e(2, "first")));
+        assert_eq!(k.other_names(7, 9), vec![e(4, "second")]);
+        // An inode sharing a stored one's bit is looked up; one alone is
+        // not; both are recorded.
+        let reads = store_reads(&k);
+        let mut shared = Listed::default();
+        shared.push(1000 + 2 * span, 9, false, b"s");
+        k.put_listed(2, &shared);
+        assert_eq!(store_reads(&k), reads + 1);
+        let mut alone = Listed::default();
+        alone.push(900_000, 9, false, b"a");
+        k.put_listed(2, &alone);
+        assert_eq!(store_reads(&k), reads + 1);
+        assert_eq!(
+            k.get(1000 + 2 * span).map(|x| x.name),
+            Some(Bytes::from("s"))
+        );
+        assert_eq!(k.get(900_000).map(|x| x.name), Some(Bytes::from("a")));
+        assert_eq!(k.get(900_001), None);
+        drop(k);
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -9,15 +9,27 @@
 //! the slot replaces the older one, so its memory is fixed
 //! ([`SLOTS`] × 8 bytes, 16 MiB per export, enough to keep most of a
 //! 1,000,000-entry directory) whatever clients do, and a miss only costs
-//! the store lookup it saves on a hit. The hash is SipHash under a random
-//! key (std's `RandomState`), so a client cannot pick names whose hashes
-//! collide to make the server skip recording a renamed file. The index
-//! keeps the table exact: every change of an entry updates or clears its
-//! slot under the index's lock, and an entry confirmed from the store is
-//! only marked if no change happened since the lookup (see
-//! [`super::index`]).
+//! the store lookup it saves on a hit. The index keeps the table exact:
+//! every change of an entry updates or clears its slot under the index's
+//! lock, and an entry confirmed from the store is only marked if no
+//! change happened since the lookup (see [`super::index`]).
+//!
+//! The hash is [`foldhash`]'s quality variant under a per-table random
+//! seed (it was SipHash-1-3, std's `RandomState`, about 12% of the
+//! instructions of a listing; docs/listing.md, "The store filter").
+//! HashDoS does not apply: the table does not chain, a slot is chosen
+//! by inode number, which the file system allocates (a client creating
+//! files picks names, not numbers), and the hash is only compared for
+//! equality. What a collision could do is make an entry renamed behind
+//! the server's back look recorded under its old name, so its handle
+//! would go STALE; a client picking names would need two names of one
+//! inode whose 64-bit hashes match under a seed it never sees (no hash
+//! leaves the server, and a table has no iteration order to observe),
+//! and the file would be one it could rename, so its own.
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
+
+use foldhash::quality::RandomState;
 
 /// Slots in the table.
 pub(crate) const SLOTS: usize = 1 << 21;
@@ -34,7 +46,7 @@ impl Known {
     pub(crate) fn new() -> Self {
         Self {
             slots: vec![0; SLOTS],
-            key: RandomState::new(),
+            key: RandomState::default(),
         }
     }
 
