@@ -919,7 +919,13 @@ impl Shared {
         sorted.sort_unstable_by_key(|&(ino, _)| *ino);
         let done = self.store.checkpoint(old.epoch(), |t| {
             for (&ino, c) in sorted {
-                t.apply(&record_of(ino, c))?;
+                match c {
+                    // Already in the store's form: inserted as it is.
+                    Some(v) => t.put_stored(ino, v)?,
+                    None => {
+                        t.apply(&record_of(ino, c))?;
+                    }
+                }
             }
             Ok(())
         });

@@ -106,6 +106,13 @@ impl<'t> Tables<'t> {
         })
     }
 
+    /// Records `ino` as the entry whose stored form is `v`
+    /// ([`super::stored`]).
+    pub(super) fn put_stored(&mut self, ino: u64, v: &[u8]) -> redb::Result<()> {
+        self.main.insert(ino, v)?;
+        Ok(())
+    }
+
     /// Makes the change `r` says; whether it changed anything (a further
     /// name already held, or over the bound, does not).
     pub(super) fn apply(&mut self, r: &Record<'_>) -> redb::Result<bool> {
