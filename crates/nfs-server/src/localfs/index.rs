@@ -876,12 +876,20 @@ impl Shared {
 
     /// The commit thread's turn, every interval or when `rung` (a bound's
     /// half reached): a durable commit of the store (a checkpoint) when
-    /// rung or when the last one's [`store::PACE`] allows it; else the
-    /// log is synced, so a power loss still loses at most the changes of
-    /// the last interval: the log replays what the store lacks.
+    /// rung, or when the last one's [`store::PACE`] allows it and the
+    /// index is quiet (no change since the last turn, or none for
+    /// [`store::BUSY_MAX`]: a checkpoint does not compete for the CPU
+    /// with the listing whose entries it writes); else the log is
+    /// synced, so a power loss still loses at most the changes of the
+    /// last interval: the log replays what the store lacks.
     fn tick(&self, rung: bool) -> std::io::Result<()> {
-        let paced = self.pace.lock().map_or(true, |p| p.allows(Instant::now()));
-        if rung || paced {
+        let changes = self.state.lock().map_or(0, |st| st.changes);
+        let now = Instant::now();
+        let due = self
+            .pace
+            .lock()
+            .map_or(true, |mut p| p.quiet(changes, now) && p.allows(now));
+        if rung || due {
             return self.commit();
         }
         match self.store.logs() {
@@ -1527,6 +1535,54 @@ mod tests {
         let m = Index::open(&d.join("m.redb")).unwrap();
         assert_eq!(m.get(1149).map(|x| x.parent), Some(2));
         drop((n, m));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_busy_index_syncs_its_log_and_checkpoints_once_quiet_or_busy_too_long() {
+        let ms = std::time::Duration::from_millis;
+        let mut pace = Pace::default();
+        let t = std::time::Instant::now();
+        assert!(pace.quiet(0, t), "no change yet");
+        assert!(!pace.quiet(5, t + ms(300)), "changes since the last tick");
+        assert!(!pace.quiet(9, t + ms(600)));
+        assert!(pace.quiet(9, t + ms(900)), "none since");
+        // Busy at every tick: held off for BUSY_MAX after the last quiet
+        // tick, then due anyway.
+        let mut n = 10;
+        let mut at = t + ms(900);
+        while at < t + ms(900) + store::BUSY_MAX - ms(300) {
+            at += ms(300);
+            n += 1;
+            assert!(!pace.quiet(n, at));
+        }
+        assert!(pace.quiet(n + 1, t + ms(900) + store::BUSY_MAX));
+        // A checkpoint's end starts the next wait afresh.
+        pace.took(at, at + ms(10));
+        assert!(!pace.quiet(n + 2, at + ms(300)));
+
+        // The index: a tick that finds new changes syncs the log (the
+        // store alone lacks them, with its log it has them); the next,
+        // with none since, checkpoints.
+        let d = scratch("busy");
+        let p = d.join("ix.redb");
+        let ix = Index::open_with(&p, store::LOG_MAX, HOUR).unwrap();
+        ix.tick(false).unwrap();
+        ix.put_listed(2, &listing(100));
+        ix.tick(false).unwrap();
+        assert_eq!(ix.pending_len(), 100, "checkpointed while busy");
+        assert!(ix.store.log_synced());
+        killed_copy(&p, &d.join("n.redb"), false);
+        killed_copy(&p, &d.join("l.redb"), true);
+        ix.tick(false).unwrap();
+        assert_eq!(ix.pending_len(), 0, "no checkpoint once quiet");
+        assert_eq!(ix.log_len(), log::HEADER_LEN as u64);
+        drop(ix);
+        let n = Index::open(&d.join("n.redb")).unwrap();
+        assert_eq!(n.get(1000), None);
+        let l = Index::open(&d.join("l.redb")).unwrap();
+        assert_eq!(l.get(1099).map(|x| x.parent), Some(2));
+        drop((n, l));
         let _ = std::fs::remove_dir_all(&d);
     }
 

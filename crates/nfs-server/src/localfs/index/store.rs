@@ -376,13 +376,37 @@ impl Store {
     }
 }
 
-/// When the next checkpoint may start ([`PACE`]).
+/// How long the commit thread holds checkpoints off while changes keep
+/// coming (every tick busy): past it, a tick checkpoints if [`PACE`]
+/// allows, busy or not.
+pub(crate) const BUSY_MAX: Duration = Duration::from_secs(5);
+
+/// When the next checkpoint may start ([`PACE`], [`BUSY_MAX`]).
 #[derive(Debug, Default)]
 pub(super) struct Pace {
     next: Option<Instant>,
+    /// The index's change count at the last tick.
+    seen: u64,
+    /// Since when checkpoints were held off by changes: the last quiet
+    /// tick or checkpoint's end.
+    busy_since: Option<Instant>,
 }
 
 impl Pace {
+    /// A tick at `now` with the index at `changes` changes: whether it
+    /// is quiet enough for a checkpoint (no change since the last tick,
+    /// or changes for [`BUSY_MAX`] since the last checkpoint).
+    pub(super) fn quiet(&mut self, changes: u64, now: Instant) -> bool {
+        let idle = changes == self.seen;
+        self.seen = changes;
+        if idle {
+            self.busy_since = Some(now);
+            return true;
+        }
+        let since = *self.busy_since.get_or_insert(now);
+        now.saturating_duration_since(since) >= BUSY_MAX
+    }
+
     /// Whether a checkpoint may start at `now`.
     pub(super) fn allows(&self, now: Instant) -> bool {
         self.next.is_none_or(|n| now >= n)
@@ -391,6 +415,7 @@ impl Pace {
     /// A checkpoint ran from `start` to `end`.
     pub(super) fn took(&mut self, start: Instant, end: Instant) {
         self.next = Some(end + end.saturating_duration_since(start) * PACE);
+        self.busy_since = Some(end);
     }
 
     /// No checkpoint before `at` (tests).
