@@ -34,7 +34,8 @@
 //! are bounded in bytes ([`PENDING_BYTES_MAX`]): the change that reaches
 //! half the bound wakes the commit thread, the one that reaches the
 //! bound commits at once. The commit thread paces its durable commits by
-//! their cost and syncs the log between them ([`store::PACE`]). The index kept in memory (no state directory)
+//! their cost, holds them off while changes keep coming, and syncs the
+//! log between them ([`store::PACE`], [`store::BUSY_MAX`]). The index kept in memory (no state directory)
 //! batches too: entries wait in a bounded map ([`PENDING_MAX`]) and go to
 //! the store in one transaction when it fills.
 //!

@@ -14,7 +14,8 @@
 //! writes the pending changes to the store in one transaction and
 //! commits it durably (a checkpoint), recording the epoch of the log
 //! that held them, or, while the last checkpoint's cost holds the next
-//! one off ([`PACE`]), syncs the log. The change that takes the log past
+//! one off ([`PACE`]) or changes keep coming ([`BUSY_MAX`]), syncs the
+//! log. The change that takes the log past
 //! half its bound ([`LOG_MAX`]) or the pending set past half its own
 //! ([`super::PENDING_BYTES_MAX`]) wakes the thread for a checkpoint; the
 //! change that takes either past the whole bound checkpoints at once
