@@ -39,6 +39,19 @@ struct State {
     waiting: HashMap<u64, Waker>,
 }
 
+impl State {
+    /// Takes the waker of a ticket that waits. Most calls never wait (the
+    /// one whose turn it is runs at once), so the map is usually empty:
+    /// skipping the lookup then saves hashing the ticket (SipHash, about
+    /// 140 instructions), four times per call.
+    fn unwait(&mut self, seq: u64) -> Option<Waker> {
+        if self.waiting.is_empty() {
+            return None;
+        }
+        self.waiting.remove(&seq)
+    }
+}
+
 /// The connection closed while a call waited for its turn.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct TurnsClosed;
@@ -68,7 +81,7 @@ impl Turns {
 
     fn pass(&self, seq: u64) {
         let mut st = self.lock();
-        st.waiting.remove(&seq);
+        st.unwait(seq);
         if seq != st.next {
             st.skipped.insert(seq);
             return;
@@ -82,7 +95,7 @@ impl Turns {
             st.next += 1;
         }
         let next = st.next;
-        let w = st.waiting.remove(&next);
+        let w = st.unwait(next);
         drop(st);
         if let Some(w) = w {
             w.wake();
@@ -114,11 +127,11 @@ impl Ticket {
         std::future::poll_fn(|cx| {
             let mut st = self.turns.lock();
             if st.closed {
-                st.waiting.remove(&self.seq);
+                st.unwait(self.seq);
                 return Poll::Ready(Err(TurnsClosed));
             }
             if st.next == self.seq {
-                st.waiting.remove(&self.seq);
+                st.unwait(self.seq);
                 return Poll::Ready(Ok(()));
             }
             st.waiting.insert(self.seq, cx.waker().clone());
