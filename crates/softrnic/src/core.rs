@@ -6,7 +6,7 @@
 //! and the consumer's handle (`qp`) drive it under the queue pair's lock.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -50,11 +50,11 @@ pub(crate) struct Core {
     pub(crate) state: QpState,
     pub(crate) reason: Option<CloseReason>,
     /// Posted receives by internal id (the engine knows them by that id).
-    pub(crate) recvs: BTreeMap<u64, (WrId, BytesMut)>,
+    pub(crate) recvs: Posted<(WrId, BytesMut)>,
     /// Posted Sends and Writes by internal id.
-    pub(crate) sends: BTreeMap<u64, SendEntry>,
+    pub(crate) sends: Posted<SendEntry>,
     /// Posted RDMA Reads by internal id.
-    pub(crate) reads: BTreeMap<u64, WrId>,
+    pub(crate) reads: Posted<WrId>,
     next_id: u64,
     /// The last access-check failure the engine saw (for the close reason).
     access_err: Cell<Option<AccessError>>,
@@ -147,6 +147,61 @@ fn total_len(data: &[Bytes]) -> u64 {
     data.iter().map(|b| b.len() as u64).sum()
 }
 
+/// Work requests by internal id, oldest first. Ids grow with posting
+/// ([`Core::next_id`]) and each table is filled in posting order, so it is
+/// sorted; its requests complete in posting order too (a receive is
+/// consumed in the order the receives were posted, RFC 5040 §5.3; Sends
+/// and Writes complete in order, and so do Reads), so the one completing
+/// is almost always the first: taken off the front, where an ordered map
+/// (the `BTreeMap` this replaces) cost a search, node rebalancing and an
+/// allocation now and then on every post and completion. A request found
+/// elsewhere (a lookup by the transmit or receive side) is found by binary
+/// search. Holds at most the queue's depth (`QpAttrs`), checked before
+/// each insert.
+pub(crate) struct Posted<T> {
+    q: VecDeque<(u64, T)>,
+}
+
+impl<T> Default for Posted<T> {
+    fn default() -> Self {
+        Posted { q: VecDeque::new() }
+    }
+}
+
+impl<T> Posted<T> {
+    /// Adds a request; `id` is above every id already held.
+    pub(crate) fn insert(&mut self, id: u64, v: T) {
+        debug_assert!(self.q.back().is_none_or(|(last, _)| *last < id));
+        self.q.push_back((id, v));
+    }
+
+    fn find(&self, id: u64) -> Option<usize> {
+        match self.q.front() {
+            Some((first, _)) if *first == id => Some(0),
+            _ => self.q.binary_search_by_key(&id, |(k, _)| *k).ok(),
+        }
+    }
+
+    pub(crate) fn get(&self, id: &u64) -> Option<&T> {
+        let i = self.find(*id)?;
+        self.q.get(i).map(|(_, v)| v)
+    }
+
+    pub(crate) fn get_mut(&mut self, id: &u64) -> Option<&mut T> {
+        let i = self.find(*id)?;
+        self.q.get_mut(i).map(|(_, v)| v)
+    }
+
+    pub(crate) fn remove(&mut self, id: &u64) -> Option<T> {
+        let i = self.find(*id)?;
+        self.q.remove(i).map(|(_, v)| v)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.q.len()
+    }
+}
+
 /// What [`Core::queue_read`] decided.
 pub(crate) enum ReadPosted {
     /// The engine has the Read Request to transmit.
@@ -163,9 +218,9 @@ impl Core {
             conn,
             state: QpState::Idle,
             reason: None,
-            recvs: BTreeMap::new(),
-            sends: BTreeMap::new(),
-            reads: BTreeMap::new(),
+            recvs: Posted::default(),
+            sends: Posted::default(),
+            reads: Posted::default(),
             next_id: 0,
             access_err: Cell::new(None),
             inval_err: None,
@@ -454,5 +509,39 @@ impl Core {
         self.reads.insert(id, wr.wr_id);
         self.pump(ctx);
         Ok(ReadPosted::Queued)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Posted;
+
+    #[test]
+    fn posted_requests_are_found_and_taken_in_any_order() {
+        let mut p = Posted::default();
+        for id in [2u64, 3, 5, 8, 13] {
+            p.insert(id, id * 10);
+        }
+        assert_eq!(p.len(), 5);
+        // The usual case: the oldest completes first.
+        assert_eq!(p.remove(&2), Some(20));
+        // A lookup and a completion out of order (a flush, a receive
+        // looked up by the receive side).
+        assert_eq!(p.get(&8), Some(&80));
+        if let Some(v) = p.get_mut(&5) {
+            *v += 1;
+        }
+        assert_eq!(p.remove(&5), Some(51));
+        assert_eq!(p.remove(&5), None, "taken once");
+        assert_eq!(p.get(&4), None, "never posted");
+        assert_eq!(p.remove(&99), None);
+        assert_eq!(p.len(), 3);
+        p.insert(21, 210);
+        let left: Vec<u64> = [3u64, 8, 13, 21]
+            .iter()
+            .map(|id| p.remove(id).unwrap_or(0))
+            .collect();
+        assert_eq!(left, vec![30, 80, 130, 210]);
+        assert_eq!(p.len(), 0);
     }
 }
