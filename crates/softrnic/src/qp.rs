@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use tokio::task::AbortHandle;
 
 use crate::core::{Core, QpCtx, ReadPosted};
-use crate::shared::{Guard, Locked, Shared};
+use crate::shared::{Guard, Locked, Shared, BURST_BATCH};
 use crate::tx::flush;
 use crate::SoftDevice;
 
@@ -102,20 +102,22 @@ pub(crate) fn start(
     launch(prepare(dev, pd, est, config), stream)
 }
 
-/// Whether a request just posted may be written at once, from the posting
-/// task, for latency: it is the only work in flight (the consumer has
-/// reaped every send completion, at most this one Read is outstanding) and,
-/// in a burst of posts after the receive task delivered several messages
-/// ([`Locked::burst`]), the first of them. Otherwise the transmit task
-/// writes it together with the requests posted meanwhile.
+/// Whether a request just posted is written at once, from the posting
+/// task. Outside a burst: when it is the only work in flight (the consumer
+/// has reaped every send completion, at most this one Read is
+/// outstanding), for latency; otherwise the transmit task writes it with
+/// the requests posted meanwhile. In a burst of posts after the receive
+/// task delivered several messages ([`Locked::burst`]): every `batch`-th
+/// post since the delivery (at most every [`BURST_BATCH`]-th) writes all
+/// that is queued, the others leave theirs to the transmit task (or to
+/// that post); none writes while bytes wait for room in the socket (the
+/// transmit task writes after them).
 fn idle(st: &mut Locked, send_cq: &CompletionQueue) -> bool {
-    let quiet = send_cq.is_empty() && st.core.reads.len() <= 1 && st.out.is_empty();
     if !st.burst {
-        return quiet;
+        return send_cq.is_empty() && st.core.reads.len() <= 1 && st.out.is_empty();
     }
-    let first = quiet && st.direct;
-    st.direct = false;
-    first
+    st.since += 1;
+    st.since % st.batch.clamp(1, BURST_BATCH) == 0 && st.out.is_empty()
 }
 
 /// A queue pair of the software device. Dropping it disconnects.

@@ -30,17 +30,29 @@ pub(crate) struct Locked {
     /// before it reads again: their posts leave what they queue for it to
     /// write together once they have run ([`Shared::write_held`]).
     pub(crate) hold_tx: bool,
-    /// The receive task delivered several received messages at once, so
-    /// several consumers may post one after another: only the first post
-    /// (while [`Locked::direct`]) writes the socket itself, for latency;
-    /// the others wake the transmit task, which writes all they queued
-    /// meanwhile in one go, and ends the burst once the socket took it all.
-    /// Each writing its own call cost a system call and a wake-up of the
-    /// peer per call.
+    /// The receive task's last delivery held several received messages
+    /// ([`Locked::batch`] of them), so several consumers may post one after
+    /// another (a client's callers answering a batch of replies): posts are
+    /// handed to the transmit task, except that every `batch`-th post since
+    /// the delivery (at most every [`BURST_BATCH`]-th) writes all those
+    /// queued itself. When each consumer the delivery woke posts once, the
+    /// last of them writes the batch, from the posting thread, without
+    /// waiting for the transmit task; those it does not cover (fewer
+    /// posts than messages) go when the transmit task runs. Each writing
+    /// its own call cost a system call and a wake-up of the peer per call;
+    /// leaving them all to the transmit task stalled on a loaded machine,
+    /// where its thread waits milliseconds for a CPU (issue 15). The burst
+    /// lasts until a delivery of one message.
     pub(crate) burst: bool,
-    /// In a burst, the next post may still write the socket itself.
-    pub(crate) direct: bool,
+    /// Messages in the last delivery.
+    pub(crate) batch: usize,
+    /// Posts since the last delivery.
+    pub(crate) since: usize,
 }
+
+/// Most posts of a burst left to the transmit task before one writes them
+/// all itself.
+pub(crate) const BURST_BATCH: usize = 16;
 
 /// Shared by both IO tasks and the consumer's handle.
 pub(crate) struct Shared {
@@ -63,7 +75,8 @@ impl Shared {
             delivering_recv: false,
             hold_tx: false,
             burst: false,
-            direct: true,
+            batch: 0,
+            since: 0,
         };
         Shared {
             locked: Mutex::new(locked),
@@ -223,8 +236,9 @@ impl Drop for Guard<'_> {
                     g.delivering_recv = false;
                     g.core.done_recv = recvs;
                     if self.rx && received > 0 {
-                        g.direct = true;
-                        g.burst |= received > 1;
+                        g.burst = received > 1;
+                        g.batch = received;
+                        g.since = 0;
                     }
                 }
                 drop(g);

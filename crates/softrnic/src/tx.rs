@@ -542,10 +542,6 @@ pub(crate) async fn tx_task(sh: Arc<Shared>, wr: Arc<OwnedWriteHalf>) {
         let (pending, closing) = {
             let mut st = sh.lock();
             flush(&mut st, &sh);
-            if st.out.is_empty() {
-                // What a burst of posts queued is out (Locked::burst).
-                st.burst = false;
-            }
             let core = &st.core;
             (
                 !st.out.is_empty(),
