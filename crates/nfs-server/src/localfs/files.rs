@@ -315,11 +315,13 @@ mod tests {
         c.put(2, 0, Access::Read, fd()); // closed by now (this use or the sweeper)
         assert_eq!(Arc::strong_count(&f), 1);
         assert_eq!(c.len(), 1);
-        // An idle server closes them with no further call.
+        // An idle server closes them with no further call. The sweeper
+        // closes what it took out of the map after releasing the lock, so
+        // wait for both.
         let f = fd();
         c.put(3, 0, Access::Write, Arc::clone(&f));
         for _ in 0..100 {
-            if c.len() == 0 {
+            if (c.len(), Arc::strong_count(&f)) == (0, 1) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));
