@@ -4,15 +4,14 @@
 //! back in Write chunks at the position the client's reply hint names,
 //! WRITE data goes out in Read chunks.
 
-use std::net::{IpAddr, Ipv4Addr};
-use std::sync::{Arc, Mutex};
 use testkit::TempDir;
 
 use bytes::Bytes;
-use nfs_client::{IoOptions, Mount, MountClient, Nfs3Client};
-use oncrpc::msg::AuthSys;
+use nfs_client::{IoOptions, Mount};
 use rnic::loopback::{LoopbackDevice, LoopbackNetwork};
-use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerConfig};
+use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaServerConfig};
+
+mod support;
 
 async fn rdma_mount(dir: &std::path::Path, io: IoOptions) -> Mount<RdmaClient<LoopbackDevice>> {
     rdma_mount_with(
@@ -30,38 +29,10 @@ async fn rdma_mount_with(
     server_cfg: RdmaServerConfig,
     client_cfg: RdmaClientConfig,
 ) -> Mount<RdmaClient<LoopbackDevice>> {
-    let fs = Arc::new(nfs_server::LocalFs::new(dir, false).unwrap());
-    let export = Bytes::copy_from_slice(dir.to_str().unwrap().as_bytes());
-    let server = nfs_server::rpc_server(
-        fs,
-        vec![export],
-        Arc::new(Mutex::new(Vec::new())),
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-    );
     let net = LoopbackNetwork::new(7);
     let (sdev, cdev) = (net.device(), net.device());
-    let listener = RdmaListener::bind(&sdev, &String::new(), Arc::new(server), server_cfg)
-        .await
-        .unwrap();
-    let addr = listener.local_addr();
-    listener.spawn();
-    let rpc = RdmaClient::connect(&cdev, &addr, client_cfg).await.unwrap();
-    let cred = AuthSys {
-        uid: 0,
-        gid: 0,
-        ..AuthSys::default()
-    }
-    .to_opaque_auth();
-    // MOUNT is a TCP-only program (RFC 8267 §6), but this service table
-    // answers it on any transport, which keeps the test self-contained.
-    let root = MountClient::new(rpc.clone(), cred.clone())
-        .mnt(dir.to_str().unwrap())
-        .await
-        .unwrap()
-        .fhandle;
-    Mount::new(Nfs3Client::new(rpc, cred), root, io)
-        .await
-        .unwrap()
+    let server = (&sdev, &String::new(), server_cfg);
+    support::rdma_mount(server, (&cdev, client_cfg), dir, io).await
 }
 
 #[tokio::test]

@@ -5,58 +5,29 @@
 //! of the file, and still intact while the caller holds it across later
 //! calls (the Write chunk's buffer is the reply's, RFC 8166 §3.4.6).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
 
-use bytes::Bytes;
-use nfs_client::{IoOptions, Mount, MountClient, Nfs3Client};
-use oncrpc::msg::AuthSys;
-use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerConfig};
+use nfs_client::{IoOptions, Mount};
+use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaServerConfig};
 use softrnic::{SoftConfig, SoftDevice};
 use testkit::TempDir;
 
+mod support;
+
 async fn soft_mount(dir: &std::path::Path, crc: bool, seed: u64) -> Mount<RdmaClient<SoftDevice>> {
-    let fs = Arc::new(nfs_server::LocalFs::new(dir, false).unwrap());
-    let export = Bytes::copy_from_slice(dir.to_str().unwrap().as_bytes());
-    let server = nfs_server::rpc_server(
-        fs,
-        vec![export],
-        Arc::new(Mutex::new(Vec::new())),
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-    );
     let cfg = SoftConfig {
         crc,
         ..SoftConfig::default()
     };
     let (sdev, cdev) = (SoftDevice::new(cfg, seed), SoftDevice::new(cfg, seed + 1));
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let listener = RdmaListener::bind(&sdev, &any, Arc::new(server), RdmaServerConfig::default())
-        .await
-        .unwrap();
-    let addr = listener.local_addr();
-    listener.spawn();
-    let rpc = RdmaClient::connect(&cdev, &addr, RdmaClientConfig::default())
-        .await
-        .unwrap();
-    let cred = AuthSys {
-        uid: 0,
-        gid: 0,
-        ..AuthSys::default()
-    }
-    .to_opaque_auth();
-    let root = MountClient::new(rpc.clone(), cred.clone())
-        .mnt(dir.to_str().unwrap())
-        .await
-        .unwrap()
-        .fhandle;
     let io = IoOptions {
         in_flight: 32,
         block_size: Some(256 * 1024),
         ..IoOptions::default()
     };
-    Mount::new(Nfs3Client::new(rpc, cred), root, io)
-        .await
-        .unwrap()
+    let server = (&sdev, &any, RdmaServerConfig::default());
+    support::rdma_mount(server, (&cdev, RdmaClientConfig::default()), dir, io).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,62 +4,29 @@
 //! writers to one file, 32 WRITEs in flight each, CRC off and on: the
 //! file holds exactly the bytes written.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
 
 use bytes::Bytes;
-use nfs_client::{IoOptions, Mount, MountClient, Nfs3Client};
-use oncrpc::msg::AuthSys;
-use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaListener, RdmaServerConfig};
+use nfs_client::{IoOptions, Mount};
+use rpcrdma::transport::{RdmaClient, RdmaClientConfig, RdmaServerConfig};
 use softrnic::{SoftConfig, SoftDevice};
 use testkit::TempDir;
+
+mod support;
 
 async fn soft_mount(
     dir: &std::path::Path,
     crc: bool,
     io: IoOptions,
 ) -> Mount<RdmaClient<SoftDevice>> {
-    let fs = Arc::new(nfs_server::LocalFs::new(dir, false).unwrap());
-    let export = Bytes::copy_from_slice(dir.to_str().unwrap().as_bytes());
-    let server = nfs_server::rpc_server(
-        fs,
-        vec![export],
-        Arc::new(Mutex::new(Vec::new())),
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-    );
     let config = SoftConfig {
         crc,
         ..SoftConfig::default()
     };
-    let sdev = SoftDevice::new(config, 11);
-    let listener = RdmaListener::bind(
-        &sdev,
-        &SocketAddr::from(([127, 0, 0, 1], 0)),
-        Arc::new(server),
-        RdmaServerConfig::default(),
-    )
-    .await
-    .unwrap();
-    let addr = listener.local_addr();
-    listener.spawn();
-    let cdev = SoftDevice::new(config, 12);
-    let rpc = RdmaClient::connect(&cdev, &addr, RdmaClientConfig::default())
-        .await
-        .unwrap();
-    let cred = AuthSys {
-        uid: 0,
-        gid: 0,
-        ..AuthSys::default()
-    }
-    .to_opaque_auth();
-    let root = MountClient::new(rpc.clone(), cred.clone())
-        .mnt(dir.to_str().unwrap())
-        .await
-        .unwrap()
-        .fhandle;
-    Mount::new(Nfs3Client::new(rpc, cred), root, io)
-        .await
-        .unwrap()
+    let (sdev, cdev) = (SoftDevice::new(config, 11), SoftDevice::new(config, 12));
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let server = (&sdev, &any, RdmaServerConfig::default());
+    support::rdma_mount(server, (&cdev, RdmaClientConfig::default()), dir, io).await
 }
 
 async fn two_writers_to_one_file(crc: bool) {
