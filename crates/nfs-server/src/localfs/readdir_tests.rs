@@ -71,8 +71,13 @@ fn listing(lfs: &LocalFs, dir: &NfsFh3, n: usize) -> (usize, usize, Vec<OwnedEnt
 }
 
 fn cached(t: &Tmp) -> (LocalFs, NfsFh3) {
+    cached_for(t, Duration::from_secs(3600))
+}
+
+/// The export of `t` with attributes kept for `ttl`, and its directory `d`.
+fn cached_for(t: &Tmp, ttl: Duration) -> (LocalFs, NfsFh3) {
     let cfg = AttrCacheConfig {
-        ttl: Duration::from_secs(3600),
+        ttl,
         ..AttrCacheConfig::default()
     };
     let lfs = LocalFs::new(&t.0, false).unwrap().with_attr_cache(cfg);
@@ -213,13 +218,7 @@ fn the_next_pages_attributes_are_read_ahead_and_never_served_stale() {
     }
     let ord = order(&t, "d");
     let ttl = Duration::from_secs(1);
-    let lfs = LocalFs::new(&t.0, false)
-        .unwrap()
-        .with_attr_cache(AttrCacheConfig {
-            ttl,
-            ..AttrCacheConfig::default()
-        });
-    let d = block_lookup(&lfs, "d");
+    let (lfs, d) = cached_for(&t, ttl);
     // The handle index and the cache learn the directory; then every kept
     // entry grows older than the time-to-live.
     let (_, _, cold) = listing(&lfs, &d, 1000);
@@ -348,13 +347,7 @@ fn pages_and_their_read_ahead_split_the_entries_and_list_each_once() {
     }
     let ord = order(&t, "d");
     let ttl = Duration::from_millis(300);
-    let lfs = LocalFs::new(&t.0, false)
-        .unwrap()
-        .with_attr_cache(AttrCacheConfig {
-            ttl,
-            ..AttrCacheConfig::default()
-        });
-    let d = block_lookup(&lfs, "d");
+    let (lfs, d) = cached_for(&t, ttl);
     let (_, _, cold) = listing(&lfs, &d, 1000);
     assert_eq!(
         names(&cold),
