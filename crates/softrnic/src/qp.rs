@@ -107,13 +107,13 @@ pub(crate) fn start(
 /// has reaped every send completion, at most this one Read is
 /// outstanding), for latency; otherwise the transmit task writes it with
 /// the requests posted meanwhile. In a burst of posts after the receive
-/// task delivered several messages ([`Locked::burst`]): every `batch`-th
+/// task delivered several messages ([`Locked::in_burst`]): every `batch`-th
 /// post since the delivery (at most every [`BURST_BATCH`]-th) writes all
 /// that is queued, the others leave theirs to the transmit task (or to
 /// that post); none writes while bytes wait for room in the socket (the
 /// transmit task writes after them).
 fn idle(st: &mut Locked, send_cq: &CompletionQueue) -> bool {
-    if !st.burst {
+    if !st.in_burst() {
         return send_cq.is_empty() && st.core.reads.len() <= 1 && st.out.is_empty();
     }
     st.since += 1;

@@ -30,8 +30,8 @@ pub(crate) struct Locked {
     /// before it reads again: their posts leave what they queue for it to
     /// write together once they have run ([`Shared::write_held`]).
     pub(crate) hold_tx: bool,
-    /// The receive task's last delivery held several received messages
-    /// ([`Locked::batch`] of them), so several consumers may post one after
+    /// Messages in the receive task's last delivery. When it held several
+    /// (a burst, [`Locked::in_burst`]), several consumers may post one after
     /// another (a client's callers answering a batch of replies): posts are
     /// handed to the transmit task, except that every `batch`-th post since
     /// the delivery (at most every [`BURST_BATCH`]-th) writes all those
@@ -43,8 +43,6 @@ pub(crate) struct Locked {
     /// leaving them all to the transmit task stalled on a loaded machine,
     /// where its thread waits milliseconds for a CPU (issue 15). The burst
     /// lasts until a delivery of one message.
-    pub(crate) burst: bool,
-    /// Messages in the last delivery.
     pub(crate) batch: usize,
     /// Posts since the last delivery.
     pub(crate) since: usize,
@@ -74,7 +72,6 @@ impl Shared {
             delivering_send: false,
             delivering_recv: false,
             hold_tx: false,
-            burst: false,
             batch: 0,
             since: 0,
         };
@@ -134,6 +131,12 @@ impl Shared {
 }
 
 impl Locked {
+    /// Whether posts are in a burst: the last delivery held several
+    /// messages ([`Locked::batch`]).
+    pub(crate) fn in_burst(&self) -> bool {
+        self.batch > 1
+    }
+
     /// Whether a post should leave its FPDUs queued rather than write them:
     /// receive completions are being delivered (a server's handler answers
     /// the calls of one socket read one after another, a client's wakes
@@ -236,7 +239,6 @@ impl Drop for Guard<'_> {
                     g.delivering_recv = false;
                     g.core.done_recv = recvs;
                     if self.rx && received > 0 {
-                        g.burst = received > 1;
                         g.batch = received;
                         g.since = 0;
                     }
