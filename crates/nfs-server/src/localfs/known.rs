@@ -67,11 +67,7 @@ impl Known {
     /// a slot only decides what a miss costs (a store lookup), never
     /// what the table says: the slot holds the keyed hash.
     fn at(ino: u64) -> usize {
-        const BITS: u32 = SLOTS.trailing_zeros();
-        let folded = ino
-            .wrapping_add(ino >> BITS)
-            .wrapping_add(ino >> (2 * BITS));
-        (folded & (SLOTS as u64 - 1)) as usize
+        fold(ino, SLOTS.trailing_zeros())
     }
 
     /// Whether the index is known to record `ino` as the entry of `hash`.
@@ -97,6 +93,17 @@ impl Known {
     pub(crate) fn clear_all(&mut self) {
         self.slots.fill(0);
     }
+}
+
+/// `ino`'s low `bits` bits with its higher bits folded in: neighbouring
+/// inode numbers land on neighbouring positions, and numbers below
+/// 2^`bits` on distinct ones (the slots of [`Known`] and the bits of the
+/// index's filter).
+pub(crate) fn fold(ino: u64, bits: u32) -> usize {
+    let folded = ino
+        .wrapping_add(ino >> bits)
+        .wrapping_add(ino >> (2 * bits));
+    (folded & ((1 << bits) - 1)) as usize
 }
 
 #[cfg(test)]

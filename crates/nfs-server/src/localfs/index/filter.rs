@@ -13,7 +13,7 @@
 //!
 //! It is a Bloom filter with one probe whose position is the inode
 //! number's low bits with the higher ones folded in (as [`Known`]'s
-//! slots, [`crate::localfs::known`]): inode numbers are the file
+//! slots, [`crate::localfs::known::fold`]): inode numbers are the file
 //! system's, not the client's (a client creating files picks names, not
 //! numbers), and neighbouring files have neighbouring numbers, so a
 //! listing walks a few KiB of the filter instead of missing the cache
@@ -50,10 +50,7 @@ impl Filter {
 
     /// The bit of `ino`: its low [`BITS`] bits, the higher ones folded in.
     fn at(ino: u64) -> (usize, u64) {
-        let folded = ino
-            .wrapping_add(ino >> BITS)
-            .wrapping_add(ino >> (2 * BITS));
-        let bit = (folded & ((1 << BITS) - 1)) as usize;
+        let bit = crate::localfs::known::fold(ino, BITS);
         (bit >> 6, 1 << (bit & 63))
     }
 
